@@ -1,0 +1,59 @@
+// Communicator: the collectives data parallelism needs, behind one interface.
+// local (1 rank), MPI (CPU tensors), NCCL (CUDA tensors; lives in the CUDA plugin).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trainrun/tensor.h"
+
+namespace trainrun {
+
+// Shard r of n elements over w ranks: [r*n/w, (r+1)*n/w). Works when w does not divide n.
+struct Shard {
+  int64_t begin, end;
+  int64_t size() const { return end - begin; }
+};
+Shard shard_of(int64_t n, int world, int rank);
+
+class Communicator {
+ public:
+  class Request {  // a started non-blocking collective
+   public:
+    virtual ~Request() = default;
+    virtual void wait() = 0;
+    virtual bool test() = 0;  // true when complete
+  };
+
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual int local_rank() const = 0;
+  virtual int local_size() const = 0;
+  virtual std::string host() const = 0;
+  virtual std::string kind() const = 0;  // "local" | "mpi" | "nccl"
+
+  virtual void allreduce_sum(Tensor x) = 0;  // in place
+  virtual void allreduce_avg(Tensor x) = 0;  // in place
+  virtual std::unique_ptr<Request> iallreduce_sum(Tensor x) = 0;
+  // x holds n elements; afterwards this rank's shard_of(n) range holds the sum over ranks
+  // (other ranges are left unspecified).
+  virtual void reduce_scatter_sum(Tensor x) = 0;
+  virtual std::unique_ptr<Request> ireduce_scatter_sum(Tensor x) = 0;
+  // x holds n elements; each rank contributes its shard_of(n) range, all ranks get all of it.
+  virtual void all_gather(Tensor x) = 0;
+  virtual void broadcast(Tensor x, int root) = 0;
+  virtual void barrier() = 0;
+  // Host doubles: every rank's `in` (n values) into out[rank * n + i].
+  virtual void all_gather_doubles(const double* in, int n, double* out) = 0;
+  // Ends every rank of the job now (used by the watchdog and on fatal errors).
+  [[noreturn]] virtual void abort(int code) = 0;
+};
+
+std::unique_ptr<Communicator> make_local_communicator();
+// Initialises MPI (MPI_THREAD_MULTIPLE) on first use; finalises when the last one dies.
+std::unique_ptr<Communicator> make_mpi_communicator();
+
+}  // namespace trainrun

@@ -1,0 +1,39 @@
+// Launch: decide whether this process is a rank (started by mpirun or srun) or the launcher,
+// and when it is the launcher, build and supervise the mpirun command.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "trainrun/experiment.h"
+
+namespace trainrun {
+
+struct RankEnv {
+  bool is_rank = false;      // started by mpirun/srun/PMI
+  std::string launcher;      // "openmpi" | "slurm" | "pmi" | "" (none)
+  int rank = 0, size = 1, local_rank = 0, local_size = 1;
+};
+RankEnv detect_rank_env();
+
+struct LaunchPlan {
+  std::vector<std::string> argv;        // the full mpirun command
+  std::vector<std::string> env;         // KEY=VALUE added to mpirun's environment
+  int omp_threads_per_rank = 1;
+};
+
+// self_argv: the trainrun command line the ranks run (argv[0] resolved to an absolute path).
+// Throws LaunchError when mpirun is missing or ranks exceed slots without permission.
+LaunchPlan plan_launch(const Experiment& exp, const std::vector<std::string>& self_argv);
+
+// A shell-quoted, copy-pasteable rendering (for --dry-run).
+std::string render_command(const LaunchPlan& plan);
+
+// Runs the plan and waits. Returns the job's exit code; when a rank failed, `failure` names the
+// rank and host if mpirun said so.
+int run_launch(const LaunchPlan& plan, std::string* failure);
+
+// OpenMP threads for this rank: cores / local ranks, at least 1 (OMP_NUM_THREADS wins).
+int default_omp_threads(int local_size);
+
+}  // namespace trainrun

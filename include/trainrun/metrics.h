@@ -1,0 +1,36 @@
+// MetricsLog: RUN_DIR/metrics.h5 (one extendable dataset per metric) and RUN_DIR/metrics.jsonl
+// (the same rows, one JSON object per line). Rows are keyed by step; on resume every row past
+// the checkpoint's step is dropped first, so no step appears twice.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace trainrun {
+
+// Numbers go to both files; strings (an event's cause, a straggler's host) only to the JSONL.
+using MetricValue = std::variant<double, std::string>;
+using MetricRow = std::vector<std::pair<std::string, MetricValue>>;  // "step" first
+
+class MetricsLog {
+ public:
+  // Opens (creating when absent) RUN_DIR/metrics.{h5,jsonl}. keep_through_step >= 0 drops rows
+  // with step > keep_through_step (resume); < 0 starts both files empty.
+  MetricsLog(const std::string& run_dir, int64_t keep_through_step);
+  ~MetricsLog();
+  // `kind` separates training rows ("train"), evaluations ("eval") and events ("event").
+  void append(const std::string& kind, const MetricRow& row);
+  void flush();  // both files readable by another process after this
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reads metrics.jsonl rows of one kind (for report and tests).
+std::vector<MetricRow> read_metrics_jsonl(const std::string& run_dir, const std::string& kind);
+
+}  // namespace trainrun
