@@ -101,7 +101,15 @@ class Backend {
   virtual void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp) = 0;
 };
 
-// "cpu" or "cuda"; cuda loads libtrainrun_cuda.so from beside the executable.
 std::unique_ptr<Backend> make_cpu_backend();
+
+// Loads libtrainrun_cuda.so from beside the executable (dlopen) and creates its backend on GPU
+// `ordinal`. Returns null and says why in `why_not` when the plugin, the CUDA libraries, a
+// driver or a GPU is missing; never fails to start the CPU-only binary.
+std::unique_ptr<Backend> make_cuda_backend(int ordinal, std::string* why_not);
+
+// Peak fp32 GEMM rate of this backend in GFLOP/s, measured now on square-ish GEMMs of the given
+// size (CPU: oneDNN sgemm on the current OpenMP threads). Used for MFU and `trainrun plan`.
+double measure_gemm_peak_gflops(Backend& be, int size);
 
 }  // namespace trainrun
