@@ -1,0 +1,88 @@
+// The CPU reference kernels, one template per op over T = float or double, on raw contiguous
+// memory. Shapes arrive already checked by CpuBackend (cpu_backend.cpp); each kernel file
+// explicitly instantiates both types. Conventions follow include/trainrun/backend.h: forward
+// overwrites, backward accumulates (+=).
+#pragma once
+
+#include <cstdint>
+
+namespace trainrun::cpu {
+
+// matmul.cpp: out[N,OC] = in[N,C] . w[OC,C]^T + bias (bias may be null)
+template <class T>
+void matmul_forward(T* out, const T* in, const T* w, const T* bias, int64_t N, int64_t C,
+                    int64_t OC);
+// din (may be null) += dout . w ; dw += dout^T . in ; dbias (may be null) += colsum(dout)
+template <class T>
+void matmul_backward(T* din, T* dw, T* dbias, const T* dout, const T* in, const T* w, int64_t N,
+                     int64_t C, int64_t OC);
+
+// layernorm.cpp
+template <class T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* in, const T* w, const T* b,
+                       int64_t rows, int64_t C);
+template <class T>
+void layernorm_backward(T* din, T* dw, T* db, const T* dout, const T* in, const T* w,
+                        const T* mean, const T* rstd, int64_t rows, int64_t C);
+
+// activations.cpp
+template <class T>
+void gelu_forward(T* out, const T* in, int64_t n);
+template <class T>
+void gelu_backward(T* din, const T* dout, const T* in, int64_t n);
+template <class T>
+void relu_forward(T* out, const T* in, int64_t n);
+template <class T>
+void relu_backward(T* din, const T* dout, const T* in, int64_t n);
+
+// dropout.cpp. Keeps element i iff dropout_keeps(seed, i, p); kept elements scale by 1/(1-p).
+bool dropout_keeps(uint64_t seed, uint64_t index, float p);
+template <class T>
+void dropout_forward(T* out, const T* in, int64_t n, float p, uint64_t seed);
+template <class T>
+void dropout_backward(T* din, const T* dout, int64_t n, float p, uint64_t seed);
+
+// elementwise.cpp
+template <class T>
+void add(T* out, const T* a, const T* b, int64_t n);
+template <class T>
+void accumulate(T* dst, const T* src, int64_t n);
+template <class T>
+void scale(T* x, T s, int64_t n);
+template <class T>
+void fill(T* x, T value, int64_t n);
+
+// attention.cpp: causal multi-head self-attention, qkv [B,T,3C] = (q | k | v), out [B,T,C],
+// lse [B,NH,T].
+template <class T>
+void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int64_t C, int NH);
+template <class T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse,
+                        int64_t B, int64_t T_, int64_t C, int NH);
+
+// embedding.cpp: ids already validated in [0, V)
+template <class T>
+void embedding_forward(T* out, const int32_t* ids, const T* table, int64_t N, int64_t C);
+template <class T>
+void embedding_backward(T* dtable, const T* dout, const int32_t* ids, int64_t N, int64_t C);
+
+// cross_entropy.cpp: targets already validated in [0, V)
+template <class T>
+void cross_entropy_forward(T* losses, T* lse, const T* logits, const int32_t* targets, int64_t N,
+                           int64_t V);
+template <class T>
+void cross_entropy_backward(T* dlogits, const T* logits, const T* lse, const int32_t* targets,
+                            int64_t N, int64_t V, T scale);
+
+// reductions.cpp: accumulate in double whatever T is
+template <class T>
+double sum(const T* x, int64_t n);
+template <class T>
+double sum_squares(const T* x, int64_t n);
+
+// adamw.cpp: one fused pass over [0, n)
+template <class T>
+void adamw(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double beta1, double beta2,
+           double eps, double weight_decay, int64_t step);
+
+}  // namespace trainrun::cpu

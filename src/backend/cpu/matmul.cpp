@@ -1,0 +1,119 @@
+// Dense layer GEMMs. f32 goes through oneDNN's row-major dnnl_sgemm, the fastest sgemm measured
+// on our CPUs (it picks AVX-512 itself and runs on our OpenMP threads). The forward seeds `out`
+// with the bias and runs with beta=1, so the bias costs one streaming pass and no second sweep;
+// the backward GEMMs use beta=1 because gradients accumulate. f64 exists only for gradient checks
+// at test sizes: plain OpenMP loops, parallel over output rows so no two threads share a write.
+#include <fmt/format.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <type_traits>
+
+#include "kernels.h"
+
+namespace trainrun::cpu {
+namespace {
+
+void sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  dnnl_status_t st = dnnl_sgemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+  if (st != dnnl_success)
+    throw std::runtime_error(fmt::format("dnnl_sgemm({}{}, M={}, N={}, K={}) failed: status {}",
+                                         ta, tb, M, N, K, static_cast<int>(st)));
+}
+
+// out rows start as the bias (or zero) so the GEMM can add onto them.
+template <class T>
+void seed_rows_with_bias(T* out, const T* bias, int64_t N, int64_t OC) {
+#pragma omp parallel for
+  for (int64_t n = 0; n < N; ++n) {
+    T* o = out + n * OC;
+    if (bias)
+      std::memcpy(o, bias, sizeof(T) * OC);
+    else
+      std::memset(o, 0, sizeof(T) * OC);
+  }
+}
+
+// dbias[o] += sum_n dout[n, o]: threads own column ranges and walk the rows, so the reduction
+// is race-free and deterministic while every read stays a contiguous run.
+template <class T>
+void colsum_accumulate(T* dbias, const T* dout, int64_t N, int64_t OC) {
+  constexpr int64_t kBlock = 64;
+  const int64_t nblocks = (OC + kBlock - 1) / kBlock;
+#pragma omp parallel for
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    const int64_t o0 = blk * kBlock, o1 = o0 + kBlock < OC ? o0 + kBlock : OC;
+    T acc[kBlock] = {};
+    for (int64_t n = 0; n < N; ++n) {
+      const T* d = dout + n * OC;
+      for (int64_t o = o0; o < o1; ++o) acc[o - o0] += d[o];
+    }
+    for (int64_t o = o0; o < o1; ++o) dbias[o] += acc[o - o0];
+  }
+}
+
+}  // namespace
+
+template <class T>
+void matmul_forward(T* out, const T* in, const T* w, const T* bias, int64_t N, int64_t C,
+                    int64_t OC) {
+  if constexpr (std::is_same_v<T, float>) {
+    seed_rows_with_bias(out, bias, N, OC);
+    sgemm('N', 'T', N, OC, C, in, C, w, C, 1.0f, out, OC);
+  } else {
+#pragma omp parallel for
+    for (int64_t n = 0; n < N; ++n) {
+      const T* x = in + n * C;
+      for (int64_t o = 0; o < OC; ++o) {
+        const T* wr = w + o * C;
+        T acc = bias ? bias[o] : T(0);
+        for (int64_t c = 0; c < C; ++c) acc += x[c] * wr[c];
+        out[n * OC + o] = acc;
+      }
+    }
+  }
+}
+
+template <class T>
+void matmul_backward(T* din, T* dw, T* dbias, const T* dout, const T* in, const T* w, int64_t N,
+                     int64_t C, int64_t OC) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (din) sgemm('N', 'N', N, C, OC, dout, OC, w, C, 1.0f, din, C);  // din += dout . w
+    sgemm('T', 'N', OC, C, N, dout, OC, in, C, 1.0f, dw, C);            // dw += dout^T . in
+  } else {
+    if (din) {
+#pragma omp parallel for
+      for (int64_t n = 0; n < N; ++n) {
+        T* dx = din + n * C;
+        for (int64_t o = 0; o < OC; ++o) {
+          const T g = dout[n * OC + o];
+          const T* wr = w + o * C;
+          for (int64_t c = 0; c < C; ++c) dx[c] += g * wr[c];
+        }
+      }
+    }
+#pragma omp parallel for
+    for (int64_t o = 0; o < OC; ++o) {
+      T* dwr = dw + o * C;
+      for (int64_t n = 0; n < N; ++n) {
+        const T g = dout[n * OC + o];
+        const T* x = in + n * C;
+        for (int64_t c = 0; c < C; ++c) dwr[c] += g * x[c];
+      }
+    }
+  }
+  if (dbias) colsum_accumulate(dbias, dout, N, OC);
+}
+
+template void matmul_forward<float>(float*, const float*, const float*, const float*, int64_t,
+                                    int64_t, int64_t);
+template void matmul_forward<double>(double*, const double*, const double*, const double*,
+                                     int64_t, int64_t, int64_t);
+template void matmul_backward<float>(float*, float*, float*, const float*, const float*,
+                                     const float*, int64_t, int64_t, int64_t);
+template void matmul_backward<double>(double*, double*, double*, const double*, const double*,
+                                      const double*, int64_t, int64_t, int64_t);
+
+}  // namespace trainrun::cpu
