@@ -1,0 +1,24 @@
+// Embedding: a lookup table [num, dim]; rows for ids. Used for tokens, positions and the MLP
+// model's context window (whose concatenated embeddings are just the rows laid out in order).
+#pragma once
+
+#include <string>
+
+#include "trainrun/params.h"
+
+namespace trainrun {
+
+class Embedding {
+ public:
+  Embedding(ParamStore& ps, const std::string& name, int num, int dim, float init_std);
+  void forward(Tensor out, Tensor ids) const;
+  void backward(Tensor dout, Tensor ids) const;
+  Tensor weight() const { return ps_.param(w_); }
+  Tensor weight_grad() const { return ps_.grad(w_); }
+
+ private:
+  ParamStore& ps_;
+  int w_;
+};
+
+}  // namespace trainrun

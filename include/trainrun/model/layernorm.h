@@ -1,0 +1,24 @@
+// LayerNorm over the last dimension with learned scale and shift; saves mean and 1/std per row.
+#pragma once
+
+#include <string>
+
+#include "trainrun/params.h"
+
+namespace trainrun {
+
+class LayerNorm {
+ public:
+  LayerNorm(ParamStore& ps, const std::string& name, int dim);
+  void bind(Arena& acts, int64_t rows);
+  void forward(Tensor out, Tensor in) const;
+  void backward(Tensor din, Tensor dout, Tensor in) const;
+
+ private:
+  ParamStore& ps_;
+  int dim_;
+  int w_, b_;
+  Tensor mean_, rstd_;
+};
+
+}  // namespace trainrun

@@ -1,0 +1,27 @@
+// MLP block of a transformer: Linear(C, 4C) -> GELU -> Linear(4C, C).
+#pragma once
+
+#include <string>
+
+#include "trainrun/model/activation.h"
+#include "trainrun/model/linear.h"
+
+namespace trainrun {
+
+class MLP {
+ public:
+  MLP(ParamStore& ps, const std::string& name, int d_model, float proj_std);
+  void bind(Arena& acts, Arena& scratch, int64_t rows);
+  void forward(Tensor out, Tensor in) const;
+  void backward(Tensor din, Tensor dout, Tensor in) const;
+
+ private:
+  ParamStore& ps_;
+  int d_model_;
+  Linear fc_, proj_;
+  Activation act_;
+  Tensor h_, a_;    // activations
+  Tensor dh_, da_;  // gradient scratch
+};
+
+}  // namespace trainrun

@@ -1,0 +1,16 @@
+#include <stdexcept>
+
+#include "trainrun/model.h"
+
+namespace trainrun {
+
+std::unique_ptr<Model> make_gpt(const ModelConfig& cfg, Backend& be, int batch, DType dt);
+std::unique_ptr<Model> make_mlp_model(const ModelConfig& cfg, Backend& be, int batch, DType dt);
+
+std::unique_ptr<Model> build_model(const ModelConfig& cfg, Backend& be, int batch, DType dtype) {
+  if (cfg.type == "gpt") return make_gpt(cfg, be, batch, dtype);
+  if (cfg.type == "mlp") return make_mlp_model(cfg, be, batch, dtype);
+  throw std::invalid_argument("unknown model.type '" + cfg.type + "' (gpt | mlp)");
+}
+
+}  // namespace trainrun

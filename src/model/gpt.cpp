@@ -1,0 +1,150 @@
+// GPT: token + position embeddings, n_layer pre-LN transformer blocks, final LayerNorm and a
+// head tied to the token embedding (GPT-2). Parameters are declared in forward order, so the
+// blocks' gradients become final in decreasing offset order during backward, which is what the
+// trainer's gradient buckets rely on.
+#include <memory>
+#include <vector>
+
+#include "trainrun/model.h"
+#include "trainrun/model/block.h"
+#include "trainrun/model/embedding.h"
+#include "trainrun/rng.h"
+
+namespace trainrun {
+
+namespace {
+
+class Gpt final : public Model {
+ public:
+  Gpt(const ModelConfig& cfg, Backend& be, int batch, DType dt)
+      : cfg_(cfg),
+        batch_(batch),
+        ps_(be, dt),
+        wte_(ps_, "wte", cfg.vocab_size, cfg.d_model, 0.02f),
+        wpe_(ps_, "wpe", cfg.seq_len, cfg.d_model, 0.02f),
+        acts_(be),
+        scratch_(be) {
+    embed_end_ = ps_.numel();
+    blocks_.reserve(static_cast<size_t>(cfg.n_layer));
+    for (int l = 0; l < cfg.n_layer; ++l)
+      blocks_.push_back(std::make_unique<TransformerBlock>(ps_, "blocks." + std::to_string(l),
+                                                           cfg.d_model, cfg.n_head, cfg.n_layer));
+    lnf_ = std::make_unique<LayerNorm>(ps_, "ln_f", cfg.d_model);
+    ps_.allocate();
+    for (int pass = 0; pass < 2; ++pass) {
+      bind();
+      if (pass == 0) {
+        acts_.allocate();
+        scratch_.allocate();
+      }
+    }
+    // Position ids are the same for every batch: fill them once.
+    std::vector<int32_t> pos(static_cast<size_t>(rows()));
+    for (int64_t i = 0; i < rows(); ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % cfg.seq_len);
+    be.copy(pos_ids_, Tensor(pos.data(), DType::i32, Device::cpu, {rows()}));
+  }
+
+  void set_batch(const int32_t* x, const int32_t* y) override {
+    Backend& be = ps_.backend();
+    be.copy(ids_, Tensor(const_cast<int32_t*>(x), DType::i32, Device::cpu, {rows()}));
+    be.copy(targets_, Tensor(const_cast<int32_t*>(y), DType::i32, Device::cpu, {rows()}));
+  }
+
+  double forward(bool training, uint64_t seed) override {
+    Backend& be = ps_.backend();
+    const float p = training ? static_cast<float>(cfg_.dropout) : 0.0f;
+    wte_.forward(xs_[0], ids_);
+    wpe_.forward(tmp_, pos_ids_);
+    be.add(xs_[0], xs_[0], tmp_);
+    if (p > 0) be.dropout(xs_[0], xs_[0], p, hash_combine(seed, 0));
+    for (size_t l = 0; l < blocks_.size(); ++l)
+      blocks_[l]->forward(xs_[l + 1], xs_[l], p, hash_combine(seed, 100 + l));
+    lnf_->forward(lnf_out_, xs_.back());
+    be.matmul(logits_, lnf_out_, wte_.weight(), Tensor{});
+    be.cross_entropy(losses_, lse_, logits_, targets_);
+    return be.sum(losses_) / static_cast<double>(rows());
+  }
+
+  void backward(float scale, uint64_t seed, const GradReadyFn& ready) override {
+    Backend& be = ps_.backend();
+    const float p = static_cast<float>(cfg_.dropout);
+    scratch_.zero(0, top_end_);
+    be.cross_entropy_backward(logits_, logits_, lse_, targets_, scale);
+    be.matmul_backward(dlnf_, wte_.weight_grad(), Tensor{}, logits_, lnf_out_, wte_.weight());
+    Tensor dcur = dres_[0], dnext = dres_[1];
+    lnf_->backward(dcur, dlnf_, xs_.back());
+    if (ready) ready(blocks_.empty() ? embed_end_ : blocks_.back()->param_end(), ps_.numel());
+    for (size_t l = blocks_.size(); l-- > 0;) {
+      be.fill(dnext, 0.0);
+      blocks_[l]->backward(dnext, dcur, xs_[l], p, hash_combine(seed, 100 + l));
+      std::swap(dcur, dnext);
+      if (ready) ready(blocks_[l]->param_begin(), blocks_[l]->param_end());
+    }
+    if (p > 0) {
+      be.fill(dnext, 0.0);
+      be.dropout_backward(dnext, dcur, p, hash_combine(seed, 0));
+      std::swap(dcur, dnext);
+    }
+    wte_.backward(dcur, ids_);
+    wpe_.backward(dcur, pos_ids_);
+    if (ready) ready(0, embed_end_);
+  }
+
+  int64_t targets_per_batch() const override { return rows(); }
+  Tensor logits() const override { return logits_; }
+  ParamStore& params() override { return ps_; }
+  size_t activation_bytes() const override { return acts_.bytes() + scratch_.bytes(); }
+  int batch() const override { return batch_; }
+  int seq_len() const override { return cfg_.seq_len; }
+
+ private:
+  int64_t rows() const { return static_cast<int64_t>(batch_) * cfg_.seq_len; }
+
+  void bind() {
+    const int64_t B = batch_, T = cfg_.seq_len, C = cfg_.d_model, V = cfg_.vocab_size, N = B * T;
+    const DType dt = ps_.dtype();
+    acts_.restart();
+    scratch_.restart();
+    ids_ = acts_.take(DType::i32, {N});
+    pos_ids_ = acts_.take(DType::i32, {N});
+    targets_ = acts_.take(DType::i32, {N});
+    tmp_ = acts_.take(dt, {N, C});
+    xs_.clear();
+    for (size_t l = 0; l <= blocks_.size(); ++l) xs_.push_back(acts_.take(dt, {N, C}));
+    lnf_out_ = acts_.take(dt, {N, C});
+    lnf_->bind(acts_, N);
+    logits_ = acts_.take(dt, {N, V});
+    losses_ = acts_.take(dt, {N});
+    lse_ = acts_.take(dt, {N});
+    // Gradient scratch: the residual stream ping-pong and dlnf, then the blocks' shared part.
+    dres_[0] = scratch_.take(dt, {N, C});
+    dres_[1] = scratch_.take(dt, {N, C});
+    dlnf_ = scratch_.take(dt, {N, C});
+    top_end_ = scratch_.mark();
+    for (auto& b : blocks_) {
+      scratch_.rewind(top_end_);
+      b->bind(acts_, scratch_, B, T);
+    }
+  }
+
+  ModelConfig cfg_;
+  int batch_;
+  ParamStore ps_;
+  Embedding wte_, wpe_;
+  int64_t embed_end_ = 0;
+  std::vector<std::unique_ptr<TransformerBlock>> blocks_;
+  std::unique_ptr<LayerNorm> lnf_;
+  Arena acts_, scratch_;
+  Tensor ids_, pos_ids_, targets_, tmp_, lnf_out_, logits_, losses_, lse_;
+  std::vector<Tensor> xs_;  // xs_[l] is block l's input; xs_.back() the last block's output
+  Tensor dres_[2], dlnf_;
+  size_t top_end_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_gpt(const ModelConfig& cfg, Backend& be, int batch, DType dt) {
+  return std::make_unique<Gpt>(cfg, be, batch, dt);
+}
+
+}  // namespace trainrun

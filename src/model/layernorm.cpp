@@ -1,0 +1,24 @@
+#include "trainrun/model/layernorm.h"
+
+namespace trainrun {
+
+LayerNorm::LayerNorm(ParamStore& ps, const std::string& name, int dim) : ps_(ps), dim_(dim) {
+  w_ = ps.declare(name + ".weight", {dim}, Init::ones, 0.0f, false);
+  b_ = ps.declare(name + ".bias", {dim}, Init::zeros, 0.0f, false);
+}
+
+void LayerNorm::bind(Arena& acts, int64_t rows) {
+  mean_ = acts.take(ps_.dtype(), {rows});
+  rstd_ = acts.take(ps_.dtype(), {rows});
+}
+
+void LayerNorm::forward(Tensor out, Tensor in) const {
+  ps_.backend().layernorm(out, mean_, rstd_, in, ps_.param(w_), ps_.param(b_));
+}
+
+void LayerNorm::backward(Tensor din, Tensor dout, Tensor in) const {
+  ps_.backend().layernorm_backward(din, ps_.grad(w_), ps_.grad(b_), dout, in, ps_.param(w_), mean_,
+                                   rstd_);
+}
+
+}  // namespace trainrun

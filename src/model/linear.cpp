@@ -1,0 +1,21 @@
+#include "trainrun/model/linear.h"
+
+namespace trainrun {
+
+Linear::Linear(ParamStore& ps, const std::string& name, int in, int out, bool bias, float init_std,
+               bool decay)
+    : ps_(ps), in_(in), out_(out) {
+  w_ = ps.declare(name + ".weight", {out, in}, Init::normal, init_std, decay);
+  if (bias) b_ = ps.declare(name + ".bias", {out}, Init::zeros, 0.0f, false);
+}
+
+void Linear::forward(Tensor out, Tensor in) const {
+  ps_.backend().matmul(out, in, ps_.param(w_), b_ >= 0 ? ps_.param(b_) : Tensor{});
+}
+
+void Linear::backward(Tensor din, Tensor dout, Tensor in) const {
+  ps_.backend().matmul_backward(din, ps_.grad(w_), b_ >= 0 ? ps_.grad(b_) : Tensor{}, dout, in,
+                                ps_.param(w_));
+}
+
+}  // namespace trainrun

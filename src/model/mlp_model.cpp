@@ -1,0 +1,141 @@
+// MLP language model (Bengio et al. 2003): embed the last seq_len tokens, concatenate them,
+// hidden layers with an activation, predict the next token. The concatenation is free: the
+// embedding rows of one window are already contiguous, so [B*T, C] is viewed as [B, T*C].
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "trainrun/model.h"
+#include "trainrun/model/activation.h"
+#include "trainrun/model/embedding.h"
+#include "trainrun/model/linear.h"
+
+namespace trainrun {
+
+namespace {
+
+class MlpModel final : public Model {
+ public:
+  MlpModel(const ModelConfig& cfg, Backend& be, int batch, DType dt)
+      : cfg_(cfg),
+        batch_(batch),
+        ps_(be, dt),
+        emb_(ps_, "wte", cfg.vocab_size, cfg.d_model, 0.02f),
+        act_(be, Activation::parse(cfg.activation)),
+        acts_(be),
+        scratch_(be),
+        host_targets_(static_cast<size_t>(batch)) {
+    int in = cfg.seq_len * cfg.d_model;
+    for (size_t i = 0; i < cfg.hidden.size(); ++i) {
+      layers_.emplace_back(ps_, "hidden." + std::to_string(i), in, cfg.hidden[i], true,
+                           1.0f / std::sqrt(static_cast<float>(in)));
+      in = cfg.hidden[i];
+    }
+    layers_.emplace_back(ps_, "head", in, cfg.vocab_size, true, 0.02f);
+    ps_.allocate();
+    for (int pass = 0; pass < 2; ++pass) {
+      bind();
+      if (pass == 0) {
+        acts_.allocate();
+        scratch_.allocate();
+      }
+    }
+  }
+
+  void set_batch(const int32_t* x, const int32_t* y) override {
+    Backend& be = ps_.backend();
+    const int64_t T = cfg_.seq_len;
+    be.copy(ids_, Tensor(const_cast<int32_t*>(x), DType::i32, Device::cpu, {batch_ * T}));
+    // One prediction per window: the token after the last context token.
+    for (int b = 0; b < batch_; ++b) host_targets_[static_cast<size_t>(b)] = y[b * T + T - 1];
+    be.copy(targets_, Tensor(host_targets_.data(), DType::i32, Device::cpu, {batch_}));
+  }
+
+  double forward(bool, uint64_t) override {
+    Backend& be = ps_.backend();
+    emb_.forward(emb_out_, ids_);
+    Tensor in = emb_out_.reshape({batch_, static_cast<int64_t>(cfg_.seq_len) * cfg_.d_model});
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      layers_[i].forward(pre_[i], in);
+      if (i + 1 < layers_.size()) {
+        act_.forward(post_[i], pre_[i]);
+        in = post_[i];
+      }
+    }
+    be.cross_entropy(losses_, lse_, pre_.back(), targets_);
+    return be.sum(losses_) / static_cast<double>(batch_);
+  }
+
+  void backward(float scale, uint64_t, const GradReadyFn& ready) override {
+    Backend& be = ps_.backend();
+    scratch_.zero(0, scratch_.bytes());
+    Tensor logits = pre_.back();
+    be.cross_entropy_backward(logits, logits, lse_, targets_, scale);
+    Tensor dcur = logits;
+    for (size_t i = layers_.size(); i-- > 0;) {
+      Tensor in = i == 0 ? emb_out_.reshape({batch_, static_cast<int64_t>(cfg_.seq_len) * cfg_.d_model})
+                         : post_[i - 1];
+      Tensor din = i == 0 ? demb_ : dpost_[i - 1];
+      layers_[i].backward(din, dcur, in);
+      if (i > 0) {
+        act_.backward(dpre_[i - 1], dpost_[i - 1], pre_[i - 1]);
+        dcur = dpre_[i - 1];
+      }
+    }
+    emb_.backward(demb_.reshape({batch_ * static_cast<int64_t>(cfg_.seq_len), cfg_.d_model}), ids_);
+    if (ready) ready(0, ps_.numel());
+  }
+
+  int64_t targets_per_batch() const override { return batch_; }
+  Tensor logits() const override { return pre_.back(); }
+  ParamStore& params() override { return ps_; }
+  size_t activation_bytes() const override { return acts_.bytes() + scratch_.bytes(); }
+  int batch() const override { return batch_; }
+  int seq_len() const override { return cfg_.seq_len; }
+
+ private:
+  void bind() {
+    const int64_t B = batch_, T = cfg_.seq_len, C = cfg_.d_model;
+    const DType dt = ps_.dtype();
+    acts_.restart();
+    scratch_.restart();
+    ids_ = acts_.take(DType::i32, {B * T});
+    targets_ = acts_.take(DType::i32, {B});
+    emb_out_ = acts_.take(dt, {B * T, C});
+    demb_ = scratch_.take(dt, {B, T * C});
+    pre_.clear();
+    post_.clear();
+    dpre_.clear();
+    dpost_.clear();
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      const int64_t w = layers_[i].out_features();
+      pre_.push_back(acts_.take(dt, {B, w}));
+      if (i + 1 < layers_.size()) {
+        post_.push_back(acts_.take(dt, {B, w}));
+        dpre_.push_back(scratch_.take(dt, {B, w}));
+        dpost_.push_back(scratch_.take(dt, {B, w}));
+      }
+    }
+    losses_ = acts_.take(dt, {B});
+    lse_ = acts_.take(dt, {B});
+  }
+
+  ModelConfig cfg_;
+  int batch_;
+  ParamStore ps_;
+  Embedding emb_;
+  Activation act_;
+  std::vector<Linear> layers_;
+  Arena acts_, scratch_;
+  std::vector<int32_t> host_targets_;
+  Tensor ids_, targets_, emb_out_, demb_, losses_, lse_;
+  std::vector<Tensor> pre_, post_, dpre_, dpost_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_mlp_model(const ModelConfig& cfg, Backend& be, int batch, DType dt) {
+  return std::make_unique<MlpModel>(cfg, be, batch, dt);
+}
+
+}  // namespace trainrun

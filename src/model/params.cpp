@@ -1,0 +1,129 @@
+#include "trainrun/params.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "trainrun/rng.h"
+
+namespace trainrun {
+
+ParamStore::~ParamStore() {
+  if (params_) be_.release(params_);
+  if (grads_) be_.release(grads_);
+}
+
+int ParamStore::declare(const std::string& name, std::vector<int64_t> shape, Init init, float std,
+                        bool decay) {
+  if (params_) throw std::logic_error("ParamStore::declare after allocate");
+  for (const auto& p : infos_)
+    if (p.name == name) throw std::logic_error("duplicate parameter name " + name);
+  ParamInfo p;
+  p.name = name;
+  p.shape = std::move(shape);
+  p.numel = 1;
+  for (int64_t d : p.shape) p.numel *= d;
+  p.offset = total_;
+  p.init = init;
+  p.init_std = std;
+  p.decay = decay;
+  total_ += p.numel;
+  infos_.push_back(std::move(p));
+  return static_cast<int>(infos_.size()) - 1;
+}
+
+void ParamStore::allocate() {
+  size_t bytes = static_cast<size_t>(total_) * dtype_size(dtype_);
+  params_ = be_.alloc(bytes);
+  grads_ = be_.alloc(bytes);
+  be_.fill(params(), 0.0);
+  be_.fill(grads(), 0.0);
+}
+
+void ParamStore::initialize(uint64_t seed) {
+  // Initialise on the host in the store's dtype, then one copy to the device.
+  std::vector<double> host(static_cast<size_t>(total_));
+  for (const auto& p : infos_) {
+    double* dst = host.data() + p.offset;
+    switch (p.init) {
+      case Init::zeros:
+        for (int64_t i = 0; i < p.numel; ++i) dst[i] = 0.0;
+        break;
+      case Init::ones:
+        for (int64_t i = 0; i < p.numel; ++i) dst[i] = 1.0;
+        break;
+      case Init::normal: {
+        Rng rng(hash_combine(seed, hash_string(p.name)));
+        for (int64_t i = 0; i < p.numel; ++i) dst[i] = p.init_std * rng.normal();
+        break;
+      }
+    }
+  }
+  if (dtype_ == DType::f64) {
+    be_.copy(params(), Tensor(host.data(), DType::f64, Device::cpu, {total_}));
+  } else {
+    std::vector<float> f(host.begin(), host.end());
+    be_.copy(params(), Tensor(f.data(), DType::f32, Device::cpu, {total_}));
+  }
+}
+
+Tensor ParamStore::flat(void* p) const { return Tensor(p, dtype_, be_.device(), {total_}); }
+
+Tensor ParamStore::view(void* base, int i) const {
+  const ParamInfo& p = infos_.at(static_cast<size_t>(i));
+  Tensor t = flat(base).slice(p.offset, {p.numel});
+  t.ndim = static_cast<int>(p.shape.size());
+  for (int d = 0; d < t.ndim; ++d) t.dims[d] = p.shape[d];
+  return t;
+}
+
+Tensor ParamStore::param(int i) const {
+  if (!params_) throw std::logic_error("ParamStore::param before allocate");
+  return view(params_, i);
+}
+
+Tensor ParamStore::grad(int i) const {
+  if (!grads_) throw std::logic_error("ParamStore::grad before allocate");
+  return view(grads_, i);
+}
+
+std::vector<ParamEntry> ParamStore::entries() const {
+  std::vector<ParamEntry> out;
+  out.reserve(infos_.size());
+  for (const auto& p : infos_) out.push_back({p.name, p.shape, p.offset});
+  return out;
+}
+
+Arena::~Arena() {
+  if (base_) be_.release(base_);
+}
+
+Tensor Arena::take(DType dt, std::initializer_list<int64_t> shape) {
+  Tensor t(nullptr, dt, be_.device(), shape);
+  size_t bytes = (t.bytes() + 63) & ~size_t{63};  // keep every buffer 64-byte aligned
+  if (measured_) {
+    if (offset_ + bytes > high_)
+      throw std::logic_error(fmt::format("Arena: second pass asks more than measured ({} > {})",
+                                         offset_ + bytes, high_));
+    t.data = base_ + offset_;
+  }
+  offset_ += bytes;
+  if (!measured_ && offset_ > high_) high_ = offset_;
+  return t;
+}
+
+void Arena::allocate() {
+  measured_ = true;
+  offset_ = 0;
+  if (high_ > 0) base_ = static_cast<char*>(be_.alloc(high_));
+}
+
+void Arena::zero(size_t begin, size_t end) {
+  if (!base_ || end <= begin) return;
+  // Zero bits are 0.0 in every float dtype, so one f32 fill covers any buffer mix.
+  be_.fill(Tensor(base_ + begin, DType::f32, be_.device(), {static_cast<int64_t>((end - begin) / 4)}),
+           0.0);
+}
+
+}  // namespace trainrun
