@@ -1,0 +1,258 @@
+// The MPI communicator: collectives over CPU tensors (CUDA tensors go through NCCL instead).
+// Errors stay MPI_ERRORS_ARE_FATAL on purpose: a dead peer then ends the whole job instead of
+// leaving the survivors blocked in a collective.
+#include <mpi.h>
+#include <spdlog/spdlog.h>
+
+#include <fmt/format.h>
+
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include "trainrun/comm.h"
+#include "trainrun/errors.h"
+
+namespace trainrun {
+namespace {
+
+// MPI can be initialised once per process, so every communicator shares one reference count.
+// When someone else (a test harness, a library) initialised MPI first, finalising is theirs.
+std::mutex g_mpi_mutex;
+int g_mpi_refs = 0;
+bool g_mpi_ours = false;
+
+void mpi_acquire() {
+  std::lock_guard<std::mutex> lock(g_mpi_mutex);
+  if (g_mpi_refs == 0) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized)
+      throw std::logic_error(
+          "make_mpi_communicator: MPI was already finalised in this process (it is finalised "
+          "when the last MPI communicator is destroyed and cannot be initialised again); keep "
+          "one communicator alive for the life of the process");
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    int provided = 0;
+    if (!initialized) {
+      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+      g_mpi_ours = true;
+    } else {
+      MPI_Query_thread(&provided);
+      g_mpi_ours = false;
+    }
+    if (provided < MPI_THREAD_MULTIPLE) {
+      if (g_mpi_ours) MPI_Finalize();
+      throw LaunchError(fmt::format(
+          "MPI provides thread level {} but trainrun needs MPI_THREAD_MULTIPLE ({}): use an MPI "
+          "built with thread support (Debian's openmpi-bin is)",
+          provided, static_cast<int>(MPI_THREAD_MULTIPLE)));
+    }
+  }
+  ++g_mpi_refs;
+}
+
+void mpi_release() {
+  std::lock_guard<std::mutex> lock(g_mpi_mutex);
+  if (--g_mpi_refs == 0 && g_mpi_ours) MPI_Finalize();
+}
+
+MPI_Datatype mpi_type(const Tensor& x, const char* op) {
+  if (x.device != Device::cpu)
+    throw std::invalid_argument(fmt::format(
+        "MPI {}: tensor is on {}; the MPI communicator takes CPU tensors (CUDA tensors use the "
+        "NCCL communicator)",
+        op, device_name(x.device)));
+  switch (x.dtype) {
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::f64:
+      return MPI_DOUBLE;
+    default:
+      throw std::invalid_argument(
+          fmt::format("MPI {}: dtype {} is not supported (f32 or f64)", op, dtype_name(x.dtype)));
+  }
+}
+
+int mpi_count(int64_t n, const char* op) {
+  // MPI counts and displacements are int; one call moves at most INT_MAX elements.
+  if (n > INT_MAX)
+    throw std::length_error(fmt::format(
+        "MPI {}: {} elements exceed MPI's int count limit ({}); split the buffer into buckets", op,
+        n, INT_MAX));
+  return static_cast<int>(n);
+}
+
+template <class T>
+void divide(Tensor x, int by) {
+  T* p = x.as<T>();
+  const int64_t n = x.numel();
+  const T d = static_cast<T>(by);
+  for (int64_t i = 0; i < n; ++i) p[i] /= d;
+}
+
+// A started MPI collective; `finish` runs once, when the operation is known to be complete.
+class MpiRequest final : public Communicator::Request {
+ public:
+  MpiRequest(MPI_Request r, std::function<void()> finish) : req_(r), finish_(std::move(finish)) {}
+  ~MpiRequest() override {
+    // The buffers belong to the caller: never leave an operation running past its handle.
+    if (!done_) wait();
+  }
+  void wait() override {
+    if (done_) return;
+    MPI_Wait(&req_, MPI_STATUS_IGNORE);
+    complete();
+  }
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
+    if (flag) complete();
+    return done_;
+  }
+
+ private:
+  void complete() {
+    done_ = true;
+    if (finish_) finish_();
+  }
+  MPI_Request req_;
+  std::function<void()> finish_;
+  bool done_ = false;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator() {
+    mpi_acquire();
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_Comm node;
+    MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local_rank_);
+    MPI_Comm_size(node, &local_size_);
+    MPI_Comm_free(&node);
+    char name[MPI_MAX_PROCESSOR_NAME] = {};
+    int len = 0;
+    MPI_Get_processor_name(name, &len);
+    host_.assign(name, static_cast<size_t>(len));
+  }
+  ~MpiCommunicator() override {
+    MPI_Comm_free(&comm_);
+    mpi_release();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
+  std::string host() const override { return host_; }
+  std::string kind() const override { return "mpi"; }
+
+  void allreduce_sum(Tensor x) override {
+    MPI_Datatype t = mpi_type(x, "allreduce");
+    MPI_Allreduce(MPI_IN_PLACE, x.data, mpi_count(x.numel(), "allreduce"), t, MPI_SUM, comm_);
+  }
+  void allreduce_avg(Tensor x) override {
+    allreduce_sum(x);
+    if (x.dtype == DType::f32)
+      divide<float>(x, size_);
+    else
+      divide<double>(x, size_);
+  }
+  std::unique_ptr<Request> iallreduce_sum(Tensor x) override {
+    MPI_Datatype t = mpi_type(x, "iallreduce");
+    MPI_Request r;
+    MPI_Iallreduce(MPI_IN_PLACE, x.data, mpi_count(x.numel(), "iallreduce"), t, MPI_SUM, comm_, &r);
+    return std::make_unique<MpiRequest>(r, nullptr);
+  }
+
+  // In place: MPI leaves this rank's summed block at the start of x; move it to its own range.
+  // No scratch buffer, so any number of these may be in flight on distinct buffers at once.
+  void reduce_scatter_sum(Tensor x) override {
+    MPI_Datatype t = mpi_type(x, "reduce_scatter");
+    const Layout& l = layout(x.numel(), "reduce_scatter");
+    MPI_Reduce_scatter(MPI_IN_PLACE, x.data, l.counts.data(), t, MPI_SUM, comm_);
+    move_block_home(x);
+  }
+  std::unique_ptr<Request> ireduce_scatter_sum(Tensor x) override {
+    MPI_Datatype t = mpi_type(x, "ireduce_scatter");
+    const Layout& l = layout(x.numel(), "ireduce_scatter");
+    MPI_Request r;
+    MPI_Ireduce_scatter(MPI_IN_PLACE, x.data, l.counts.data(), t, MPI_SUM, comm_, &r);
+    return std::make_unique<MpiRequest>(r, [this, x] { move_block_home(x); });
+  }
+  void all_gather(Tensor x) override {
+    MPI_Datatype t = mpi_type(x, "all_gather");
+    const Layout& l = layout(x.numel(), "all_gather");
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x.data, l.counts.data(), l.displs.data(), t,
+                   comm_);
+  }
+  void broadcast(Tensor x, int root) override {
+    if (root < 0 || root >= size_)
+      throw std::invalid_argument(
+          fmt::format("broadcast: root {} is not a rank (world size {})", root, size_));
+    MPI_Datatype t = mpi_type(x, "broadcast");
+    MPI_Bcast(x.data, mpi_count(x.numel(), "broadcast"), t, root, comm_);
+  }
+  void barrier() override { MPI_Barrier(comm_); }
+  void all_gather_doubles(const double* in, int n, double* out) override {
+    MPI_Allgather(in, n, MPI_DOUBLE, out, n, MPI_DOUBLE, comm_);
+  }
+  [[noreturn]] void abort(int code) override {
+    spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->flush(); });
+    std::fflush(nullptr);
+    MPI_Abort(comm_, code);
+    std::_Exit(code);  // MPI_Abort does not return; this keeps the promise if it ever did.
+  }
+
+ private:
+  // Per-rank counts and offsets for a buffer of n elements. Kept for the life of the
+  // communicator: a non-blocking collective reads them until it completes, and the step loop
+  // reuses a handful of bucket sizes, so nothing is allocated per step.
+  struct Layout {
+    std::vector<int> counts, displs;
+  };
+  const Layout& layout(int64_t n, const char* op) {
+    mpi_count(n, op);
+    std::lock_guard<std::mutex> lock(layout_mutex_);
+    auto [it, inserted] = layouts_.try_emplace(n);
+    if (inserted) {
+      for (int r = 0; r < size_; ++r) {
+        Shard s = shard_of(n, size_, r);
+        it->second.counts.push_back(static_cast<int>(s.size()));
+        it->second.displs.push_back(static_cast<int>(s.begin));
+      }
+    }
+    return it->second;
+  }
+  void move_block_home(Tensor x) const {
+    Shard s = shard_of(x.numel(), size_, rank_);
+    const size_t es = dtype_size(x.dtype);
+    char* base = static_cast<char*>(x.data);
+    if (s.begin != 0 && s.size() > 0)
+      std::memmove(base + s.begin * es, base, static_cast<size_t>(s.size()) * es);
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  std::string host_;
+  std::mutex layout_mutex_;
+  std::map<int64_t, Layout> layouts_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_communicator() {
+  return std::make_unique<MpiCommunicator>();
+}
+
+}  // namespace trainrun
