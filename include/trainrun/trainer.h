@@ -1,0 +1,24 @@
+// Trainer: runs one experiment on this rank: wires communicator, backend, model, optimizer,
+// data loader, checkpointer and metrics together and drives the step loop.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "trainrun/experiment.h"
+
+namespace trainrun {
+
+struct RunOptions {
+  std::string resume_file;  // a checkpoint to resume from ("" = fresh run)
+  std::string profile;      // "A:B": write Chrome traces for steps [A, B)
+};
+
+// Runs the experiment as one rank (or alone); returns the process exit code (errors.h).
+int run_training(const Experiment& exp, const RunOptions& opts);
+
+// Generates `tokens` bytes after `prompt` from the newest good checkpoint of run_dir.
+std::string sample_text(const std::string& run_dir_or_file, const std::string& prompt, int tokens,
+                        double temperature, uint64_t seed);
+
+}  // namespace trainrun

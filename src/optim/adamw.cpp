@@ -1,0 +1,75 @@
+#include <algorithm>
+#include <cmath>
+
+#include "trainrun/optimizer.h"
+
+namespace trainrun {
+
+double learning_rate(const OptimizerConfig& cfg, int64_t step, int64_t total) {
+  if (cfg.warmup_steps > 0 && step < cfg.warmup_steps)
+    return cfg.lr * static_cast<double>(step + 1) / static_cast<double>(cfg.warmup_steps);
+  if (cfg.schedule == "constant") return cfg.lr;
+  const int64_t span = std::max<int64_t>(1, total - cfg.warmup_steps);
+  const double r = std::clamp(static_cast<double>(step - cfg.warmup_steps) / span, 0.0, 1.0);
+  if (cfg.schedule == "linear") return cfg.lr - r * (cfg.lr - cfg.min_lr);
+  // cosine
+  return cfg.min_lr + 0.5 * (1.0 + std::cos(M_PI * r)) * (cfg.lr - cfg.min_lr);
+}
+
+AdamW::AdamW(ParamStore& ps, const OptimizerConfig& cfg, Shard shard)
+    : ps_(ps), cfg_(cfg), shard_(shard) {
+  Backend& be = ps.backend();
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(shard.size(), 1)) * dtype_size(ps.dtype());
+  m_ = be.alloc(bytes);
+  v_ = be.alloc(bytes);
+  if (shard.size() > 0) {
+    be.fill(m(), 0.0);
+    be.fill(v(), 0.0);
+  }
+}
+
+AdamW::~AdamW() {
+  ps_.backend().release(m_);
+  ps_.backend().release(v_);
+}
+
+Tensor AdamW::m() const { return Tensor(m_, ps_.dtype(), ps_.backend().device(), {shard_.size()}); }
+Tensor AdamW::v() const { return Tensor(v_, ps_.dtype(), ps_.backend().device(), {shard_.size()}); }
+
+void AdamW::step(double lr, int64_t t) {
+  if (shard_.size() == 0) return;
+  Backend& be = ps_.backend();
+  AdamWParams hp;
+  hp.lr = static_cast<float>(lr);
+  hp.beta1 = static_cast<float>(cfg_.betas.at(0));
+  hp.beta2 = static_cast<float>(cfg_.betas.at(1));
+  hp.eps = static_cast<float>(cfg_.eps);
+  hp.step = t;
+  Tensor params = ps_.params(), grads = ps_.grads(), m_all = m(), v_all = v();
+  // Weight decay applies per parameter, so walk the parameters that overlap the shard and merge
+  // neighbours with the same decay flag into one fused call.
+  int64_t run_begin = -1, run_end = -1;
+  bool run_decay = false;
+  auto flush = [&]() {
+    if (run_begin < 0) return;
+    const int64_t n = run_end - run_begin, off = run_begin - shard_.begin;
+    hp.weight_decay = run_decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
+    be.adamw(params.slice(run_begin, {n}), grads.slice(run_begin, {n}), m_all.slice(off, {n}),
+             v_all.slice(off, {n}), hp);
+    run_begin = -1;
+  };
+  for (const ParamInfo& p : ps_.infos()) {
+    const int64_t b = std::max(p.offset, shard_.begin);
+    const int64_t e = std::min(p.offset + p.numel, shard_.end);
+    if (b >= e) continue;
+    if (run_begin >= 0 && (p.decay != run_decay || b != run_end)) flush();
+    if (run_begin < 0) {
+      run_begin = b;
+      run_decay = p.decay;
+    }
+    run_end = e;
+  }
+  flush();
+}
+
+}  // namespace trainrun

@@ -1,0 +1,84 @@
+// `trainrun sample`: autoregressive generation from a checkpoint's weights on the CPU backend.
+// Each new token re-runs the forward pass over the last seq_len tokens: simple, and fast enough
+// for the small byte-level models this is for.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <vector>
+
+#include "trainrun/backend.h"
+#include "trainrun/checkpoint.h"
+#include "trainrun/config.h"
+#include "trainrun/errors.h"
+#include "trainrun/model.h"
+#include "trainrun/rng.h"
+#include "trainrun/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace trainrun {
+
+std::string sample_text(const std::string& run_dir_or_file, const std::string& prompt, int tokens,
+                        double temperature, uint64_t seed) {
+  std::string file = run_dir_or_file;
+  if (fs::is_directory(run_dir_or_file)) {
+    std::vector<std::string> warnings;
+    auto latest = latest_good_checkpoint(run_dir_or_file, &warnings);
+    if (!latest)
+      throw CheckpointError(fmt::format("no usable checkpoint in {}/checkpoints: train first "
+                                        "(checkpoints are written at the end of every run)",
+                                        run_dir_or_file));
+    file = *latest;
+  }
+  CheckpointData ck = read_checkpoint(file);
+  Experiment exp = parse_experiment(ck.state.config_yaml, file + ":/config", {});
+  auto be = make_cpu_backend();
+  auto model = build_model(exp.model, *be, 1);
+  ParamStore& ps = model->params();
+  be->copy(ps.params(), Tensor(ck.weights.data(), DType::f32, Device::cpu, {ps.numel()}));
+
+  const int T = exp.model.seq_len, V = exp.model.vocab_size;
+  std::vector<int32_t> ctx;
+  for (unsigned char c : prompt) {
+    if (c >= V) throw ConfigError(fmt::format("prompt byte {} is outside the model's vocab {}", c, V));
+    ctx.push_back(c);
+  }
+  if (ctx.empty()) ctx.push_back('\n');
+  std::vector<int32_t> x(static_cast<size_t>(T)), y(static_cast<size_t>(T), 0);
+  std::vector<float> logits(static_cast<size_t>(model->targets_per_batch()) * V);
+  Rng rng(seed);
+  std::string out;
+  const bool gpt = exp.model.type == "gpt";
+  for (int i = 0; i < tokens; ++i) {
+    const int n = std::min<int>(T, static_cast<int>(ctx.size()));
+    // GPT: the window at positions 0..n-1 (causal, so the padding after it is never seen);
+    // MLP: exactly T tokens of context, left-padded with newlines.
+    std::fill(x.begin(), x.end(), gpt ? 0 : '\n');
+    const size_t off = gpt ? 0 : static_cast<size_t>(T - n);
+    std::copy(ctx.end() - n, ctx.end(), x.begin() + static_cast<std::ptrdiff_t>(off));
+    model->set_batch(x.data(), y.data());
+    model->forward(false, 0);
+    be->copy(Tensor(logits.data(), DType::f32, Device::cpu, {static_cast<int64_t>(logits.size())}),
+             model->logits());
+    const float* row = logits.data() + (gpt ? static_cast<size_t>(n - 1) * V : 0);
+    int next = 0;
+    if (temperature <= 0) {
+      next = static_cast<int>(std::max_element(row, row + V) - row);
+    } else {
+      double mx = *std::max_element(row, row + V), z = 0;
+      std::vector<double> p(static_cast<size_t>(V));
+      for (int v = 0; v < V; ++v) z += p[static_cast<size_t>(v)] = std::exp((row[v] - mx) / temperature);
+      double u = rng.uniform() * z;
+      for (next = 0; next < V - 1; ++next) {
+        u -= p[static_cast<size_t>(next)];
+        if (u <= 0) break;
+      }
+    }
+    ctx.push_back(next);
+    out.push_back(static_cast<char>(next));
+  }
+  return out;
+}
+
+}  // namespace trainrun

@@ -1,0 +1,463 @@
+// The training step loop. One process = one rank; the data goes one way:
+// experiment -> (communicator, backend, model, optimizer, data, checkpointer, metrics) -> steps.
+#include "trainrun/trainer.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <csignal>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+
+#include "grad_sync.h"
+#include "logging.h"
+#include "signals.h"
+#include "trainrun/backend.h"
+#include "trainrun/checkpoint.h"
+#include "trainrun/comm.h"
+#include "trainrun/config.h"
+#include "trainrun/data.h"
+#include "trainrun/errors.h"
+#include "trainrun/flops.h"
+#include "trainrun/launch.h"
+#include "trainrun/metrics.h"
+#include "trainrun/model.h"
+#include "trainrun/optimizer.h"
+#include "trainrun/rng.h"
+
+namespace fs = std::filesystem;
+
+namespace trainrun {
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+std::unique_ptr<Backend> choose_backend(const Experiment& exp, int local_rank) {
+  if (exp.device == "cpu") return make_cpu_backend();
+  std::string why;
+  auto be = make_cuda_backend(local_rank, &why);
+  if (be) return be;
+  if (exp.device == "cuda")
+    throw DeviceError("device: cuda was requested but CUDA is not usable here: " + why +
+                      "\n  fix: run on a machine with an NVIDIA GPU, or --set device=cpu (or auto)");
+  spdlog::info("device: auto -> cpu ({})", why);
+  return make_cpu_backend();
+}
+
+// Per-step timings, seconds.
+struct StepTimes {
+  double data = 0, forward = 0, backward = 0, comm_wait = 0, comm_total = 0, optimizer = 0,
+         checkpoint = 0, total = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(const Experiment& exp, const RunOptions& opts) : exp_(exp), opts_(opts) {}
+  int run();
+
+ private:
+  void setup();
+  void restore(const std::string& file);
+  StepTimes train_step(int64_t step, double lr, double* loss, double* grad_norm, bool* bad);
+  double evaluate();
+  void save_checkpoint(int64_t step, double* seconds);
+  CheckpointData snapshot(int64_t step);
+  void log_step(int64_t step, double loss, double lr, double norm, const StepTimes& t);
+  int64_t first_sample(int64_t step, int micro) const {
+    return step * exp_.train.batch_size + static_cast<int64_t>(micro) * micro_ * world_ +
+           static_cast<int64_t>(rank_) * micro_;
+  }
+
+  Experiment exp_;
+  RunOptions opts_;
+  std::unique_ptr<Communicator> comm_;
+  int rank_ = 0, world_ = 1;
+  std::unique_ptr<Backend> be_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<AdamW> opt_;
+  std::unique_ptr<TokenDataset> train_data_, val_data_;
+  std::unique_ptr<DataLoader> train_loader_, val_loader_;
+  std::unique_ptr<Checkpointer> ckpt_;
+  std::unique_ptr<MetricsLog> metrics_;
+  std::unique_ptr<GradSync> grad_sync_;
+  int micro_ = 1, accum_ = 1;
+  int64_t targets_per_step_ = 0;
+  std::vector<int32_t> x_, y_;
+  TrainState state_;
+  double peak_gflops_ = 0;
+  double flops_per_step_ = 0;
+  bool console_ = false, tty_ = false;
+  double last_val_loss_ = NAN;
+};
+
+void Trainer::setup() {
+  RankEnv env = detect_rank_env();
+  comm_ = env.is_rank && env.size > 1 ? make_mpi_communicator() : make_local_communicator();
+  rank_ = comm_->rank();
+  world_ = comm_->size();
+  validate_for_world(exp_, world_);
+  console_ = rank_ == 0;
+  tty_ = console_ && stdout_is_terminal();
+
+  if (rank_ == 0) {
+    fs::create_directories(exp_.run_dir);
+    std::ofstream(fs::path(exp_.run_dir) / "config.yaml") << to_yaml(exp_);
+  }
+  comm_->barrier();
+  setup_logging(exp_.run_dir, rank_, console_);
+
+  be_ = choose_backend(exp_, comm_->local_rank());
+  micro_ = exp_.train.micro_batch_size > 0 ? exp_.train.micro_batch_size
+                                           : exp_.train.batch_size / world_;
+  accum_ = exp_.train.batch_size / (micro_ * world_);
+  model_ = build_model(exp_.model, *be_, micro_);
+  targets_per_step_ = model_->targets_per_batch() / micro_ * exp_.train.batch_size;
+  ParamStore& ps = model_->params();
+  const Shard shard = exp_.distributed.zero ? shard_of(ps.numel(), world_, rank_)
+                                            : Shard{0, ps.numel()};
+  opt_ = std::make_unique<AdamW>(ps, exp_.optimizer, shard);
+  if (world_ > 1 && !exp_.distributed.zero)
+    grad_sync_ = std::make_unique<GradSync>(*comm_, ps.grads(), int64_t{1} << 20);
+
+  train_data_ = open_dataset(exp_.data, Split::train, exp_.model.vocab_size, exp_.seed);
+  val_data_ = open_dataset(exp_.data, Split::val, exp_.model.vocab_size, exp_.seed);
+  train_loader_ = std::make_unique<DataLoader>(*train_data_, exp_.seed, exp_.model.seq_len);
+  val_loader_ = std::make_unique<DataLoader>(*val_data_, hash_combine(exp_.seed, 0x7661ull),
+                                             exp_.model.seq_len);
+  const size_t n = static_cast<size_t>(micro_) * static_cast<size_t>(exp_.model.seq_len);
+  x_.resize(n);
+  y_.resize(n);
+
+  peak_gflops_ = measure_gemm_peak_gflops(*be_, 384);
+  flops_per_step_ = train_flops_per_token(exp_.model) * static_cast<double>(targets_per_step_);
+
+  spdlog::info("trainrun {} | run {} | rank {}/{} on {} | {}", TRAINRUN_VERSION, exp_.name, rank_,
+               world_, comm_->host(), be_->describe());
+  spdlog::info("model {}: {} parameters, activations {:.1f} MiB per rank | batch {} = {} ranks x "
+               "{} micro x {} accum, seq_len {}",
+               exp_.model.type, ps.numel(), model_->activation_bytes() / 1048576.0,
+               exp_.train.batch_size, world_, micro_, accum_, exp_.model.seq_len);
+  spdlog::info("data train: {}", train_data_->describe());
+  spdlog::info("data val:   {}", val_data_->describe());
+  if (std::isfinite(train_data_->entropy_rate()))
+    spdlog::info("data entropy rate {:.4f} nats/token: the lowest loss any model can reach",
+                 train_data_->entropy_rate());
+  spdlog::info("peak {:.1f} GFLOP/s per rank (measured sgemm) | {:.3g} FLOP per step",
+               peak_gflops_, flops_per_step_);
+}
+
+void Trainer::restore(const std::string& file) {
+  CheckpointData ck = read_checkpoint(file);
+  ParamStore& ps = model_->params();
+  if (static_cast<int64_t>(ck.weights.size()) != ps.numel())
+    throw CheckpointError(fmt::format("checkpoint {} holds {} parameters but the model has {}",
+                                      file, ck.weights.size(), ps.numel()));
+  const auto mine = ps.entries();
+  for (size_t i = 0; i < mine.size(); ++i)
+    if (i >= ck.params.size() || ck.params[i].name != mine[i].name ||
+        ck.params[i].offset != mine[i].offset || ck.params[i].shape != mine[i].shape)
+      throw CheckpointError(fmt::format("checkpoint {} does not match the model at parameter {}",
+                                        file, mine[i].name));
+  const int64_t n = ps.numel();
+  be_->copy(ps.params(), Tensor(ck.weights.data(), DType::f32, Device::cpu, {n}));
+  const Shard s = opt_->shard();
+  if (s.size() > 0) {
+    be_->copy(opt_->m(), Tensor(ck.adam_m.data() + s.begin, DType::f32, Device::cpu, {s.size()}));
+    be_->copy(opt_->v(), Tensor(ck.adam_v.data() + s.begin, DType::f32, Device::cpu, {s.size()}));
+  }
+  state_ = ck.state;
+  spdlog::info("resumed from {} at step {} ({} tokens seen, written by {} ranks)", file,
+               state_.step, state_.tokens_seen, state_.world_size);
+}
+
+CheckpointData Trainer::snapshot(int64_t step) {
+  ParamStore& ps = model_->params();
+  const int64_t n = ps.numel();
+  CheckpointData ck;
+  ck.state = state_;
+  ck.state.step = step;
+  ck.state.world_size = world_;
+  ck.state.config_yaml = to_yaml(exp_);
+  ck.params = ps.entries();
+  ck.weights.resize(static_cast<size_t>(n));
+  ck.adam_m.assign(static_cast<size_t>(n), 0.0f);
+  ck.adam_v.assign(static_cast<size_t>(n), 0.0f);
+  be_->copy(Tensor(ck.weights.data(), DType::f32, Device::cpu, {n}), ps.params());
+  const Shard s = opt_->shard();
+  if (s.size() > 0) {
+    be_->copy(Tensor(ck.adam_m.data() + s.begin, DType::f32, Device::cpu, {s.size()}), opt_->m());
+    be_->copy(Tensor(ck.adam_v.data() + s.begin, DType::f32, Device::cpu, {s.size()}), opt_->v());
+  }
+  if (exp_.distributed.zero && world_ > 1) {
+    comm_->all_gather(Tensor(ck.adam_m.data(), DType::f32, Device::cpu, {n}));
+    comm_->all_gather(Tensor(ck.adam_v.data(), DType::f32, Device::cpu, {n}));
+  }
+  return ck;
+}
+
+void Trainer::save_checkpoint(int64_t step, double* seconds) {
+  const double t0 = now();
+  CheckpointData ck = snapshot(step);  // collective under ZeRO: every rank takes part
+  double blocked = 0;
+  if (rank_ == 0) {
+    blocked = ckpt_->save(std::move(ck));
+    if (!exp_.checkpoint.async) ckpt_->wait();
+  }
+  comm_->barrier();
+  (void)blocked;
+  if (seconds) *seconds += now() - t0;
+}
+
+StepTimes Trainer::train_step(int64_t step, double lr, double* loss, double* grad_norm,
+                              bool* bad) {
+  StepTimes t;
+  const double t_start = now();
+  ParamStore& ps = model_->params();
+  be_->fill(ps.grads(), 0.0);
+  const float scale = 1.0f / static_cast<float>(targets_per_step_);
+  double local_loss = 0;
+  for (int m = 0; m < accum_; ++m) {
+    t.data += train_loader_->next(x_.data(), y_.data());
+    // Keep the next micro-batch (or the next step's first) loading while this one computes.
+    if (m + 1 < accum_)
+      train_loader_->prefetch(first_sample(step, m + 1), micro_);
+    else
+      train_loader_->prefetch(first_sample(step + 1, 0), micro_);
+    model_->set_batch(x_.data(), y_.data());
+    double t0 = now();
+    local_loss += model_->forward(true, hash_combine(exp_.seed, static_cast<uint64_t>(
+                                                                    first_sample(step, m))));
+    double t1 = now();
+    t.forward += t1 - t0;
+    const bool last = m + 1 == accum_;
+    GradReadyFn ready;
+    if (last && grad_sync_) ready = [this](int64_t b, int64_t e) { grad_sync_->ready(b, e); };
+    model_->backward(scale, hash_combine(exp_.seed, static_cast<uint64_t>(first_sample(step, m))),
+                     ready);
+    t.backward += now() - t1;
+  }
+  // Every micro-batch's loss is a mean over the same number of targets, so the global loss is
+  // the mean of all micro-batch means over all ranks.
+  double t0 = now();
+  if (grad_sync_) {
+    t.comm_wait += grad_sync_->finish();
+    t.comm_total += grad_sync_->take_comm_seconds();
+  } else if (exp_.distributed.zero && world_ > 1) {
+    comm_->reduce_scatter_sum(ps.grads());
+    t.comm_wait += now() - t0;
+    t.comm_total = t.comm_wait;
+  }
+  double stats[2] = {local_loss / accum_, 0.0};
+  const Shard s = opt_->shard();
+  const Tensor my_grads = ps.grads().slice(s.begin, {s.size()});
+  stats[1] = s.size() > 0 ? be_->sum_squares(my_grads) : 0.0;
+  if (world_ > 1) {
+    Tensor st(stats, DType::f64, Device::cpu, {2});
+    comm_->allreduce_sum(st);
+    stats[0] /= world_;
+    if (!exp_.distributed.zero) stats[1] /= world_;  // every rank holds the full, same sum
+  }
+  t.comm_wait += 0;
+  *loss = stats[0];
+  *grad_norm = std::sqrt(stats[1]);
+  double t_opt = now();
+  *bad = !std::isfinite(*loss) || !std::isfinite(*grad_norm);
+  if (!*bad) {
+    if (exp_.optimizer.grad_clip > 0 && *grad_norm > exp_.optimizer.grad_clip)
+      be_->scale(my_grads, exp_.optimizer.grad_clip / (*grad_norm + 1e-6));
+    opt_->step(lr, step + 1);
+    if (exp_.distributed.zero && world_ > 1) {
+      double tc = now();
+      comm_->all_gather(ps.params());
+      t.comm_wait += now() - tc;
+      t.comm_total += now() - tc;
+    }
+  }
+  be_->synchronize();
+  t.optimizer = now() - t_opt;
+  t.total = now() - t_start;
+  return t;
+}
+
+double Trainer::evaluate() {
+  if (exp_.train.eval_steps <= 0) return NAN;
+  double sum = 0;
+  for (int e = 0; e < exp_.train.eval_steps; ++e) {
+    for (int m = 0; m < accum_; ++m) {
+      // The same validation samples every time, so evaluations are comparable across steps.
+      val_loader_->fetch(first_sample(e, m), micro_, x_.data(), y_.data());
+      model_->set_batch(x_.data(), y_.data());
+      sum += model_->forward(false, 0);
+    }
+  }
+  double v = sum / (exp_.train.eval_steps * accum_);
+  if (world_ > 1) {
+    Tensor t(&v, DType::f64, Device::cpu, {1});
+    comm_->allreduce_avg(t);
+  }
+  return v;
+}
+
+void Trainer::log_step(int64_t step, double loss, double lr, double norm, const StepTimes& t) {
+  const double tokens = static_cast<double>(targets_per_step_);
+  const double tps = tokens / t.total;
+  const double mfu = flops_per_step_ / t.total / (peak_gflops_ * 1e9 * world_);
+  const double hidden = t.comm_total > 0 ? std::max(0.0, 1.0 - t.comm_wait / t.comm_total) : 0.0;
+  if (metrics_) {
+    metrics_->append("train", {{"step", double(step)},
+                               {"loss", loss},
+                               {"lr", lr},
+                               {"grad_norm", norm},
+                               {"tokens_per_sec", tps},
+                               {"mfu", mfu},
+                               {"step_time", t.total},
+                               {"t_data", t.data},
+                               {"t_forward", t.forward},
+                               {"t_backward", t.backward},
+                               {"t_comm", t.comm_total},
+                               {"t_comm_exposed", t.comm_wait},
+                               {"comm_hidden", hidden},
+                               {"t_optimizer", t.optimizer},
+                               {"t_checkpoint", t.checkpoint},
+                               {"tokens_seen", double(state_.tokens_seen)}});
+    metrics_->flush();
+  }
+}
+
+int Trainer::run() {
+  install_stop_signals();
+  setup();
+  ParamStore& ps = model_->params();
+  if (!opts_.resume_file.empty()) {
+    restore(opts_.resume_file);
+  } else {
+    if (rank_ == 0) ps.initialize(exp_.seed);
+    if (world_ > 1) comm_->broadcast(ps.params(), 0);  // rank 0's initial weights everywhere
+    state_.seed = exp_.seed;
+  }
+  if (rank_ == 0) {
+    ckpt_ = std::make_unique<Checkpointer>(exp_.run_dir, exp_.checkpoint.keep_last,
+                                           exp_.checkpoint.async);
+    metrics_ = std::make_unique<MetricsLog>(exp_.run_dir, opts_.resume_file.empty() ? -1 : state_.step);
+  }
+
+  const int64_t total = exp_.train.steps;
+  int64_t step = state_.step;
+  train_loader_->prefetch(first_sample(step, 0), micro_);
+  double loss = NAN, norm = NAN, lr = 0;
+  const double t_run = now();
+  double ema_step = 0;
+  int exit_code = kExitOk;
+  int bad_in_row = 0;
+  spdlog::info("training steps {}..{}", step, total);
+  while (step < total) {
+    lr = learning_rate(exp_.optimizer, step, total) * state_.lr_scale;
+    bool bad = false;
+    StepTimes t = train_step(step, lr, &loss, &norm, &bad);
+    if (bad) {
+      ++state_.bad_steps_total;
+      ++bad_in_row;
+      spdlog::warn("step {}: non-finite loss {} or grad norm {}: update skipped ({} in a row)",
+                   step, loss, norm, bad_in_row);
+      if (bad_in_row >= exp_.fault_tolerance.max_bad_steps) {
+        spdlog::error("{} bad steps in a row: giving up", bad_in_row);
+        exit_code = kExitGaveUp;
+        break;
+      }
+    } else {
+      bad_in_row = 0;
+    }
+    ++step;
+    state_.step = step;
+    state_.tokens_seen += targets_per_step_;
+    state_.samples_seen = step * exp_.train.batch_size;
+    ema_step = ema_step == 0 ? t.total : 0.9 * ema_step + 0.1 * t.total;
+
+    const bool eval_now = exp_.train.eval_every > 0 &&
+                          (step % exp_.train.eval_every == 0 || step == total);
+    if (eval_now) {
+      last_val_loss_ = evaluate();
+      if (metrics_) {
+        metrics_->append("eval", {{"step", double(step)}, {"val_loss", last_val_loss_}});
+        metrics_->flush();
+      }
+      if (console_) {
+        if (tty_) fmt::print(stderr, "\r\033[K");
+        spdlog::info("step {}/{} | val loss {:.4f}", step, total, last_val_loss_);
+      }
+    }
+    // A stop request must be seen by every rank at the same step boundary.
+    double stop = stop_signal();
+    if (world_ > 1) {
+      Tensor st(&stop, DType::f64, Device::cpu, {1});
+      comm_->allreduce_sum(st);  // any rank's signal stops all (values only compared to 0)
+    }
+    const bool ckpt_now = (exp_.checkpoint.every > 0 && step % exp_.checkpoint.every == 0) ||
+                          step == total || stop != 0;
+    if (ckpt_now) save_checkpoint(step, &t.checkpoint);
+    if (step % exp_.logging.every == 0 || step == total || step == 1) {
+      log_step(step, loss, lr, norm, t);
+      if (console_) {
+        const double eta = ema_step * static_cast<double>(total - step);
+        const std::string line = fmt::format(
+            "step {}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.0f} tok/s | MFU {:.1f}% | "
+            "{:.0f} ms/step | ETA {}",
+            step, total, loss, lr, norm, targets_per_step_ / t.total,
+            100.0 * flops_per_step_ / t.total / (peak_gflops_ * 1e9 * world_), t.total * 1e3,
+            format_duration(eta));
+        if (tty_) {
+          fmt::print(stderr, "\r\033[K{}", line);
+          std::fflush(stderr);
+        } else {
+          spdlog::info("{}", line);
+        }
+      }
+    }
+    if (stop != 0) {
+      const int sig = stop_signal();
+      if (tty_) fmt::print(stderr, "\n");
+      spdlog::warn("stop requested (signal {}): checkpoint saved at step {}; resume with "
+                   "`trainrun --resume {}`",
+                   sig ? sig : SIGTERM, step, exp_.run_dir);
+      exit_code = sig == SIGINT ? kExitInterrupted : kExitResumeMe;
+      break;
+    }
+  }
+  if (tty_) fmt::print(stderr, "\n");
+  if (ckpt_) ckpt_->wait();
+  if (exit_code == kExitOk && console_) {
+    const double secs = now() - t_run;
+    spdlog::info("done: {} steps in {} | final train loss {:.4f}{}", step, format_duration(secs),
+                 loss, std::isfinite(last_val_loss_) ? fmt::format(" | val loss {:.4f}", last_val_loss_) : "");
+    const double h = train_data_->entropy_rate();
+    if (std::isfinite(h))
+      spdlog::info("best possible loss on this data is {:.4f} nats/token: {:.4f} above it", h,
+                   (std::isfinite(last_val_loss_) ? last_val_loss_ : loss) - h);
+    spdlog::info("run directory: {}", fs::absolute(exp_.run_dir).string());
+  }
+  return exit_code;
+}
+
+}  // namespace
+
+int run_training(const Experiment& exp, const RunOptions& opts) {
+  Trainer t(exp, opts);
+  return t.run();
+}
+
+}  // namespace trainrun
