@@ -1,0 +1,256 @@
+// Reading a config: the YAML file, then --set overrides in order, then defaults that depend on
+// other keys, then every rule. Each value remembers where it came from so that a rule broken
+// later still points at the line (or the --set) to fix.
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include "schema.h"
+#include "suggest.h"
+#include "trainrun/config.h"
+#include "trainrun/errors.h"
+#include "validate.h"
+#include "value.h"
+
+namespace trainrun {
+namespace {
+
+using config::Field;
+using config::Source;
+
+using Origins = std::map<std::string, std::string, std::less<>>;  // key -> "file:3:5" or --set
+
+std::string unknown_key(std::string_view key) {
+  std::string msg = fmt::format("unknown key '{}'", key);
+  if (auto s = config::suggest_key(key)) return msg + fmt::format(" (did you mean '{}'?)", *s);
+  // No likely typo: list what the section does hold.
+  auto dot = key.find('.');
+  auto sec = dot == std::string_view::npos ? std::string_view{} : key.substr(0, dot);
+  std::vector<std::string_view> names;
+  if (config::is_section(sec)) {
+    for (const auto& f : config::schema()) {
+      if (f.section() == sec) names.push_back(f.leaf());
+    }
+    return msg + fmt::format("; {} holds: {}", sec, fmt::join(names, ", "));
+  }
+  for (const auto& f : config::schema()) {
+    if (f.section().empty()) names.push_back(f.key);
+  }
+  for (auto s : config::sections()) names.push_back(s);
+  return msg + fmt::format("; the top level holds: {}", fmt::join(names, ", "));
+}
+
+std::string at(const std::string& file, const YAML::Mark& m) {
+  return Source{.file = file, .arg = {}}.at(m);
+}
+
+class FileReader {
+ public:
+  FileReader(std::string file, Experiment& exp, Origins& origins)
+      : file_(std::move(file)), exp_(exp), origins_(origins) {}
+
+  void read(const YAML::Node& root) {
+    if (root.IsNull()) return;  // an empty file: all defaults
+    if (!root.IsMap()) {
+      throw ConfigError(
+          fmt::format("{}: the top level must be a mapping of keys (name: ..., "
+                      "model: ...), found {}",
+                      at(file_, root.Mark()), config::describe(root)));
+    }
+    for (auto it = root.begin(); it != root.end(); ++it) {
+      const std::string name = key_name(it->first);
+      if (const Field* f = config::find_field(name); f && f->section().empty()) {
+        set(*f, it->first, it->second);
+      } else if (config::is_section(name)) {
+        first_use(name, it->first.Mark());
+        read_section(name, it->second);
+      } else if (config::find_field(name)) {
+        auto dot = name.find('.');
+        throw ConfigError(
+            fmt::format("{}: '{}' must be nested: write {}: under {}:", at(file_, it->first.Mark()),
+                        name, name.substr(dot + 1), name.substr(0, dot)));
+      } else {
+        throw ConfigError(fmt::format("{}: {}", at(file_, it->first.Mark()), unknown_key(name)));
+      }
+    }
+  }
+
+ private:
+  void read_section(const std::string& section, const YAML::Node& node) {
+    if (node.IsNull()) return;  // every key commented out
+    if (!node.IsMap()) {
+      throw ConfigError(fmt::format("{}: {} must be a mapping of {}.* keys, found {}",
+                                    at(file_, node.Mark()), section, section,
+                                    config::describe(node)));
+    }
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      const std::string path = section + "." + key_name(it->first);
+      const Field* f = config::find_field(path);
+      if (!f) {
+        throw ConfigError(fmt::format("{}: {}", at(file_, it->first.Mark()), unknown_key(path)));
+      }
+      set(*f, it->first, it->second);
+    }
+  }
+
+  std::string key_name(const YAML::Node& key) const {
+    if (!key.IsScalar()) {
+      throw ConfigError(fmt::format("{}: a key must be a plain name, found {}",
+                                    at(file_, key.Mark()), config::describe(key)));
+    }
+    return key.Scalar();
+  }
+
+  // yaml-cpp keeps both copies of a repeated key; the second would silently win.
+  void first_use(const std::string& path, const YAML::Mark& m) {
+    auto [it, fresh] = seen_.emplace(path, m);
+    if (!fresh) {
+      throw ConfigError(fmt::format("{}: duplicate key '{}' (first set at line {}, column {})",
+                                    at(file_, m), path, it->second.line + 1,
+                                    it->second.column + 1));
+    }
+  }
+
+  void set(const Field& f, const YAML::Node& key, const YAML::Node& value) {
+    const std::string path(f.key);
+    first_use(path, key.Mark());
+    // An empty value's own mark points past it; its key's mark is the line to fix.
+    const YAML::Mark mark = value.IsNull() ? key.Mark() : value.Mark();
+    config::decode(f, value, mark, Source{.file = file_, .arg = {}}, exp_);
+    origins_[path] = at(file_, mark);
+  }
+
+  std::string file_;
+  Experiment& exp_;
+  Origins& origins_;
+  std::map<std::string, YAML::Mark> seen_;
+};
+
+struct Override {
+  std::string arg;  // "--set key=value", as messages name it
+  const Field* field;
+  YAML::Node value;
+};
+
+Override parse_override(const std::string& text) {
+  const std::string arg = "--set " + text;
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    throw ConfigError(fmt::format("{}: expected KEY=VALUE, e.g. --set train.steps=100", arg));
+  }
+  const std::string key = text.substr(0, eq);
+  const Field* f = config::find_field(key);
+  if (!f) {
+    if (config::is_section(key)) {
+      throw ConfigError(
+          fmt::format("{}: '{}' is a section: set one key at a time, e.g. "
+                      "--set {}.KEY=VALUE",
+                      arg, key, key));
+    }
+    throw ConfigError(fmt::format("{}: {}", arg, unknown_key(key)));
+  }
+  YAML::Node value;
+  try {
+    value = YAML::Load(text.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(
+        fmt::format("{}: the value is not valid YAML ({} at column {}); quote it "
+                    "for the shell, e.g. --set '{}=\"...\"'",
+                    arg, e.msg, e.mark.column + 1, key));
+  }
+  return {arg, f, value};
+}
+
+void apply(const Override& o, Experiment& exp, Origins& origins) {
+  config::decode(*o.field, o.value, YAML::Mark::null_mark(), Source{.file = {}, .arg = o.arg}, exp);
+  origins[std::string(o.field->key)] = o.arg;
+}
+
+// Every rule, each broken one reported where its first key was set (or against the file).
+void check(const Experiment& exp, const Origins& origins, const std::string& file) {
+  auto found = config::violations(exp, exp.world_size());
+  if (found.empty()) return;
+  std::string message;
+  for (const auto& v : found) {
+    std::string where = file;
+    for (auto key : v.keys) {
+      if (auto it = origins.find(key); it != origins.end()) {
+        where = it->second;
+        break;
+      }
+    }
+    if (!message.empty()) message += '\n';
+    message += where.empty() ? v.message : fmt::format("{}: {}", where, v.message);
+  }
+  throw ConfigError(message);
+}
+
+}  // namespace
+
+Experiment parse_experiment(const std::string& yaml_text, const std::string& path,
+                            const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(fmt::format("{}: YAML syntax error: {}", at(path, e.mark), e.msg));
+  }
+  Experiment exp;
+  exp.source_path = path;
+  Origins origins;
+  FileReader(path, exp, origins).read(root);
+  for (const auto& text : overrides) apply(parse_override(text), exp, origins);
+  if (exp.run_dir.empty()) exp.run_dir = "runs/" + exp.name;
+  check(exp, origins, path);
+  return exp;
+}
+
+Experiment load_experiment(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    throw ConfigError(fmt::format("{}: config file not found", path));
+  }
+  if (std::filesystem::is_directory(path, ec)) {
+    throw ConfigError(fmt::format("{}: is a directory, expected a YAML config file", path));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw ConfigError(
+        fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_experiment(text.str(), path, overrides);
+}
+
+void apply_overrides(Experiment& exp, const std::vector<std::string>& overrides, bool resume) {
+  Experiment next = exp;
+  Origins origins;
+  for (const auto& text : overrides) {
+    const Override o = parse_override(text);
+    if (resume && !o.field->resumable) {
+      Experiment asked = next;
+      apply(o, asked, origins);
+      const auto before = config::render(*o.field, next, true);
+      const auto after = config::render(*o.field, asked, true);
+      if (before != after) {
+        throw ConfigError(
+            fmt::format("{}: cannot change {} on resume (checkpoint has {}, --set "
+                        "asks {}): start a new run instead",
+                        o.arg, o.field->key, before, after));
+      }
+    }
+    apply(o, next, origins);
+  }
+  check(next, origins, exp.source_path);
+  exp = std::move(next);
+}
+
+}  // namespace trainrun

@@ -1,0 +1,227 @@
+#include "schema.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace trainrun::config {
+namespace {
+
+template <auto M>
+auto& top(Experiment& e) {
+  return e.*M;
+}
+template <auto S, auto M>
+auto& sub(Experiment& e) {
+  return (e.*S).*M;
+}
+
+// The key is spelled from the member's own name, so a YAML key can never drift from its field.
+#define TOP(mem) .key = #mem, .ref = &top<&Experiment::mem>
+#define KEY(sec, mem) \
+  .key = #sec "." #mem, .ref = &sub<&Experiment::sec, &decltype(Experiment::sec)::mem>
+
+constexpr bool kResumable = true;
+constexpr bool kFixed = false;  // part of what the checkpoint is: changing it means a new run
+
+std::vector<Field> make_schema() {
+  return {
+      {TOP(name), .description = "Run name; names the run directory. Letters, digits, . _ -",
+       .resumable = kFixed, .file_name = true},
+      {TOP(seed), .description = "Seed for initialisation, data order and dropout",
+       .resumable = kFixed},
+      {TOP(run_dir), .description = "Run directory: resolved config, checkpoints, metrics, logs",
+       .resumable = kFixed, .default_note = "runs/<name>"},
+      {TOP(device), .description = "Where to train; auto picks cuda when a GPU is usable",
+       .resumable = kResumable, .allowed = {"cpu", "cuda", "auto"}},
+
+      {KEY(model, type), .description = "Model family", .resumable = kFixed,
+       .allowed = {"gpt", "mlp"}},
+      {KEY(model, vocab_size), .description = "Token vocabulary size", .resumable = kFixed,
+       .min = 2, .max = 2147483647},
+      {KEY(model, seq_len), .description = "Context length in tokens", .resumable = kFixed,
+       .min = 1},
+      {KEY(model, n_layer), .description = "Transformer blocks (gpt)", .resumable = kFixed,
+       .min = 1},
+      {KEY(model, n_head), .description = "Attention heads per block (gpt); divides d_model",
+       .resumable = kFixed, .min = 1},
+      {KEY(model, d_model), .description = "Embedding width (gpt)", .resumable = kFixed, .min = 1},
+      {KEY(model, dropout), .description = "Dropout probability", .resumable = kFixed, .min = 0,
+       .max = 1, .max_open = true},
+      {KEY(model, hidden), .description = "Hidden layer widths (mlp)", .resumable = kFixed,
+       .min = 1},
+      {KEY(model, activation), .description = "Hidden activation (mlp)", .resumable = kFixed,
+       .allowed = {"gelu", "relu"}},
+
+      {KEY(data, train), .description = "Training token shards: a file, directory or glob",
+       .resumable = kFixed},
+      {KEY(data, val), .description = "Validation token shards (needs data.train)",
+       .resumable = kFixed},
+      {KEY(data, text), .description = "A text file, byte-tokenized on the fly",
+       .resumable = kFixed},
+      {KEY(data, synthetic), .description = "A built-in token stream", .resumable = kFixed,
+       .allowed = {"", "markov"}},
+      {KEY(data, val_fraction),
+       .description = "data.text / data.synthetic: tail fraction held out for evaluation",
+       .resumable = kFixed, .min = 0, .max = 1, .max_open = true},
+      {KEY(data, markov_order), .description = "data.synthetic markov: order of the chain",
+       .resumable = kFixed, .min = 1, .max = 8},
+      {KEY(data, synthetic_tokens), .description = "data.synthetic: length of the stream",
+       .resumable = kFixed, .min = 2},
+
+      {KEY(train, steps), .description = "Optimizer steps in the whole run",
+       .resumable = kResumable, .min = 1},
+      // The data cursor and step count are in units of this batch: changing it mid-run would
+      // skip or repeat samples.
+      {KEY(train, batch_size), .description = "Global sequences per optimizer step",
+       .resumable = kFixed, .min = 1},
+      {KEY(train, micro_batch_size),
+       .description = "Sequences per rank per micro-step; 0 = batch_size / ranks",
+       .resumable = kResumable, .min = 0},
+      {KEY(train, eval_every), .description = "Evaluate every N steps; 0 = never",
+       .resumable = kResumable, .min = 0},
+      {KEY(train, eval_steps), .description = "Batches per evaluation", .resumable = kResumable,
+       .min = 1},
+      {KEY(train, precision), .description = "Compute precision; bf16 needs device cuda or auto",
+       .resumable = kResumable, .allowed = {"fp32", "bf16"}},
+
+      {KEY(optimizer, lr), .description = "Peak learning rate", .resumable = kResumable, .min = 0,
+       .min_open = true},
+      {KEY(optimizer, min_lr), .description = "Final learning rate of the decay; <= lr",
+       .resumable = kResumable, .min = 0},
+      {KEY(optimizer, warmup_steps), .description = "Linear warmup steps (may exceed steps)",
+       .resumable = kResumable, .min = 0},
+      {KEY(optimizer, schedule), .description = "Decay from lr to min_lr after warmup",
+       .resumable = kResumable, .allowed = {"cosine", "linear", "constant"}},
+      {KEY(optimizer, betas), .description = "AdamW beta1, beta2", .resumable = kResumable,
+       .min = 0, .max = 1, .max_open = true, .list_len = 2},
+      {KEY(optimizer, eps), .description = "AdamW epsilon", .resumable = kResumable, .min = 0,
+       .min_open = true},
+      {KEY(optimizer, weight_decay), .description = "Decoupled weight decay (matrices only)",
+       .resumable = kResumable, .min = 0},
+      {KEY(optimizer, grad_clip), .description = "Clip the global gradient norm; 0 = off",
+       .resumable = kResumable, .min = 0},
+
+      {KEY(checkpoint, every), .description = "Checkpoint every N steps; 0 = only at the end",
+       .resumable = kResumable, .min = 0},
+      {KEY(checkpoint, keep_last), .description = "Checkpoints kept on disk",
+       .resumable = kResumable, .min = 1},
+      {KEY(checkpoint, async), .description = "Write checkpoints in the background",
+       .resumable = kResumable},
+
+      {KEY(logging, every), .description = "Log metrics every N steps", .resumable = kResumable,
+       .min = 1},
+      {KEY(logging, straggler_margin),
+       .description = "Name a rank this fraction slower than the median step time",
+       .resumable = kResumable, .min = 0},
+
+      {KEY(distributed, nproc), .description = "Ranks per node", .resumable = kResumable, .min = 1,
+       .max = 4096},
+      {KEY(distributed, nodes), .description = "Nodes", .resumable = kResumable, .min = 1,
+       .max = 65536},
+      {KEY(distributed, zero), .description = "ZeRO stage: 1 shards optimizer state over ranks",
+       .resumable = kResumable, .min = 0, .max = 1},
+      {KEY(distributed, hostfile), .description = "mpirun hostfile for multi-node runs",
+       .resumable = kResumable},
+      {KEY(distributed, oversubscribe), .description = "Allow more ranks than cores",
+       .resumable = kResumable},
+
+      {KEY(launcher, mpirun_args), .description = "Extra arguments passed to mpirun",
+       .resumable = kResumable},
+
+      {KEY(fault_tolerance, max_restarts), .description = "Relaunches after a failed rank",
+       .resumable = kResumable, .min = 0},
+      {KEY(fault_tolerance, step_timeout),
+       .description = "Seconds before a step counts as hung; 0 = from the measured step time",
+       .resumable = kResumable, .min = 0},
+      {KEY(fault_tolerance, max_bad_steps),
+       .description = "Consecutive non-finite losses before giving up", .resumable = kResumable,
+       .min = 1},
+
+      {KEY(slurm, extra), .description = "Extra #SBATCH lines", .resumable = kResumable},
+  };
+}
+
+#undef TOP
+#undef KEY
+
+std::string number(double v) {
+  // Bounds are whole numbers or simple fractions; print them as a person would.
+  return fmt::format("{}", v);
+}
+
+}  // namespace
+
+std::string_view Field::section() const {
+  auto dot = key.find('.');
+  return dot == std::string_view::npos ? std::string_view{} : key.substr(0, dot);
+}
+
+std::string_view Field::leaf() const {
+  auto dot = key.find('.');
+  return dot == std::string_view::npos ? key : key.substr(dot + 1);
+}
+
+std::string Field::type_name() const {
+  if (is_enum()) return "enum";
+  static constexpr const char* kNames[] = {"int",       "int",          "uint",
+                                           "double",    "bool",         "string",
+                                           "list<int>", "list<double>", "list<string>"};
+  return kNames[ref.index()];
+}
+
+std::string Field::allowed_text() const {
+  if (is_enum()) {
+    std::string out;
+    for (auto v : allowed) {
+      if (!out.empty()) out += ", ";
+      out += v.empty() ? std::string("\"\"") : std::string(v);
+    }
+    return out;
+  }
+  std::string out;
+  if (min && max) {
+    out = fmt::format("{}{}, {}{}", min_open ? "(" : "[", number(*min), number(*max),
+                      max_open ? ")" : "]");
+  } else if (min) {
+    out = fmt::format("{} {}", min_open ? ">" : ">=", number(*min));
+  } else if (max) {
+    out = fmt::format("{} {}", max_open ? "<" : "<=", number(*max));
+  }
+  if (list_len >= 0) {
+    out = fmt::format("{} values{}{}", list_len, out.empty() ? "" : ", each ", out);
+  }
+  if (file_name) out = "[A-Za-z0-9._-]+";
+  return out;
+}
+
+const std::vector<Field>& schema() {
+  static const std::vector<Field> table = make_schema();
+  return table;
+}
+
+const Field* find_field(std::string_view key) {
+  for (const auto& f : schema()) {
+    if (f.key == key) return &f;
+  }
+  return nullptr;
+}
+
+const std::vector<std::string_view>& sections() {
+  static const std::vector<std::string_view> names = [] {
+    std::vector<std::string_view> out;
+    for (const auto& f : schema()) {
+      auto s = f.section();
+      if (!s.empty() && std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+    }
+    return out;
+  }();
+  return names;
+}
+
+bool is_section(std::string_view name) {
+  const auto& s = sections();
+  return std::find(s.begin(), s.end(), name) != s.end();
+}
+
+}  // namespace trainrun::config

@@ -1,0 +1,124 @@
+#include "validate.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "schema.h"
+#include "trainrun/config.h"
+#include "trainrun/errors.h"
+#include "value.h"
+
+namespace trainrun::config {
+namespace {
+
+void cross_field_rules(const Experiment& e, int world, std::vector<Violation>& out) {
+  auto fail = [&](std::vector<std::string_view> keys, std::string message) {
+    out.push_back({std::move(keys), std::move(message)});
+  };
+  const auto& m = e.model;
+  if (m.type == "gpt" && m.n_head > 0 && m.d_model % m.n_head != 0) {
+    fail({"model.d_model", "model.n_head"},
+         fmt::format("model.d_model={} is not divisible by model.n_head={}: each head gets "
+                     "d_model / n_head channels; pick d_model a multiple of n_head",
+                     m.d_model, m.n_head));
+  }
+  if (m.type == "mlp" && m.hidden.empty()) {
+    fail({"model.hidden", "model.type"},
+         "model.hidden is empty: an mlp needs at least one hidden layer width, e.g. [512]");
+  }
+
+  const auto& d = e.data;
+  std::vector<std::string_view> sources;
+  if (!d.train.empty()) sources.push_back("data.train");
+  if (!d.text.empty()) sources.push_back("data.text");
+  if (!d.synthetic.empty()) sources.push_back("data.synthetic");
+  if (sources.empty()) {
+    fail({"data.train", "data.text", "data.synthetic"},
+         "no training data: set one of data.train, data.text or data.synthetic");
+  } else if (sources.size() > 1) {
+    fail(sources, fmt::format("{} are {} set: set one of data.train, data.text or "
+                              "data.synthetic",
+                              fmt::join(sources, " and "), sources.size() == 2 ? "both" : "all"));
+  }
+  if (!d.val.empty() && d.train.empty()) {
+    fail({"data.val"},
+         "data.val is set without data.train: data.val holds validation shards for data.train; "
+         "data.text and data.synthetic hold out data.val_fraction instead");
+  }
+  const bool split_by_fraction = d.train.empty() && (!d.text.empty() || !d.synthetic.empty());
+  if (split_by_fraction && e.train.eval_every > 0 && d.val_fraction <= 0) {
+    fail({"data.val_fraction", "train.eval_every"},
+         fmt::format("data.val_fraction=0 leaves nothing to evaluate on every {} steps: set "
+                     "data.val_fraction above 0 or train.eval_every to 0",
+                     e.train.eval_every));
+  }
+  if (!d.synthetic.empty() && d.train.empty() && d.text.empty()) {
+    const auto train_tokens = static_cast<double>(d.synthetic_tokens) * (1.0 - d.val_fraction);
+    if (train_tokens < m.seq_len + 1.0) {
+      fail({"data.synthetic_tokens", "model.seq_len"},
+           fmt::format("data.synthetic_tokens={} leaves {:.0f} training tokens, fewer than one "
+                       "sequence of model.seq_len + 1 = {}",
+                       d.synthetic_tokens, train_tokens, m.seq_len + 1));
+    }
+  }
+
+  const auto& t = e.train;
+  if (world >= 1 && t.batch_size % world != 0) {
+    fail({"train.batch_size", "distributed.nproc", "distributed.nodes"},
+         fmt::format("train.batch_size={} is not divisible by ranks({}): each rank takes "
+                     "batch_size / ranks sequences per step",
+                     t.batch_size, world));
+  } else if (world >= 1 && t.micro_batch_size > 0 &&
+             t.batch_size % (static_cast<int64_t>(t.micro_batch_size) * world) != 0) {
+    fail({"train.batch_size", "train.micro_batch_size", "distributed.nproc"},
+         fmt::format("train.batch_size={} is not divisible by micro_batch_size({}) x ranks({}) "
+                     "= {}: each step accumulates batch_size / (micro_batch_size x ranks) "
+                     "micro-steps",
+                     t.batch_size, t.micro_batch_size, world,
+                     static_cast<int64_t>(t.micro_batch_size) * world));
+  }
+  if (t.precision == "bf16" && e.device == "cpu") {
+    fail({"train.precision", "device"},
+         "train.precision=bf16 needs device cuda or auto (device is cpu): use fp32 on CPU");
+  }
+
+  const auto& o = e.optimizer;
+  if (o.min_lr > o.lr) {
+    fail({"optimizer.min_lr", "optimizer.lr"},
+         fmt::format("optimizer.min_lr={} is above optimizer.lr={}: the schedule decays from lr "
+                     "down to min_lr",
+                     o.min_lr, o.lr));
+  }
+}
+
+}  // namespace
+
+std::vector<Violation> violations(const Experiment& exp, int world) {
+  std::vector<Violation> out;
+  for (const auto& f : schema()) {
+    if (auto problem = check_value(f, exp)) out.push_back({{f.key}, *problem});
+  }
+  cross_field_rules(exp, world, out);
+  return out;
+}
+
+}  // namespace trainrun::config
+
+namespace trainrun {
+
+void validate_for_world(const Experiment& exp, int world_size) {
+  if (world_size < 1) {
+    throw ConfigError(fmt::format("world size must be at least 1 (got {})", world_size));
+  }
+  auto found = config::violations(exp, world_size);
+  if (found.empty()) return;
+  std::string message;
+  for (const auto& v : found) {
+    if (!message.empty()) message += '\n';
+    message +=
+        exp.source_path.empty() ? v.message : fmt::format("{}: {}", exp.source_path, v.message);
+  }
+  throw ConfigError(message);
+}
+
+}  // namespace trainrun
