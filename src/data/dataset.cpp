@@ -1,0 +1,298 @@
+// open_dataset: turns data.{train,val,text,synthetic} into a TokenDataset for one split.
+#include <fmt/format.h>
+#include <glob.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <stdexcept>
+
+#include "shard.h"
+#include "trainrun/data.h"
+#include "trainrun/errors.h"
+#include "trainrun/markov.h"
+
+namespace trainrun {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Several shards read as one stream, in file-name order.
+class ShardStream final : public TokenDataset {
+ public:
+  ShardStream(const std::vector<std::string>& files, int vocab_size) {
+    starts_.push_back(0);
+    for (const auto& f : files) {
+      shards_.push_back(std::make_unique<MappedShard>(f, vocab_size));
+      starts_.push_back(starts_.back() + shards_.back()->num_tokens());
+    }
+  }
+  int64_t num_tokens() const override { return starts_.back(); }
+  void read(int64_t pos, int64_t n, int32_t* out) const override {
+    if (pos < 0 || n < 0 || pos + n > num_tokens())
+      throw std::out_of_range(
+          fmt::format("read [{}, {}) past {} tokens", pos, pos + n, num_tokens()));
+    // The shard holding pos: the last start <= pos (skipping empty shards).
+    size_t s = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), pos) -
+                                   starts_.begin()) -
+               1;
+    while (n > 0) {
+      const int64_t off = pos - starts_[s];
+      const int64_t take = std::min(n, shards_[s]->num_tokens() - off);
+      shards_[s]->read(off, take, out);
+      out += take;
+      pos += take;
+      n -= take;
+      ++s;
+    }
+  }
+  std::string describe() const override {
+    return fmt::format("{} shard{}, {} tokens ({}{})", shards_.size(),
+                       shards_.size() == 1 ? "" : "s", num_tokens(), shards_.front()->path(),
+                       shards_.size() > 1 ? " ..." : "");
+  }
+  double entropy_rate() const override { return kNaN; }
+
+ private:
+  std::vector<std::unique_ptr<MappedShard>> shards_;
+  std::vector<int64_t> starts_;  // starts_[i] = first stream position of shard i; back() = total
+};
+
+// A contiguous part [begin, begin + n) of another dataset.
+class Slice final : public TokenDataset {
+ public:
+  Slice(std::shared_ptr<const TokenDataset> base, int64_t begin, int64_t n, std::string what)
+      : base_(std::move(base)), begin_(begin), n_(n), what_(std::move(what)) {}
+  int64_t num_tokens() const override { return n_; }
+  void read(int64_t pos, int64_t n, int32_t* out) const override {
+    if (pos < 0 || n < 0 || pos + n > n_)
+      throw std::out_of_range(fmt::format("read [{}, {}) past {} tokens", pos, pos + n, n_));
+    base_->read(begin_ + pos, n, out);
+  }
+  std::string describe() const override {
+    return fmt::format("{}: {} tokens of {}", what_, n_, base_->describe());
+  }
+  double entropy_rate() const override { return base_->entropy_rate(); }
+
+ private:
+  std::shared_ptr<const TokenDataset> base_;
+  int64_t begin_, n_;
+  std::string what_;
+};
+
+// Bytes held in memory (data.text, the Markov source).
+class ByteStream final : public TokenDataset {
+ public:
+  ByteStream(std::vector<uint8_t> bytes, std::string what, double entropy)
+      : bytes_(std::move(bytes)), what_(std::move(what)), entropy_(entropy) {}
+  int64_t num_tokens() const override { return static_cast<int64_t>(bytes_.size()); }
+  void read(int64_t pos, int64_t n, int32_t* out) const override {
+    if (pos < 0 || n < 0 || pos + n > num_tokens())
+      throw std::out_of_range(
+          fmt::format("read [{}, {}) past {} tokens", pos, pos + n, num_tokens()));
+    for (int64_t i = 0; i < n; ++i) out[i] = bytes_[static_cast<size_t>(pos + i)];
+  }
+  std::string describe() const override { return what_; }
+  double entropy_rate() const override { return entropy_; }
+
+ private:
+  std::vector<uint8_t> bytes_;
+  std::string what_;
+  double entropy_;
+};
+
+bool has_glob_chars(const std::string& s) {
+  return s.find_first_of("*?[") != std::string::npos;
+}
+
+// A file, a directory (its *.bin files) or a glob, as a sorted list of files.
+std::vector<std::string> resolve_files(const std::string& spec, const char* key) {
+  std::vector<std::string> files;
+  if (has_glob_chars(spec)) {
+    glob_t g{};
+    const int rc = ::glob(spec.c_str(), GLOB_ERR, nullptr, &g);  // sorted by glob(3)
+    for (size_t i = 0; rc == 0 && i < g.gl_pathc; ++i)
+      if (!fs::is_directory(g.gl_pathv[i])) files.emplace_back(g.gl_pathv[i]);
+    ::globfree(&g);
+    if (files.empty())
+      throw DataError(
+          fmt::format("no files match {}='{}': check the pattern (and quote it so the "
+                      "shell does not expand it)",
+                      key, spec));
+    return files;
+  }
+  std::error_code ec;
+  const auto st = fs::status(spec, ec);
+  if (!fs::exists(st))
+    throw DataError(
+        fmt::format("{}='{}': no such file or directory; fix the path, or make shards "
+                    "with `trainrun data prepare TEXT OUT_DIR`",
+                    key, spec));
+  if (fs::is_directory(st)) {
+    for (const auto& e : fs::directory_iterator(spec, ec))
+      if (e.path().extension() == ".bin" && !e.is_directory()) files.push_back(e.path().string());
+    if (ec)
+      throw DataError(
+          fmt::format("{}='{}': cannot list the directory ({})", key, spec, ec.message()));
+    if (files.empty())
+      throw DataError(
+          fmt::format("{}='{}' is a directory with no *.bin token shards in it; point "
+                      "it at a shard file, a directory of shards or a glob",
+                      key, spec));
+    std::sort(files.begin(), files.end());
+    return files;
+  }
+  files.push_back(spec);
+  return files;
+}
+
+void check_fraction(double f) {
+  if (!(f >= 0.0 && f < 1.0))
+    throw DataError(fmt::format("data.val_fraction={} must be in [0, 1)", f));
+}
+
+// The first (1 - val_fraction) of a stream is train, the rest val (docs/data-format.md).
+int64_t train_length(int64_t total, double val_fraction) {
+  return static_cast<int64_t>(static_cast<double>(total) * (1.0 - val_fraction));
+}
+
+std::unique_ptr<TokenDataset> tail_split(std::shared_ptr<const TokenDataset> all, Split split,
+                                         double val_fraction, const std::string& source) {
+  const int64_t total = all->num_tokens();
+  const int64_t ntrain = train_length(total, val_fraction);
+  if (split == Split::val && ntrain == total)
+    throw DataError(fmt::format(
+        "{}: the val split is empty (data.val_fraction={} of {} tokens); "
+        "set data.val_fraction > 0{}",
+        source, val_fraction, total, source.rfind("data.train", 0) == 0 ? " or data.val" : ""));
+  if (split == Split::train && ntrain == 0)
+    throw DataError(
+        fmt::format("{}: the train split is empty ({} tokens, data.val_fraction={}); "
+                    "use more data or a smaller data.val_fraction",
+                    source, total, val_fraction));
+  if (split == Split::train)
+    return std::make_unique<Slice>(std::move(all), 0, ntrain,
+                                   fmt::format("train: first {:g}%", 100 * (1 - val_fraction)));
+  return std::make_unique<Slice>(std::move(all), ntrain, total - ntrain,
+                                 fmt::format("val: last {:g}%", 100 * val_fraction));
+}
+
+// label names the file in messages: "data.text='x.txt'".
+std::vector<uint8_t> read_text(const std::string& path, const std::string& label) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw DataError(fmt::format("{}: cannot read the text file ({}); fix the path", label,
+                                std::strerror(errno)));
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  if (in.bad()) throw DataError(fmt::format("{}: read error", label));
+  if (bytes.size() < 2) throw DataError(fmt::format("{}: the text file is (nearly) empty", label));
+  return bytes;
+}
+
+}  // namespace
+
+std::unique_ptr<TokenDataset> open_dataset(const DataConfig& data, Split split, int vocab_size,
+                                           uint64_t seed) {
+  const int sources = !data.train.empty() + !data.text.empty() + !data.synthetic.empty();
+  if (sources == 0)
+    throw DataError(
+        "no data: set one of data.train (token shards), data.text (a text file) or "
+        "data.synthetic: markov");
+  if (sources > 1)
+    throw DataError(
+        fmt::format("set only one of data.train ('{}'), data.text ('{}') and "
+                    "data.synthetic ('{}')",
+                    data.train, data.text, data.synthetic));
+  if (!data.val.empty() && data.train.empty())
+    throw DataError(fmt::format("data.val='{}' needs data.train (token shards) as well", data.val));
+
+  if (!data.synthetic.empty()) {
+    if (data.synthetic != "markov")
+      throw DataError(fmt::format("data.synthetic='{}' is not a built-in source (known: markov)",
+                                  data.synthetic));
+    if (data.markov_order != 1 && data.markov_order != 2)
+      throw DataError(
+          fmt::format("data.markov_order={} is not supported: use 1 or 2", data.markov_order));
+    if (vocab_size < 2)
+      throw DataError(
+          fmt::format("data.synthetic: markov needs model.vocab_size >= 2 (got {})", vocab_size));
+    if (data.synthetic_tokens < 2)
+      throw DataError(fmt::format("data.synthetic_tokens={} is too small", data.synthetic_tokens));
+    check_fraction(data.val_fraction);
+    const int alphabet = std::min(vocab_size, 256);
+    const MarkovChain chain(alphabet, data.markov_order, seed);
+    auto all = std::make_shared<ByteStream>(
+        chain.generate(data.synthetic_tokens, seed),
+        fmt::format("synthetic markov (order {}, {} symbols, seed {}): {} tokens, entropy rate "
+                    "{:.4f} nats/token",
+                    data.markov_order, alphabet, seed, data.synthetic_tokens, chain.entropy_rate()),
+        chain.entropy_rate());
+    return tail_split(std::move(all), split, data.val_fraction, "data.synthetic");
+  }
+
+  if (!data.text.empty()) {
+    if (vocab_size < 256)
+      throw DataError(
+          fmt::format("data.text='{}' is byte-tokenized (256 symbols) but "
+                      "model.vocab_size is {}: set model.vocab_size >= 256",
+                      data.text, vocab_size));
+    check_fraction(data.val_fraction);
+    auto bytes = read_text(data.text, fmt::format("data.text='{}'", data.text));
+    const auto n = bytes.size();
+    auto all = std::make_shared<ByteStream>(std::move(bytes),
+                                            fmt::format("text {} ({} bytes)", data.text, n), kNaN);
+    return tail_split(std::move(all), split, data.val_fraction,
+                      fmt::format("data.text='{}'", data.text));
+  }
+
+  if (!data.val.empty()) {
+    const bool val = split == Split::val;
+    const std::string& spec = val ? data.val : data.train;
+    const char* key = val ? "data.val" : "data.train";
+    auto ds = std::make_unique<ShardStream>(resolve_files(spec, key), vocab_size);
+    if (ds->num_tokens() == 0)
+      throw DataError(fmt::format("{}='{}': the shards hold no tokens", key, spec));
+    return ds;
+  }
+  auto train = std::make_shared<ShardStream>(resolve_files(data.train, "data.train"), vocab_size);
+  if (train->num_tokens() == 0)
+    throw DataError(fmt::format("data.train='{}': the shards hold no tokens", data.train));
+  // No data.val: hold out the tail of the train stream.
+  check_fraction(data.val_fraction);
+  return tail_split(std::move(train), split, data.val_fraction,
+                    fmt::format("data.train='{}' (no data.val)", data.train));
+}
+
+std::string prepare_text_shards(const std::string& text_path, const std::string& out_dir,
+                                double val_fraction) {
+  if (!(val_fraction > 0.0 && val_fraction < 1.0))
+    throw DataError(fmt::format("val_fraction={} must be in (0, 1)", val_fraction));
+  const auto bytes = read_text(text_path, text_path);
+  const std::vector<int32_t> tokens(bytes.begin(), bytes.end());
+  const int64_t total = static_cast<int64_t>(tokens.size());
+  const int64_t ntrain = std::clamp<int64_t>(train_length(total, val_fraction), 1, total - 1);
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec)
+    throw DataError(
+        fmt::format("cannot create the output directory {} ({})", out_dir, ec.message()));
+  const auto train_path = (fs::path(out_dir) / "train.bin").string();
+  const auto val_path = (fs::path(out_dir) / "val.bin").string();
+  const std::vector<int32_t> train(tokens.begin(), tokens.begin() + ntrain);
+  const std::vector<int32_t> val(tokens.begin() + ntrain, tokens.end());
+  write_token_shard(train_path, train, 256);
+  write_token_shard(val_path, val, 256);
+  return fmt::format("wrote {} ({} tokens) and val.bin ({} tokens)", train_path, train.size(),
+                     val.size());
+}
+
+}  // namespace trainrun

@@ -1,0 +1,137 @@
+// DataLoader: sample j is the window at hash(seed, j), so batches do not depend on world size or
+// micro-batching; one persistent worker thread prepares the next request.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "hash.h"
+#include "trainrun/data.h"
+#include "trainrun/errors.h"
+
+namespace trainrun {
+
+struct DataLoader::Impl {
+  const TokenDataset& ds;
+  uint64_t seed;
+  int seq_len;
+  int64_t starts;  // number of valid window starts: N - seq_len
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  bool requested = false;  // a request waits for the worker or is being prepared
+  bool ready = false;      // the worker finished it; next() may take it
+  int64_t first = 0;
+  int count = 0;
+  std::vector<int32_t> x, y;
+  std::exception_ptr error;
+  std::thread worker;
+
+  Impl(const TokenDataset& d, uint64_t s, int t) : ds(d), seed(s), seq_len(t) {}
+
+  void fetch(int64_t first_sample, int n, int32_t* xo, int32_t* yo) const {
+    const int64_t T = seq_len;
+    std::vector<int32_t> window(static_cast<size_t>(T + 1));
+    // Mixing the seed first keeps nearby seeds' sample orders unrelated.
+    const uint64_t key = splitmix64(seed);
+    for (int i = 0; i < n; ++i) {
+      const uint64_t j = static_cast<uint64_t>(first_sample + i);
+      const auto start =
+          static_cast<int64_t>(splitmix64(key ^ splitmix64(j)) % static_cast<uint64_t>(starts));
+      ds.read(start, T + 1, window.data());
+      std::copy(window.begin(), window.end() - 1, xo + i * T);
+      std::copy(window.begin() + 1, window.end(), yo + i * T);
+    }
+  }
+
+  void run() {
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      cv.wait(lock, [&] { return stop || (requested && !ready); });
+      if (stop) return;
+      const int64_t f = first;
+      const int n = count;
+      lock.unlock();
+      std::exception_ptr err;
+      try {
+        fetch(f, n, x.data(), y.data());
+      } catch (...) {
+        err = std::current_exception();
+      }
+      lock.lock();
+      error = err;
+      ready = true;
+      cv.notify_all();
+    }
+  }
+};
+
+DataLoader::DataLoader(const TokenDataset& ds, uint64_t seed, int seq_len)
+    : impl_(std::make_unique<Impl>(ds, seed, seq_len)) {
+  if (seq_len < 1) throw DataError(fmt::format("model.seq_len={} must be at least 1", seq_len));
+  const int64_t n = ds.num_tokens();
+  if (n < int64_t{seq_len} + 1)
+    throw DataError(
+        fmt::format("{}: {} tokens, fewer than model.seq_len + 1 = {}; use more data "
+                    "or a smaller model.seq_len",
+                    ds.describe(), n, int64_t{seq_len} + 1));
+  impl_->starts = n - seq_len;
+  impl_->worker = std::thread([impl = impl_.get()] { impl->run(); });
+}
+
+DataLoader::~DataLoader() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->worker.joinable()) impl_->worker.join();
+}
+
+void DataLoader::fetch(int64_t first, int count, int32_t* x, int32_t* y) const {
+  if (first < 0 || count < 0)
+    throw std::invalid_argument(fmt::format("DataLoader::fetch({}, {})", first, count));
+  impl_->fetch(first, count, x, y);
+}
+
+void DataLoader::prefetch(int64_t first, int count) {
+  if (first < 0 || count < 0)
+    throw std::invalid_argument(fmt::format("DataLoader::prefetch({}, {})", first, count));
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  // A request nobody took yet is superseded; wait until the worker is done touching the buffers.
+  impl_->cv.wait(lock, [&] { return !impl_->requested || impl_->ready; });
+  impl_->first = first;
+  impl_->count = count;
+  const auto size = static_cast<size_t>(count) * static_cast<size_t>(impl_->seq_len);
+  impl_->x.resize(size);
+  impl_->y.resize(size);
+  impl_->error = nullptr;
+  impl_->requested = true;
+  impl_->ready = false;
+  impl_->cv.notify_all();
+}
+
+double DataLoader::next(int32_t* x, int32_t* y) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  if (!impl_->requested) throw std::logic_error("DataLoader::next() without a prefetch()");
+  impl_->cv.wait(lock, [&] { return impl_->ready; });
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  impl_->requested = false;
+  impl_->ready = false;
+  if (impl_->error) std::rethrow_exception(std::exchange(impl_->error, nullptr));
+  std::copy(impl_->x.begin(), impl_->x.end(), x);
+  std::copy(impl_->y.begin(), impl_->y.end(), y);
+  return waited;
+}
+
+}  // namespace trainrun

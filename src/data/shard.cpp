@@ -1,0 +1,254 @@
+// Reading and writing token shards: trainrun's own format and llm.c's, told apart by magic.
+#include "shard.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+#include <vector>
+
+#include "trainrun/data.h"
+#include "trainrun/errors.h"
+
+namespace trainrun {
+
+// Shards are little-endian and read in place; a big-endian host would need a byte-swapping path.
+static_assert(std::endian::native == std::endian::little);
+
+namespace {
+
+template <typename T>
+int64_t max_token(const T* p, int64_t n) {
+  int64_t m = 0;
+#pragma omp parallel for reduction(max : m) schedule(static)
+  for (int64_t i = 0; i < n; ++i) m = p[i] > m ? static_cast<int64_t>(p[i]) : m;
+  return m;
+}
+
+template <typename T>
+int64_t first_at_least(const T* p, int64_t n, int64_t limit) {
+  for (int64_t i = 0; i < n; ++i)
+    if (static_cast<int64_t>(p[i]) >= limit) return i;
+  return -1;
+}
+
+int64_t token_at(const unsigned char* p, int width, int64_t i) {
+  if (width == 1) return p[i];
+  if (width == 2) return reinterpret_cast<const uint16_t*>(p)[i];
+  return reinterpret_cast<const uint32_t*>(p)[i];
+}
+
+std::string hex_bytes(const unsigned char* p, size_t n) {
+  std::string s;
+  for (size_t i = 0; i < n; ++i) s += fmt::format("{}{:02x}", i ? " " : "", p[i]);
+  return s;
+}
+
+int width_for_vocab(int64_t vocab_size) {
+  return vocab_size <= 256 ? 1 : vocab_size <= 65536 ? 2 : 4;
+}
+
+}  // namespace
+
+MappedShard::MappedShard(const std::string& path, int vocab_size) : path_(path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw DataError(fmt::format("{}: cannot open token shard ({}); check the path", path,
+                                std::strerror(errno)));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    throw DataError(fmt::format("{}: cannot stat token shard ({})", path, std::strerror(err)));
+  }
+  map_len_ = static_cast<size_t>(st.st_size);
+  if (map_len_ < 8) {
+    ::close(fd);
+    throw DataError(fmt::format(
+        "{}: not a trainrun or llm.c token shard ({} bytes, too short for a header); make shards "
+        "with `trainrun data prepare` or llm.c's dev/data scripts",
+        path, map_len_));
+  }
+  map_ = ::mmap(nullptr, map_len_, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_err = errno;
+  ::close(fd);  // the mapping keeps the file alive
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    throw DataError(fmt::format("{}: cannot map token shard ({})", path, std::strerror(map_err)));
+  }
+  // Destroy the mapping if any check below throws.
+  struct Guard {
+    MappedShard* s;
+    bool armed = true;
+    ~Guard() {
+      if (armed) ::munmap(s->map_, s->map_len_);
+    }
+  } guard{this};
+
+  const auto* base = static_cast<const unsigned char*>(map_);
+  size_t header_bytes = 0;
+  uint64_t count = 0;
+  int32_t magic32 = 0;
+  std::memcpy(&magic32, base, 4);
+  if (std::memcmp(base, kShardMagic, 8) == 0) {
+    header_bytes = sizeof(ShardHeader);
+    if (map_len_ < header_bytes)
+      throw DataError(fmt::format(
+          "{}: truncated: {} bytes, shorter than the {}-byte trainrun shard header; re-create it",
+          path, map_len_, header_bytes));
+    ShardHeader h;
+    std::memcpy(&h, base, sizeof h);
+    if (h.version != kShardVersion)
+      throw DataError(fmt::format(
+          "{}: trainrun shard version {} is not supported (this build reads version {}); "
+          "re-create it with this trainrun's `trainrun data prepare`",
+          path, h.version, kShardVersion));
+    if (h.dtype != 1 && h.dtype != 2 && h.dtype != 4)
+      throw DataError(fmt::format(
+          "{}: bad token width code {} in the header (expected 1, 2 or 4 bytes); re-create it",
+          path, h.dtype));
+    width_ = static_cast<int>(h.dtype);
+    count = h.count;
+  } else if (magic32 == kLlmcMagicGpt2 || magic32 == kLlmcMagicLlama3) {
+    header_bytes = 256 * sizeof(int32_t);
+    if (map_len_ < header_bytes)
+      throw DataError(fmt::format(
+          "{}: truncated: {} bytes, shorter than the 1024-byte llm.c shard header; re-create it",
+          path, map_len_));
+    int32_t h[3];
+    std::memcpy(h, base, sizeof h);
+    const int32_t want_version = magic32 == kLlmcMagicGpt2 ? 1 : 7;
+    if (h[1] != want_version)
+      throw DataError(fmt::format(
+          "{}: llm.c shard version {} is not supported (magic {} goes with version {}); "
+          "re-create it with llm.c's dev/data scripts",
+          path, h[1], magic32, want_version));
+    if (h[2] < 0)
+      throw DataError(fmt::format("{}: negative token count {} in the llm.c header", path, h[2]));
+    width_ = magic32 == kLlmcMagicGpt2 ? 2 : 4;
+    count = static_cast<uint64_t>(h[2]);
+  } else {
+    throw DataError(fmt::format(
+        "{}: not a trainrun or llm.c token shard (magic {}); make shards with `trainrun data "
+        "prepare` or llm.c's dev/data scripts",
+        path, hex_bytes(base, 8)));
+  }
+
+  const size_t payload = map_len_ - header_bytes;
+  if (count > payload / static_cast<size_t>(width_))
+    throw DataError(fmt::format(
+        "{}: truncated: the header says {} tokens ({} bytes) but only {} bytes follow it; "
+        "re-create or re-copy the shard",
+        path, count, count * static_cast<uint64_t>(width_), payload));
+  if (count * static_cast<uint64_t>(width_) != payload)
+    throw DataError(fmt::format(
+        "{}: {} unexpected bytes after the {} tokens the header announces; re-create the shard",
+        path, payload - count * static_cast<uint64_t>(width_), count));
+  count_ = static_cast<int64_t>(count);
+  tokens_ = base + header_bytes;
+
+  // One sequential pass to check every token, then random windows while training.
+  ::madvise(map_, map_len_, MADV_SEQUENTIAL);
+  int64_t m = 0;
+  if (width_ == 1) m = max_token(tokens_, count_);
+  if (width_ == 2) m = max_token(reinterpret_cast<const uint16_t*>(tokens_), count_);
+  if (width_ == 4) m = max_token(reinterpret_cast<const uint32_t*>(tokens_), count_);
+  if (count_ > 0 && m >= vocab_size) {
+    int64_t at = -1;
+    if (width_ == 1) at = first_at_least(tokens_, count_, vocab_size);
+    if (width_ == 2)
+      at = first_at_least(reinterpret_cast<const uint16_t*>(tokens_), count_, vocab_size);
+    if (width_ == 4)
+      at = first_at_least(reinterpret_cast<const uint32_t*>(tokens_), count_, vocab_size);
+    throw DataError(fmt::format(
+        "{}: token {} at position {} >= model.vocab_size {} (largest token {}); the data was "
+        "tokenized for a larger vocabulary: set model.vocab_size >= {}",
+        path, token_at(tokens_, width_, at), at, vocab_size, m, m + 1));
+  }
+  ::madvise(map_, map_len_, MADV_RANDOM);
+  guard.armed = false;
+}
+
+MappedShard::~MappedShard() {
+  if (map_) ::munmap(map_, map_len_);
+}
+
+void MappedShard::read(int64_t pos, int64_t n, int32_t* out) const {
+  if (pos < 0 || n < 0 || pos + n > count_)
+    throw std::out_of_range(
+        fmt::format("{}: read [{}, {}) past {} tokens", path_, pos, pos + n, count_));
+  if (width_ == 1) {
+    const unsigned char* p = tokens_ + pos;
+    for (int64_t i = 0; i < n; ++i) out[i] = p[i];
+  } else if (width_ == 2) {
+    const auto* p = reinterpret_cast<const uint16_t*>(tokens_) + pos;
+    for (int64_t i = 0; i < n; ++i) out[i] = p[i];
+  } else {
+    const auto* p = reinterpret_cast<const uint32_t*>(tokens_) + pos;
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(p[i]);
+  }
+}
+
+namespace {
+
+template <typename T>
+void write_tokens(std::FILE* f, const std::vector<int32_t>& tokens) {
+  std::vector<T> buf;
+  constexpr size_t kChunk = 1 << 16;
+  for (size_t i = 0; i < tokens.size(); i += kChunk) {
+    const size_t n = std::min(kChunk, tokens.size() - i);
+    buf.resize(n);
+    for (size_t j = 0; j < n; ++j) buf[j] = static_cast<T>(tokens[i + j]);
+    if (std::fwrite(buf.data(), sizeof(T), n, f) != n) return;  // ferror() reports it
+  }
+}
+
+}  // namespace
+
+void write_token_shard(const std::string& path, const std::vector<int32_t>& tokens,
+                       int vocab_size) {
+  if (vocab_size < 1)
+    throw DataError(fmt::format("{}: cannot write a shard for vocab_size {}", path, vocab_size));
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= vocab_size)
+      throw DataError(fmt::format("{}: token {} at position {} is outside [0, vocab_size {})", path,
+                                  tokens[i], i, vocab_size));
+  ShardHeader h{};
+  std::memcpy(h.magic, kShardMagic, 8);
+  h.version = kShardVersion;
+  h.dtype = static_cast<uint32_t>(width_for_vocab(vocab_size));
+  h.count = tokens.size();
+  h.vocab_size = static_cast<uint32_t>(vocab_size);
+
+  // Write beside the target and rename, so a reader never sees half a shard.
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f)
+    throw DataError(
+        fmt::format("cannot write {} ({}); check that the directory exists and is "
+                    "writable",
+                    tmp, std::strerror(errno)));
+  std::fwrite(&h, sizeof h, 1, f);
+  if (h.dtype == 1) write_tokens<uint8_t>(f, tokens);
+  if (h.dtype == 2) write_tokens<uint16_t>(f, tokens);
+  if (h.dtype == 4) write_tokens<uint32_t>(f, tokens);
+  bool ok = !std::ferror(f) && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  const int err = errno;
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = ok ? errno : err;
+    std::remove(tmp.c_str());
+    throw DataError(fmt::format("cannot write {} ({}); check free space and permissions", path,
+                                std::strerror(e)));
+  }
+}
+
+}  // namespace trainrun

@@ -1,0 +1,51 @@
+// One token shard on disk, memory-mapped and validated (trainrun or llm.c format).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace trainrun {
+
+// trainrun's own shard header (docs/data-format.md): 64 bytes, little-endian.
+struct ShardHeader {
+  char magic[8];     // "TRNTOKEN"
+  uint32_t version;  // 1
+  uint32_t dtype;    // bytes per token: 1, 2 or 4
+  uint64_t count;    // tokens after the header
+  uint32_t vocab_size;
+  uint8_t reserved[36];  // zero
+};
+static_assert(sizeof(ShardHeader) == 64);
+
+inline constexpr char kShardMagic[8] = {'T', 'R', 'N', 'T', 'O', 'K', 'E', 'N'};
+inline constexpr uint32_t kShardVersion = 1;
+// llm.c's dev/data/data_common.py: 256 int32 header, then uint16 (GPT-2) or uint32 (Llama 3).
+inline constexpr int32_t kLlmcMagicGpt2 = 20240520;
+inline constexpr int32_t kLlmcMagicLlama3 = 20240801;
+
+// Maps a shard read-only and checks magic, version, size and that every token < vocab_size;
+// throws DataError naming the file.
+class MappedShard {
+ public:
+  MappedShard(const std::string& path, int vocab_size);
+  ~MappedShard();
+  MappedShard(const MappedShard&) = delete;
+  MappedShard& operator=(const MappedShard&) = delete;
+
+  const std::string& path() const { return path_; }
+  int64_t num_tokens() const { return count_; }
+  int width() const { return width_; }
+  // Tokens [pos, pos + n) of this shard, widened to int32.
+  void read(int64_t pos, int64_t n, int32_t* out) const;
+
+ private:
+  std::string path_;
+  void* map_ = nullptr;
+  size_t map_len_ = 0;
+  const unsigned char* tokens_ = nullptr;
+  int width_ = 0;
+  int64_t count_ = 0;
+};
+
+}  // namespace trainrun
