@@ -1,5 +1,262 @@
+// The command line (CLI11). Kept in one file: CLI11 is slow to compile.
+// Every subcommand parses its arguments here and calls one function of a library concept.
 #include "trainrun/cli.h"
 
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <set>
+
+#include "trainrun/checkpoint.h"
+#include "trainrun/config.h"
+#include "trainrun/data.h"
+#include "trainrun/errors.h"
+#include "trainrun/experiment.h"
+#include "trainrun/launch.h"
+#include "trainrun/trainer.h"
+
+namespace fs = std::filesystem;
+
 namespace trainrun {
-int cli_main(int, char**) { return 0; }
+
+namespace {
+
+const char* kDescription =
+    "trainrun: train GPT and MLP language models from a YAML experiment, on CPU or CUDA,\n"
+    "data-parallel over MPI/NCCL, with HDF5 checkpoints and metric logs.\n\n"
+    "  trainrun CONFIG.yaml [--set KEY=VALUE]...   train (same as `trainrun run CONFIG`)\n"
+    "  trainrun --resume RUN_DIR|CHECKPOINT         continue a run where it stopped\n\n"
+    "Exit codes: 0 ok, 1 internal error, 2 bad usage or config, 3 bad data, 4 no usable\n"
+    "checkpoint, 5 device unavailable, 6 launch failure, 7 gave up, 75 stopped by\n"
+    "SIGTERM/SIGUSR1 after a checkpoint (resume me), 130 interrupted. See man trainrun.";
+
+struct RunArgs {
+  std::string config;
+  std::vector<std::string> sets;
+  std::string run_dir;
+  std::optional<std::string> resume;  // present: resume; empty value: from the config's run_dir
+  bool dry_run = false;
+  std::string profile;
+};
+
+void print_warning(const std::string& w) { fmt::print(stderr, "warning: {}\n", w); }
+
+// Resolves what to run: the experiment, and the checkpoint file to resume from ("" = fresh).
+std::pair<Experiment, std::string> resolve_run(const RunArgs& a) {
+  if (!a.resume) {
+    if (a.config.empty()) throw ConfigError("no config given: trainrun CONFIG.yaml (or --resume RUN_DIR)");
+    Experiment exp = load_experiment(a.config, a.sets);
+    if (!a.run_dir.empty()) exp.run_dir = a.run_dir;
+    return {exp, ""};
+  }
+  // --resume [RUN_DIR|FILE]; with a CONFIG and no value, the config's run directory.
+  std::string target = *a.resume;
+  std::optional<Experiment> from_config;
+  if (!a.config.empty()) {
+    from_config = load_experiment(a.config, a.sets);
+    if (!a.run_dir.empty()) from_config->run_dir = a.run_dir;
+    if (target.empty()) target = from_config->run_dir;
+  }
+  if (target.empty()) throw ConfigError("--resume needs a run directory or a checkpoint file");
+  std::string file;
+  if (fs::is_directory(target)) {
+    std::vector<std::string> warnings;
+    auto latest = latest_good_checkpoint(target, &warnings);
+    for (const auto& w : warnings) print_warning(w);
+    if (!latest) {
+      // `trainrun CONFIG --resume` on a run that never checkpointed starts it: what a requeued
+      // batch job needs. A bare `--resume DIR` has nothing to start from.
+      if (from_config) {
+        fmt::print(stderr, "no checkpoint in {} yet: starting the run\n", target);
+        return {*from_config, ""};
+      }
+      throw CheckpointError(fmt::format(
+          "no usable checkpoint in {}/checkpoints: nothing to resume (start it with trainrun CONFIG)",
+          target));
+    }
+    file = *latest;
+  } else if (fs::exists(target)) {
+    file = target;
+  } else {
+    throw CheckpointError(fmt::format("--resume {}: no such run directory or checkpoint file", target));
+  }
+  Verdict v = verify_checkpoint(file);
+  if (!v.ok) throw CheckpointError(fmt::format("checkpoint {} is damaged: {}", file, v.reason));
+  CheckpointData ck = read_checkpoint(file);
+  Experiment exp = parse_experiment(ck.state.config_yaml, file + ":/config", {});
+  apply_overrides(exp, a.sets, /*resume=*/true);
+  // The run directory is the one holding the checkpoint.
+  exp.run_dir = fs::path(file).parent_path().parent_path().string();
+  if (!a.run_dir.empty()) exp.run_dir = a.run_dir;
+  return {exp, file};
+}
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("trainrun") : p.string();
+}
+
+// The command line every rank runs: everything resolved, so ranks agree on what to do.
+std::vector<std::string> rank_argv(const RunArgs& a, const Experiment& exp,
+                                   const std::string& resume_file) {
+  std::vector<std::string> argv = {self_exe(), "run"};
+  if (!resume_file.empty()) {
+    argv.insert(argv.end(), {"--resume", fs::absolute(resume_file).string()});
+  } else {
+    argv.push_back(fs::absolute(a.config).string());
+  }
+  for (const auto& s : a.sets) argv.insert(argv.end(), {"--set", s});
+  argv.insert(argv.end(), {"--run-dir", fs::absolute(exp.run_dir).string()});
+  if (!a.profile.empty()) argv.insert(argv.end(), {"--profile", a.profile});
+  return argv;
+}
+
+int cmd_run(const RunArgs& a) {
+  auto [exp, resume_file] = resolve_run(a);
+  const RankEnv env = detect_rank_env();
+  const int world = exp.world_size();
+  if (!env.is_rank && world > 1) {
+    validate_for_world(exp, world);
+    LaunchPlan plan = plan_launch(exp, rank_argv(a, exp, resume_file));
+    if (a.dry_run) {
+      fmt::print("{}\n", render_command(plan));
+      return kExitOk;
+    }
+    std::string failure;
+    const int code = run_launch(plan, &failure);
+    if (code != 0 && !failure.empty()) fmt::print(stderr, "error: {}\n", failure);
+    return code;
+  }
+  validate_for_world(exp, env.is_rank ? env.size : 1);
+  if (a.dry_run) {
+    fmt::print("# dry run: {} rank(s), run directory {}\n{}", env.is_rank ? env.size : 1,
+               exp.run_dir, to_yaml(exp));
+    if (!resume_file.empty()) fmt::print("# would resume from {}\n", resume_file);
+    return kExitOk;
+  }
+  RunOptions opts;
+  opts.resume_file = resume_file;
+  opts.profile = a.profile;
+  return run_training(exp, opts);
+}
+
+void add_run_options(CLI::App* sub, RunArgs& a) {
+  sub->add_option("config", a.config, "experiment YAML file")->type_name("CONFIG");
+  sub->add_option("--set", a.sets, "override a config key: KEY=VALUE (VALUE is YAML)")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+  sub->add_option("--run-dir", a.run_dir, "run directory (default: run_dir, or runs/NAME)");
+  sub->add_option("--resume", a.resume,
+                  "resume from RUN_DIR (newest good checkpoint) or a checkpoint FILE; with CONFIG "
+                  "and no value, the config's run directory (started fresh when it has none)")
+      ->expected(0, 1)
+      ->type_name("[RUN_DIR|FILE]");
+  sub->add_flag("--dry-run", a.dry_run,
+                "validate and print what would run (the mpirun command, or the resolved config)");
+  sub->add_option("--profile", a.profile, "write Chrome traces for steps A:B into RUN_DIR/trace/")
+      ->type_name("A:B");
+}
+
+}  // namespace
+
+int cli_main(int argc, char** argv) {
+  // `trainrun CONFIG ...` and `trainrun --resume ...` are `trainrun run ...`.
+  static const std::set<std::string> kSubcommands = {"run", "validate", "data", "sample",
+                                                     "inspect", "help"};
+  std::vector<std::string> args(argv, argv + argc);
+  if (args.size() > 1 && !kSubcommands.count(args[1]) && args[1] != "--help" && args[1] != "-h" &&
+      args[1] != "--version")
+    args.insert(args.begin() + 1, "run");
+
+  CLI::App app{kDescription, "trainrun"};
+  app.set_version_flag("--version", std::string("trainrun ") + TRAINRUN_VERSION);
+  app.require_subcommand(1);
+  app.footer("Run `trainrun SUBCOMMAND --help` for each command's options.");
+
+  RunArgs run_args;
+  auto* run = app.add_subcommand("run", "train an experiment (the default command)");
+  add_run_options(run, run_args);
+
+  std::string validate_config;
+  std::vector<std::string> validate_sets;
+  auto* validate = app.add_subcommand("validate", "check a config and print it resolved");
+  validate->add_option("config", validate_config, "experiment YAML file")->required();
+  validate->add_option("--set", validate_sets, "override a config key: KEY=VALUE");
+
+  auto* data = app.add_subcommand("data", "data tools");
+  data->require_subcommand(1);
+  std::string prep_text, prep_out;
+  double prep_val = 0.1;
+  auto* prepare = data->add_subcommand("prepare", "turn a text file into byte-level token shards");
+  prepare->add_option("text", prep_text, "input text file")->required();
+  prepare->add_option("--out", prep_out, "output directory for train.bin and val.bin")->required();
+  prepare->add_option("--val-fraction", prep_val, "fraction held out for validation")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.9));
+
+  std::string sample_dir, sample_prompt;
+  int sample_tokens = 200;
+  double sample_temp = 0.8;
+  uint64_t sample_seed = 1;
+  auto* sample = app.add_subcommand("sample", "generate text from a run's newest checkpoint");
+  sample->add_option("run", sample_dir, "run directory or checkpoint file")->required();
+  sample->add_option("--prompt", sample_prompt, "text to continue");
+  sample->add_option("--tokens", sample_tokens, "how many tokens (bytes) to generate")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
+  sample->add_option("--temperature", sample_temp, "sampling temperature; 0 = greedy")
+      ->capture_default_str();
+  sample->add_option("--seed", sample_seed, "sampling seed")->capture_default_str();
+
+  std::string inspect_file;
+  auto* inspect = app.add_subcommand("inspect", "describe a checkpoint and verify its checksums");
+  inspect->add_option("checkpoint", inspect_file, "checkpoint .h5 file")->required();
+
+  try {
+    std::vector<const char*> cargv;
+    for (auto& s : args) cargv.push_back(s.c_str());
+    app.parse(static_cast<int>(cargv.size()), cargv.data());
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? kExitOk : kExitUsage;
+  }
+
+  try {
+    if (*run) return cmd_run(run_args);
+    if (*validate) {
+      Experiment exp = load_experiment(validate_config, validate_sets);
+      validate_for_world(exp, exp.world_size());
+      fmt::print("{}", to_yaml(exp));
+      fmt::print(stderr, "{}: OK ({} rank(s))\n", validate_config, exp.world_size());
+      return kExitOk;
+    }
+    if (*prepare) {
+      fmt::print("{}\n", prepare_text_shards(prep_text, prep_out, prep_val));
+      return kExitOk;
+    }
+    if (*sample) {
+      std::string text = sample_text(sample_dir, sample_prompt, sample_tokens, sample_temp, sample_seed);
+      fmt::print("{}{}\n", sample_prompt, text);
+      return kExitOk;
+    }
+    if (*inspect) {
+      fmt::print("{}", describe_checkpoint(inspect_file));
+      return verify_checkpoint(inspect_file).ok ? kExitOk : kExitCheckpoint;
+    }
+  } catch (const Error& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return e.code();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "internal error: {}\n", e.what());
+    return kExitFailure;
+  }
+  return kExitUsage;
+}
+
 }  // namespace trainrun
