@@ -27,9 +27,9 @@ DType float_dtype(const char* op, std::initializer_list<const Tensor*> ts) {
   bool seen = false;
   for (const Tensor* t : ts) {
     if (t->empty()) continue;
-    require(t->device == Device::cpu, op,
-            fmt::format("tensor {} lives on {}, not the cpu", t->shape_str(),
-                        device_name(t->device)));
+    require(
+        t->device == Device::cpu, op,
+        fmt::format("tensor {} lives on {}, not the cpu", t->shape_str(), device_name(t->device)));
     require(t->dtype == DType::f32 || t->dtype == DType::f64, op,
             fmt::format("tensor {} has dtype {}; the cpu backend computes in f32 or f64",
                         t->shape_str(), dtype_name(t->dtype)));
@@ -57,9 +57,10 @@ void require_ids(const char* op, const char* name, const Tensor& ids, int64_t n,
   const int32_t* p = ids.as<int32_t>();
   for (int64_t i = 0; i < n; ++i)
     if (p[i] < 0 || p[i] >= limit)
-      throw DataError(fmt::format("{}: {}[{}] = {} is outside [0, {}): the data holds a token "
-                                  "the model's vocabulary does not (check vocab_size)",
-                                  op, name, i, p[i], limit));
+      throw DataError(
+          fmt::format("{}: {}[{}] = {} is outside [0, {}): the data holds a token "
+                      "the model's vocabulary does not (check vocab_size)",
+                      op, name, i, p[i], limit));
 }
 
 // Calls f with a null pointer of the element type so the lambda can name T = decltype(*p).
@@ -98,8 +99,8 @@ class CpuBackend final : public Backend {
                         device_name(dst.device)));
     require(dst.bytes() == src.bytes(), "copy",
             fmt::format("dst {} {} ({} bytes) and src {} {} ({} bytes) differ in size",
-                        dtype_name(dst.dtype), dst.shape_str(), dst.bytes(),
-                        dtype_name(src.dtype), src.shape_str(), src.bytes()));
+                        dtype_name(dst.dtype), dst.shape_str(), dst.bytes(), dtype_name(src.dtype),
+                        src.shape_str(), src.bytes()));
     if (dst.bytes() > 0 && dst.data != src.data) std::memmove(dst.data, src.data, dst.bytes());
   }
 
@@ -107,9 +108,15 @@ class CpuBackend final : public Backend {
     require(x.device == Device::cpu, "fill", "tensor is not on the cpu");
     const int64_t n = x.numel();
     switch (x.dtype) {
-      case DType::f32: cpu::fill(x.as<float>(), static_cast<float>(value), n); break;
-      case DType::f64: cpu::fill(x.as<double>(), value, n); break;
-      case DType::i32: cpu::fill(x.as<int32_t>(), static_cast<int32_t>(value), n); break;
+      case DType::f32:
+        cpu::fill(x.as<float>(), static_cast<float>(value), n);
+        break;
+      case DType::f64:
+        cpu::fill(x.as<double>(), value, n);
+        break;
+      case DType::i32:
+        cpu::fill(x.as<int32_t>(), static_cast<int32_t>(value), n);
+        break;
       case DType::bf16: {
         // Round to nearest even on the upper 16 bits of the f32 pattern.
         const float f = static_cast<float>(value);
@@ -168,8 +175,12 @@ class CpuBackend final : public Backend {
   void layernorm(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b) override {
     const char* op = "layernorm";
     const DType dt = float_dtype(op, {&out, &mean, &rstd, &in, &w, &b});
-    for (auto [name, t] : {std::pair{"out", &out}, {"mean", &mean}, {"rstd", &rstd},
-                           {"in", &in}, {"w", &w}, {"b", &b}})
+    for (auto [name, t] : {std::pair{"out", &out},
+                           {"mean", &mean},
+                           {"rstd", &rstd},
+                           {"in", &in},
+                           {"w", &w},
+                           {"b", &b}})
       require_present(op, name, *t);
     const int64_t rows = in.rows(), C = in.cols();
     require(out.numel() == in.numel() && out.cols() == C && mean.numel() == rows &&
@@ -190,8 +201,14 @@ class CpuBackend final : public Backend {
                           Tensor mean, Tensor rstd) override {
     const char* op = "layernorm_backward";
     const DType dt = float_dtype(op, {&din, &dw, &db, &dout, &in, &w, &mean, &rstd});
-    for (auto [name, t] : {std::pair{"din", &din}, {"dw", &dw}, {"db", &db}, {"dout", &dout},
-                           {"in", &in}, {"w", &w}, {"mean", &mean}, {"rstd", &rstd}})
+    for (auto [name, t] : {std::pair{"din", &din},
+                           {"dw", &dw},
+                           {"db", &db},
+                           {"dout", &dout},
+                           {"in", &in},
+                           {"w", &w},
+                           {"mean", &mean},
+                           {"rstd", &rstd}})
       require_present(op, name, *t);
     const int64_t rows = in.rows(), C = in.cols();
     require(din.numel() == in.numel() && dout.numel() == in.numel() && mean.numel() == rows &&
@@ -297,12 +314,10 @@ class CpuBackend final : public Backend {
     const char* op = "attention_backward";
     const DType dt = float_dtype(op, {&dqkv, &dout, &qkv, &out, &lse});
     const auto [B, T_, C] = attention_shape(op, qkv, n_head);
-    for (auto [name, t] :
-         {std::pair{"dqkv", &dqkv}, {"dout", &dout}, {"out", &out}, {"lse", &lse}})
+    for (auto [name, t] : {std::pair{"dqkv", &dqkv}, {"dout", &dout}, {"out", &out}, {"lse", &lse}})
       require_present(op, name, *t);
     require(dqkv.numel() == qkv.numel() && out.numel() == B * T_ * C && out.cols() == C &&
-                dout.numel() == out.numel() && dout.cols() == C &&
-                lse.numel() == B * n_head * T_,
+                dout.numel() == out.numel() && dout.cols() == C && lse.numel() == B * n_head * T_,
             op,
             fmt::format("dqkv {} dout {} out {} lse {} for qkv {} with {} heads: expected "
                         "dqkv like qkv, dout/out [B,T,C], lse [B,NH,T]",
@@ -310,8 +325,8 @@ class CpuBackend final : public Backend {
                         qkv.shape_str(), n_head));
     dispatch(dt, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
-      cpu::attention_backward<T>(ptr<T>(dqkv), ptr<T>(dout), ptr<T>(qkv), ptr<T>(out),
-                                 ptr<T>(lse), B, T_, C, n_head);
+      cpu::attention_backward<T>(ptr<T>(dqkv), ptr<T>(dout), ptr<T>(qkv), ptr<T>(out), ptr<T>(lse),
+                                 B, T_, C, n_head);
     });
   }
 
@@ -405,8 +420,7 @@ class CpuBackend final : public Backend {
   }
 
   void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp) override {
-    const DType dt =
-        pointwise("adamw", {{"param", &param}, {"grad", &grad}, {"m", &m}, {"v", &v}});
+    const DType dt = pointwise("adamw", {{"param", &param}, {"grad", &grad}, {"m", &m}, {"v", &v}});
     require(hp.step >= 1, "adamw", fmt::format("step is {}, must be >= 1", hp.step));
     dispatch(dt, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
@@ -454,15 +468,17 @@ class CpuBackend final : public Backend {
     require(qkv.ndim == 3 && qkv.dim(2) % 3 == 0, op,
             fmt::format("qkv {} must be [B,T,3C]", qkv.shape_str()));
     const int64_t C = qkv.dim(2) / 3;
-    require(n_head > 0 && C % n_head == 0, op,
-            fmt::format("C = {} (qkv {}) is not divisible by n_head = {}", C, qkv.shape_str(),
-                        n_head));
+    require(
+        n_head > 0 && C % n_head == 0, op,
+        fmt::format("C = {} (qkv {}) is not divisible by n_head = {}", C, qkv.shape_str(), n_head));
     return {qkv.dim(0), qkv.dim(1), C};
   }
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend() {
+  return std::make_unique<CpuBackend>();
+}
 
 }  // namespace trainrun

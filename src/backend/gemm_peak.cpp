@@ -22,7 +22,8 @@ double measure_gemm_peak_gflops(Backend& be, int size) {
   void* a = be.alloc(bytes);
   void* b = be.alloc(bytes);
   void* c = be.alloc(bytes);
-  Tensor A(a, DType::f32, dev, {n, n}), B(b, DType::f32, dev, {n, n}), C(c, DType::f32, dev, {n, n});
+  Tensor A(a, DType::f32, dev, {n, n}), B(b, DType::f32, dev, {n, n}),
+      C(c, DType::f32, dev, {n, n});
   double best = 0;
   try {
     be.fill(A, 0.5);

@@ -30,8 +30,8 @@ void gelu_backward(T* din, const T* dout, const T* in, int64_t n) {
     const T x = in[i];
     const T th = std::tanh(k * (x + a * x * x * x));
     const T sech2 = 1 - th * th;
-    const T grad = static_cast<T>(0.5) * (1 + th) +
-                   static_cast<T>(0.5) * x * sech2 * k * (1 + 3 * a * x * x);
+    const T grad =
+        static_cast<T>(0.5) * (1 + th) + static_cast<T>(0.5) * x * sech2 * k * (1 + 3 * a * x * x);
     din[i] += grad * dout[i];
   }
 }

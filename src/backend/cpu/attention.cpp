@@ -59,8 +59,8 @@ void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int6
 }
 
 template <class T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse,
-                        int64_t B, int64_t T_, int64_t C, int NH) {
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
+                        int64_t T_, int64_t C, int NH) {
   const int64_t hd = C / NH, C3 = 3 * C;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
 #pragma omp parallel for collapse(2)
@@ -100,8 +100,8 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
 
 template void attention_forward<float>(float*, float*, const float*, int64_t, int64_t, int64_t,
                                        int);
-template void attention_forward<double>(double*, double*, const double*, int64_t, int64_t,
-                                        int64_t, int);
+template void attention_forward<double>(double*, double*, const double*, int64_t, int64_t, int64_t,
+                                        int);
 template void attention_backward<float>(float*, const float*, const float*, const float*,
                                         const float*, int64_t, int64_t, int64_t, int);
 template void attention_backward<double>(double*, const double*, const double*, const double*,

@@ -44,7 +44,7 @@ template void cross_entropy_forward<double>(double*, double*, const double*, con
                                             int64_t, int64_t);
 template void cross_entropy_backward<float>(float*, const float*, const float*, const int32_t*,
                                             int64_t, int64_t, float);
-template void cross_entropy_backward<double>(double*, const double*, const double*,
-                                             const int32_t*, int64_t, int64_t, double);
+template void cross_entropy_backward<double>(double*, const double*, const double*, const int32_t*,
+                                             int64_t, int64_t, double);
 
 }  // namespace trainrun::cpu

@@ -19,7 +19,9 @@ inline uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-inline uint32_t threshold(float p) { return static_cast<uint32_t>(double(p) * 16777216.0); }
+inline uint32_t threshold(float p) {
+  return static_cast<uint32_t>(double(p) * 16777216.0);
+}
 
 inline bool keeps(uint64_t key, uint64_t index, uint32_t thresh) {
   return static_cast<uint32_t>(mix64(key + (index + 1) * kGolden) >> 40) >= thresh;

@@ -33,7 +33,6 @@ void embedding_backward(T* dtable, const T* dout, const int32_t* ids, int64_t N,
 template void embedding_forward<float>(float*, const int32_t*, const float*, int64_t, int64_t);
 template void embedding_forward<double>(double*, const int32_t*, const double*, int64_t, int64_t);
 template void embedding_backward<float>(float*, const float*, const int32_t*, int64_t, int64_t);
-template void embedding_backward<double>(double*, const double*, const int32_t*, int64_t,
-                                         int64_t);
+template void embedding_backward<double>(double*, const double*, const int32_t*, int64_t, int64_t);
 
 }  // namespace trainrun::cpu

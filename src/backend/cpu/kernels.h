@@ -19,11 +19,11 @@ void matmul_backward(T* din, T* dw, T* dbias, const T* dout, const T* in, const 
 
 // layernorm.cpp
 template <class T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* in, const T* w, const T* b,
-                       int64_t rows, int64_t C);
+void layernorm_forward(T* out, T* mean, T* rstd, const T* in, const T* w, const T* b, int64_t rows,
+                       int64_t C);
 template <class T>
-void layernorm_backward(T* din, T* dw, T* db, const T* dout, const T* in, const T* w,
-                        const T* mean, const T* rstd, int64_t rows, int64_t C);
+void layernorm_backward(T* din, T* dw, T* db, const T* dout, const T* in, const T* w, const T* mean,
+                        const T* rstd, int64_t rows, int64_t C);
 
 // activations.cpp
 template <class T>
@@ -57,8 +57,8 @@ void fill(T* x, T value, int64_t n);
 template <class T>
 void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int64_t C, int NH);
 template <class T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse,
-                        int64_t B, int64_t T_, int64_t C, int NH);
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
+                        int64_t T_, int64_t C, int NH);
 
 // embedding.cpp: ids already validated in [0, V)
 template <class T>

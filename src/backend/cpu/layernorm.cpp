@@ -15,8 +15,8 @@ constexpr double kLayerNormEps = 1e-5;
 }
 
 template <class T>
-void layernorm_forward(T* out, T* mean, T* rstd, const T* in, const T* w, const T* b,
-                       int64_t rows, int64_t C) {
+void layernorm_forward(T* out, T* mean, T* rstd, const T* in, const T* w, const T* b, int64_t rows,
+                       int64_t C) {
 #pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r) {
     const T* x = in + r * C;
@@ -35,8 +35,8 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* in, const T* w, const 
 }
 
 template <class T>
-void layernorm_backward(T* din, T* dw, T* db, const T* dout, const T* in, const T* w,
-                        const T* mean, const T* rstd, int64_t rows, int64_t C) {
+void layernorm_backward(T* din, T* dw, T* db, const T* dout, const T* in, const T* w, const T* mean,
+                        const T* rstd, int64_t rows, int64_t C) {
   // din = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * w
 #pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r) {
@@ -84,8 +84,7 @@ template void layernorm_forward<float>(float*, float*, float*, const float*, con
 template void layernorm_forward<double>(double*, double*, double*, const double*, const double*,
                                         const double*, int64_t, int64_t);
 template void layernorm_backward<float>(float*, float*, float*, const float*, const float*,
-                                        const float*, const float*, const float*, int64_t,
-                                        int64_t);
+                                        const float*, const float*, const float*, int64_t, int64_t);
 template void layernorm_backward<double>(double*, double*, double*, const double*, const double*,
                                          const double*, const double*, const double*, int64_t,
                                          int64_t);

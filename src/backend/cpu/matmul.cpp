@@ -19,8 +19,8 @@ void sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, const float* A, in
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   dnnl_status_t st = dnnl_sgemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
   if (st != dnnl_success)
-    throw std::runtime_error(fmt::format("dnnl_sgemm({}{}, M={}, N={}, K={}) failed: status {}",
-                                         ta, tb, M, N, K, static_cast<int>(st)));
+    throw std::runtime_error(fmt::format("dnnl_sgemm({}{}, M={}, N={}, K={}) failed: status {}", ta,
+                                         tb, M, N, K, static_cast<int>(st)));
 }
 
 // out rows start as the bias (or zero) so the GEMM can add onto them.
@@ -81,7 +81,7 @@ void matmul_backward(T* din, T* dw, T* dbias, const T* dout, const T* in, const 
                      int64_t C, int64_t OC) {
   if constexpr (std::is_same_v<T, float>) {
     if (din) sgemm('N', 'N', N, C, OC, dout, OC, w, C, 1.0f, din, C);  // din += dout . w
-    sgemm('T', 'N', OC, C, N, dout, OC, in, C, 1.0f, dw, C);            // dw += dout^T . in
+    sgemm('T', 'N', OC, C, N, dout, OC, in, C, 1.0f, dw, C);           // dw += dout^T . in
   } else {
     if (din) {
 #pragma omp parallel for
@@ -109,8 +109,8 @@ void matmul_backward(T* din, T* dw, T* dbias, const T* dout, const T* in, const 
 
 template void matmul_forward<float>(float*, const float*, const float*, const float*, int64_t,
                                     int64_t, int64_t);
-template void matmul_forward<double>(double*, const double*, const double*, const double*,
-                                     int64_t, int64_t, int64_t);
+template void matmul_forward<double>(double*, const double*, const double*, const double*, int64_t,
+                                     int64_t, int64_t);
 template void matmul_backward<float>(float*, float*, float*, const float*, const float*,
                                      const float*, int64_t, int64_t, int64_t);
 template void matmul_backward<double>(double*, double*, double*, const double*, const double*,
