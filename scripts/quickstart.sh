@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Quick start: installs what is missing, builds, and trains the built-in default job
+# (configs/quickstart.yaml: a small GPT on a seeded Markov source, no download needed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+echo "building trainrun (first time: about a minute)..."
+scripts/build.sh
+exec ./build/trainrun configs/quickstart.yaml "$@"

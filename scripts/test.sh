@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The test command (CI calls it): installs what is missing, builds with warnings as errors,
+# runs the unit tests, the 2-rank MPI tests, the unit tests again under AddressSanitizer and
+# UBSan, the format check, and the integration tests that run the trainrun binary.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh --test
+
+step() { printf '\n==== %s ====\n' "$*"; }
+
+step "build (release, -Werror)"
+[[ -f build/build.ninja ]] || meson setup build --buildtype=release -Dwerror=true >/dev/null
+ninja -C build
+
+step "unit and MPI tests"
+meson test -C build --suite unit --suite mpi --print-errorlogs
+
+step "unit tests under AddressSanitizer + UBSan"
+[[ -f build-asan/build.ninja ]] || meson setup build-asan --buildtype=debugoptimized -Dwerror=true \
+  -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled >/dev/null
+ninja -C build-asan $(cd build-asan && ninja -t targets all | sed -n 's/^\(tests\/test_[a-z_]*\): .*/\1/p' | grep -v comm_mpi | sort -u)
+UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
+  meson test -C build-asan --suite unit --print-errorlogs --no-rebuild
+
+step "format (.clang-format)"
+scripts/check-format.sh
+
+step "integration tests (the trainrun binary)"
+TRAINRUN_BIN="$PWD/build/trainrun" python3 -m pytest -q tests/integration "$@"
