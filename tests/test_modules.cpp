@@ -1,13 +1,15 @@
 // Finite-difference gradient checks, in double precision, for every module and for the whole
 // GPT and MLP models. Each check perturbs sampled elements of every parameter and input by
 // +-eps and compares (L(x+eps) - L(x-eps)) / 2eps with the analytic gradient from backward.
-// Tolerance: |analytic - numeric| <= 1e-6 * max(|a|, |n|) + 1e-9 (double, eps = 1e-6: the
-// central difference's truncation error is O(eps^2) relative).
+// Tolerance: |analytic - numeric| <= 1e-4 * max(|a|, |n|) + 1e-7. In double with eps = 1e-6
+// the central difference carries ~1e-10 * |loss| of rounding and eps^2 * f'''(x) of truncation
+// (up to ~1e-8 with the large random weights used here); a wrong gradient is off by O(1).
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "trainrun/backend.h"
@@ -27,8 +29,8 @@ using namespace trainrun;
 namespace {
 
 constexpr double kEps = 1e-6;
-constexpr double kRel = 1e-6;
-constexpr double kAbs = 1e-9;
+constexpr double kRel = 1e-4;
+constexpr double kAbs = 1e-7;
 
 struct HostBuf {
   std::vector<double> v;
@@ -51,7 +53,7 @@ void randomize(Tensor t, Rng& rng, double scale) {
 
 // Checks d(loss)/d(value) against `grad` at up to `samples` random elements.
 // `loss` recomputes the scalar loss from the current values.
-int check_tensor(const char* what, Tensor value, Tensor grad, const std::function<double()>& loss,
+int check_tensor(const std::string& what, Tensor value, Tensor grad, const std::function<double()>& loss,
                  Rng& rng, int samples = 12) {
   int failures = 0;
   double* x = value.as<double>();
@@ -80,7 +82,7 @@ int check_tensor(const char* what, Tensor value, Tensor grad, const std::functio
 int check_params(ParamStore& ps, const std::function<double()>& loss, Rng& rng) {
   int failures = 0;
   for (size_t i = 0; i < ps.infos().size(); ++i)
-    failures += check_tensor(ps.infos()[i].name.c_str(), ps.param(static_cast<int>(i)),
+    failures += check_tensor(ps.infos()[i].name, ps.param(static_cast<int>(i)),
                              ps.grad(static_cast<int>(i)), loss, rng);
   return failures;
 }
