@@ -1,0 +1,74 @@
+#include "host.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "trainrun/launch.h"
+
+namespace trainrun {
+namespace {
+
+bool read_int(const std::string& path, int* out) {
+  std::ifstream f(path);
+  return static_cast<bool>(f >> *out);
+}
+
+}  // namespace
+
+int available_cores() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof mask, &mask) == 0) {
+    std::set<std::pair<int, int>> cores;  // (package, core): hyperthreads share one
+    bool ok = true;
+    for (int cpu = 0; cpu < CPU_SETSIZE && ok; ++cpu) {
+      if (!CPU_ISSET(cpu, &mask)) continue;
+      const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+      int package = 0, core = 0;
+      ok = read_int(dir + "physical_package_id", &package) && read_int(dir + "core_id", &core);
+      cores.emplace(package, core);
+    }
+    if (ok && !cores.empty()) return static_cast<int>(cores.size());
+    if (int n = CPU_COUNT(&mask); n > 0) return n;
+  }
+  unsigned n = std::thread::hardware_concurrency();
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+std::string find_on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  if (!path) return "";
+  const std::string p = path;
+  size_t pos = 0;
+  for (;;) {
+    const size_t colon = p.find(':', pos);
+    const std::string dir =
+        p.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos);
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(candidate, ec) && access(candidate.c_str(), X_OK) == 0)
+      return candidate;
+    if (colon == std::string::npos) return "";
+    pos = colon + 1;
+  }
+}
+
+int default_omp_threads(int local_size) {
+  if (const char* v = std::getenv("OMP_NUM_THREADS"); v && *v) {
+    // OpenMP reads a list ("8,4") for nested levels: the first entry is this level's.
+    int n = std::atoi(v);
+    if (n > 0) return n;
+  }
+  int per_rank = available_cores() / (local_size > 0 ? local_size : 1);
+  return per_rank > 0 ? per_rank : 1;
+}
+
+}  // namespace trainrun

@@ -1,0 +1,15 @@
+// Facts about this host the launcher needs: cores (as mpirun counts slots), programs on PATH.
+#pragma once
+
+#include <string>
+
+namespace trainrun {
+
+// Physical cores (not hyperthreads) in this process's CPU affinity mask, as hwloc and thus
+// mpirun count slots on a node; falls back to the logical CPU count when sysfs is unreadable.
+int available_cores();
+
+// The first executable `name` in $PATH's directories (an empty entry is "."); "" if none.
+std::string find_on_path(const std::string& name);
+
+}  // namespace trainrun
