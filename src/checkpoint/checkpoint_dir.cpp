@@ -1,0 +1,102 @@
+// The checkpoints of one run: RUN_DIR/checkpoints/step-NNNNNNN.h5, newest first, and the
+// newest one that still verifies.
+#include <fmt/format.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <filesystem>
+
+#include "checkpoint_dir.h"
+#include "trainrun/checkpoint.h"
+
+namespace trainrun {
+namespace fs = std::filesystem;
+
+namespace {
+
+// "step-0000123.h5" -> 123; anything else (temp files, other names) -> -1.
+int64_t step_of(const std::string& name) {
+  constexpr std::string_view prefix = "step-", suffix = ".h5";
+  if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) ||
+      !name.ends_with(suffix))
+    return -1;
+  const char* b = name.data() + prefix.size();
+  const char* e = name.data() + name.size() - suffix.size();
+  int64_t step = -1;
+  auto [p, ec] = std::from_chars(b, e, step);
+  return (ec == std::errc() && p == e) ? step : -1;
+}
+
+bool pid_alive(long pid) {
+  return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno == EPERM);
+}
+
+}  // namespace
+
+std::string checkpoint_path(const std::string& run_dir, int64_t step) {
+  return (fs::path(run_dir) / "checkpoints" / fmt::format("step-{:07d}.h5", step)).string();
+}
+
+std::vector<std::string> list_checkpoints(const std::string& run_dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec)) {
+    int64_t step = step_of(entry.path().filename().string());
+    if (step >= 0 && entry.is_regular_file(ec)) found.emplace_back(step, entry.path().string());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a > b; });
+  std::vector<std::string> paths;
+  for (auto& f : found) paths.push_back(std::move(f.second));
+  return paths;
+}
+
+int remove_stale_temp_files(const std::string& run_dir) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec)) {
+    std::string name = entry.path().filename().string();
+    size_t at = name.rfind(".tmp-");
+    if (at == std::string::npos) continue;
+    long pid = 0;
+    const char* b = name.data() + at + 5;
+    const char* e = name.data() + name.size();
+    auto [p, perr] = std::from_chars(b, e, pid);
+    // A live pid may be a writer on this host right now: leave its file alone.
+    if (perr != std::errc() || p != e || pid_alive(pid)) continue;
+    std::error_code rec;
+    if (fs::remove(entry.path(), rec)) {
+      spdlog::info("removed {} left by an interrupted checkpoint write", entry.path().string());
+      ++removed;
+    }
+  }
+  return removed;
+}
+
+std::optional<std::string> latest_good_checkpoint(const std::string& run_dir,
+                                                  std::vector<std::string>* warnings) {
+  remove_stale_temp_files(run_dir);
+  std::vector<std::pair<std::string, std::string>> bad;  // path, reason
+  std::optional<std::string> good;
+  for (const std::string& path : list_checkpoints(run_dir)) {
+    Verdict v = verify_checkpoint(path);
+    if (v.ok) {
+      good = path;
+      break;
+    }
+    bad.emplace_back(path, v.reason);
+  }
+  if (warnings) {
+    for (const auto& [path, reason] : bad)
+      warnings->push_back(good ? fmt::format("checkpoint {} is damaged ({}); falling back to {}",
+                                             path, reason, *good)
+                               : fmt::format("checkpoint {} is damaged ({}); no older "
+                                             "checkpoint is left to fall back to",
+                                             path, reason));
+  }
+  return good;
+}
+
+}  // namespace trainrun

@@ -1,0 +1,353 @@
+// MetricsLog: the same rows to RUN_DIR/metrics.jsonl (every field) and RUN_DIR/metrics.h5 (one
+// extendable float64 column per numeric field, NaN where a row lacks it), truncated to the
+// checkpoint's step on resume.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "h5_handle.h"
+#include "metrics_json.h"
+#include "trainrun/errors.h"
+#include "trainrun/metrics.h"
+
+namespace trainrun {
+namespace {
+
+using namespace obs_h5;
+namespace fs = std::filesystem;
+
+constexpr hsize_t kChunkRows = 1024;
+// Rows are buffered and written to HDF5 in batches (and at every flush()).
+constexpr size_t kMaxPendingRows = 1024;
+
+Error metrics_error(const std::string& file, const std::string& why) {
+  return Error(kExitFailure, fmt::format("metrics file {}: {}", file, why));
+}
+
+// '/' would nest groups; HDF5 rejects empty names.
+std::string h5_name(const std::string& s) {
+  std::string out = s.empty() ? "_" : s;
+  for (char& c : out)
+    if (c == '/') c = '_';
+  return out == "." ? "_" : out;
+}
+
+hsize_t extent_of(hid_t ds) {
+  Handle space = space_h(H5Dget_space(ds), "get dataspace");
+  hsize_t n = 0;
+  check(H5Sget_simple_extent_dims(space, &n, nullptr), "get extent");
+  return n;
+}
+
+std::vector<std::string> member_names(hid_t group) {
+  H5G_info_t info;
+  check(H5Gget_info(group, &info), "list group");
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    ssize_t len = check(
+        H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT),
+        "list group");
+    std::string name(size_t(len) + 1, '\0');
+    check(H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(),
+                             H5P_DEFAULT),
+          "list group");
+    name.resize(size_t(len));
+    names.push_back(std::move(name));
+  }
+  return names;
+}
+
+std::optional<double> step_of(const MetricRow& row) {
+  for (const auto& [key, value] : row)
+    if (key == "step") {
+      if (const double* d = std::get_if<double>(&value)) return *d;
+      return std::nullopt;
+    }
+  return std::nullopt;
+}
+
+}  // namespace
+
+struct MetricsLog::Impl {
+  std::string jsonl_path, h5_path;
+  std::FILE* jsonl = nullptr;
+  Handle file;
+
+  struct Group {
+    Handle g;
+    hsize_t rows = 0;
+    std::map<std::string, Handle> columns;
+    std::vector<std::vector<std::pair<std::string, double>>> pending;
+  };
+  std::map<std::string, Group> groups;
+  size_t pending_rows = 0;
+
+  Handle file_access() {
+    Handle fapl = plist_h(H5Pcreate(H5P_FILE_ACCESS), "create file access properties");
+    // No lock held by the writer, so plotting scripts and h5dump can open the file while the
+    // run goes on (they read the state of the last flush()).
+    check(H5Pset_file_locking(fapl, false, true), "disable file locking");
+    check(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), "set close degree");
+    return fapl;
+  }
+
+  void create_h5() {
+    Handle fapl = file_access();
+    file = file_h(H5Fcreate(h5_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), "create");
+  }
+
+  Group& group(const std::string& kind) {
+    Group& g = groups[kind];
+    if (g.g.get() < 0) {
+      std::string name = h5_name(kind);
+      g.g = group_h(H5Gcreate2(file, name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                    name.c_str());
+    }
+    return g;
+  }
+
+  // A new column starts `rows` long, all NaN (the fill value), so it lines up with the others.
+  Handle& column(Group& g, const std::string& field) {
+    auto it = g.columns.find(field);
+    if (it != g.columns.end()) return it->second;
+    std::string name = h5_name(field);
+    hsize_t dims = g.rows, maxdims = H5S_UNLIMITED, chunk = kChunkRows;
+    Handle space = space_h(H5Screate_simple(1, &dims, &maxdims), "create dataspace");
+    Handle dcpl = plist_h(H5Pcreate(H5P_DATASET_CREATE), "create dataset properties");
+    check(H5Pset_chunk(dcpl, 1, &chunk), "set chunking");
+    double nan = std::nan("");
+    check(H5Pset_fill_value(dcpl, H5T_NATIVE_DOUBLE, &nan), "set fill value");
+    Handle ds =
+        dset_h(H5Dcreate2(g.g, name.c_str(), H5T_IEEE_F64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+               name.c_str());
+    return g.columns.emplace(field, std::move(ds)).first->second;
+  }
+
+  // Opens an existing file and cuts every group back to the rows with step <= keep.
+  void open_and_truncate_h5(int64_t keep) {
+    Handle fapl = file_access();
+    file = file_h(H5Fopen(h5_path.c_str(), H5F_ACC_RDWR, fapl), "open");
+    for (const std::string& kind : member_names(file)) {
+      Group& g = groups[kind];
+      g.g = group_h(H5Gopen2(file, kind.c_str(), H5P_DEFAULT), kind.c_str());
+      hsize_t rows = 0;
+      for (const std::string& field : member_names(g.g)) {
+        Handle ds = dset_h(H5Dopen2(g.g, field.c_str(), H5P_DEFAULT), field.c_str());
+        rows = std::max(rows, extent_of(ds));
+        g.columns.emplace(field, std::move(ds));
+      }
+      auto step = g.columns.find("step");
+      if (step != g.columns.end()) {
+        std::vector<double> steps(extent_of(step->second));
+        if (!steps.empty())
+          check(
+              H5Dread(step->second, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, steps.data()),
+              "read step");
+        // Steps grow along the rows; everything from the first row past `keep` goes.
+        rows = 0;
+        while (rows < steps.size() && !(steps[rows] > double(keep))) ++rows;
+      }
+      // Also evens out columns a crash left at different lengths.
+      for (auto& [field, ds] : g.columns) check(H5Dset_extent(ds, &rows), "shrink column");
+      g.rows = rows;
+    }
+  }
+
+  void queue(const std::string& kind, const MetricRow& row) {
+    std::vector<std::pair<std::string, double>> numeric;
+    for (const auto& [key, value] : row)
+      if (const double* d = std::get_if<double>(&value)) numeric.emplace_back(key, *d);
+    groups[kind].pending.push_back(std::move(numeric));
+    ++pending_rows;
+  }
+
+  void write_pending() {
+    if (pending_rows == 0) return;
+    for (auto& [kind, g0] : groups) {
+      if (g0.pending.empty()) continue;
+      Group& g = group(kind);
+      const hsize_t k = g.pending.size();
+      std::map<std::string, std::vector<double>> values;
+      for (hsize_t r = 0; r < k; ++r)
+        for (const auto& [field, v] : g.pending[r]) {
+          auto& col = values[field];
+          if (col.empty()) col.assign(k, std::nan(""));
+          col[r] = v;
+        }
+      for (const auto& [field, col] : values) column(g, field);
+      hsize_t new_rows = g.rows + k;
+      for (auto& [field, ds] : g.columns) {
+        check(H5Dset_extent(ds, &new_rows), "extend column");
+        auto it = values.find(field);
+        if (it == values.end()) continue;  // absent in these rows: the NaN fill stands
+        Handle space = space_h(H5Dget_space(ds), "get dataspace");
+        hsize_t start = g.rows, count = k;
+        check(H5Sselect_hyperslab(space, H5S_SELECT_SET, &start, nullptr, &count, nullptr),
+              "select rows");
+        Handle mem = space_h(H5Screate_simple(1, &count, nullptr), "create memory space");
+        check(H5Dwrite(ds, H5T_NATIVE_DOUBLE, mem, space, H5P_DEFAULT, it->second.data()),
+              field.c_str());
+      }
+      g.rows = new_rows;
+      g.pending.clear();
+    }
+    pending_rows = 0;
+  }
+
+  // Keeps the JSONL lines with step <= keep (lines without a step stay); returns the kept rows.
+  std::vector<MetricRow> truncate_jsonl(int64_t keep) {
+    std::vector<MetricRow> kept;
+    std::ifstream in(jsonl_path);
+    if (!in) return kept;
+    std::string out, line;
+    size_t dropped_torn = 0;
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      std::optional<MetricRow> row = parse_metrics_line(line);
+      if (!row) {
+        ++dropped_torn;
+        continue;
+      }
+      std::optional<double> step = step_of(*row);
+      if (step && *step > double(keep)) continue;
+      out += line;
+      out += '\n';
+      kept.push_back(std::move(*row));
+    }
+    if (dropped_torn)
+      spdlog::warn("{}: dropped {} unreadable line(s) (a write cut short?)", jsonl_path,
+                   dropped_torn);
+    in.close();
+    // Temp file and rename: a crash here leaves either the old or the new file, never half.
+    std::string tmp = fmt::format("{}.tmp-{}", jsonl_path, ::getpid());
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    if (!f) throw metrics_error(tmp, std::strerror(errno));
+    bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
+    ok = (std::fflush(f) == 0) && ok;
+    ok = (::fsync(fileno(f)) == 0) && ok;
+    ok = (std::fclose(f) == 0) && ok;
+    if (!ok || std::rename(tmp.c_str(), jsonl_path.c_str()) != 0) {
+      std::string why = std::strerror(errno);
+      std::remove(tmp.c_str());
+      throw metrics_error(jsonl_path, "cannot rewrite it: " + why);
+    }
+    return kept;
+  }
+};
+
+MetricsLog::MetricsLog(const std::string& run_dir, int64_t keep_through_step)
+    : impl_(std::make_unique<Impl>()) {
+  quiet();
+  Impl& m = *impl_;
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  m.jsonl_path = (fs::path(run_dir) / "metrics.jsonl").string();
+  m.h5_path = (fs::path(run_dir) / "metrics.h5").string();
+
+  std::vector<MetricRow> kept;
+  if (keep_through_step >= 0) kept = m.truncate_jsonl(keep_through_step);
+  m.jsonl = std::fopen(m.jsonl_path.c_str(), keep_through_step >= 0 ? "a" : "w");
+  if (!m.jsonl) throw metrics_error(m.jsonl_path, std::strerror(errno));
+
+  try {
+    bool reopened = false;
+    if (keep_through_step >= 0 && fs::exists(m.h5_path, ec)) {
+      try {
+        m.open_and_truncate_h5(keep_through_step);
+        reopened = true;
+      } catch (const H5Failure& e) {
+        // A crash mid-flush can leave the HDF5 file unreadable; the JSONL has the same rows.
+        m.groups.clear();
+        m.file.reset();
+        std::string aside = m.h5_path + ".damaged";
+        spdlog::warn("{} is damaged ({}); moved to {} and rebuilt from {}", m.h5_path, e.what(),
+                     aside, m.jsonl_path);
+        fs::rename(m.h5_path, aside, ec);
+      }
+    }
+    if (!reopened) {
+      m.create_h5();
+      for (MetricRow& row : kept) {
+        std::string kind = "train";
+        for (auto it = row.begin(); it != row.end(); ++it)
+          if (it->first == "kind") {
+            if (auto* s = std::get_if<std::string>(&it->second)) kind = *s;
+            row.erase(it);
+            break;
+          }
+        m.queue(kind, row);
+      }
+      m.write_pending();
+    }
+    check(H5Fflush(m.file, H5F_SCOPE_GLOBAL), "flush");
+  } catch (const H5Failure& e) {
+    std::fclose(m.jsonl);
+    m.jsonl = nullptr;
+    throw metrics_error(m.h5_path, e.what());
+  }
+}
+
+MetricsLog::~MetricsLog() {
+  try {
+    flush();
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+  }
+  impl_->groups.clear();
+  impl_->file.reset();
+  if (impl_->jsonl) std::fclose(impl_->jsonl);
+}
+
+void MetricsLog::append(const std::string& kind, const MetricRow& row) {
+  Impl& m = *impl_;
+  std::string line = format_metrics_line(kind, row);
+  line += '\n';
+  if (std::fwrite(line.data(), 1, line.size(), m.jsonl) != line.size())
+    throw metrics_error(m.jsonl_path, std::strerror(errno));
+  m.queue(kind, row);
+  if (m.pending_rows >= kMaxPendingRows) {
+    quiet();
+    try {
+      m.write_pending();
+    } catch (const H5Failure& e) {
+      throw metrics_error(m.h5_path, e.what());
+    }
+  }
+}
+
+void MetricsLog::flush() {
+  Impl& m = *impl_;
+  quiet();
+  try {
+    m.write_pending();
+    if (m.file.get() >= 0) check(H5Fflush(m.file, H5F_SCOPE_GLOBAL), "flush");
+  } catch (const H5Failure& e) {
+    throw metrics_error(m.h5_path, e.what());
+  }
+  if (m.jsonl && std::fflush(m.jsonl) != 0) throw metrics_error(m.jsonl_path, std::strerror(errno));
+}
+
+std::vector<MetricRow> read_metrics_jsonl(const std::string& run_dir, const std::string& kind) {
+  std::vector<MetricRow> rows;
+  std::ifstream in(fs::path(run_dir) / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::optional<MetricRow> row = parse_metrics_line(line);
+    if (!row || row->empty() || row->front().first != "kind") continue;
+    const auto* k = std::get_if<std::string>(&row->front().second);
+    if (!k || *k != kind) continue;
+    row->erase(row->begin());
+    rows.push_back(std::move(*row));
+  }
+  return rows;
+}
+
+}  // namespace trainrun
