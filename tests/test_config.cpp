@@ -1,1 +1,494 @@
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
 #include <doctest/doctest.h>
+#include <unistd.h>
+
+#include "trainrun/config.h"
+#include "trainrun/errors.h"
+#include "trainrun/schema.h"
+
+using namespace trainrun;
+
+namespace {
+
+// The smallest valid config: one data source, everything else default.
+const char* kMinimal = R"(
+data:
+  synthetic: markov
+)";
+
+Experiment parse(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  return parse_experiment(yaml, "exp.yaml", overrides);
+}
+
+// The ConfigError message for a config that must be refused (fails the test if it is accepted).
+std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse(yaml, overrides);
+  } catch (const ConfigError& e) {
+    CHECK(e.code() == kExitUsage);
+    CHECK(e.code() == 2);
+    return e.what();
+  }
+  FAIL("config was accepted: " << yaml);
+  return "";
+}
+
+bool has(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+std::string resumed_error(const Experiment& exp, const std::vector<std::string>& overrides) {
+  Experiment copy = exp;
+  try {
+    apply_overrides(copy, overrides, true);
+  } catch (const ConfigError& e) {
+    CHECK(e.code() == 2);
+    return e.what();
+  }
+  FAIL("overrides were accepted on resume");
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("defaults resolve from the struct initialisers; run_dir follows the name") {
+  const Experiment e = parse(kMinimal);
+  const Experiment d;
+  CHECK(e.name == d.name);
+  CHECK(e.seed == d.seed);
+  CHECK(e.model.n_layer == d.model.n_layer);
+  CHECK(e.model.hidden == d.model.hidden);
+  CHECK(e.optimizer.betas == d.optimizer.betas);
+  CHECK(e.train.steps == d.train.steps);
+  CHECK(e.data.synthetic == "markov");
+  CHECK(e.run_dir == "runs/run");
+  CHECK(e.source_path == "exp.yaml");
+
+  CHECK(parse("name: tiny-1.b\ndata: {synthetic: markov}").run_dir == "runs/tiny-1.b");
+  CHECK(parse("run_dir: /scratch/x\ndata: {synthetic: markov}").run_dir == "/scratch/x");
+  // A section whose keys are all commented out is an empty section.
+  CHECK(parse("model:\n  # n_layer: 6\ndata: {synthetic: markov}").model.n_layer == 4);
+}
+
+TEST_CASE("values of every type are read into the experiment") {
+  const Experiment e = parse(R"(
+name: exp
+seed: 18446744073709551615
+device: auto
+model:
+  type: mlp
+  hidden: [64, 32]
+  activation: relu
+  dropout: 0.25
+data:
+  train: shards/train_*.bin
+  val: shards/val_*.bin
+train:
+  steps: 20
+  precision: bf16
+optimizer:
+  lr: 3e-4
+  betas: [0.8, 0.95]
+checkpoint:
+  async: yes
+launcher:
+  mpirun_args: ["--mca", "btl", "self,vader"]
+slurm:
+  extra:
+    - "--gres=gpu:8"
+)");
+  CHECK(e.seed == 18446744073709551615ull);
+  CHECK(e.device == "auto");
+  CHECK(e.model.type == "mlp");
+  CHECK(e.model.hidden == std::vector<int>{64, 32});
+  CHECK(e.model.activation == "relu");
+  CHECK(e.model.dropout == 0.25);
+  CHECK(e.data.train == "shards/train_*.bin");
+  CHECK(e.train.steps == 20);
+  CHECK(e.train.precision == "bf16");
+  CHECK(e.optimizer.lr == 3e-4);
+  CHECK(e.optimizer.betas == std::vector<double>{0.8, 0.95});
+  CHECK(e.checkpoint.async);
+  CHECK(e.launcher.mpirun_args == std::vector<std::string>{"--mca", "btl", "self,vader"});
+  CHECK(e.slurm.extra == std::vector<std::string>{"--gres=gpu:8"});
+}
+
+TEST_CASE("unknown keys name the file, line:column and the closest key") {
+  SUBCASE("typo in a leaf") {
+    auto msg = error_of("data: {synthetic: markov}\nmodel:\n  n_layers: 6\n");
+    CHECK(has(msg, "exp.yaml:3:3"));
+    CHECK(has(msg, "unknown key 'model.n_layers'"));
+    CHECK(has(msg, "did you mean 'model.n_layer'?"));
+  }
+  SUBCASE("typo in a section name") {
+    auto msg = error_of("data: {synthetic: markov}\nmodle:\n  n_layer: 6\n");
+    CHECK(has(msg, "exp.yaml:2:1"));
+    CHECK(has(msg, "did you mean 'model'?"));
+  }
+  SUBCASE("right name in the wrong section") {
+    auto msg = error_of("data: {synthetic: markov}\ntrain:\n  lr: 0.1\n");
+    CHECK(has(msg, "unknown key 'train.lr'"));
+    CHECK(has(msg, "did you mean 'optimizer.lr'?"));
+  }
+  SUBCASE("nothing close: list what the section holds") {
+    auto msg = error_of("data: {synthetic: markov}\nmodel:\n  wibble: 6\n");
+    CHECK(has(msg, "unknown key 'model.wibble'"));
+    CHECK_FALSE(has(msg, "did you mean"));
+    CHECK(has(msg, "n_layer"));
+  }
+  SUBCASE("a dotted key at the top level") {
+    auto msg = error_of("data: {synthetic: markov}\nmodel.n_layer: 6\n");
+    CHECK(has(msg, "exp.yaml:2:1"));
+    CHECK(has(msg, "must be nested"));
+  }
+  SUBCASE("a repeated key") {
+    auto msg = error_of("data: {synthetic: markov}\nmodel:\n  n_layer: 6\n  n_layer: 8\n");
+    CHECK(has(msg, "exp.yaml:4:3"));
+    CHECK(has(msg, "duplicate key 'model.n_layer'"));
+  }
+}
+
+TEST_CASE("a wrong type says what was expected and what was found, with line:column") {
+  auto msg = error_of("data: {synthetic: markov}\nmodel:\n  n_layer: four\n");
+  CHECK(has(msg, "exp.yaml:3:12"));
+  CHECK(has(msg, "model.n_layer"));
+  CHECK(has(msg, "expected an integer"));
+  CHECK(has(msg, "found string 'four'"));
+
+  msg = error_of("data: {synthetic: markov}\nmodel:\n  n_layer: 2.5\n");
+  CHECK(has(msg, "found number 2.5"));
+  msg = error_of("data: {synthetic: markov}\noptimizer:\n  lr: [1]\n");
+  CHECK(has(msg, "expected a number, found a list"));
+  msg = error_of("data: {synthetic: markov}\ncheckpoint:\n  async: maybe\n");
+  CHECK(has(msg, "expected a boolean"));
+  msg = error_of("data: {synthetic: markov}\nseed: -1\n");
+  CHECK(has(msg, "expected a non-negative integer"));
+  // An element of a list is pointed at itself.
+  msg = error_of("data: {synthetic: markov}\nmodel:\n  hidden: [64, x]\n");
+  CHECK(has(msg, "exp.yaml:3:16"));
+  CHECK(has(msg, "model.hidden[1]"));
+  msg = error_of("data: {synthetic: markov}\nmodel:\n  hidden: 64\n");
+  CHECK(has(msg, "expected a list of integers"));
+  CHECK(has(msg, "[64]"));
+  // Quoted numbers are strings.
+  msg = error_of("data: {synthetic: markov}\ntrain:\n  steps: \"20\"\n");
+  CHECK(has(msg, "found string \"20\""));
+}
+
+TEST_CASE("top level and sections must be mappings") {
+  auto msg = error_of("- a\n- b\n");
+  CHECK(has(msg, "exp.yaml:1:1"));
+  CHECK(has(msg, "top level must be a mapping"));
+  msg = error_of("data: {synthetic: markov}\nmodel: 5\n");
+  CHECK(has(msg, "exp.yaml:2:8"));
+  CHECK(has(msg, "model must be a mapping"));
+}
+
+TEST_CASE("out-of-range values say what is allowed") {
+  auto msg = error_of("data: {synthetic: markov}\nmodel:\n  n_layer: 0\n");
+  CHECK(has(msg, "exp.yaml:3:12"));
+  CHECK(has(msg, "model.n_layer=0 is out of range: must be >= 1"));
+  msg = error_of("data: {synthetic: markov}\nmodel:\n  dropout: 1.0\n");
+  CHECK(has(msg, "must be in [0, 1)"));
+  msg = error_of("data: {synthetic: markov}\nmodel:\n  type: gtp\n");
+  CHECK(has(msg, "must be one of gpt, mlp"));
+  CHECK(has(msg, "did you mean 'gpt'?"));
+  msg = error_of("data: {synthetic: markov}\nmodel:\n  vocab_size: 1\n");
+  CHECK(has(msg, "must be in [2, 2147483647]"));
+  msg = error_of("data: {synthetic: markov}\nmodel:\n  vocab_size: 2147483648\n");
+  CHECK(has(msg, "model.vocab_size=2147483648 is out of range"));
+  msg = error_of("data: {synthetic: markov}\noptimizer:\n  betas: [0.9, 0.95, 0.99]\n");
+  CHECK(has(msg, "optimizer.betas has 3 values: expected exactly 2"));
+  msg = error_of("data: {synthetic: markov}\noptimizer:\n  betas: [0.9, 1.0]\n");
+  CHECK(has(msg, "optimizer.betas[1]=1.0 is out of range: must be in [0, 1)"));
+  msg = error_of("data: {synthetic: markov}\nmodel: {type: mlp, hidden: [64, 0]}\n");
+  CHECK(has(msg, "model.hidden[1]=0 is out of range: must be >= 1"));
+  msg = error_of("data: {synthetic: markov}\ndevice: tpu\n");
+  CHECK(has(msg, "must be one of cpu, cuda, auto"));
+  msg = error_of("data: {synthetic: markov}\ndistributed: {zero: 2}\n");
+  CHECK(has(msg, "must be in [0, 1]"));
+  msg = error_of("data: {synthetic: parquet}\n");
+  CHECK(has(msg, "data.synthetic='parquet' is not allowed"));
+  msg = error_of("data: {synthetic: markov}\nname: ../evil\n");
+  CHECK(has(msg, "not a safe file name"));
+  msg = error_of("data: {synthetic: markov}\noptimizer: {warmup_steps: -1}\n");
+  CHECK(has(msg, "optimizer.warmup_steps=-1 is out of range: must be >= 0"));
+  for (std::string yaml :
+       {"train: {steps: 0}", "checkpoint: {keep_last: 0}", "logging: {every: 0}",
+        "train: {eval_every: -1}", "distributed: {nproc: 0}", "distributed: {nodes: 0}",
+        "model: {seq_len: 0}", "model: {activation: tanh}", "train: {precision: fp16}"}) {
+    CAPTURE(yaml);
+    CHECK(has(error_of("data: {synthetic: markov}\n" + yaml), "exp.yaml:2:"));
+  }
+}
+
+TEST_CASE("YAML syntax errors and missing files") {
+  auto msg = error_of("data: {synthetic: markov}\nmodel:\n  hidden: [64, 64\n  n_layer: 2\n");
+  CHECK(has(msg, "exp.yaml:"));
+  CHECK(has(msg, "YAML syntax error"));
+  CHECK(has(msg, ":4:"));  // the line where the unclosed list was noticed
+
+  try {
+    load_experiment("/nonexistent/dir/exp.yaml", {});
+    FAIL("a missing file was accepted");
+  } catch (const ConfigError& e) {
+    CHECK(e.code() == 2);
+    CHECK(has(e.what(), "/nonexistent/dir/exp.yaml"));
+    CHECK(has(e.what(), "not found"));
+  }
+}
+
+TEST_CASE("load_experiment reads a file and records where it came from") {
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("trainrun_test_config_" + std::to_string(::getpid()) + ".yaml");
+  {
+    std::ofstream out(path);
+    out << "name: fromfile\ndata:\n  text: input.txt\nmodel:\n  n_layr: 2\n";
+  }
+  try {
+    load_experiment(path.string(), {});
+    FAIL("unknown key accepted");
+  } catch (const ConfigError& e) {
+    CHECK(has(e.what(), path.string() + ":5:3: unknown key 'model.n_layr'"));
+  }
+  {
+    std::ofstream out(path);
+    out << "name: fromfile\ndata:\n  text: input.txt\n";
+  }
+  const Experiment e = load_experiment(path.string(), {"model.n_layer=2"});
+  CHECK(e.source_path == path.string());
+  CHECK(e.data.text == "input.txt");
+  CHECK(e.model.n_layer == 2);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("cross-field rules") {
+  SUBCASE("d_model divisible by n_head") {
+    auto msg = error_of("data: {synthetic: markov}\nmodel:\n  d_model: 130\n  n_head: 4\n");
+    CHECK(has(msg, "exp.yaml:3:12"));
+    CHECK(has(msg, "model.d_model=130 is not divisible by model.n_head=4"));
+    // Irrelevant for an mlp.
+    CHECK(parse("data: {synthetic: markov}\nmodel: {type: mlp, d_model: 130, n_head: 4}")
+              .model.d_model == 130);
+  }
+  SUBCASE("mlp needs hidden layers") {
+    auto msg = error_of("data: {synthetic: markov}\nmodel: {type: mlp, hidden: []}\n");
+    CHECK(has(msg, "model.hidden is empty"));
+    CHECK(parse("data: {synthetic: markov}\nmodel: {hidden: []}").model.hidden.empty());
+  }
+  SUBCASE("batch divisible by micro-batch x ranks, with the arithmetic") {
+    auto msg = error_of(R"(
+data: {synthetic: markov}
+train: {batch_size: 12, micro_batch_size: 4}
+distributed: {nproc: 2}
+)");
+    CHECK(has(msg, "train.batch_size=12 is not divisible by micro_batch_size(4) x ranks(2) = 8"));
+    CHECK(has(msg, "exp.yaml:3:"));
+    CHECK(parse("data: {synthetic: markov}\ntrain: {batch_size: 16, micro_batch_size: 4}\n"
+                "distributed: {nproc: 2}")
+              .train.micro_batch_size == 4);
+  }
+  SUBCASE("batch divisible by ranks across nodes") {
+    auto msg = error_of("data: {synthetic: markov}\ndistributed: {nproc: 2, nodes: 3}\n");
+    CHECK(has(msg, "train.batch_size=8 is not divisible by ranks(6)"));
+  }
+  SUBCASE("exactly one data source") {
+    auto msg = error_of("name: x\n");
+    CHECK(has(msg, "set one of data.train, data.text or data.synthetic"));
+    msg = error_of("data: {train: a.bin, synthetic: markov}\n");
+    CHECK(has(msg, "data.train and data.synthetic are both set"));
+    CHECK(has(msg, "set one of data.train, data.text or data.synthetic"));
+  }
+  SUBCASE("data.val needs data.train") {
+    auto msg = error_of("data: {text: a.txt, val: v.bin}\n");
+    CHECK(has(msg, "data.val is set without data.train"));
+    CHECK(parse("data: {train: t.bin, val: v.bin}").data.val == "v.bin");
+  }
+  SUBCASE("min_lr <= lr; warmup may exceed steps") {
+    auto msg = error_of("data: {synthetic: markov}\noptimizer: {lr: 0.001, min_lr: 0.01}\n");
+    CHECK(has(msg, "optimizer.min_lr=0.01 is above optimizer.lr=0.001"));
+    CHECK(parse("data: {synthetic: markov}\ntrain: {steps: 10}\noptimizer: {warmup_steps: 50}")
+              .optimizer.warmup_steps == 50);
+  }
+  SUBCASE("bf16 needs cuda or auto") {
+    auto msg = error_of("data: {synthetic: markov}\ntrain: {precision: bf16}\n");
+    CHECK(has(msg, "train.precision=bf16 needs device cuda or auto"));
+    CHECK(parse("device: cuda\ndata: {synthetic: markov}\ntrain: {precision: bf16}")
+              .train.precision == "bf16");
+  }
+  SUBCASE("held-out data to evaluate on") {
+    auto msg = error_of("data: {synthetic: markov, val_fraction: 0}\n");
+    CHECK(has(msg, "data.val_fraction=0 leaves nothing to evaluate"));
+    CHECK(parse("data: {synthetic: markov, val_fraction: 0}\ntrain: {eval_every: 0}")
+              .data.val_fraction == 0);
+  }
+  SUBCASE("synthetic stream long enough for one sequence") {
+    auto msg = error_of("data: {synthetic: markov, synthetic_tokens: 50}\n");
+    CHECK(has(msg, "data.synthetic_tokens=50"));
+  }
+  SUBCASE("every broken rule is reported at once") {
+    auto msg = error_of("data: {synthetic: markov}\nmodel: {n_head: 3}\noptimizer: {min_lr: 1}\n");
+    CHECK(has(msg, "model.n_head=3"));
+    CHECK(has(msg, "optimizer.min_lr=1.0"));
+  }
+}
+
+TEST_CASE("validate_for_world checks divisibility against a concrete world size") {
+  const Experiment e = parse("data: {synthetic: markov}\ntrain: {batch_size: 12}");
+  validate_for_world(e, 4);
+  try {
+    validate_for_world(e, 8);
+    FAIL("12 sequences over 8 ranks accepted");
+  } catch (const ConfigError& err) {
+    CHECK(err.code() == 2);
+    CHECK(has(err.what(), "train.batch_size=12 is not divisible by ranks(8)"));
+  }
+  CHECK_THROWS_AS(validate_for_world(Experiment{}, 1), ConfigError);  // no data source
+}
+
+TEST_CASE("--set overrides are typed by the schema and applied after the file, in order") {
+  const Experiment e =
+      parse(kMinimal, {"optimizer.betas=[0.9,0.95]", "train.steps=20", "data.text=../x.txt",
+                       "data.synthetic=", "model.type=mlp", "model.hidden=[64,64]",
+                       "launcher.mpirun_args=[--mca, btl, tcp]", "checkpoint.async=true", "name=a",
+                       "name=b", "seed=7", "optimizer.lr=3e-4"});
+  CHECK(e.optimizer.betas == std::vector<double>{0.9, 0.95});
+  CHECK(e.train.steps == 20);
+  CHECK(e.data.text == "../x.txt");
+  CHECK(e.data.synthetic.empty());
+  CHECK(e.model.hidden == std::vector<int>{64, 64});
+  CHECK(e.launcher.mpirun_args == std::vector<std::string>{"--mca", "btl", "tcp"});
+  CHECK(e.checkpoint.async);
+  CHECK(e.name == "b");
+  CHECK(e.run_dir == "runs/b");  // resolved after the overrides
+  CHECK(e.seed == 7);
+  CHECK(e.optimizer.lr == 3e-4);
+  // The file's value is replaced.
+  CHECK(parse("data: {synthetic: markov}\ntrain: {steps: 5}", {"train.steps=6"}).train.steps == 6);
+}
+
+TEST_CASE("bad --set keys and values name the override") {
+  auto msg = error_of(kMinimal, {"train.stepz=3"});
+  CHECK(has(msg, "--set train.stepz=3: unknown key 'train.stepz'"));
+  CHECK(has(msg, "did you mean 'train.steps'?"));
+  msg = error_of(kMinimal, {"train.steps=abc"});
+  CHECK(has(msg, "--set train.steps=abc"));
+  CHECK(has(msg, "expected an integer, found string 'abc'"));
+  msg = error_of(kMinimal, {"optimizer.betas=0.9"});
+  CHECK(has(msg, "expected a list of numbers"));
+  msg = error_of(kMinimal, {"model.n_layer=0"});
+  CHECK(has(msg, "--set model.n_layer=0: model.n_layer=0 is out of range"));
+  msg = error_of(kMinimal, {"train.steps"});
+  CHECK(has(msg, "expected KEY=VALUE"));
+  msg = error_of(kMinimal, {"model=3"});
+  CHECK(has(msg, "'model' is a section"));
+  msg = error_of(kMinimal, {"model.hidden=[64, 64"});
+  CHECK(has(msg, "not valid YAML"));
+  // A cross-field rule broken by an override points at the override.
+  msg = error_of(kMinimal, {"model.n_head=3"});
+  CHECK(has(msg, "--set model.n_head=3: model.d_model=128 is not divisible by model.n_head=3"));
+}
+
+TEST_CASE("to_yaml round-trips every key") {
+  const Experiment e = parse(R"(
+name: round.trip
+seed: 18446744073709551615
+device: auto
+model: {type: mlp, hidden: [3, 5, 7], activation: relu, dropout: 0.1, vocab_size: 50257}
+data: {train: "shards/*.bin", val: "true"}
+train: {steps: 123456789012, precision: bf16, micro_batch_size: 2}
+optimizer: {lr: 0.0006, min_lr: 1e-9, betas: [0.9, 0.95], eps: 1e-8, schedule: linear}
+checkpoint: {every: 50, async: true}
+logging: {straggler_margin: 0.35}
+distributed: {zero: 1, hostfile: "", oversubscribe: true}
+launcher: {mpirun_args: ["--mca", "a: b", "#x", "-x", "FOO=a b", "~", "null", "12", ""]}
+fault_tolerance: {step_timeout: 12.5}
+slurm: {extra: ["--gres=gpu:8", "--time=01:00:00"]}
+)");
+  const std::string yaml = to_yaml(e);
+  CAPTURE(yaml);
+  CHECK_FALSE(has(yaml, "source_path"));
+  CHECK(has(yaml, "model:\n  type: mlp"));
+  const Experiment back = parse(yaml);
+  CHECK(to_yaml(back) == yaml);
+  // Every key lands in the same place (not just the emitter agreeing with itself).
+  for (const auto& k : config_keys()) {
+    CAPTURE(k.key);
+    CHECK(config_value(back, k.key) == config_value(e, k.key));
+  }
+  CHECK(back.seed == e.seed);
+  CHECK(back.data.val == "true");
+  CHECK(back.launcher.mpirun_args == e.launcher.mpirun_args);
+  CHECK(back.optimizer.min_lr == e.optimizer.min_lr);
+  CHECK(back.train.steps == 123456789012);
+  CHECK(back.run_dir == "runs/round.trip");
+
+  // Schema order, grouped by section.
+  CHECK(yaml.find("name:") < yaml.find("model:"));
+  CHECK(yaml.find("model:") < yaml.find("data:"));
+  CHECK(yaml.find("  n_layer:") < yaml.find("  n_head:"));
+}
+
+TEST_CASE("resume refuses changes to what the checkpoint is, allows the rest") {
+  const Experiment e = parse(kMinimal);
+  auto msg = resumed_error(e, {"model.n_layer=6"});
+  CHECK(has(msg,
+            "cannot change model.n_layer on resume (checkpoint has 4, --set asks 6): "
+            "start a new run instead"));
+  CHECK(has(resumed_error(e, {"data.synthetic=", "data.text=x.txt"}), "data.synthetic"));
+  CHECK(has(resumed_error(e, {"seed=1"}), "cannot change seed on resume"));
+
+  Experiment r = e;
+  apply_overrides(r,
+                  {"train.steps=5000", "optimizer.lr=3e-4", "distributed.nproc=2",
+                   "model.n_layer=4", "logging.every=1"},
+                  true);
+  CHECK(r.train.steps == 5000);
+  CHECK(r.optimizer.lr == 3e-4);
+  CHECK(r.distributed.nproc == 2);
+  CHECK(r.logging.every == 1);
+
+  // Not on resume: anything goes, rules still hold, and a failure leaves exp untouched.
+  Experiment n = e;
+  apply_overrides(n, {"model.n_layer=6"}, false);
+  CHECK(n.model.n_layer == 6);
+  CHECK_THROWS_AS(apply_overrides(n, {"model.n_head=5"}, false), ConfigError);
+  CHECK(n.model.n_head == 4);
+}
+
+TEST_CASE("the schema lists every key once with a description") {
+  const auto keys = config_keys();
+  CHECK(keys.size() >= 45);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    CAPTURE(keys[i].key);
+    CHECK_FALSE(keys[i].description.empty());
+    CHECK_FALSE(keys[i].type.empty());
+    for (size_t j = i + 1; j < keys.size(); ++j) CHECK(keys[i].key != keys[j].key);
+  }
+  CHECK_THROWS_WITH_AS(config_value(Experiment{}, "optimizer.betaz"),
+                       doctest::Contains("did you mean 'optimizer.betas'?"), ConfigError);
+}
+
+TEST_CASE("docs/config.md is the current schema_markdown()") {
+  const char* root = std::getenv("TRAINRUN_SOURCE_ROOT");
+  REQUIRE_MESSAGE(root != nullptr, "TRAINRUN_SOURCE_ROOT is not set (tests/meson.build sets it)");
+  const auto path = std::filesystem::path(root) / "docs" / "config.md";
+  const std::string md = schema_markdown();
+  CHECK(has(md, "| `model.n_layer` | `int` | `4` | >= 1 | no |"));
+  if (std::getenv("TRAINRUN_UPDATE_DOCS")) {
+    std::filesystem::create_directories(path.parent_path());
+    std::ofstream(path) << md;
+  }
+  std::ifstream in(path);
+  std::stringstream committed;
+  committed << in.rdbuf();
+  CHECK_MESSAGE(committed.str() == md,
+                "docs/config.md is stale: regenerate it with "
+                "TRAINRUN_UPDATE_DOCS=1 build/tests/test_config");
+}

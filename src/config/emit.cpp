@@ -8,6 +8,7 @@
 #include "trainrun/config.h"
 #include "trainrun/errors.h"
 #include "trainrun/schema.h"
+#include "validate.h"
 #include "value.h"
 
 namespace trainrun {
@@ -63,26 +64,15 @@ std::string schema_markdown() {
     md += "| --- | --- | --- | --- | --- | --- |\n";
     for (const auto& f : config::schema()) {
       if (f.section() != section) continue;
-      md += fmt::format("| `{}` | {} | `{}` | {} | {} | {} |\n", f.key, f.type_name(),
+      md += fmt::format("| `{}` | `{}` | `{}` | {} | {} | {} |\n", f.key, f.type_name(),
                         cell(default_text(f)), cell(f.allowed_text()), f.resumable ? "yes" : "no",
                         cell(std::string(f.description)));
     }
   };
   table("top level", "");
   for (auto s : config::sections()) table(s, s);
-  md +=
-      "\nRules across keys, checked before anything runs:\n\n"
-      "- exactly one of `data.train`, `data.text`, `data.synthetic`; `data.val` only with "
-      "`data.train`\n"
-      "- gpt: `model.d_model` divisible by `model.n_head`; mlp: `model.hidden` not empty\n"
-      "- `train.batch_size` divisible by the ranks (`distributed.nproc` x "
-      "`distributed.nodes`), and by `train.micro_batch_size` x ranks when that is set\n"
-      "- `optimizer.min_lr` <= `optimizer.lr`\n"
-      "- `train.precision: bf16` needs `device` cuda or auto\n"
-      "- with `data.text` or `data.synthetic` and `train.eval_every` > 0, "
-      "`data.val_fraction` > 0\n"
-      "- `data.synthetic`: the training part of `data.synthetic_tokens` holds at least "
-      "`model.seq_len` + 1 tokens\n";
+  md += "\n## Rules across keys\n\nChecked before anything runs:\n\n";
+  for (auto rule : config::cross_field_rules()) md += fmt::format("- {}\n", rule);
   return md;
 }
 

@@ -161,9 +161,8 @@ Override parse_override(const std::string& text) {
     value = YAML::Load(text.substr(eq + 1));
   } catch (const YAML::Exception& e) {
     throw ConfigError(
-        fmt::format("{}: the value is not valid YAML ({} at column {}); quote it "
-                    "for the shell, e.g. --set '{}=\"...\"'",
-                    arg, e.msg, e.mark.column + 1, key));
+        fmt::format("{}: the value is not valid YAML: {} (at character {} of the value)", arg,
+                    e.msg, e.mark.column + 1));
   }
   return {arg, f, value};
 }

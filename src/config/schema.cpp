@@ -189,7 +189,7 @@ std::string Field::allowed_text() const {
     out = fmt::format("{} {}", max_open ? "<" : "<=", number(*max));
   }
   if (list_len >= 0) {
-    out = fmt::format("{} values{}{}", list_len, out.empty() ? "" : ", each ", out);
+    out = fmt::format("{} values{}{}", list_len, out.empty() ? "" : ", each in ", out);
   }
   if (file_name) out = "[A-Za-z0-9._-]+";
   return out;

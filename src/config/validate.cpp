@@ -11,85 +11,135 @@
 namespace trainrun::config {
 namespace {
 
-void cross_field_rules(const Experiment& e, int world, std::vector<Violation>& out) {
-  auto fail = [&](std::vector<std::string_view> keys, std::string message) {
-    out.push_back({std::move(keys), std::move(message)});
-  };
+using Fail = std::vector<Violation>;
+
+void fail(Fail& out, std::vector<std::string_view> keys, std::string message) {
+  out.push_back({std::move(keys), std::move(message)});
+}
+
+void heads_divide_width(const Experiment& e, int, Fail& out) {
   const auto& m = e.model;
   if (m.type == "gpt" && m.n_head > 0 && m.d_model % m.n_head != 0) {
-    fail({"model.d_model", "model.n_head"},
+    fail(out, {"model.d_model", "model.n_head"},
          fmt::format("model.d_model={} is not divisible by model.n_head={}: each head gets "
                      "d_model / n_head channels; pick d_model a multiple of n_head",
                      m.d_model, m.n_head));
   }
-  if (m.type == "mlp" && m.hidden.empty()) {
-    fail({"model.hidden", "model.type"},
+}
+
+void mlp_has_hidden(const Experiment& e, int, Fail& out) {
+  if (e.model.type == "mlp" && e.model.hidden.empty()) {
+    fail(out, {"model.hidden", "model.type"},
          "model.hidden is empty: an mlp needs at least one hidden layer width, e.g. [512]");
   }
+}
 
+void one_data_source(const Experiment& e, int, Fail& out) {
   const auto& d = e.data;
   std::vector<std::string_view> sources;
   if (!d.train.empty()) sources.push_back("data.train");
   if (!d.text.empty()) sources.push_back("data.text");
   if (!d.synthetic.empty()) sources.push_back("data.synthetic");
   if (sources.empty()) {
-    fail({"data.train", "data.text", "data.synthetic"},
+    fail(out, {"data.train", "data.text", "data.synthetic"},
          "no training data: set one of data.train, data.text or data.synthetic");
   } else if (sources.size() > 1) {
-    fail(sources, fmt::format("{} are {} set: set one of data.train, data.text or "
-                              "data.synthetic",
-                              fmt::join(sources, " and "), sources.size() == 2 ? "both" : "all"));
+    fail(out, sources,
+         fmt::format("{} are {} set: set one of data.train, data.text or data.synthetic",
+                     fmt::join(sources, " and "), sources.size() == 2 ? "both" : "all"));
   }
   if (!d.val.empty() && d.train.empty()) {
-    fail({"data.val"},
+    fail(out, {"data.val"},
          "data.val is set without data.train: data.val holds validation shards for data.train; "
          "data.text and data.synthetic hold out data.val_fraction instead");
   }
+}
+
+void something_to_evaluate(const Experiment& e, int, Fail& out) {
+  const auto& d = e.data;
   const bool split_by_fraction = d.train.empty() && (!d.text.empty() || !d.synthetic.empty());
   if (split_by_fraction && e.train.eval_every > 0 && d.val_fraction <= 0) {
-    fail({"data.val_fraction", "train.eval_every"},
+    fail(out, {"data.val_fraction", "train.eval_every"},
          fmt::format("data.val_fraction=0 leaves nothing to evaluate on every {} steps: set "
                      "data.val_fraction above 0 or train.eval_every to 0",
                      e.train.eval_every));
   }
-  if (!d.synthetic.empty() && d.train.empty() && d.text.empty()) {
-    const auto train_tokens = static_cast<double>(d.synthetic_tokens) * (1.0 - d.val_fraction);
-    if (train_tokens < m.seq_len + 1.0) {
-      fail({"data.synthetic_tokens", "model.seq_len"},
-           fmt::format("data.synthetic_tokens={} leaves {:.0f} training tokens, fewer than one "
-                       "sequence of model.seq_len + 1 = {}",
-                       d.synthetic_tokens, train_tokens, m.seq_len + 1));
-    }
-  }
+}
 
+void synthetic_fits_a_sequence(const Experiment& e, int, Fail& out) {
+  const auto& d = e.data;
+  if (d.synthetic.empty() || !d.train.empty() || !d.text.empty()) return;
+  const auto train_tokens = static_cast<double>(d.synthetic_tokens) * (1.0 - d.val_fraction);
+  if (train_tokens < e.model.seq_len + 1.0) {
+    fail(out, {"data.synthetic_tokens", "model.seq_len"},
+         fmt::format("data.synthetic_tokens={} leaves {:.0f} training tokens, fewer than one "
+                     "sequence of model.seq_len + 1 = {}",
+                     d.synthetic_tokens, train_tokens, e.model.seq_len + 1));
+  }
+}
+
+void batch_splits_over_ranks(const Experiment& e, int world, Fail& out) {
   const auto& t = e.train;
-  if (world >= 1 && t.batch_size % world != 0) {
-    fail({"train.batch_size", "distributed.nproc", "distributed.nodes"},
+  if (world < 1) return;  // nproc or nodes out of range: reported on their own
+  if (t.batch_size % world != 0) {
+    fail(out, {"train.batch_size", "distributed.nproc", "distributed.nodes"},
          fmt::format("train.batch_size={} is not divisible by ranks({}): each rank takes "
                      "batch_size / ranks sequences per step",
                      t.batch_size, world));
-  } else if (world >= 1 && t.micro_batch_size > 0 &&
-             t.batch_size % (static_cast<int64_t>(t.micro_batch_size) * world) != 0) {
-    fail({"train.batch_size", "train.micro_batch_size", "distributed.nproc"},
+    return;
+  }
+  const int64_t per_micro_step = static_cast<int64_t>(t.micro_batch_size) * world;
+  if (t.micro_batch_size > 0 && t.batch_size % per_micro_step != 0) {
+    fail(out, {"train.batch_size", "train.micro_batch_size", "distributed.nproc"},
          fmt::format("train.batch_size={} is not divisible by micro_batch_size({}) x ranks({}) "
                      "= {}: each step accumulates batch_size / (micro_batch_size x ranks) "
                      "micro-steps",
-                     t.batch_size, t.micro_batch_size, world,
-                     static_cast<int64_t>(t.micro_batch_size) * world));
-  }
-  if (t.precision == "bf16" && e.device == "cpu") {
-    fail({"train.precision", "device"},
-         "train.precision=bf16 needs device cuda or auto (device is cpu): use fp32 on CPU");
-  }
-
-  const auto& o = e.optimizer;
-  if (o.min_lr > o.lr) {
-    fail({"optimizer.min_lr", "optimizer.lr"},
-         fmt::format("optimizer.min_lr={} is above optimizer.lr={}: the schedule decays from lr "
-                     "down to min_lr",
-                     o.min_lr, o.lr));
+                     t.batch_size, t.micro_batch_size, world, per_micro_step));
   }
 }
+
+void bf16_on_gpu(const Experiment& e, int, Fail& out) {
+  if (e.train.precision == "bf16" && e.device == "cpu") {
+    fail(out, {"train.precision", "device"},
+         "train.precision=bf16 needs device cuda or auto (device is cpu): use fp32 on CPU");
+  }
+}
+
+void lr_decays_down(const Experiment& e, int, Fail& out) {
+  const auto& o = e.optimizer;
+  if (o.min_lr > o.lr) {
+    fail(out, {"optimizer.min_lr", "optimizer.lr"},
+         fmt::format("optimizer.min_lr={} is above optimizer.lr={}: the schedule decays from lr "
+                     "down to min_lr",
+                     format_double(o.min_lr), format_double(o.lr)));
+  }
+}
+
+// Each rule beside the sentence that documents it (docs/config.md lists them).
+struct Rule {
+  std::string_view summary;
+  void (*check)(const Experiment&, int world, Fail&);
+};
+
+const Rule kRules[] = {
+    {"exactly one of `data.train`, `data.text`, `data.synthetic`; `data.val` only with "
+     "`data.train`",
+     one_data_source},
+    {"gpt: `model.d_model` divisible by `model.n_head`", heads_divide_width},
+    {"mlp: `model.hidden` not empty", mlp_has_hidden},
+    {"`train.batch_size` divisible by the ranks (`distributed.nproc` x `distributed.nodes`), "
+     "and by `train.micro_batch_size` x ranks when that is above 0",
+     batch_splits_over_ranks},
+    {"`optimizer.min_lr` <= `optimizer.lr` (`optimizer.warmup_steps` may exceed "
+     "`train.steps`)",
+     lr_decays_down},
+    {"`train.precision: bf16` needs `device` cuda or auto", bf16_on_gpu},
+    {"with `data.text` or `data.synthetic` and `train.eval_every` > 0: `data.val_fraction` > 0",
+     something_to_evaluate},
+    {"`data.synthetic`: the training part of `data.synthetic_tokens` holds at least "
+     "`model.seq_len` + 1 tokens",
+     synthetic_fits_a_sequence},
+};
 
 }  // namespace
 
@@ -98,7 +148,13 @@ std::vector<Violation> violations(const Experiment& exp, int world) {
   for (const auto& f : schema()) {
     if (auto problem = check_value(f, exp)) out.push_back({{f.key}, *problem});
   }
-  cross_field_rules(exp, world, out);
+  for (const auto& rule : kRules) rule.check(exp, world, out);
+  return out;
+}
+
+std::vector<std::string_view> cross_field_rules() {
+  std::vector<std::string_view> out;
+  for (const auto& rule : kRules) out.push_back(rule.summary);
   return out;
 }
 

@@ -18,4 +18,7 @@ struct Violation {
 // All rules broken by `exp` when it runs on `world` ranks, in schema order then rule order.
 std::vector<Violation> violations(const Experiment& exp, int world);
 
+// One sentence per rule across keys, for docs/config.md.
+std::vector<std::string_view> cross_field_rules();
+
 }  // namespace trainrun::config

@@ -67,13 +67,6 @@ bool is_digits(std::string_view s) {
   return true;
 }
 
-// Shortest text that reads back as the same double, with a decimal point so it reads as one.
-std::string format_double(double v) {
-  std::string s = fmt::format("{}", v);
-  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
-  return s;
-}
-
 // A string that YAML would read as something else (or nothing) must be quoted.
 bool needs_quotes(const std::string& s) {
   if (s.empty() || s == "~" || s == "null" || s == "Null" || s == "NULL") return true;
@@ -218,6 +211,12 @@ bool safe_file_name(const std::string& s) {
 }
 
 }  // namespace
+
+std::string format_double(double v) {
+  std::string s = fmt::format("{}", v);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
 
 std::string describe(const YAML::Node& n) {
   if (!n.IsDefined() || n.IsNull()) return "nothing (an empty value)";

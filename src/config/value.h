@@ -36,6 +36,9 @@ void emit(const Field& f, const Experiment& exp, YAML::Emitter& out);
 // Why the current value breaks the field's own rule (range, allowed values, length), if it does.
 std::optional<std::string> check_value(const Field& f, const Experiment& exp);
 
+// A double as the shortest text that reads back the same, always with a '.' or exponent.
+std::string format_double(double v);
+
 // What a node holds, for "found ..." in messages: "string 'four'", "a list", "integer 5".
 std::string describe(const YAML::Node& node);
 
