@@ -1,0 +1,189 @@
+// Flat elementwise ops: fill, add, accumulate, scale, f32 <-> bf16 casts, and a column sum.
+// Grid-stride loops over int64 indices, one element per thread per iteration; memory-bound, so
+// nothing cleverer pays. Each thread reads an element before writing the same index, so `add`'s
+// out may alias a or b.
+//
+// colsum_accumulate (dbias += sum over rows) is deterministic: pass 1 splits the rows into at
+// most kChunks fixed chunks and each block sums one (chunk, 32-column tile) with a fixed in-block
+// order; pass 2 adds the chunk partials per column in chunk order. No atomics, so the same
+// inputs give the same bits on every run.
+#include <string>
+
+#include "common.cuh"
+#include "launch.h"
+
+namespace trainrun::cuda {
+
+void check_launch(const char* kernel) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    throw DeviceError(std::string("CUDA kernel ") + kernel + " failed: " + cudaGetErrorString(e));
+}
+
+namespace {
+
+constexpr int kThreads = 256;
+
+template <class T>
+__global__ void fill_kernel(T* x, T value, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = value;
+}
+
+template <class T>
+__global__ void add_kernel(T* out, const T* a, const T* b, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
+}
+
+template <class T>
+__global__ void accumulate_kernel(T* dst, const T* src, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = from_f32<T>(to_f32(dst[i]) + to_f32(src[i]));
+}
+
+template <class T>
+__global__ void scale_kernel(T* x, float s, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = from_f32<T>(to_f32(x[i]) * s);
+}
+
+template <class D, class S>
+__global__ void cast_kernel(D* dst, const S* src, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = from_f32<D>(to_f32(src[i]));
+}
+
+constexpr int kChunks = 128;  // most row chunks of pass 1
+constexpr int kTileCols = 32, kTileRows = 8;
+
+int64_t colsum_chunks(int64_t rows) {
+  const int64_t c = (rows + 63) / 64;  // at least 64 rows per chunk
+  return c < 1 ? 1 : (c > kChunks ? kChunks : c);
+}
+
+// grid (ceil(cols/32), chunks), block (32, 8): thread (x, y) sums rows y, y+8, ... of its chunk
+// for column tile*32+x; the 8 partial rows are then added in y order.
+template <class T>
+__global__ void colsum_partial_kernel(float* partial, const T* src, int64_t rows, int64_t cols,
+                                      int64_t rows_per_chunk) {
+  __shared__ float acc[kTileRows][kTileCols];
+  const int64_t c = blockIdx.x * int64_t(kTileCols) + threadIdx.x;
+  const int64_t r0 = blockIdx.y * rows_per_chunk;
+  const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  float s = 0.0f;
+  if (c < cols)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows) s += to_f32(src[r * cols + c]);
+  acc[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float t = 0.0f;
+    for (int y = 0; y < kTileRows; ++y) t += acc[y][threadIdx.x];
+    partial[blockIdx.y * cols + c] = t;
+  }
+}
+
+template <class T>
+__global__ void colsum_finish_kernel(T* dst, const float* partial, int64_t chunks, int64_t cols) {
+  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (c >= cols) return;
+  float t = 0.0f;
+  for (int64_t k = 0; k < chunks; ++k) t += partial[k * cols + c];
+  dst[c] = from_f32<T>(to_f32(dst[c]) + t);
+}
+
+}  // namespace
+
+void fill(DType dt, void* x, double value, int64_t n) {
+  if (n <= 0) return;
+  const unsigned g = grid_for(n, kThreads);
+  switch (dt) {
+    case DType::f32:
+      fill_kernel<float><<<g, kThreads>>>(static_cast<float*>(x), static_cast<float>(value), n);
+      break;
+    case DType::bf16:
+      fill_kernel<bf16><<<g, kThreads>>>(static_cast<bf16*>(x),
+                                         __float2bfloat16_rn(static_cast<float>(value)), n);
+      break;
+    case DType::i32:
+      fill_kernel<int32_t>
+          <<<g, kThreads>>>(static_cast<int32_t*>(x), static_cast<int32_t>(value), n);
+      break;
+    case DType::f64:
+      fill_kernel<double><<<g, kThreads>>>(static_cast<double*>(x), value, n);
+      break;
+  }
+  check_launch("fill");
+}
+
+void add(DType dt, void* out, const void* a, const void* b, int64_t n) {
+  if (n <= 0) return;
+  by_dtype(dt, "add", [&](auto t) {
+    using T = decltype(t);
+    add_kernel<T><<<grid_for(n, kThreads), kThreads>>>(
+        static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
+  });
+  check_launch("add");
+}
+
+void accumulate(DType dt, void* dst, const void* src, int64_t n) {
+  if (n <= 0) return;
+  by_dtype(dt, "accumulate", [&](auto t) {
+    using T = decltype(t);
+    accumulate_kernel<T>
+        <<<grid_for(n, kThreads), kThreads>>>(static_cast<T*>(dst), static_cast<const T*>(src), n);
+  });
+  check_launch("accumulate");
+}
+
+void scale(DType dt, void* x, double s, int64_t n) {
+  if (n <= 0) return;
+  by_dtype(dt, "scale", [&](auto t) {
+    using T = decltype(t);
+    scale_kernel<T>
+        <<<grid_for(n, kThreads), kThreads>>>(static_cast<T*>(x), static_cast<float>(s), n);
+  });
+  check_launch("scale");
+}
+
+void cast(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n) {
+  if (n <= 0) return;
+  by_dtype(dst_dt, "cast", [&](auto d) {
+    using D = decltype(d);
+    by_dtype(src_dt, "cast", [&](auto s) {
+      using S = decltype(s);
+      cast_kernel<D, S><<<grid_for(n, kThreads), kThreads>>>(static_cast<D*>(dst),
+                                                             static_cast<const S*>(src), n);
+    });
+  });
+  check_launch("cast");
+}
+
+size_t colsum_scratch_bytes(int64_t rows, int64_t cols) {
+  return static_cast<size_t>(colsum_chunks(rows) * cols) * sizeof(float);
+}
+
+void colsum_accumulate(DType dt, void* dst, const void* src, int64_t rows, int64_t cols,
+                       void* scratch) {
+  if (rows <= 0 || cols <= 0) return;
+  const int64_t chunks = colsum_chunks(rows);
+  const int64_t per_chunk = (rows + chunks - 1) / chunks;
+  float* partial = static_cast<float*>(scratch);
+  by_dtype(dt, "colsum", [&](auto t) {
+    using T = decltype(t);
+    const dim3 grid(static_cast<unsigned>((cols + kTileCols - 1) / kTileCols),
+                    static_cast<unsigned>(chunks));
+    colsum_partial_kernel<T><<<grid, dim3(kTileCols, kTileRows)>>>(
+        partial, static_cast<const T*>(src), rows, cols, per_chunk);
+    colsum_finish_kernel<T><<<static_cast<unsigned>((cols + kThreads - 1) / kThreads), kThreads>>>(
+        static_cast<T*>(dst), partial, chunks, cols);
+  });
+  check_launch("colsum");
+}
+
+}  // namespace trainrun::cuda

@@ -1,0 +1,73 @@
+// Host-side entry points of the hand-written kernels (one .cu file per op family). Plain C++ so
+// the backend class (cuda_backend.cpp, built by g++) can call them. Pointers are device memory,
+// shapes are already checked by the caller, everything runs on the legacy default stream, and
+// each function throws DeviceError if its launch fails. `dt` is the activation dtype (f32 or
+// bf16); `st` is the dtype of saved statistics (mean/rstd, lse, losses): f32, or equal to dt.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "trainrun/tensor.h"
+
+namespace trainrun::cuda {
+
+// elementwise.cu
+void fill(DType dt, void* x, double value, int64_t n);
+void add(DType dt, void* out, const void* a, const void* b, int64_t n);
+void accumulate(DType dt, void* dst, const void* src, int64_t n);
+void scale(DType dt, void* x, double s, int64_t n);
+void cast(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n);
+// dst[c] += sum_r src[r, c]; deterministic two-pass reduction through `scratch`.
+size_t colsum_scratch_bytes(int64_t rows, int64_t cols);
+void colsum_accumulate(DType dt, void* dst, const void* src, int64_t rows, int64_t cols,
+                       void* scratch);
+
+// activations.cu
+void gelu_forward(DType dt, void* out, const void* in, int64_t n);
+void gelu_backward(DType dt, void* din, const void* dout, const void* in, int64_t n);
+void relu_forward(DType dt, void* out, const void* in, int64_t n);
+void relu_backward(DType dt, void* din, const void* dout, const void* in, int64_t n);
+
+// dropout.cu
+void dropout_forward(DType dt, void* out, const void* in, int64_t n, float p, uint64_t seed);
+void dropout_backward(DType dt, void* din, const void* dout, int64_t n, float p, uint64_t seed);
+
+// layernorm.cu
+void layernorm_forward(DType dt, DType st, void* out, void* mean, void* rstd, const void* in,
+                       const void* w, const void* b, int64_t rows, int64_t C);
+size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t C);
+void layernorm_backward(DType dt, DType st, void* din, void* dw, void* db, const void* dout,
+                        const void* in, const void* w, const void* mean, const void* rstd,
+                        int64_t rows, int64_t C, void* scratch);
+
+// embedding.cu (ids outside [0, V) give NaN rows forward and are skipped backward)
+void embedding_forward(DType dt, void* out, const int32_t* ids, const void* table, int64_t N,
+                       int64_t C, int64_t V);
+void embedding_backward(DType dt, void* dtable, const void* dout, const int32_t* ids, int64_t N,
+                        int64_t C, int64_t V);
+
+// attention.cu (head_dim <= 128)
+constexpr int kAttentionMaxHeadDim = 128;
+void attention_forward(DType dt, DType st, void* out, void* lse, const void* qkv, int64_t B,
+                       int64_t T, int64_t C, int NH);
+size_t attention_backward_scratch_bytes(int64_t B, int64_t T, int NH);
+void attention_backward(DType dt, DType st, void* dqkv, const void* dout, const void* qkv,
+                        const void* out, const void* lse, int64_t B, int64_t T, int64_t C, int NH,
+                        void* scratch);
+
+// cross_entropy.cu (targets outside [0, V) give NaN losses / rows)
+void cross_entropy_forward(DType dt, DType st, void* losses, void* lse, const void* logits,
+                           const int32_t* targets, int64_t N, int64_t V);
+void cross_entropy_backward(DType dt, DType st, void* dlogits, const void* logits, const void* lse,
+                            const int32_t* targets, int64_t N, int64_t V, float scale);
+
+// reductions.cu: result in double, copied to the host (synchronises)
+size_t reduce_scratch_bytes();
+double sum(DType dt, const void* x, int64_t n, bool squares, void* scratch);
+
+// adamw.cu (f32 only)
+void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
+           float beta2, float eps, float weight_decay, float inv_bias_corr1, float inv_bias_corr2);
+
+}  // namespace trainrun::cuda

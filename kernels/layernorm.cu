@@ -1,0 +1,174 @@
+// LayerNorm over the last dim, eps 1e-5 (GPT-2), fp32 arithmetic whatever the storage type.
+//
+// Forward: one warp per row (8 rows per 256-thread block). Two passes over the row in registers'
+// stead of shared memory: mean, then the variance of the centred values (as the CPU reference:
+// more accurate than E[x^2] - m^2), then the write. The row is re-read from global memory, which
+// L1/L2 serve for rows up to tens of KB. mean and rstd are saved for the backward.
+//
+// Backward, llm.c style:
+//   din += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)),  dnorm = dout * w
+// one warp per row, as the forward. dw/db are sums over rows; instead of atomics they take two
+// deterministic passes: pass 1 gives each block one (32-column tile, row chunk) and writes the
+// fp32 partial sums to scratch, pass 2 adds the chunk partials per column in chunk order.
+#include "common.cuh"
+#include "launch.h"
+
+namespace trainrun::cuda {
+namespace {
+
+constexpr float kEps = 1e-5f;
+constexpr int kWarps = 8;
+constexpr int kChunks = 128;
+constexpr int kTileCols = 32, kTileRows = 8;
+
+template <class T, class S>
+__global__ void layernorm_forward_kernel(T* out, S* mean, S* rstd, const T* in, const T* w,
+                                         const T* b, int64_t rows, int64_t C) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * int64_t(kWarps) + threadIdx.x / 32;
+  if (row >= rows) return;  // whole warps leave together: no block barrier below
+  const T* x = in + row * C;
+  float s = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) s += to_f32(x[c]);
+  const float m = warp_sum(s) / static_cast<float>(C);
+  float v = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float d = to_f32(x[c]) - m;
+    v += d * d;
+  }
+  const float var = warp_sum(v) / static_cast<float>(C);
+  const float r = 1.0f / sqrtf(var + kEps);
+  T* o = out + row * C;
+  for (int64_t c = lane; c < C; c += 32)
+    o[c] = from_f32<T>((to_f32(x[c]) - m) * r * to_f32(w[c]) + to_f32(b[c]));
+  if (lane == 0) {
+    mean[row] = from_f32<S>(m);
+    rstd[row] = from_f32<S>(r);
+  }
+}
+
+template <class T, class S>
+__global__ void layernorm_backward_din_kernel(T* din, const T* dout, const T* in, const T* w,
+                                              const S* mean, const S* rstd, int64_t rows,
+                                              int64_t C) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * int64_t(kWarps) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const T* x = in + row * C;
+  const T* g = dout + row * C;
+  const float m = to_f32(mean[row]), r = to_f32(rstd[row]);
+  float a = 0.0f, bsum = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float dnorm = to_f32(g[c]) * to_f32(w[c]);
+    a += dnorm;
+    bsum += dnorm * (to_f32(x[c]) - m) * r;
+  }
+  const float dnorm_mean = warp_sum(a) / static_cast<float>(C);
+  const float dnorm_norm_mean = warp_sum(bsum) / static_cast<float>(C);
+  T* dx = din + row * C;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float norm = (to_f32(x[c]) - m) * r;
+    const float d = (to_f32(g[c]) * to_f32(w[c]) - dnorm_mean - norm * dnorm_norm_mean) * r;
+    dx[c] = from_f32<T>(to_f32(dx[c]) + d);
+  }
+}
+
+int64_t chunks_for(int64_t rows) {
+  const int64_t c = (rows + 63) / 64;
+  return c < 1 ? 1 : (c > kChunks ? kChunks : c);
+}
+
+// grid (ceil(C/32), chunks), block (32, 8). partial layout: [2][chunks][C] (dw then db).
+template <class T, class S>
+__global__ void layernorm_param_partial_kernel(float* partial, const T* dout, const T* in,
+                                               const S* mean, const S* rstd, int64_t rows,
+                                               int64_t C, int64_t rows_per_chunk) {
+  __shared__ float aw[kTileRows][kTileCols];
+  __shared__ float ab[kTileRows][kTileCols];
+  const int64_t c = blockIdx.x * int64_t(kTileCols) + threadIdx.x;
+  const int64_t r0 = blockIdx.y * rows_per_chunk;
+  const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  float sw = 0.0f, sb = 0.0f;
+  if (c < C) {
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows) {
+      const float g = to_f32(dout[r * C + c]);
+      sw += g * (to_f32(in[r * C + c]) - to_f32(mean[r])) * to_f32(rstd[r]);
+      sb += g;
+    }
+  }
+  aw[threadIdx.y][threadIdx.x] = sw;
+  ab[threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float tw = 0.0f, tb = 0.0f;
+    for (int y = 0; y < kTileRows; ++y) {
+      tw += aw[y][threadIdx.x];
+      tb += ab[y][threadIdx.x];
+    }
+    const int64_t chunks = gridDim.y;
+    partial[blockIdx.y * C + c] = tw;
+    partial[(chunks + blockIdx.y) * C + c] = tb;
+  }
+}
+
+template <class T>
+__global__ void layernorm_param_finish_kernel(T* dw, T* db, const float* partial, int64_t chunks,
+                                              int64_t C) {
+  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  float tw = 0.0f, tb = 0.0f;
+  for (int64_t k = 0; k < chunks; ++k) {
+    tw += partial[k * C + c];
+    tb += partial[(chunks + k) * C + c];
+  }
+  dw[c] = from_f32<T>(to_f32(dw[c]) + tw);
+  db[c] = from_f32<T>(to_f32(db[c]) + tb);
+}
+
+}  // namespace
+
+void layernorm_forward(DType dt, DType st, void* out, void* mean, void* rstd, const void* in,
+                       const void* w, const void* b, int64_t rows, int64_t C) {
+  if (rows <= 0 || C <= 0) return;
+  by_dtypes(dt, st, "layernorm", [&](auto t, auto s) {
+    using T = decltype(t);
+    using S = decltype(s);
+    const unsigned grid = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+    layernorm_forward_kernel<T, S><<<grid, kWarps * 32>>>(
+        static_cast<T*>(out), static_cast<S*>(mean), static_cast<S*>(rstd),
+        static_cast<const T*>(in), static_cast<const T*>(w), static_cast<const T*>(b), rows, C);
+  });
+  check_launch("layernorm_forward");
+}
+
+size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t C) {
+  return static_cast<size_t>(2 * chunks_for(rows) * C) * sizeof(float);
+}
+
+void layernorm_backward(DType dt, DType st, void* din, void* dw, void* db, const void* dout,
+                        const void* in, const void* w, const void* mean, const void* rstd,
+                        int64_t rows, int64_t C, void* scratch) {
+  if (rows <= 0 || C <= 0) return;
+  const int64_t chunks = chunks_for(rows);
+  const int64_t per_chunk = (rows + chunks - 1) / chunks;
+  by_dtypes(dt, st, "layernorm_backward", [&](auto t, auto s) {
+    using T = decltype(t);
+    using S = decltype(s);
+    const unsigned grid = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+    layernorm_backward_din_kernel<T, S>
+        <<<grid, kWarps * 32>>>(static_cast<T*>(din), static_cast<const T*>(dout),
+                                static_cast<const T*>(in), static_cast<const T*>(w),
+                                static_cast<const S*>(mean), static_cast<const S*>(rstd), rows, C);
+    float* partial = static_cast<float*>(scratch);
+    const dim3 pgrid(static_cast<unsigned>((C + kTileCols - 1) / kTileCols),
+                     static_cast<unsigned>(chunks));
+    layernorm_param_partial_kernel<T, S><<<pgrid, dim3(kTileCols, kTileRows)>>>(
+        partial, static_cast<const T*>(dout), static_cast<const T*>(in),
+        static_cast<const S*>(mean), static_cast<const S*>(rstd), rows, C, per_chunk);
+    layernorm_param_finish_kernel<T><<<static_cast<unsigned>((C + 255) / 256), 256>>>(
+        static_cast<T*>(dw), static_cast<T*>(db), partial, chunks, C);
+  });
+  check_launch("layernorm_backward");
+}
+
+}  // namespace trainrun::cuda
