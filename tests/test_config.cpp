@@ -232,7 +232,9 @@ TEST_CASE("YAML syntax errors and missing files") {
   auto msg = error_of("data: {synthetic: markov}\nmodel:\n  hidden: [64, 64\n  n_layer: 2\n");
   CHECK(has(msg, "exp.yaml:"));
   CHECK(has(msg, "YAML syntax error"));
-  CHECK(has(msg, ":4:"));  // the line where the unclosed list was noticed
+  CHECK(has(msg, "exp.yaml:4:10: YAML syntax error"));  // where the unclosed list was noticed
+  msg = error_of("data: {synthetic: markov}\n---\nmodel: {n_layer: 2}\n");
+  CHECK(has(msg, "holds 2 YAML documents"));
 
   try {
     load_experiment("/nonexistent/dir/exp.yaml", {});

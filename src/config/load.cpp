@@ -195,12 +195,18 @@ void check(const Experiment& exp, const Origins& origins, const std::string& fil
 
 Experiment parse_experiment(const std::string& yaml_text, const std::string& path,
                             const std::vector<std::string>& overrides) {
-  YAML::Node root;
+  std::vector<YAML::Node> documents;
   try {
-    root = YAML::Load(yaml_text);
+    documents = YAML::LoadAll(yaml_text);
   } catch (const YAML::Exception& e) {
     throw ConfigError(fmt::format("{}: YAML syntax error: {}", at(path, e.mark), e.msg));
   }
+  if (documents.size() > 1) {
+    // Load() would silently read only the first: a pasted second document must not vanish.
+    throw ConfigError(fmt::format("{}: holds {} YAML documents (separated by ---); expected one",
+                                  path, documents.size()));
+  }
+  const YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
   Experiment exp;
   exp.source_path = path;
   Origins origins;
