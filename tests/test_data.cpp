@@ -62,16 +62,18 @@ std::string slurp(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-void write_llmc(const std::string& path, const std::vector<uint16_t>& toks, int32_t version = 1,
+// llm.c's dev/data/data_common.py layout: 256 int32 (magic, version, count), then the tokens.
+template <typename T = uint16_t>
+void write_llmc(const std::string& path, const std::vector<T>& toks, int32_t version = 1,
                 int32_t count = -1) {
   int32_t header[256] = {};
-  header[0] = 20240520;
+  header[0] = sizeof(T) == 2 ? 20240520 : 20240801;  // GPT-2 (uint16) or Llama 3 (uint32)
   header[1] = version;
   header[2] = count < 0 ? static_cast<int32_t>(toks.size()) : count;
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(header), sizeof header);
   out.write(reinterpret_cast<const char*>(toks.data()),
-            static_cast<std::streamsize>(toks.size() * 2));
+            static_cast<std::streamsize>(toks.size() * sizeof(T)));
 }
 
 // Runs f, expects a DataError (exit code 3) whose message contains every one of parts.
@@ -173,6 +175,13 @@ TEST_CASE("llm.c shards are read unchanged") {
   REQUIRE(ds->num_tokens() == 5000);
   const auto got = read_all(*ds);
   CHECK(std::equal(got.begin(), got.end(), toks.begin()));
+
+  std::vector<uint32_t> llama(3000);
+  for (size_t i = 0; i < llama.size(); ++i) llama[i] = static_cast<uint32_t>((i * 7919) % 128256);
+  write_llmc(tmp / "llama.bin", llama, 7);
+  const auto got32 = read_all(*open_dataset(shards(tmp / "llama.bin"), Split::train, 128256, 0));
+  REQUIRE(got32.size() == 3000);
+  CHECK(std::equal(got32.begin(), got32.end(), llama.begin()));
 }
 
 TEST_CASE("a directory or a glob reads several shards as one stream in name order") {
