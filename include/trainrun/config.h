@@ -11,9 +11,9 @@ namespace trainrun {
 
 // Loads `path`, applies `overrides` ("key.path=YAML value", in order), validates everything
 // (types, ranges, unknown keys with "did you mean", cross-field rules) and returns the result.
-// `world_size_hint` (>0) checks batch divisibility against that many ranks instead of the
-// config's own distributed.nproc * nodes. Throws ConfigError (exit 2) naming file, key and
-// line:column.
+// Batch divisibility is checked against the config's own distributed.nproc * nodes; callers
+// with a concrete world size call validate_for_world. Throws ConfigError (exit 2) naming file,
+// key and line:column.
 Experiment load_experiment(const std::string& path, const std::vector<std::string>& overrides);
 
 // Same, from YAML text (path is used in messages only).

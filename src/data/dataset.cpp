@@ -134,7 +134,7 @@ std::vector<std::string> resolve_files(const std::string& spec, const char* key)
   if (!fs::exists(st))
     throw DataError(
         fmt::format("{}='{}': no such file or directory; fix the path, or make shards "
-                    "with `trainrun data prepare TEXT OUT_DIR`",
+                    "with `trainrun data prepare TEXT --out OUT_DIR`",
                     key, spec));
   if (fs::is_directory(st)) {
     for (const auto& e : fs::directory_iterator(spec, ec))
