@@ -51,7 +51,8 @@ Plugin open_plugin() {
   if (const char* env = std::getenv("TRAINRUN_CUDA_PLUGIN"); env && *env) {
     path = env;
     if (!exists(path)) {
-      p.error = "TRAINRUN_CUDA_PLUGIN=" + path + " does not exist";
+      p.error = "TRAINRUN_CUDA_PLUGIN=" + path + " does not exist (point it at " +
+                std::string(kPluginName) + " or unset it)";
       return p;
     }
   } else {
