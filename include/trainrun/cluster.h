@@ -23,6 +23,7 @@ struct SlurmOptions {
   std::string launcher = "srun";  // srun | mpirun
   std::string trainrun_bin;       // absolute path of the trainrun binary the job runs
   std::string config_path;        // absolute path of the (resolved) config the job runs
+  std::vector<std::string> sets;  // --set overrides the job passes to trainrun
 };
 
 // The sbatch script text (readable, commented). Throws ConfigError for impossible options.

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "trainrun/checkpoint.h"
+#include "trainrun/cluster.h"
 #include "trainrun/config.h"
 #include "trainrun/data.h"
 #include "trainrun/errors.h"
@@ -167,8 +168,8 @@ void add_run_options(CLI::App* sub, RunArgs& a) {
 
 int cli_main(int argc, char** argv) {
   // `trainrun CONFIG ...` and `trainrun --resume ...` are `trainrun run ...`.
-  static const std::set<std::string> kSubcommands = {"run", "validate", "data", "sample",
-                                                     "inspect", "help"};
+  static const std::set<std::string> kSubcommands = {
+      "run", "validate", "data", "sample", "inspect", "slurm", "k8s", "help"};
   std::vector<std::string> args(argv, argv + argc);
   if (args.size() > 1 && !kSubcommands.count(args[1]) && args[1] != "--help" && args[1] != "-h" &&
       args[1] != "--version")
@@ -218,6 +219,46 @@ int cli_main(int argc, char** argv) {
   auto* inspect = app.add_subcommand("inspect", "describe a checkpoint and verify its checksums");
   inspect->add_option("checkpoint", inspect_file, "checkpoint .h5 file")->required();
 
+  std::string slurm_config;
+  std::vector<std::string> slurm_sets;
+  SlurmOptions slurm_opts;
+  bool slurm_submit_flag = false;
+  auto* slurm = app.add_subcommand("slurm", "print (or --submit) an sbatch script for a config");
+  slurm->add_option("config", slurm_config, "experiment YAML file")->required();
+  slurm->add_option("--set", slurm_sets, "override a config key: KEY=VALUE");
+  slurm->add_option("--nodes", slurm_opts.nodes, "nodes (default: distributed.nodes)");
+  slurm->add_option("--ntasks-per-node", slurm_opts.ntasks_per_node,
+                    "ranks per node (default: distributed.nproc)");
+  slurm->add_option("--gpus-per-node", slurm_opts.gpus_per_node, "GPUs per node");
+  slurm->add_option("--cpus-per-task", slurm_opts.cpus_per_task, "CPU cores per rank");
+  slurm->add_option("--time", slurm_opts.time, "time limit, e.g. 24:00:00");
+  slurm->add_option("--partition", slurm_opts.partition, "partition");
+  slurm->add_option("--account", slurm_opts.account, "account");
+  slurm->add_option("--signal-seconds", slurm_opts.signal_seconds,
+                    "seconds before the time limit to checkpoint and requeue")
+      ->capture_default_str();
+  slurm->add_option("--launcher", slurm_opts.launcher, "how ranks start: srun or mpirun")
+      ->check(CLI::IsMember({"srun", "mpirun"}))
+      ->capture_default_str();
+  slurm->add_flag("--submit", slurm_submit_flag,
+                  "write RUN_DIR/job.sbatch, submit it with sbatch and print the job id");
+
+  std::string k8s_config;
+  std::vector<std::string> k8s_sets;
+  K8sOptions k8s_opts;
+  auto* k8s = app.add_subcommand("k8s", "print a Kubeflow MPIJob manifest for kubectl apply");
+  k8s->add_option("config", k8s_config, "experiment YAML file")->required();
+  k8s->add_option("--set", k8s_sets, "override a config key: KEY=VALUE");
+  k8s->add_option("--nodes", k8s_opts.nodes, "worker pods (default: distributed.nodes)");
+  k8s->add_option("--gpus-per-node", k8s_opts.gpus_per_node, "GPUs per worker pod");
+  k8s->add_option("--ranks-per-node", k8s_opts.ranks_per_node,
+                  "ranks per worker pod (default: distributed.nproc)");
+  k8s->add_option("--image", k8s_opts.image, "container image with trainrun")->capture_default_str();
+  k8s->add_option("--namespace", k8s_opts.namespace_, "namespace")->capture_default_str();
+  k8s->add_option("--pvc", k8s_opts.pvc, "existing PersistentVolumeClaim for the run directory");
+  k8s->add_option("--storage", k8s_opts.storage, "size of the claim created without --pvc")
+      ->capture_default_str();
+
   try {
     std::vector<const char*> cargv;
     for (auto& s : args) cargv.push_back(s.c_str());
@@ -243,6 +284,22 @@ int cli_main(int argc, char** argv) {
     if (*sample) {
       std::string text = sample_text(sample_dir, sample_prompt, sample_tokens, sample_temp, sample_seed);
       fmt::print("{}{}\n", sample_prompt, text);
+      return kExitOk;
+    }
+    if (*slurm) {
+      Experiment exp = load_experiment(slurm_config, slurm_sets);
+      slurm_opts.trainrun_bin = self_exe();
+      if (slurm_submit_flag) {
+        fmt::print("{}\n", slurm_submit(exp, slurm_opts));
+      } else {
+        slurm_opts.config_path = fs::absolute(slurm_config).string();
+        slurm_opts.sets = slurm_sets;
+        fmt::print("{}", slurm_script(exp, slurm_opts));
+      }
+      return kExitOk;
+    }
+    if (*k8s) {
+      fmt::print("{}", k8s_manifest(load_experiment(k8s_config, k8s_sets), k8s_opts));
       return kExitOk;
     }
     if (*inspect) {
