@@ -59,8 +59,12 @@ Tensor Tensor::slice(int64_t offset, std::initializer_list<int64_t> shape) const
 
 std::string Tensor::shape_str() const {
   std::string s = "[";
-  for (int i = 0; i < ndim; ++i) s += (i ? "," : "") + std::to_string(dims[i]);
-  return s + "]";
+  for (int i = 0; i < ndim; ++i) {
+    if (i) s += ',';
+    s += std::to_string(dims[i]);
+  }
+  s += ']';
+  return s;
 }
 
 }  // namespace trainrun
