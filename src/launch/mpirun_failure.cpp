@@ -8,7 +8,8 @@
 // since the first rank to fail is the cause and the rest are usually its consequences.
 #include <fmt/format.h>
 
-#include <regex>
+#include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "trainrun/mpirun_failure.h"
@@ -32,45 +33,56 @@ std::string collapse_whitespace(const std::string& s) {
   return out;
 }
 
-struct Pattern {
-  const char* anchor;  // cheap substring search first; the regex only reads a window after it
-  std::regex re;
-  std::string (*describe)(const std::smatch&);
-};
-
-const std::vector<Pattern>& patterns() {
-  static const std::vector<Pattern> p = {
-      {"Process name:", std::regex(R"(Process name: \[\[\d+,\d+\],(\d+)\] Exit code: (-?\d+))"),
-       [](const std::smatch& m) {
-         return fmt::format("rank {} exited with code {}", m[1].str(), m[2].str());
-       }},
-      {"process rank",
-       std::regex(
-           R"(process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+)(?: \(([^)]*)\))?)"),
-       [](const std::smatch& m) {
-         std::string name = m[4].matched ? fmt::format(" ({})", m[4].str()) : "";
-         return fmt::format("rank {} on {} killed by signal {}{}", m[1].str(), m[2].str(),
-                            m[3].str(), name);
-       }},
-      {"process rank",
-       std::regex(R"(process rank (\d+) with PID \d+ on node (\S+) exiting improperly)"),
-       [](const std::smatch& m) {
-         return fmt::format("rank {} on {} exited without finalizing MPI", m[1].str(), m[2].str());
-       }},
-      {"MPI_ABORT was invoked",
-       std::regex(
-           R"(MPI_ABORT was invoked on rank (\d+) in communicator \S+ with errorcode (-?\d+))"),
-       [](const std::smatch& m) {
-         return fmt::format("rank {} called MPI_Abort with code {}", m[1].str(), m[2].str());
-       }},
-      {"execute an executable",
-       std::regex(R"(execute an executable: Executable: (\S+) Node: (\S+))"),
-       [](const std::smatch& m) {
-         return fmt::format("mpirun could not execute {} on {}", m[1].str(), m[2].str());
-       }},
-  };
-  return p;
+// Each reader parses the message starting at its anchor, or returns "" when it is not there.
+// sscanf keeps this free of std::regex (slow, and it trips GCC 12 warnings under sanitizers).
+std::string exit_code(const char* at) {
+  int rank = 0, code = 0;
+  if (std::sscanf(at, "Process name: [[%*d,%*d],%d] Exit code: %d", &rank, &code) != 2) return "";
+  return fmt::format("rank {} exited with code {}", rank, code);
 }
+
+std::string rank_ended(const char* at) {
+  int rank = 0, sig = 0, used = 0;
+  char node[256] = {};
+  if (std::sscanf(at, "process rank %d with PID %*d on node %255s %n", &rank, node, &used) != 2 ||
+      used == 0)
+    return "";
+  const char* rest = at + used;
+  if (std::strncmp(rest, "exiting improperly", 18) == 0)
+    return fmt::format("rank {} on {} exited without finalizing MPI", rank, node);
+  int after_sig = 0;
+  if (std::sscanf(rest, "exited on signal %d%n", &sig, &after_sig) != 1) return "";
+  char name[64] = {};
+  if (std::sscanf(rest + after_sig, " (%63[^)])", name) == 1)
+    return fmt::format("rank {} on {} killed by signal {} ({})", rank, node, sig, name);
+  return fmt::format("rank {} on {} killed by signal {}", rank, node, sig);
+}
+
+std::string aborted(const char* at) {
+  int rank = 0, code = 0;
+  if (std::sscanf(at, "MPI_ABORT was invoked on rank %d in communicator %*s with errorcode %d",
+                  &rank, &code) != 2)
+    return "";
+  return fmt::format("rank {} called MPI_Abort with code {}", rank, code);
+}
+
+std::string not_executable(const char* at) {
+  char exe[1024] = {}, node[256] = {};
+  if (std::sscanf(at, "execute an executable: Executable: %1023s Node: %255s", exe, node) != 2)
+    return "";
+  return fmt::format("mpirun could not execute {} on {}", exe, node);
+}
+
+struct Reader {
+  const char* anchor;
+  std::string (*read)(const char*);
+};
+constexpr Reader kReaders[] = {
+    {"Process name:", exit_code},
+    {"process rank", rank_ended},
+    {"MPI_ABORT was invoked", aborted},
+    {"execute an executable", not_executable},
+};
 
 }  // namespace
 
@@ -78,15 +90,12 @@ std::string describe_mpirun_failure(const std::string& mpirun_stderr) {
   const std::string text = collapse_whitespace(mpirun_stderr);
   size_t best_pos = std::string::npos;
   std::string best;
-  for (const Pattern& p : patterns()) {
-    for (size_t pos = text.find(p.anchor); pos != std::string::npos && pos < best_pos;
-         pos = text.find(p.anchor, pos + 1)) {
-      // Anchors sit at most a few words into their message; 400 characters hold any of them.
-      const std::string window = text.substr(pos > 40 ? pos - 40 : 0, 440);
-      std::smatch m;
-      if (std::regex_search(window, m, p.re)) {
+  for (const Reader& r : kReaders) {
+    for (size_t pos = text.find(r.anchor); pos != std::string::npos && pos < best_pos;
+         pos = text.find(r.anchor, pos + 1)) {
+      if (std::string d = r.read(text.c_str() + pos); !d.empty()) {
         best_pos = pos;
-        best = p.describe(m);
+        best = std::move(d);
         break;
       }
     }
