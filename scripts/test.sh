@@ -26,4 +26,4 @@ step "format (.clang-format)"
 scripts/check-format.sh
 
 step "integration tests (the trainrun binary)"
-TRAINRUN_BIN="$PWD/build/trainrun" python3 -m pytest -q tests/integration "$@"
+TRAINRUN_BIN="$PWD/build/trainrun" /usr/bin/python3 -m pytest -q tests/integration "$@"

@@ -1,0 +1,64 @@
+"""Shared helpers for the integration tests: they run the real trainrun binary."""
+import json
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TRAINRUN = os.environ.get("TRAINRUN_BIN", str(REPO / "build" / "trainrun"))
+SHAKESPEARE = REPO.parent / "shared" / "data" / "tinyshakespeare.txt"
+
+# A tiny GPT on the built-in Markov source: a few hundred ms per run on 2 cores.
+TINY = [
+    "model.n_layer=1", "model.d_model=32", "model.n_head=2", "model.seq_len=16",
+    "model.vocab_size=32", "train.batch_size=8", "train.eval_every=0", "logging.every=1",
+    "optimizer.warmup_steps=2", "data.synthetic_tokens=65536",
+]
+
+
+def sets(*pairs):
+    out = []
+    for p in pairs:
+        out += ["--set", p]
+    return out
+
+
+def run(args, *, cwd=None, env=None, timeout=300, check=None):
+    e = dict(os.environ)
+    e.setdefault("OMP_NUM_THREADS", "2")
+    if env:
+        e.update(env)
+    p = subprocess.run([TRAINRUN, *args], cwd=cwd, env=e, capture_output=True, text=True,
+                       timeout=timeout)
+    if check is not None and p.returncode != check:
+        raise AssertionError(f"trainrun {' '.join(args)} exited {p.returncode}, want {check}\n"
+                             f"--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}")
+    return p
+
+
+def metrics(run_dir, kind="train"):
+    rows = []
+    path = pathlib.Path(run_dir) / "metrics.jsonl"
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if row.get("kind") == kind:
+            rows.append(row)
+    return rows
+
+
+def losses(run_dir):
+    return {r["step"]: r["loss"] for r in metrics(run_dir)}
+
+
+@pytest.fixture
+def quickstart():
+    return str(REPO / "configs" / "quickstart.yaml")
+
+
+@pytest.fixture
+def shakespeare():
+    if not SHAKESPEARE.exists():
+        pytest.fail(f"{SHAKESPEARE} is missing: the tests need ../shared/data beside the repo")
+    return str(SHAKESPEARE)

@@ -1,0 +1,103 @@
+"""The command line: help, version, validate, and a clear error with the right exit code for
+every class of bad config and bad data. Nothing may be written for bad input."""
+import os
+import pathlib
+import struct
+
+from conftest import REPO, TINY, run, sets
+
+
+def test_help_and_version():
+    p = run(["--help"], check=0)
+    for word in ["run", "validate", "data", "sample", "inspect", "slurm", "k8s", "Exit codes"]:
+        assert word in p.stdout
+    assert run(["--version"], check=0).stdout.startswith("trainrun ")
+    assert "--resume" in run(["run", "--help"], check=0).stdout
+
+
+def test_validate_prints_resolved_config(quickstart):
+    p = run(["validate", quickstart, "--set", "optimizer.betas=[0.9,0.95]"], check=0)
+    assert "betas: [0.9, 0.95]" in p.stdout
+    assert "run_dir: runs/quickstart" in p.stdout
+    assert "OK" in p.stderr
+
+
+def write(tmp_path, text):
+    f = tmp_path / "bad.yaml"
+    f.write_text(text)
+    return str(f)
+
+
+def test_unknown_key_names_key_line_and_suggestion(tmp_path):
+    cfg = write(tmp_path, "name: x\nmodel:\n  n_layrs: 2\ndata:\n  synthetic: markov\n")
+    p = run([cfg, "--run-dir", str(tmp_path / "run")], check=2)
+    assert "model.n_layrs" in p.stderr and "3:3" in p.stderr and "model.n_layer" in p.stderr
+    assert not (tmp_path / "run").exists()  # nothing written
+
+
+def test_wrong_type_and_range(tmp_path):
+    cfg = write(tmp_path, "model:\n  n_layer: two\ndata:\n  synthetic: markov\n")
+    p = run(["validate", cfg], check=2)
+    assert "model.n_layer" in p.stderr and "2:12" in p.stderr
+    cfg = write(tmp_path, "model:\n  dropout: 1.5\ndata:\n  synthetic: markov\n")
+    assert "model.dropout" in run(["validate", cfg], check=2).stderr
+
+
+def test_yaml_syntax_error_has_line_and_column(tmp_path):
+    cfg = write(tmp_path, "model:\n  n_layer: [1, 2\ndata: {synthetic: markov}\n")
+    p = run(["validate", cfg], check=2)
+    assert "bad.yaml" in p.stderr and ":" in p.stderr
+
+
+def test_cross_field_rules(quickstart, tmp_path):
+    p = run([quickstart, *sets("model.n_head=3"), "--run-dir", str(tmp_path / "r")], check=2)
+    assert "d_model" in p.stderr and "n_head" in p.stderr
+    p = run([quickstart, *sets("train.batch_size=10", "train.micro_batch_size=4")], check=2)
+    assert "batch_size" in p.stderr and "micro_batch_size" in p.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_bad_set_override(quickstart):
+    p = run([quickstart, "--set", "train.stepz=3"], check=2)
+    assert "train.stepz" in p.stderr and "train.steps" in p.stderr
+    p = run([quickstart, "--set", "train.steps=many"], check=2)
+    assert "train.steps" in p.stderr
+
+
+def test_missing_config_file():
+    p = run(["no/such/config.yaml"], check=2)
+    assert "no/such/config.yaml" in p.stderr
+
+
+def test_bad_data_exit_3(quickstart, tmp_path):
+    base = [quickstart, *sets(*TINY, "train.steps=2", "data.synthetic=''")]
+    # missing file
+    p = run([*base, "--set", f"data.train={tmp_path}/none.bin", "--run-dir", str(tmp_path / "a")],
+            check=3)
+    assert "none.bin" in p.stderr
+    # wrong magic
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"not a shard at all" * 10)
+    p = run([*base, "--set", f"data.train={junk}", "--run-dir", str(tmp_path / "b")], check=3)
+    assert "junk.bin" in p.stderr and "magic" in p.stderr
+    # llm.c shard with a token >= vocab_size
+    toks = [1, 2, 3, 40] * 50
+    hdr = struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253))
+    shard = tmp_path / "big.bin"
+    shard.write_bytes(hdr + struct.pack(f"<{len(toks)}H", *toks))
+    p = run([*base, "--set", f"data.train={shard}", "--run-dir", str(tmp_path / "c")], check=3)
+    assert "big.bin" in p.stderr and "40" in p.stderr and "vocab_size" in p.stderr
+    # truncated llm.c shard (header says more tokens than the file holds)
+    trunc = tmp_path / "trunc.bin"
+    trunc.write_bytes(struct.pack("<256i", 20240520, 1, 1000, *([0] * 253)) + b"\x01\x00" * 10)
+    p = run([*base, "--set", f"data.train={trunc}", "--run-dir", str(tmp_path / "d")], check=3)
+    assert "trunc.bin" in p.stderr and "truncated" in p.stderr.lower()
+
+
+def test_device_cuda_without_gpu_is_a_clear_error(quickstart, tmp_path):
+    p = run([quickstart, *sets(*TINY, "train.steps=2", "device=cuda"), "--run-dir",
+             str(tmp_path / "r")], check=5)
+    assert "cuda" in p.stderr.lower()
+    p = run([quickstart, *sets(*TINY, "train.steps=2", "device=auto"), "--run-dir",
+             str(tmp_path / "r2")], check=0)
+    assert "cpu" in p.stderr.lower()
