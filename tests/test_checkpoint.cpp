@@ -395,9 +395,9 @@ TEST_CASE("SIGKILL during a write never leaves a bad file at the target") {
   save_direct(dir.str(), fake_state(1));
   const std::string prev = checkpoint_path(dir.str(), 1);
   const std::string target = checkpoint_path(dir.str(), 2);
-  // About 72 MB: one 6M-element tensor (over the 16 MiB slab size, so several H5Dwrites) in
+  // About 63 MB: one 5M-element tensor (over the 16 MiB slab size, so several H5Dwrites) in
   // weights and both moments.
-  const int64_t n = int64_t(6) << 20;
+  const int64_t n = int64_t(5) << 20;
 
   for (int delay_ms : {0, 5, 20, 60, -1}) {  // -1: let it finish
     CAPTURE(delay_ms);

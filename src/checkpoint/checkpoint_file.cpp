@@ -5,8 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <ctime>
@@ -401,8 +404,15 @@ void write_checkpoint(const std::string& path, const CheckpointData& data) {
   const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
   try {
     validate_for_write(data);
+    auto t0 = std::chrono::steady_clock::now();
     write_file(tmp, data);
+    auto t1 = std::chrono::steady_clock::now();
     fsync_path(tmp, false);
+    auto t2 = std::chrono::steady_clock::now();
+    spdlog::debug("checkpoint {}: {:.1f} MB written in {:.2f} s, fsync {:.2f} s", path,
+                  double(data.weights.size() * 3 * sizeof(float)) / 1e6,
+                  std::chrono::duration<double>(t1 - t0).count(),
+                  std::chrono::duration<double>(t2 - t1).count());
     if (::rename(tmp.c_str(), path.c_str()) != 0)
       throw H5Failure(fmt::format("rename to {} failed: {}", path, strerror(errno)));
     fs::path dir = fs::path(path).parent_path();

@@ -144,26 +144,37 @@ struct Parser {
     }
     return std::nullopt;
   }
-  std::optional<MetricValue> value() {
+  // Parses a value into `out` (an out-parameter: GCC 12 warns falsely about an
+  // optional<variant<double, string>> built from a double).
+  bool value(MetricValue& out) {
     ws();
-    if (i >= s.size()) return std::nullopt;
+    if (i >= s.size()) return false;
     if (s[i] == '"') {
       auto str = string();
-      if (!str) return std::nullopt;
-      return MetricValue(std::move(*str));
+      if (!str) return false;
+      out.emplace<std::string>(std::move(*str));
+      return true;
     }
-    if (literal("null")) return MetricValue(std::nan(""));
-    if (literal("true")) return MetricValue(1.0);
-    if (literal("false")) return MetricValue(0.0);
-    // strtod needs a terminated string; numbers are short, so copy the candidate characters.
-    size_t j = i;
-    while (j < s.size() && std::string_view("+-0123456789.eE").find(s[j]) != std::string::npos) ++j;
-    std::string num(s.substr(i, j - i));
-    char* end = nullptr;
-    double v = std::strtod(num.c_str(), &end);
-    if (num.empty() || end != num.c_str() + num.size()) return std::nullopt;
-    i = j;
-    return MetricValue(v);
+    double v = 0;
+    if (literal("null"))
+      v = std::nan("");
+    else if (literal("true"))
+      v = 1.0;
+    else if (literal("false"))
+      v = 0.0;
+    else {
+      // strtod needs a terminated string; numbers are short, so copy their characters.
+      size_t j = i;
+      while (j < s.size() && std::string_view("+-0123456789.eE").find(s[j]) != std::string::npos)
+        ++j;
+      std::string num(s.substr(i, j - i));
+      char* end = nullptr;
+      v = std::strtod(num.c_str(), &end);
+      if (num.empty() || end != num.c_str() + num.size()) return false;
+      i = j;
+    }
+    out.emplace<double>(v);
+    return true;
   }
 };
 
@@ -198,9 +209,9 @@ std::optional<MetricRow> parse_metrics_line(std::string_view line) {
     do {
       auto key = p.string();
       if (!key || !p.eat(':')) return std::nullopt;
-      auto value = p.value();
-      if (!value) return std::nullopt;
-      row.emplace_back(std::move(*key), std::move(*value));
+      MetricValue value;
+      if (!p.value(value)) return std::nullopt;
+      row.emplace_back(std::move(*key), std::move(value));
     } while (p.eat(','));
     if (!p.eat('}')) return std::nullopt;
   }
