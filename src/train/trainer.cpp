@@ -8,11 +8,14 @@
 #include <chrono>
 #include <csignal>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
 
+#include "faults.h"
 #include "grad_sync.h"
 #include "logging.h"
 #include "signals.h"
@@ -77,6 +80,7 @@ class Trainer {
   double evaluate();
   void save_checkpoint(int64_t step, double* seconds);
   CheckpointData snapshot(int64_t step);
+  uint64_t parameter_checksum();
   void log_step(int64_t step, double loss, double lr, double norm, const StepTimes& t);
   int64_t first_sample(int64_t step, int micro) const {
     return step * exp_.train.batch_size + static_cast<int64_t>(micro) * micro_ * world_ +
@@ -102,6 +106,7 @@ class Trainer {
   double peak_gflops_ = 0;
   double flops_per_step_ = 0;
   bool console_ = false, tty_ = false;
+  Faults faults_;
   double last_val_loss_ = NAN;
 };
 
@@ -112,7 +117,8 @@ void Trainer::setup() {
   world_ = comm_->size();
   validate_for_world(exp_, world_);
   console_ = rank_ == 0;
-  tty_ = console_ && stdout_is_terminal();
+  // Under mpirun stdout is often a pty, but the lines go to a log: plain lines there.
+  tty_ = console_ && stdout_is_terminal() && !env.is_rank;
 
   if (rank_ == 0) {
     fs::create_directories(exp_.run_dir);
@@ -142,6 +148,13 @@ void Trainer::setup() {
   const size_t n = static_cast<size_t>(micro_) * static_cast<size_t>(exp_.model.seq_len);
   x_.resize(n);
   y_.resize(n);
+
+  const char* restarts = std::getenv("TRAINRUN_RESTART_COUNT");
+  if (!restarts) restarts = std::getenv("SLURM_RESTART_COUNT");
+  faults_ = Faults::from_env(rank_, restarts ? std::atoi(restarts) : 0);
+  if (faults_.any())
+    spdlog::warn("TEST FAULT INJECTION ACTIVE on rank {} (TRAINRUN_FAULTS): {}", rank_,
+                 faults_.describe());
 
   peak_gflops_ = measure_gemm_peak_gflops(*be_, 384);
   flops_per_step_ = train_flops_per_token(exp_.model) * static_cast<double>(targets_per_step_);
@@ -262,6 +275,7 @@ StepTimes Trainer::train_step(int64_t step, double lr, double* loss, double* gra
     t.comm_wait += now() - t0;
     t.comm_total = t.comm_wait;
   }
+  if (faults_.poison(step)) be_->fill(ps.grads(), NAN);
   double stats[2] = {local_loss / accum_, 0.0};
   const Shard s = opt_->shard();
   const Tensor my_grads = ps.grads().slice(s.begin, {s.size()});
@@ -339,6 +353,19 @@ void Trainer::log_step(int64_t step, double loss, double lr, double norm, const 
   }
 }
 
+uint64_t Trainer::parameter_checksum() {
+  ParamStore& ps = model_->params();
+  std::vector<float> host(static_cast<size_t>(ps.numel()));
+  be_->copy(Tensor(host.data(), DType::f32, Device::cpu, {ps.numel()}), ps.params());
+  uint64_t h = 0;
+  for (float f : host) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    h = hash_combine(h, bits);
+  }
+  return h;
+}
+
 int Trainer::run() {
   install_stop_signals();
   setup();
@@ -367,6 +394,7 @@ int Trainer::run() {
   spdlog::info("training steps {}..{}", step, total);
   while (step < total) {
     lr = learning_rate(exp_.optimizer, step, total) * state_.lr_scale;
+    faults_.at_step_start(step);
     bool bad = false;
     StepTimes t = train_step(step, lr, &loss, &norm, &bad);
     if (bad) {
@@ -440,6 +468,8 @@ int Trainer::run() {
   }
   if (tty_) fmt::print(stderr, "\n");
   if (ckpt_) ckpt_->wait();
+  // Every rank must end with the same weights; the logs let a test (or a person) check it.
+  spdlog::info("rank {} parameter checksum {:016x} at step {}", rank_, parameter_checksum(), step);
   if (exit_code == kExitOk && console_) {
     const double secs = now() - t_run;
     spdlog::info("done: {} steps in {} | final train loss {:.4f}{}", step, format_duration(secs),

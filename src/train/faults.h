@@ -1,0 +1,45 @@
+// Test-only fault injection, from the TRAINRUN_FAULTS environment variable (documented in
+// man/trainrun.1 and docs/fault-tolerance.md). Nothing happens unless it is set, and every rank
+// warns loudly when it is, so it cannot slip silently into a normal run.
+//
+//   TRAINRUN_FAULTS="kind:key=value:...,kind:..."
+//   kill:rank=R:step=S        rank R dies by SIGKILL when it reaches step S
+//   exit:rank=R:step=S:code=C rank R exits with code C at step S
+//   stall:rank=R:step=S       rank R sleeps forever at step S (the watchdog must catch it)
+//   slow:rank=R:ms=D          rank R sleeps D ms every step (a straggler)
+//   nan:step=S | nan:from=S   poison the gradients with NaN at step S / every step >= S
+// rank defaults to every rank; a fault fires only on the first attempt of a run unless
+// attempts=all is given (so a restarted job can get past it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trainrun {
+
+struct Fault {
+  std::string kind;
+  int rank = -1;  // -1: every rank
+  int64_t step = -1, from = -1;
+  int ms = 0, code = 1;
+  bool every_attempt = false;
+};
+
+class Faults {
+ public:
+  // Parses TRAINRUN_FAULTS; throws ConfigError on a malformed spec.
+  static Faults from_env(int rank, int restart_count);
+  bool any() const { return !faults_.empty(); }
+  // Called at the start of every step: kill, exit, stall, slow.
+  void at_step_start(int64_t step) const;
+  // True when this step's gradients should be poisoned with NaN.
+  bool poison(int64_t step) const;
+  std::string describe() const;
+
+ private:
+  std::vector<Fault> faults_;
+  int rank_ = 0;
+};
+
+}  // namespace trainrun
