@@ -1,0 +1,47 @@
+// Plan: what a run will cost before it runs: parameters per module, FLOPs, memory per rank,
+// communication per step, and a predicted step time, from the same FLOPs model as the MFU
+// (flops.h). `trainrun plan` prints it; `trainrun CONFIG` refuses a run that cannot fit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trainrun/experiment.h"
+
+namespace trainrun {
+
+struct DevicePeak {
+  std::string name;      // "cpu (measured sgemm)", "H100 SXM", ...
+  double flops = 0;      // FLOP/s for this run's precision, per rank
+  double mem_bw = 0;     // bytes/s
+  double memory = 0;     // bytes available per rank
+  double link_bw = 0;    // bytes/s per rank for collectives (NVLink / network / shared memory)
+  std::string source;    // "measured now" or "table"
+};
+
+struct Plan {
+  int world = 1;
+  int micro_batch = 1, accum = 1;
+  std::vector<std::pair<std::string, int64_t>> params_by_module;  // "wte", "blocks.0", ...
+  int64_t params = 0;
+  double flops_per_token = 0, flops_per_step = 0;
+  double bytes_params = 0, bytes_grads = 0, bytes_optimizer = 0, bytes_optimizer_zero1 = 0;
+  double bytes_activations = 0;  // per micro-batch, as the model's arena allocates it
+  double bytes_workspace = 0;
+  double bytes_total = 0;        // per rank, with the configured ZeRO setting
+  double comm_bytes_per_step = 0;
+  double predicted_step_seconds = 0, predicted_tokens_per_second = 0;
+  DevicePeak peak;
+  std::vector<std::string> warnings;
+  bool fits = true;
+};
+
+// The peak for the configured device: CPU measures sgemm now; GPUs come from a table
+// (A100, H100, H200; `gpu` names one, empty = H100).
+DevicePeak device_peak(const Experiment& exp, const std::string& gpu = "");
+Plan make_plan(const Experiment& exp, const DevicePeak& peak);
+std::string plan_text(const Plan& plan);
+std::string plan_json(const Plan& plan);
+
+}  // namespace trainrun

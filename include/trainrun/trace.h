@@ -1,0 +1,43 @@
+// Tracer: Chrome trace event JSON per rank (RUN_DIR/trace/rank-N.json, loadable in Perfetto)
+// for a window of steps; every phase and every collective is a span. Outside the window a span
+// costs one branch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace trainrun {
+
+class Tracer {
+ public:
+  // steps "A:B" traces steps [A, B); empty = off.
+  Tracer(const std::string& run_dir, int rank, const std::string& steps);
+  ~Tracer();  // writes the file when anything was recorded
+  void set_step(int64_t step);
+  bool active() const;
+  // A complete event ("ph":"X") from t0 to t1 (seconds, steady clock); `cat` e.g. "phase", "comm".
+  void span(const char* name, const char* cat, double t0, double t1);
+  void flush();  // writes the file now
+
+  class Scope {  // RAII span
+   public:
+    Scope(Tracer* t, const char* name, const char* cat);
+    ~Scope();
+
+   private:
+    Tracer* t_;
+    const char* name_;
+    const char* cat_;
+    double t0_;
+  };
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Steady-clock seconds, the time base of spans.
+double trace_now();
+
+}  // namespace trainrun
