@@ -27,7 +27,9 @@ def sets(*pairs):
 
 def run(args, *, cwd=None, env=None, timeout=300, check=None):
     e = dict(os.environ)
-    e.setdefault("OMP_NUM_THREADS", "2")
+    # trainrun's own default (cores / ranks per node) is what users get; a stray
+    # OMP_NUM_THREADS would oversubscribe multi-rank runs.
+    e.pop("OMP_NUM_THREADS", None)
     if env:
         e.update(env)
     p = subprocess.run([TRAINRUN, *args], cwd=cwd, env=e, capture_output=True, text=True,
