@@ -1,0 +1,172 @@
+// Tracer: Chrome trace event JSON (loadable in Perfetto / chrome://tracing) for a window of
+// steps. Timestamps are steady-clock microseconds: CLOCK_MONOTONIC is shared by every process
+// on a host, so the ranks of one node line up on one timeline.
+#include "trainrun/trace.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "trainrun/errors.h"
+
+namespace fs = std::filesystem;
+
+namespace trainrun {
+
+namespace {
+
+struct Event {
+  std::string name, cat;
+  double ts, dur;  // microseconds
+  int tid;
+};
+
+// "A:B" with whole numbers 0 <= A < B; anything else is a usage error naming the fix.
+void parse_window(const std::string& s, int64_t* a, int64_t* b) {
+  auto bad = [&s](const char* why) {
+    return ConfigError(fmt::format(
+        "--profile '{}': {}: expected A:B, whole steps with 0 <= A < B (e.g. --profile 20:25 "
+        "traces steps 20 to 24)",
+        s, why));
+  };
+  const size_t colon = s.find(':');
+  if (colon == std::string::npos) throw bad("no ':'");
+  auto number = [&](std::string_view part, int64_t* out) {
+    if (part.empty() || part.front() == '-' || part.front() == '+') return false;
+    const auto r = std::from_chars(part.data(), part.data() + part.size(), *out);
+    return r.ec == std::errc() && r.ptr == part.data() + part.size();
+  };
+  const std::string_view sv(s);
+  if (!number(sv.substr(0, colon), a) || !number(sv.substr(colon + 1), b))
+    throw bad("A and B must be whole numbers");
+  if (*a >= *b) throw bad("A must be smaller than B");
+}
+
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20)
+      out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
+    else
+      out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+struct Tracer::Impl {
+  std::string path;
+  int rank = 0;
+  int64_t first = 0, end = 0;
+  bool enabled = false;
+  std::atomic<bool> on{false};
+  std::mutex mu;
+  std::vector<Event> events;
+  std::map<std::thread::id, int> tids;  // 0: the thread that made the tracer; then 1, 2, ...
+
+  void record(const char* name, const char* cat, double t0, double t1) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back({name, cat, t0 * 1e6, (t1 - t0) * 1e6, tid_locked()});
+  }
+
+  int tid_locked() {
+    const auto id = std::this_thread::get_id();
+    auto it = tids.find(id);
+    if (it != tids.end()) return it->second;
+    const int t = static_cast<int>(tids.size());
+    tids.emplace(id, t);
+    return t;
+  }
+
+  void write() {
+    std::string out = "{\"traceEvents\":[\n";
+    out += fmt::format(
+        "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{0},\"tid\":0,"
+        "\"args\":{{\"name\":\"rank {0}\"}}}},\n"
+        "{{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":{0},\"tid\":0,"
+        "\"args\":{{\"sort_index\":{0}}}}}",
+        rank);
+    for (const auto& [id, t] : tids)
+      out += fmt::format(
+          ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},"
+          "\"args\":{{\"name\":\"{}\"}}}}",
+          rank, t, t == 0 ? "main" : t == 1 ? "comm" : fmt::format("thread {}", t));
+    for (const Event& e : events)
+      out += fmt::format(
+          ",\n{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{:.3f},\"dur\":{:.3f},"
+          "\"pid\":{},\"tid\":{}}}",
+          escape(e.name), escape(e.cat), e.ts, e.dur, rank, e.tid);
+    out += "\n],\"displayTimeUnit\":\"ms\"}\n";
+    // Temp file + rename: a reader never sees half a trace.
+    fs::create_directories(fs::path(path).parent_path());
+    const std::string tmp = path + ".tmp";
+    {
+      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+      f << out;
+      if (!f.flush())
+        throw Error(kExitFailure, fmt::format("cannot write trace {}", tmp));
+    }
+    fs::rename(tmp, path);
+  }
+};
+
+Tracer::Tracer(const std::string& run_dir, int rank, const std::string& steps)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->rank = rank;
+  if (steps.empty()) return;
+  parse_window(steps, &impl_->first, &impl_->end);
+  impl_->enabled = true;
+  impl_->path = (fs::path(run_dir) / "trace" / fmt::format("rank-{}.json", rank)).string();
+  impl_->tid_locked();
+}
+
+Tracer::~Tracer() {
+  try {
+    if (impl_->enabled && !impl_->events.empty()) impl_->write();
+  } catch (...) {
+    // A destructor must not throw; flush() reports write errors to callers that care.
+  }
+}
+
+void Tracer::set_step(int64_t step) {
+  impl_->on.store(impl_->enabled && step >= impl_->first && step < impl_->end,
+                  std::memory_order_relaxed);
+}
+
+bool Tracer::active() const { return impl_->on.load(std::memory_order_relaxed); }
+
+void Tracer::span(const char* name, const char* cat, double t0, double t1) {
+  if (active()) impl_->record(name, cat, t0, t1);
+}
+
+void Tracer::flush() {
+  if (!impl_->enabled) return;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->write();
+}
+
+Tracer::Scope::Scope(Tracer* t, const char* name, const char* cat)
+    : t_(t && t->active() ? t : nullptr), name_(name), cat_(cat), t0_(t_ ? trace_now() : 0) {}
+
+Tracer::Scope::~Scope() {
+  // Recorded even when the window closed meanwhile: the span started inside it.
+  if (t_) t_->impl_->record(name_, cat_, t0_, trace_now());
+}
+
+double trace_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace trainrun

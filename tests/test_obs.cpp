@@ -1,0 +1,515 @@
+// Observability: the plan against the real model, traces, straggler detection and the report.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "trainrun/backend.h"
+#include "trainrun/errors.h"
+#include "trainrun/flops.h"
+#include "trainrun/metrics.h"
+#include "trainrun/model.h"
+#include "trainrun/plan.h"
+#include "trainrun/report.h"
+#include "trainrun/stragglers.h"
+#include "trainrun/trace.h"
+
+namespace fs = std::filesystem;
+using namespace trainrun;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "trainrun-obs-XXXXXX").string();
+    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+int count(const std::string& s, const std::string& what) {
+  int n = 0;
+  for (size_t i = s.find(what); i != std::string::npos; i = s.find(what, i + 1)) ++n;
+  return n;
+}
+
+// Braces and brackets balance outside strings, and strings close: enough to catch a torn or
+// badly joined file (the integration test parses traces with a real JSON parser).
+bool json_balanced(const std::string& s) {
+  std::vector<char> stack;
+  bool in_string = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    else if (c == '{' || c == '[') stack.push_back(c);
+    else if (c == '}' || c == ']') {
+      if (stack.empty() || stack.back() != (c == '}' ? '{' : '[')) return false;
+      stack.pop_back();
+    }
+  }
+  return !in_string && stack.empty();
+}
+
+// A peak that measures nothing, so plan tests are fast and exact.
+DevicePeak fake_peak(const std::string& name, double memory = 1e12) {
+  DevicePeak p;
+  p.name = name;
+  p.flops = 1e12;
+  p.mem_bw = 1e11;
+  p.memory = memory;
+  p.link_bw = 1e10;
+  p.source = "test";
+  return p;
+}
+
+Experiment gpt(int L, int C, int H, int T, int V, int batch) {
+  Experiment e;
+  e.model.type = "gpt";
+  e.model.n_layer = L;
+  e.model.d_model = C;
+  e.model.n_head = H;
+  e.model.seq_len = T;
+  e.model.vocab_size = V;
+  e.train.batch_size = batch;
+  return e;
+}
+
+Experiment mlp(int C, int T, int V, std::vector<int> hidden, int batch) {
+  Experiment e;
+  e.model.type = "mlp";
+  e.model.d_model = C;
+  e.model.seq_len = T;
+  e.model.vocab_size = V;
+  e.model.hidden = std::move(hidden);
+  e.train.batch_size = batch;
+  return e;
+}
+
+std::vector<Experiment> model_zoo() {
+  return {gpt(2, 64, 4, 32, 64, 4),  gpt(1, 24, 3, 7, 50, 3),  gpt(3, 48, 6, 16, 97, 2),
+          gpt(0, 16, 2, 5, 11, 1),   mlp(16, 8, 64, {128}, 4), mlp(10, 3, 27, {33, 17}, 5),
+          mlp(8, 4, 13, {}, 2)};
+}
+
+bool warned(const Plan& p, const std::string& what) {
+  for (const auto& w : p.warnings)
+    if (w.find(what) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("plan: parameters exact, per module, against the built model") {
+  auto be = make_cpu_backend();
+  for (const Experiment& e : model_zoo()) {
+    CAPTURE(e.model.type);
+    CAPTURE(e.model.n_layer);
+    CAPTURE(e.model.d_model);
+    const Plan p = make_plan(e, fake_peak("cpu (test)"));
+    auto model = build_model(e.model, *be, p.micro_batch);
+    CHECK(p.params == model->params().numel());
+    CHECK(p.params == parameter_count(e.model));
+    // Each module's count is the sum of the parameters declared under its name.
+    std::map<std::string, int64_t> declared;
+    for (const auto& info : model->params().infos()) {
+      bool found = false;
+      for (const auto& [name, n] : p.params_by_module)
+        if (info.name.rfind(name + ".", 0) == 0) {
+          declared[name] += info.numel;
+          found = true;
+        }
+      CHECK_MESSAGE(found, info.name);
+    }
+    int64_t sum = 0;
+    for (const auto& [name, n] : p.params_by_module) {
+      CHECK_MESSAGE(declared[name] == n, name);
+      sum += n;
+    }
+    CHECK(sum == p.params);
+  }
+}
+
+TEST_CASE("plan: activation bytes equal the model's arenas") {
+  auto be = make_cpu_backend();
+  for (const Experiment& e : model_zoo()) {
+    for (int micro : {1, 3}) {
+      Experiment x = e;
+      x.train.micro_batch_size = micro;
+      x.train.batch_size = micro;
+      CAPTURE(x.model.type);
+      CAPTURE(x.model.d_model);
+      CAPTURE(micro);
+      const Plan p = make_plan(x, fake_peak("cpu (test)"));
+      auto model = build_model(x.model, *be, micro);
+      CHECK(p.bytes_activations == static_cast<double>(model->activation_bytes()));
+    }
+  }
+}
+
+TEST_CASE("plan: FLOPs match a count of every matmul from the shapes") {
+  SUBCASE("gpt") {
+    const Experiment e = gpt(3, 48, 6, 16, 97, 8);
+    const double B = 1, T = 16, C = 48, V = 97, H = 6, hd = C / H;
+    auto mm = [](double m, double n, double k) { return 2 * m * n * k; };
+    const double N = B * T;
+    double fwd = 0;
+    for (int l = 0; l < 3; ++l) {
+      fwd += mm(N, 3 * C, C) + mm(N, C, C) + mm(N, 4 * C, C) + mm(N, C, 4 * C);
+      fwd += H * (mm(T, T, hd) + mm(T, hd, T));  // QK^T and PV per head, full square
+    }
+    fwd += mm(N, V, C);
+    const Plan p = make_plan(e, fake_peak("cpu (test)"));
+    CHECK(p.flops_per_token == doctest::Approx(3 * fwd / N));  // backward is twice forward
+    CHECK(p.flops_per_step == doctest::Approx(3 * fwd / N * T * 8));
+  }
+  SUBCASE("mlp") {
+    const Experiment e = mlp(10, 3, 27, {33, 17}, 5);
+    const double fwd = 2.0 * 30 * 33 + 2.0 * 33 * 17 + 2.0 * 17 * 27;
+    const Plan p = make_plan(e, fake_peak("cpu (test)"));
+    CHECK(p.flops_per_token == doctest::Approx(3 * fwd));
+    CHECK(p.flops_per_step == doctest::Approx(3 * fwd * 5));  // one target per sequence
+  }
+}
+
+TEST_CASE("plan: memory, ZeRO-1 shards and communication") {
+  Experiment e = gpt(2, 64, 4, 32, 65, 12);
+  e.distributed.nproc = 5;  // 12 sequences on 5 ranks does not divide: micro set explicitly
+  e.train.micro_batch_size = 1;
+  const Plan p = make_plan(e, fake_peak("cpu (test)"));
+  const int64_t n = p.params;
+  CAPTURE(n);
+  REQUIRE(n % 5 != 0);
+  int64_t largest = 0;
+  for (int r = 0; r < 5; ++r) largest = std::max(largest, (r + 1) * n / 5 - r * n / 5);
+  CHECK(largest == (n + 4) / 5);
+  CHECK(p.bytes_optimizer_zero1 == 8.0 * static_cast<double>(largest));
+  CHECK(p.bytes_optimizer == 8.0 * static_cast<double>(n));
+  CHECK(p.bytes_params == 4.0 * static_cast<double>(n));
+  CHECK(p.bytes_grads == 4.0 * static_cast<double>(n));
+  CHECK(p.comm_bytes_per_step == doctest::Approx(2.0 * 4 / 5 * 4 * static_cast<double>(n)));
+  CHECK(p.bytes_total == doctest::Approx(p.bytes_params + p.bytes_grads + p.bytes_optimizer +
+                                         p.bytes_activations + p.bytes_workspace));
+  e.distributed.zero = 1;
+  const Plan z = make_plan(e, fake_peak("cpu (test)"));
+  CHECK(z.bytes_total == doctest::Approx(p.bytes_total - p.bytes_optimizer + p.bytes_optimizer_zero1));
+  CHECK(z.comm_bytes_per_step == doctest::Approx(p.comm_bytes_per_step));
+
+  Experiment one = gpt(2, 64, 4, 32, 64, 8);
+  const Plan solo = make_plan(one, fake_peak("cpu (test)"));
+  CHECK(solo.comm_bytes_per_step == 0);
+  CHECK(solo.world == 1);
+  CHECK(solo.micro_batch == 8);
+  CHECK(solo.accum == 1);
+  one.train.micro_batch_size = 2;
+  CHECK(make_plan(one, fake_peak("cpu (test)")).accum == 4);
+
+  SUBCASE("bf16 on a GPU adds a bf16 weight copy and halves activations") {
+    Experiment g = gpt(2, 64, 4, 32, 64, 8);
+    g.device = "cuda";
+    g.train.precision = "bf16";
+    const Plan f = make_plan(g, fake_peak("H100 SXM"));
+    CHECK(f.bytes_params == 6.0 * static_cast<double>(f.params));
+    CHECK(f.bytes_activations < solo.bytes_activations);
+    CHECK(f.bytes_activations > 0.45 * solo.bytes_activations);
+  }
+  SUBCASE("prediction") {
+    CHECK(solo.predicted_step_seconds >= solo.flops_per_step / solo.peak.flops);
+    CHECK(solo.predicted_tokens_per_second ==
+          doctest::Approx(32.0 * 8 / solo.predicted_step_seconds));
+  }
+}
+
+TEST_CASE("plan: warnings and fit") {
+  Experiment e = gpt(12, 768, 12, 1024, 50257, 8);
+  e.device = "cuda";
+  const Plan odd = make_plan(e, fake_peak("H100 SXM", 80e9));
+  CHECK(warned(odd, "pad to 50304"));
+  CHECK(odd.fits);
+  e.model.vocab_size = 50304;
+  const Plan even = make_plan(e, fake_peak("H100 SXM", 80e9));
+  CHECK_FALSE(warned(even, "vocab_size"));
+  CHECK_FALSE(warned(even, "head_dim"));
+  CHECK_FALSE(warned(even, "micro-batch"));  // 8 x 1024 tokens
+  CHECK_FALSE(warned(even, "attention"));
+
+  e.model.n_head = 10;  // head_dim 76.8 -> 76: not a multiple of 8
+  e.model.d_model = 760;
+  CHECK(warned(make_plan(e, fake_peak("H100 SXM", 80e9)), "head_dim"));
+  CHECK_FALSE(warned(make_plan(e, fake_peak("cpu (test)")), "head_dim"));  // GPU only
+
+  Experiment small = gpt(2, 64, 4, 64, 64, 8);
+  CHECK(warned(make_plan(small, fake_peak("A100 SXM 80GB")), "micro-batch is 512 tokens"));
+  CHECK_FALSE(warned(make_plan(small, fake_peak("cpu (test)")), "micro-batch"));
+
+  Experiment longseq = gpt(2, 64, 4, 4096, 64, 1);
+  CHECK(warned(make_plan(longseq, fake_peak("cpu (test)")), "attention is"));
+
+  Experiment huge = gpt(96, 12288, 96, 2048, 50304, 8);
+  huge.device = "cuda";
+  const Plan h = make_plan(huge, fake_peak("H100 SXM", 80e9));
+  CHECK_FALSE(h.fits);
+  CHECK(warned(h, "per rank but H100 SXM has"));
+}
+
+TEST_CASE("plan: text and JSON") {
+  const Plan p = make_plan(gpt(2, 64, 4, 32, 50, 8), fake_peak("cpu (test)"));
+  const std::string t = plan_text(p);
+  CHECK(t.find("blocks.1") != std::string::npos);
+  CHECK(t.find(std::to_string(p.params)) != std::string::npos);
+  CHECK(t.find("warning: model.vocab_size 50") != std::string::npos);
+  const std::string j = plan_json(p);
+  CHECK(json_balanced(j));
+  CHECK(j.find("\"params\":" + std::to_string(p.params)) != std::string::npos);
+  CHECK(j.find("\"fits\":true") != std::string::npos);
+  CHECK(count(j, "\"blocks.") == 2);
+}
+
+TEST_CASE("device_peak: the GPU table and the measured CPU") {
+  Experiment e = gpt(2, 64, 4, 32, 64, 8);
+  e.device = "cuda";
+  e.train.precision = "bf16";
+  CHECK(device_peak(e, "H100").flops == 989e12);
+  CHECK(device_peak(e, "h200").memory == 141e9);
+  CHECK(device_peak(e, "A100").flops == 312e12);
+  CHECK(device_peak(e).name == "H100 SXM");  // device cuda without --gpu
+  e.train.precision = "fp32";
+  CHECK(device_peak(e, "A100").flops == 19.5e12);
+  CHECK_THROWS_AS(device_peak(e, "V100"), ConfigError);
+  e.distributed.nodes = 2;
+  CHECK(device_peak(e, "H100").link_bw < 100e9);  // between nodes: the network, not NVLink
+
+  Experiment c = gpt(2, 64, 4, 32, 64, 8);
+  const DevicePeak cpu = device_peak(c);
+  CHECK(cpu.name.rfind("cpu", 0) == 0);
+  CHECK(cpu.flops > 1e9);
+  CHECK(cpu.memory > 0);
+  CHECK(cpu.mem_bw > 0);
+  CHECK(cpu.link_bw == 0.8e9);
+  CHECK(cpu.source.find("measured") != std::string::npos);
+}
+
+TEST_CASE("tracer: spans only inside the window, one file per rank") {
+  TempDir d;
+  const fs::path file = d.path / "trace" / "rank-3.json";
+  {
+    Tracer t(d.path.string(), 3, "2:4");
+    for (int64_t step = 0; step < 6; ++step) {
+      t.set_step(step);
+      CHECK(t.active() == (step >= 2 && step < 4));
+      { Tracer::Scope s(&t, "forward", "phase"); }
+      t.span("backward", "phase", trace_now(), trace_now() + 1e-3);
+      std::thread comm([&t] { t.span("allreduce", "comm", trace_now(), trace_now() + 1e-4); });
+      comm.join();
+    }
+    CHECK_FALSE(fs::exists(file));  // written on destruction
+  }
+  REQUIRE(fs::exists(file));
+  CHECK_FALSE(fs::exists(file.string() + ".tmp"));
+  const std::string j = slurp(file);
+  CHECK(json_balanced(j));
+  CHECK(count(j, "\"ph\":\"X\"") == 6);  // 3 spans x steps 2 and 3
+  CHECK(count(j, "\"name\":\"allreduce\"") == 2);
+  CHECK(count(j, "\"name\":\"forward\"") == 2);
+  CHECK(count(j, "\"pid\":3") >= 8);
+  CHECK(j.find("\"name\":\"rank 3\"") != std::string::npos);
+  CHECK(j.find("\"displayTimeUnit\":\"ms\"") != std::string::npos);
+  CHECK(count(j, "\"cat\":\"comm\",\"ph\":\"X\"") == 2);
+  CHECK(count(j, "\"tid\":1}") == 2);  // the second thread's spans
+
+  SUBCASE("flush writes now; an empty window writes nothing") {
+    TempDir e;
+    {
+      Tracer t(e.path.string(), 0, "0:1");
+      t.set_step(0);
+      t.span("x", "phase", 1.0, 2.0);
+      t.flush();
+      CHECK(fs::exists(e.path / "trace" / "rank-0.json"));
+    }
+    TempDir off;
+    {
+      Tracer t(off.path.string(), 0, "");
+      t.set_step(0);
+      CHECK_FALSE(t.active());
+      t.span("x", "phase", 1.0, 2.0);
+    }
+    CHECK_FALSE(fs::exists(off.path / "trace"));
+  }
+}
+
+TEST_CASE("tracer: the window is parsed strictly") {
+  for (const char* bad : {"20", "20-25", "25:20", "5:5", "a:b", ":5", "5:", "-1:3", "1:2x",
+                          " 1:2", "1:+2"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(Tracer("/nonexistent", 0, bad), ConfigError);
+  }
+  CHECK_NOTHROW(Tracer("/nonexistent", 0, "20:25"));
+}
+
+namespace {
+
+RankTiming timing(int rank, double data, double fwd, double bwd, double comm, double opt,
+                  double other = 0) {
+  RankTiming r;
+  r.rank = rank;
+  r.host = "node" + std::to_string(rank / 4);
+  r.phases[0] = data;
+  r.phases[1] = fwd;
+  r.phases[2] = bwd;
+  r.phases[3] = comm;
+  r.phases[4] = opt;
+  r.step = data + fwd + bwd + comm + opt + other;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("stragglers: 2 ranks, a rank sleeping 60 ms per step is named") {
+  // Synchronous steps: rank 0 waits in the allreduce while rank 1 sleeps in its data phase.
+  std::vector<RankTiming> r = {timing(0, 0.001, 0.010, 0.020, 0.062, 0.002),
+                               timing(1, 0.061, 0.010, 0.020, 0.002, 0.002)};
+  auto s = find_stragglers(r, 0.2);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].rank == 1);
+  CHECK(s[0].host == "node0");
+  CHECK(s[0].phase == "data");
+  CHECK(s[0].step > s[0].median);
+  // A stall outside every phase is "other".
+  std::vector<RankTiming> o = {timing(0, 0.001, 0.010, 0.020, 0.062, 0.002),
+                               timing(1, 0.001, 0.010, 0.020, 0.002, 0.002, 0.060)};
+  s = find_stragglers(o, 0.2);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].phase == "other");
+  CHECK(find_stragglers({r[0]}, 0.2).empty());
+  CHECK(find_stragglers({}, 0.2).empty());
+}
+
+TEST_CASE("stragglers: 3 and 8 ranks name the slow rank and its phase") {
+  std::vector<RankTiming> r;
+  for (int i = 0; i < 3; ++i) r.push_back(timing(i, 0.001, 0.010, 0.020, 0.004, 0.002));
+  r[2] = timing(2, 0.001, 0.010, 0.045, 0.001, 0.002);  // slow backward
+  auto s = find_stragglers(r, 0.2);
+  REQUIRE(s.size() == 1);
+  CHECK(s[0].rank == 2);
+  CHECK(s[0].phase == "backward");
+
+  std::vector<RankTiming> w;
+  for (int i = 0; i < 8; ++i) w.push_back(timing(i, 0.001, 0.010, 0.020, 0.030, 0.002));
+  w[5] = timing(5, 0.001, 0.040, 0.020, 0.001, 0.002);  // slow forward
+  w[6] = timing(6, 0.001, 0.010, 0.020, 0.001, 0.031);  // slow optimizer
+  s = find_stragglers(w, 0.2);
+  REQUIRE(s.size() == 2);
+  CHECK(s[0].rank == 5);
+  CHECK(s[0].phase == "forward");
+  CHECK(s[0].host == "node1");
+  CHECK(s[1].rank == 6);
+  CHECK(s[1].phase == "optimizer");
+}
+
+TEST_CASE("stragglers: no false positives with equal timings and 5% noise") {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> noise(0.95, 1.05);
+  for (int world : {2, 3, 8}) {
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<RankTiming> r;
+      for (int i = 0; i < world; ++i)
+        r.push_back(timing(i, 0.002 * noise(rng), 0.010 * noise(rng), 0.020 * noise(rng),
+                           0.003 * noise(rng), 0.002 * noise(rng)));
+      CHECK(find_stragglers(r, 0.2).empty());
+    }
+  }
+}
+
+TEST_CASE("report: summary of a run directory and its plot") {
+  TempDir d;
+  const std::string rd = d.path.string();
+  std::ofstream(d.path / "config.yaml")
+      << "name: demo\ndevice: cpu\nmodel:\n  type: gpt\n  vocab_size: 64\n  seq_len: 16\n"
+         "  n_layer: 1\n  n_head: 2\n  d_model: 32\ntrain:\n  steps: 20\n"
+         "distributed:\n  nproc: 2\n  nodes: 1\n";
+  double tps_late = 0;
+  {
+    MetricsLog log(rd, -1);
+    for (int step = 1; step <= 10; ++step) {
+      const double tps = 1000.0 + 10 * step;
+      if (step > 5) tps_late += tps / 5;
+      log.append("train", {{"step", double(step)},
+                           {"loss", step == 4 ? NAN : 3.0 - 0.1 * step},
+                           {"lr", 1e-3},
+                           {"grad_norm", 1.0},
+                           {"tokens_per_sec", tps},
+                           {"mfu", 0.25},
+                           {"step_time", 0.1},
+                           {"t_data", 0.01},
+                           {"t_forward", 0.03},
+                           {"t_backward", 0.04},
+                           {"t_comm", 0.02},
+                           {"t_comm_exposed", 0.005},
+                           {"t_optimizer", 0.015},
+                           {"t_checkpoint", 0.0},
+                           {"tokens_seen", 256.0 * step}});
+      if (step % 5 == 0) log.append("eval", {{"step", double(step)}, {"val_loss", step == 5 ? 2.1 : 2.3}});
+    }
+    log.append("event", {{"step", 6.0}, {"event", std::string("restart")},
+                         {"cause", std::string("rank 1 killed by signal 9")}});
+    for (double step : {5.0, 10.0})
+      log.append("event", {{"step", step}, {"event", std::string("straggler")}, {"rank", 1.0},
+                           {"host", std::string("node7")}, {"phase", std::string("data")}});
+    log.flush();
+  }
+  const std::string r = report_text(rd);
+  CAPTURE(r);
+  CHECK(r.find("run demo") != std::string::npos);
+  CHECK(r.find("10 / 20 (50%)") != std::string::npos);
+  CHECK(r.find("best 2.1000 (step 5)") != std::string::npos);
+  CHECK(r.find("final 2.3000 (step 10)") != std::string::npos);
+  CHECK(r.find(fmt::format("{:.0f} tokens/s", tps_late)) != std::string::npos);
+  CHECK(r.find("MFU 25.0%") != std::string::npos);
+  CHECK(r.find("rank 1 killed by signal 9") != std::string::npos);
+  CHECK(r.find("rank 1 on node7 (phase data): 2 time(s), steps 5, 10") != std::string::npos);
+  CHECK(r.find("1 (steps 4)") != std::string::npos);
+  CHECK(r.find("40.0%") != std::string::npos);  // backward's share of the step
+
+  const std::string png = write_report_plot(rd, (d.path / "r.png").string());
+  CHECK(png == (d.path / "r.png").string());
+  const std::string bytes = slurp(png);
+  REQUIRE(bytes.size() > 8);
+  CHECK(bytes.substr(1, 3) == "PNG");
+
+  SUBCASE("gnuplot missing names the package") {
+    const std::string old = std::getenv("PATH") ? std::getenv("PATH") : "";
+    setenv("PATH", d.path.c_str(), 1);
+    try {
+      write_report_plot(rd);
+      FAIL("no error without gnuplot");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("gnuplot-nox") != std::string::npos);
+    }
+    setenv("PATH", old.c_str(), 1);
+  }
+  SUBCASE("not a run directory") {
+    CHECK_THROWS_AS(report_text((d.path / "nope").string()), ConfigError);
+    TempDir empty;
+    CHECK_THROWS_AS(report_text(empty.path.string()), ConfigError);
+  }
+}
