@@ -16,6 +16,7 @@ enum ExitCode : int {
   kExitDevice = 5,         // device: cuda requested but no usable GPU / plugin / driver
   kExitLaunch = 6,         // mpirun missing, not enough slots, or a rank failed
   kExitGaveUp = 7,         // fault tolerance gave up (restarts exhausted, repeated bad steps)
+  kExitHang = 8,           // the watchdog aborted a hung job (a rank stalled or a collective hung)
   kExitResumeMe = 75,      // stopped by SIGTERM/SIGUSR1 after a checkpoint: resume me (EX_TEMPFAIL)
   kExitInterrupted = 130,  // stopped by SIGINT (after saving a checkpoint when enabled)
 };

@@ -78,6 +78,10 @@ struct FaultToleranceConfig {
   int max_restarts = 0;
   double step_timeout = 0;  // seconds; 0 = sized from the measured step time
   int max_bad_steps = 5;
+  int max_rollbacks = 2;
+  double rollback_lr_factor = 0.5;
+  double restart_backoff = 5;
+  double spike_zscore = 6;
 };
 
 struct SlurmConfig {

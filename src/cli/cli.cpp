@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <regex>
+#include <thread>
 #include <set>
 
 #include "trainrun/checkpoint.h"
@@ -19,6 +21,7 @@
 #include "trainrun/errors.h"
 #include "trainrun/experiment.h"
 #include "trainrun/launch.h"
+#include "trainrun/metrics.h"
 #include "trainrun/trainer.h"
 
 namespace fs = std::filesystem;
@@ -118,21 +121,100 @@ std::vector<std::string> rank_argv(const RunArgs& a, const Experiment& exp,
   return argv;
 }
 
-int cmd_run(const RunArgs& a) {
-  auto [exp, resume_file] = resolve_run(a);
-  const RankEnv env = detect_rank_env();
+// Exit codes that a relaunch cannot fix (or that mean "done" / "stopped on purpose").
+bool restartable(int code) {
+  switch (code) {
+    case kExitOk: case kExitUsage: case kExitData: case kExitCheckpoint: case kExitDevice:
+    case kExitGaveUp: case kExitResumeMe: case kExitInterrupted:
+      return false;
+    default:
+      return true;
+  }
+}
+
+int64_t checkpoint_step(const std::string& file) {
+  std::smatch m;
+  const std::string name = fs::path(file).filename().string();
+  return std::regex_search(name, m, std::regex(R"(step-(\d+)\.h5)")) ? std::stoll(m[1]) : 0;
+}
+
+// The launching trainrun: starts the job (mpirun for several ranks, or itself for one rank
+// under supervision), and when it fails, relaunches it from the newest good checkpoint with a
+// backoff, up to fault_tolerance.max_restarts times, recording every restart in the metrics.
+int supervise(const RunArgs& a, const Experiment& exp, std::string resume_file) {
   const int world = exp.world_size();
-  if (!env.is_rank && world > 1) {
-    validate_for_world(exp, world);
-    LaunchPlan plan = plan_launch(exp, rank_argv(a, exp, resume_file));
+  const auto& ft = exp.fault_tolerance;
+  double backoff = ft.restart_backoff;
+  int64_t last_failed_at = -1;
+  for (int attempt = 0;; ++attempt) {
+    LaunchPlan plan;
+    if (world > 1) {
+      plan = plan_launch(exp, rank_argv(a, exp, resume_file));
+    } else {
+      plan.argv = rank_argv(a, exp, resume_file);
+      plan.env.push_back("TRAINRUN_SUPERVISED=1");
+    }
+    plan.env.push_back(fmt::format("TRAINRUN_RESTART_COUNT={}", attempt));
     if (a.dry_run) {
       fmt::print("{}\n", render_command(plan));
       return kExitOk;
     }
     std::string failure;
     const int code = run_launch(plan, &failure);
-    if (code != 0 && !failure.empty()) fmt::print(stderr, "error: {}\n", failure);
-    return code;
+    if (!restartable(code)) return code;
+    const std::string cause = failure.empty() ? fmt::format("the job exited with code {}", code)
+                                              : failure;
+    fmt::print(stderr, "error: {}\n", cause);
+    if (ft.max_restarts == 0) return code;
+    if (attempt >= ft.max_restarts) {
+      fmt::print(stderr, "error: gave up after {} restart(s) (fault_tolerance.max_restarts)\n",
+                 attempt);
+      return kExitGaveUp;
+    }
+    std::vector<std::string> warnings;
+    auto latest = latest_good_checkpoint(exp.run_dir, &warnings);
+    for (const auto& w : warnings) print_warning(w);
+    const int64_t from = latest ? checkpoint_step(*latest) : 0;
+    if (from == last_failed_at) {
+      fmt::print(stderr,
+                 "error: the job failed again without getting past step {} (the newest "
+                 "checkpoint): not restarting; fix the cause above, then trainrun --resume {}\n",
+                 from, exp.run_dir);
+      return kExitGaveUp;
+    }
+    last_failed_at = from;
+    int64_t reached = from;
+    try {
+      for (const auto& row : read_metrics_jsonl(exp.run_dir, "train"))
+        reached = std::max<int64_t>(reached, static_cast<int64_t>(std::get<double>(row.at(0).second)));
+    } catch (const std::exception&) {
+    }
+    std::smatch m;
+    const double rank = std::regex_search(cause, m, std::regex(R"(rank (\d+))")) ? std::stod(m[1]) : -1;
+    {
+      MetricsLog log(exp.run_dir, from);
+      log.append("event", {{"step", double(from)}, {"event", std::string("restart")},
+                           {"attempt", double(attempt + 1)}, {"rank", rank},
+                           {"steps_lost", double(reached - from)}, {"cause", cause}});
+      log.flush();
+    }
+    fmt::print(stderr, "restart {}/{} in {:.0f} s from {} (lost {} step(s)): {}\n", attempt + 1,
+               ft.max_restarts, backoff, latest ? *latest : std::string("the start"),
+               reached - from, cause);
+    std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+    backoff = std::min(60.0, std::max(backoff * 2, 0.0));
+    resume_file = latest ? *latest : "";
+  }
+}
+
+int cmd_run(const RunArgs& a) {
+  auto [exp, resume_file] = resolve_run(a);
+  const RankEnv env = detect_rank_env();
+  const int world = exp.world_size();
+  const bool supervised_child = std::getenv("TRAINRUN_SUPERVISED") != nullptr;
+  if (!env.is_rank && !supervised_child && (world > 1 || exp.fault_tolerance.max_restarts > 0)) {
+    validate_for_world(exp, world);
+    return supervise(a, exp, resume_file);
   }
   validate_for_world(exp, env.is_rank ? env.size : 1);
   if (a.dry_run) {

@@ -50,13 +50,14 @@ Faults Faults::from_env(int rank, int restart_count) {
         else if (k == "ms") x.ms = std::stoi(v);
         else if (k == "code") x.code = std::stoi(v);
         else if (k == "attempts" && v == "all") x.every_attempt = true;
+        else if (k == "attempt") x.attempt = std::stoi(v);
         else throw std::invalid_argument(k);
       } catch (const std::exception&) {
         throw ConfigError(fmt::format("TRAINRUN_FAULTS: bad '{}' in '{}'", parts[i], spec));
       }
     }
     if (x.rank >= 0 && x.rank != rank) continue;
-    if (restart_count > 0 && !x.every_attempt) continue;
+    if (!x.every_attempt && restart_count != x.attempt) continue;
     f.faults_.push_back(x);
   }
   return f;

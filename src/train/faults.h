@@ -8,8 +8,8 @@
 //   stall:rank=R:step=S       rank R sleeps forever at step S (the watchdog must catch it)
 //   slow:rank=R:ms=D          rank R sleeps D ms every step (a straggler)
 //   nan:step=S | nan:from=S   poison the gradients with NaN at step S / every step >= S
-// rank defaults to every rank; a fault fires only on the first attempt of a run unless
-// attempts=all is given (so a restarted job can get past it).
+// rank defaults to every rank. A fault fires only on the first attempt of a job (so a restarted
+// job gets past it) unless attempt=N (only the Nth relaunch) or attempts=all is given.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,7 @@ struct Fault {
   int64_t step = -1, from = -1;
   int ms = 0, code = 1;
   bool every_attempt = false;
+  int attempt = 0;
 };
 
 class Faults {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -17,6 +18,7 @@
 
 #include "faults.h"
 #include "grad_sync.h"
+#include "watchdog.h"
 #include "logging.h"
 #include "signals.h"
 #include "trainrun/backend.h"
@@ -107,6 +109,15 @@ class Trainer {
   double flops_per_step_ = 0;
   bool console_ = false, tty_ = false;
   Faults faults_;
+  std::unique_ptr<Watchdog> watchdog_;
+  int rollbacks_ = 0;
+  std::deque<double> recent_losses_;
+  void phase(const char* name, int64_t step) {
+    if (watchdog_) watchdog_->enter(name, step);
+  }
+  bool rollback(int64_t* step);
+  void check_spike(int64_t step, double loss);
+  void event(int64_t step, const std::string& name, MetricRow extra);
   double last_val_loss_ = NAN;
 };
 
@@ -127,6 +138,7 @@ void Trainer::setup() {
   comm_->barrier();
   setup_logging(exp_.run_dir, rank_, console_);
 
+  watchdog_ = std::make_unique<Watchdog>(*comm_, exp_.run_dir, exp_.fault_tolerance.step_timeout);
   be_ = choose_backend(exp_, comm_->local_rank());
   micro_ = exp_.train.micro_batch_size > 0 ? exp_.train.micro_batch_size
                                            : exp_.train.batch_size / world_;
@@ -224,6 +236,8 @@ CheckpointData Trainer::snapshot(int64_t step) {
 }
 
 void Trainer::save_checkpoint(int64_t step, double* seconds) {
+  phase("checkpoint", step);
+  if (metrics_) metrics_->flush();  // metrics.h5 holds every row up to the checkpoint
   const double t0 = now();
   CheckpointData ck = snapshot(step);  // collective under ZeRO: every rank takes part
   double blocked = 0;
@@ -245,6 +259,7 @@ StepTimes Trainer::train_step(int64_t step, double lr, double* loss, double* gra
   const float scale = 1.0f / static_cast<float>(targets_per_step_);
   double local_loss = 0;
   for (int m = 0; m < accum_; ++m) {
+    phase("data", step);
     t.data += train_loader_->next(x_.data(), y_.data());
     // Keep the next micro-batch (or the next step's first) loading while this one computes.
     if (m + 1 < accum_)
@@ -252,11 +267,13 @@ StepTimes Trainer::train_step(int64_t step, double lr, double* loss, double* gra
     else
       train_loader_->prefetch(first_sample(step + 1, 0), micro_);
     model_->set_batch(x_.data(), y_.data());
+    phase("forward", step);
     double t0 = now();
     local_loss += model_->forward(true, hash_combine(exp_.seed, static_cast<uint64_t>(
                                                                     first_sample(step, m))));
     double t1 = now();
     t.forward += t1 - t0;
+    phase("backward", step);
     const bool last = m + 1 == accum_;
     GradReadyFn ready;
     if (last && grad_sync_) ready = [this](int64_t b, int64_t e) { grad_sync_->ready(b, e); };
@@ -266,6 +283,7 @@ StepTimes Trainer::train_step(int64_t step, double lr, double* loss, double* gra
   }
   // Every micro-batch's loss is a mean over the same number of targets, so the global loss is
   // the mean of all micro-batch means over all ranks.
+  phase("comm", step);
   double t0 = now();
   if (grad_sync_) {
     t.comm_wait += grad_sync_->finish();
@@ -289,6 +307,7 @@ StepTimes Trainer::train_step(int64_t step, double lr, double* loss, double* gra
   t.comm_wait += 0;
   *loss = stats[0];
   *grad_norm = std::sqrt(stats[1]);
+  phase("optimizer", step);
   double t_opt = now();
   *bad = !std::isfinite(*loss) || !std::isfinite(*grad_norm);
   if (!*bad) {
@@ -310,6 +329,7 @@ StepTimes Trainer::train_step(int64_t step, double lr, double* loss, double* gra
 
 double Trainer::evaluate() {
   if (exp_.train.eval_steps <= 0) return NAN;
+  phase("eval", state_.step);
   double sum = 0;
   for (int e = 0; e < exp_.train.eval_steps; ++e) {
     for (int m = 0; m < accum_; ++m) {
@@ -320,6 +340,7 @@ double Trainer::evaluate() {
     }
   }
   double v = sum / (exp_.train.eval_steps * accum_);
+  phase("comm", state_.step);
   if (world_ > 1) {
     Tensor t(&v, DType::f64, Device::cpu, {1});
     comm_->allreduce_avg(t);
@@ -353,6 +374,70 @@ void Trainer::log_step(int64_t step, double loss, double lr, double norm, const 
   }
 }
 
+void Trainer::event(int64_t step, const std::string& name, MetricRow extra) {
+  if (!metrics_) return;
+  MetricRow row = {{"step", double(step)}, {"event", name}};
+  row.insert(row.end(), extra.begin(), extra.end());
+  metrics_->append("event", row);
+  metrics_->flush();
+}
+
+void Trainer::check_spike(int64_t step, double loss) {
+  const double z_limit = exp_.fault_tolerance.spike_zscore;
+  if (z_limit > 0 && recent_losses_.size() >= 10) {
+    double mean = 0, var = 0;
+    for (double l : recent_losses_) mean += l;
+    mean /= recent_losses_.size();
+    for (double l : recent_losses_) var += (l - mean) * (l - mean);
+    const double sd = std::sqrt(var / recent_losses_.size());
+    const double z = sd > 0 ? (loss - mean) / sd : 0;
+    if (z > z_limit) {
+      spdlog::warn("step {}: loss spike {:.4f} is {:.1f} std devs above the last {} steps' "
+                   "mean {:.4f} (warning only)", step, loss, z, recent_losses_.size(), mean);
+      event(step, "loss_spike", {{"loss", loss}, {"zscore", z}});
+    }
+  }
+  recent_losses_.push_back(loss);
+  if (recent_losses_.size() > 50) recent_losses_.pop_front();
+}
+
+// Too many non-finite steps in a row: go back to the newest good checkpoint with a lower
+// learning rate instead of training on garbage. False when there is nothing to go back to or the
+// rollbacks are used up.
+bool Trainer::rollback(int64_t* step) {
+  if (rollbacks_ >= exp_.fault_tolerance.max_rollbacks) {
+    spdlog::error("{} non-finite steps in a row after {} rollback(s): giving up (exit {})",
+                  exp_.fault_tolerance.max_bad_steps, rollbacks_, int(kExitGaveUp));
+    event(*step, "gave_up", {{"rollbacks", double(rollbacks_)}});
+    return false;
+  }
+  phase("checkpoint", *step);
+  if (ckpt_) ckpt_->wait();
+  comm_->barrier();
+  std::vector<std::string> warnings;
+  auto file = latest_good_checkpoint(exp_.run_dir, &warnings);
+  for (const auto& w : warnings) spdlog::warn("{}", w);
+  if (!file) {
+    spdlog::error("{} non-finite steps in a row and no checkpoint to roll back to: giving up",
+                  exp_.fault_tolerance.max_bad_steps);
+    return false;
+  }
+  const int64_t bad_total = state_.bad_steps_total;
+  const double scale = state_.lr_scale * exp_.fault_tolerance.rollback_lr_factor;
+  train_loader_->next(x_.data(), y_.data());  // drain the pending prefetch
+  restore(*file);
+  state_.bad_steps_total = bad_total;
+  state_.lr_scale = scale;
+  ++rollbacks_;
+  const int64_t from = *step;
+  *step = state_.step;
+  if (metrics_) metrics_ = std::make_unique<MetricsLog>(exp_.run_dir, *step);
+  spdlog::warn("rolled back from step {} to step {} ({}); learning rate now x{:.3g}", from, *step,
+               *file, scale);
+  event(*step, "rollback", {{"from_step", double(from)}, {"lr_scale", scale}});
+  return true;
+}
+
 uint64_t Trainer::parameter_checksum() {
   ParamStore& ps = model_->params();
   std::vector<float> host(static_cast<size_t>(ps.numel()));
@@ -380,7 +465,11 @@ int Trainer::run() {
   if (rank_ == 0) {
     ckpt_ = std::make_unique<Checkpointer>(exp_.run_dir, exp_.checkpoint.keep_last,
                                            exp_.checkpoint.async);
-    metrics_ = std::make_unique<MetricsLog>(exp_.run_dir, opts_.resume_file.empty() ? -1 : state_.step);
+    // A relaunched job that had no checkpoint yet keeps the supervisor's restart event (step 0).
+    const char* rc = std::getenv("TRAINRUN_RESTART_COUNT");
+    const bool relaunched = rc && std::atoi(rc) > 0;
+    metrics_ = std::make_unique<MetricsLog>(
+        exp_.run_dir, !opts_.resume_file.empty() ? state_.step : (relaunched ? 0 : -1));
   }
 
   const int64_t total = exp_.train.steps;
@@ -394,6 +483,7 @@ int Trainer::run() {
   spdlog::info("training steps {}..{}", step, total);
   while (step < total) {
     lr = learning_rate(exp_.optimizer, step, total) * state_.lr_scale;
+    phase("data", step);
     faults_.at_step_start(step);
     bool bad = false;
     StepTimes t = train_step(step, lr, &loss, &norm, &bad);
@@ -402,19 +492,26 @@ int Trainer::run() {
       ++bad_in_row;
       spdlog::warn("step {}: non-finite loss {} or grad norm {}: update skipped ({} in a row)",
                    step, loss, norm, bad_in_row);
+      event(step, "bad_step", {{"loss", loss}, {"grad_norm", norm}});
       if (bad_in_row >= exp_.fault_tolerance.max_bad_steps) {
-        spdlog::error("{} bad steps in a row: giving up", bad_in_row);
-        exit_code = kExitGaveUp;
-        break;
+        bad_in_row = 0;
+        if (!rollback(&step)) {
+          exit_code = kExitGaveUp;
+          break;
+        }
+        train_loader_->prefetch(first_sample(step, 0), micro_);
+        continue;
       }
     } else {
       bad_in_row = 0;
+      check_spike(step, loss);
     }
     ++step;
     state_.step = step;
     state_.tokens_seen += targets_per_step_;
     state_.samples_seen = step * exp_.train.batch_size;
     ema_step = ema_step == 0 ? t.total : 0.9 * ema_step + 0.1 * t.total;
+    watchdog_->step_done(t.total);
 
     const bool eval_now = exp_.train.eval_every > 0 &&
                           (step % exp_.train.eval_every == 0 || step == total);
@@ -431,6 +528,7 @@ int Trainer::run() {
     }
     // A stop request must be seen by every rank at the same step boundary.
     double stop = stop_signal();
+    phase("sync", step);
     if (world_ > 1) {
       Tensor st(&stop, DType::f64, Device::cpu, {1});
       comm_->allreduce_sum(st);  // any rank's signal stops all (values only compared to 0)
@@ -467,6 +565,7 @@ int Trainer::run() {
     }
   }
   if (tty_) fmt::print(stderr, "\n");
+  phase("checkpoint", step);
   if (ckpt_) ckpt_->wait();
   // Every rank must end with the same weights; the logs let a test (or a person) check it.
   spdlog::info("rank {} parameter checksum {:016x} at step {}", rank_, parameter_checksum(), step);

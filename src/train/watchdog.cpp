@@ -1,0 +1,146 @@
+#include "watchdog.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "trainrun/errors.h"
+
+namespace fs = std::filesystem;
+
+namespace trainrun {
+
+namespace {
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+double wall() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+bool collective(const char* phase) {
+  return std::strcmp(phase, "comm") == 0 || std::strcmp(phase, "sync") == 0;
+}
+// Phases that may legitimately take long (writing a big checkpoint, evaluating, starting up).
+bool slow_phase(const char* phase) {
+  return std::strcmp(phase, "startup") == 0 || std::strcmp(phase, "checkpoint") == 0 ||
+         std::strcmp(phase, "eval") == 0;
+}
+}  // namespace
+
+Watchdog::Watchdog(Communicator& comm, std::string run_dir, double timeout)
+    : comm_(comm), run_dir_(std::move(run_dir)), fixed_timeout_(timeout) {
+  since_ = now();
+  fs::create_directories(fs::path(run_dir_) / "logs");
+  thread_ = std::thread([this] { loop(); });
+}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  std::error_code ec;
+  fs::remove(fs::path(run_dir_) / "logs" / fmt::format("heartbeat-rank-{}", comm_.rank()), ec);
+}
+
+void Watchdog::enter(const char* phase, int64_t step) {
+  phase_.store(phase, std::memory_order_relaxed);
+  step_.store(step, std::memory_order_relaxed);
+  since_.store(now(), std::memory_order_release);
+}
+
+void Watchdog::step_done(double seconds) {
+  const double e = step_ema_.load();
+  step_ema_.store(e == 0 ? seconds : 0.9 * e + 0.1 * seconds);
+}
+
+double Watchdog::timeout() const {
+  if (fixed_timeout_ > 0) return fixed_timeout_;
+  const double e = step_ema_.load();
+  return e == 0 ? 600.0 : std::max(30.0, 20.0 * e);
+}
+
+void Watchdog::write_heartbeat() {
+  const fs::path dir = fs::path(run_dir_) / "logs";
+  const fs::path final_path = dir / fmt::format("heartbeat-rank-{}", comm_.rank());
+  const fs::path tmp = dir / fmt::format(".heartbeat-rank-{}.tmp", comm_.rank());
+  {
+    std::ofstream f(tmp);
+    f << fmt::format("{} {} {} {:.3f} {:.3f}\n", comm_.rank(), comm_.host(), step_.load(),
+                     wall(), now() - since_.load())
+      << phase_.load() << "\n";
+  }
+  std::error_code ec;
+  fs::rename(tmp, final_path, ec);
+}
+
+void Watchdog::loop() {
+  double last_beat = 0;
+  std::unique_lock<std::mutex> lk(mu_);
+  while (!cv_.wait_for(lk, std::chrono::milliseconds(200), [this] { return stop_; })) {
+    const double t = now();
+    if (t - last_beat > 0.5) {
+      write_heartbeat();
+      last_beat = t;
+    }
+    const char* phase = phase_.load();
+    double limit = timeout();
+    if (slow_phase(phase)) limit = std::max(limit, 600.0);
+    const double stuck = t - since_.load(std::memory_order_acquire);
+    if (stuck > limit) fire(stuck);
+  }
+}
+
+void Watchdog::fire(double stuck_for) {
+  write_heartbeat();
+  const int64_t my_step = step_.load();
+  // Every rank's last heartbeat: ranks waiting in a collective at our step arrived; the others
+  // (computing, or behind) did not.
+  std::vector<std::string> arrived, missing, dump;
+  for (int r = 0; r < comm_.size(); ++r) {
+    std::ifstream f(fs::path(run_dir_) / "logs" / fmt::format("heartbeat-rank-{}", r));
+    int rank = -1;
+    std::string host, phase;
+    int64_t step = -1;
+    double wall_time = 0, in_phase = 0;
+    if (!(f >> rank >> host >> step >> wall_time >> in_phase >> phase)) {
+      missing.push_back(fmt::format("{} (no heartbeat)", r));
+      dump.push_back(fmt::format("rank {}: no heartbeat file", r));
+      continue;
+    }
+    const double age = wall() - wall_time;
+    dump.push_back(fmt::format("rank {} on {}: step {} phase {} for {:.1f} s (heartbeat {:.1f} s ago)",
+                               r, host, step, phase, in_phase + age, age));
+    if (step == my_step && collective(phase.c_str()))
+      arrived.push_back(std::to_string(r));
+    else
+      missing.push_back(fmt::format("{} on {} (step {}, {})", r, host, step, phase));
+  }
+  const std::string msg = fmt::format(
+      "watchdog: rank {} made no progress for {:.1f} s (limit {:.1f} s) at step {} in phase {}; "
+      "ranks that did not arrive: {}; ranks waiting in the collective: {}",
+      comm_.rank(), stuck_for, timeout(), my_step, phase_.load(),
+      missing.empty() ? "none" : fmt::format("{}", fmt::join(missing, ", ")),
+      arrived.empty() ? "none" : fmt::format("{}", fmt::join(arrived, ", ")));
+  {
+    std::ofstream f(fs::path(run_dir_) / "logs" / fmt::format("watchdog-rank-{}.txt", comm_.rank()));
+    f << msg << "\n\nlast known phase of every rank:\n";
+    for (const auto& d : dump) f << "  " << d << "\n";
+  }
+  spdlog::error("{}", msg);
+  spdlog::default_logger()->flush();
+  std::fprintf(stderr, "%s\n", msg.c_str());
+  std::fflush(stderr);
+  comm_.abort(kExitHang);
+}
+
+}  // namespace trainrun

@@ -1,0 +1,50 @@
+// Watchdog: every rank runs one. The step loop marks each phase it enters; a thread notices
+// when no phase has changed for longer than the timeout (a hung collective or a stalled rank),
+// names the ranks that did not arrive from every rank's heartbeat file, writes the last-known
+// phase of every rank to RUN_DIR/logs/watchdog-rank-N.txt and aborts the job (exit 8) so the
+// supervisor can restart it from the last checkpoint.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "trainrun/comm.h"
+
+namespace trainrun {
+
+class Watchdog {
+ public:
+  // timeout > 0: fixed seconds; 0: sized from the measured step time (20x, at least 30 s).
+  Watchdog(Communicator& comm, std::string run_dir, double timeout);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  // `phase` must be a string literal. Collective phases are named "comm" or "sync".
+  void enter(const char* phase, int64_t step);
+  void step_done(double seconds);
+  double timeout() const;
+
+ private:
+  void loop();
+  void fire(double stuck_for);
+  void write_heartbeat();
+
+  Communicator& comm_;
+  std::string run_dir_;
+  double fixed_timeout_;
+  std::atomic<const char*> phase_{"startup"};
+  std::atomic<int64_t> step_{0};
+  std::atomic<double> since_{0};
+  std::atomic<double> step_ema_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace trainrun
