@@ -57,12 +57,16 @@ bool json_balanced(const std::string& s) {
   for (size_t i = 0; i < s.size(); ++i) {
     const char c = s[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
-    else if (c == '{' || c == '[') stack.push_back(c);
+    if (c == '"')
+      in_string = true;
+    else if (c == '{' || c == '[')
+      stack.push_back(c);
     else if (c == '}' || c == ']') {
       if (stack.empty() || stack.back() != (c == '}' ? '{' : '[')) return false;
       stack.pop_back();
@@ -107,8 +111,8 @@ Experiment mlp(int C, int T, int V, std::vector<int> hidden, int batch) {
 }
 
 std::vector<Experiment> model_zoo() {
-  return {gpt(2, 64, 4, 32, 64, 4),  gpt(1, 24, 3, 7, 50, 3),  gpt(3, 48, 6, 16, 97, 2),
-          gpt(0, 16, 2, 5, 11, 1),   mlp(16, 8, 64, {128}, 4), mlp(10, 3, 27, {33, 17}, 5),
+  return {gpt(2, 64, 4, 32, 64, 4), gpt(1, 24, 3, 7, 50, 3),  gpt(3, 48, 6, 16, 97, 2),
+          gpt(0, 16, 2, 5, 11, 1),  mlp(16, 8, 64, {128}, 4), mlp(10, 3, 27, {33, 17}, 5),
           mlp(8, 4, 13, {}, 2)};
 }
 
@@ -212,7 +216,8 @@ TEST_CASE("plan: memory, ZeRO-1 shards and communication") {
                                          p.bytes_activations + p.bytes_workspace));
   e.distributed.zero = 1;
   const Plan z = make_plan(e, fake_peak("cpu (test)"));
-  CHECK(z.bytes_total == doctest::Approx(p.bytes_total - p.bytes_optimizer + p.bytes_optimizer_zero1));
+  CHECK(z.bytes_total ==
+        doctest::Approx(p.bytes_total - p.bytes_optimizer + p.bytes_optimizer_zero1));
   CHECK(z.comm_bytes_per_step == doctest::Approx(p.comm_bytes_per_step));
 
   Experiment one = gpt(2, 64, 4, 32, 64, 8);
@@ -358,8 +363,8 @@ TEST_CASE("tracer: spans only inside the window, one file per rank") {
 }
 
 TEST_CASE("tracer: the window is parsed strictly") {
-  for (const char* bad : {"20", "20-25", "25:20", "5:5", "a:b", ":5", "5:", "-1:3", "1:2x",
-                          " 1:2", "1:+2"}) {
+  for (const char* bad :
+       {"20", "20-25", "25:20", "5:5", "a:b", ":5", "5:", "-1:3", "1:2x", " 1:2", "1:+2"}) {
     CAPTURE(bad);
     CHECK_THROWS_AS(Tracer("/nonexistent", 0, bad), ConfigError);
   }
@@ -468,13 +473,19 @@ TEST_CASE("report: summary of a run directory and its plot") {
                            {"t_optimizer", 0.015},
                            {"t_checkpoint", 0.0},
                            {"tokens_seen", 256.0 * step}});
-      if (step % 5 == 0) log.append("eval", {{"step", double(step)}, {"val_loss", step == 5 ? 2.1 : 2.3}});
+      if (step % 5 == 0)
+        log.append("eval", {{"step", double(step)}, {"val_loss", step == 5 ? 2.1 : 2.3}});
     }
-    log.append("event", {{"step", 6.0}, {"event", std::string("restart")},
+    log.append("event", {{"step", 6.0},
+                         {"event", std::string("restart")},
                          {"cause", std::string("rank 1 killed by signal 9")}});
+    log.append("event", {{"step", 7.0}, {"event", std::string("loss_spike")}, {"zscore", 4.0}});
     for (double step : {5.0, 10.0})
-      log.append("event", {{"step", step}, {"event", std::string("straggler")}, {"rank", 1.0},
-                           {"host", std::string("node7")}, {"phase", std::string("data")}});
+      log.append("event", {{"step", step},
+                           {"event", std::string("straggler")},
+                           {"rank", 1.0},
+                           {"host", std::string("node7")},
+                           {"phase", std::string("data")}});
     log.flush();
   }
   const std::string r = report_text(rd);
@@ -488,6 +499,7 @@ TEST_CASE("report: summary of a run directory and its plot") {
   CHECK(r.find("rank 1 killed by signal 9") != std::string::npos);
   CHECK(r.find("rank 1 on node7 (phase data): 2 time(s), steps 5, 10") != std::string::npos);
   CHECK(r.find("1 (steps 4)") != std::string::npos);
+  CHECK(r.find("loss_spike   1 time(s), steps 7") != std::string::npos);
   CHECK(r.find("40.0%") != std::string::npos);  // backward's share of the step
 
   const std::string png = write_report_plot(rd, (d.path / "r.png").string());

@@ -22,11 +22,11 @@ namespace {
 struct GpuSpec {
   const char* key;
   const char* name;
-  double bf16, fp32;   // dense FLOP/s, no sparsity
-  double mem_bw;       // HBM bytes/s
-  double memory;       // bytes
-  double nvlink;       // bytes/s one direction per GPU
-  double network;      // bytes/s per GPU between nodes
+  double bf16, fp32;  // dense FLOP/s, no sparsity
+  double mem_bw;      // HBM bytes/s
+  double memory;      // bytes
+  double nvlink;      // bytes/s one direction per GPU
+  double network;     // bytes/s per GPU between nodes
   const char* network_name;
 };
 
@@ -34,7 +34,8 @@ struct GpuSpec {
 // 300 / 450 GB/s each way; between nodes one InfiniBand NIC per GPU (HDR 200 Gb/s for A100
 // systems, NDR 400 Gb/s for H100/H200).
 constexpr GpuSpec kGpus[] = {
-    {"A100", "A100 SXM 80GB", 312e12, 19.5e12, 2.0e12, 80e9, 300e9, 25e9, "InfiniBand HDR 200 Gb/s"},
+    {"A100", "A100 SXM 80GB", 312e12, 19.5e12, 2.0e12, 80e9, 300e9, 25e9,
+     "InfiniBand HDR 200 Gb/s"},
     {"H100", "H100 SXM", 989e12, 67e12, 3.35e12, 80e9, 450e9, 50e9, "InfiniBand NDR 400 Gb/s"},
     {"H200", "H200 SXM", 989e12, 67e12, 4.8e12, 141e9, 450e9, 50e9, "InfiniBand NDR 400 Gb/s"},
 };
@@ -133,8 +134,10 @@ DevicePeak device_peak(const Experiment& exp, const std::string& gpu) {
     std::string why;
     if (auto be = make_cuda_backend(0, &why)) {
       const std::string here = be->describe();
-      if (const GpuSpec* g = find_gpu(here)) return gpu_peak(*g, exp, fmt::format("this machine: {}", here));
-      return gpu_peak(kGpus[1], exp, fmt::format("this machine: {}, not in the table: H100 assumed", here));
+      if (const GpuSpec* g = find_gpu(here))
+        return gpu_peak(*g, exp, fmt::format("this machine: {}", here));
+      return gpu_peak(kGpus[1], exp,
+                      fmt::format("this machine: {}, not in the table: H100 assumed", here));
     }
   }
   return cpu_peak(exp);

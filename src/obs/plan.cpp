@@ -16,7 +16,9 @@ namespace {
 constexpr double kGiB = 1073741824.0;
 
 // Arena::take rounds every buffer up to 64 bytes.
-int64_t aligned(int64_t bytes) { return (bytes + 63) & ~int64_t{63}; }
+int64_t aligned(int64_t bytes) {
+  return (bytes + 63) & ~int64_t{63};
+}
 
 // Both arenas of the GPT (gpt.cpp, block.cpp, attention.cpp, mlp.cpp, layernorm.cpp).
 int64_t gpt_activation_bytes(const ModelConfig& m, int64_t B, int64_t s) {
@@ -63,14 +65,19 @@ std::vector<std::pair<std::string, int64_t>> params_by_module(const ModelConfig&
     return out;
   }
   out.emplace_back("wpe", T * C);
-  for (int l = 0; l < m.n_layer; ++l) out.emplace_back(fmt::format("blocks.{}", l), 12 * C * C + 13 * C);
+  for (int l = 0; l < m.n_layer; ++l)
+    out.emplace_back(fmt::format("blocks.{}", l), 12 * C * C + 13 * C);
   out.emplace_back("ln_f", 2 * C);
   return out;
 }
 
-bool on_gpu(const DevicePeak& p) { return p.name.rfind("cpu", 0) != 0; }
+bool on_gpu(const DevicePeak& p) {
+  return p.name.rfind("cpu", 0) != 0;
+}
 
-std::string gib(double b) { return fmt::format("{:.2f} GiB", b / kGiB); }
+std::string gib(double b) {
+  return fmt::format("{:.2f} GiB", b / kGiB);
+}
 
 }  // namespace
 
@@ -102,9 +109,9 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
   const int64_t largest_shard = (p.params + p.world - 1) / p.world;
   p.bytes_optimizer_zero1 = 8 * static_cast<double>(largest_shard);
   const int64_t act_dtype = bf16 ? 2 : 4;
-  p.bytes_activations = static_cast<double>(
-      m.type == "mlp" ? mlp_activation_bytes(m, p.micro_batch, act_dtype)
-                      : gpt_activation_bytes(m, p.micro_batch, act_dtype));
+  p.bytes_activations =
+      static_cast<double>(m.type == "mlp" ? mlp_activation_bytes(m, p.micro_batch, act_dtype)
+                                          : gpt_activation_bytes(m, p.micro_batch, act_dtype));
   // Workspace. GPU: the cuBLASLt workspace (32 MiB) plus about 512 MiB for the CUDA context and
   // library handles. CPU: the host copy of weights and both moments that a checkpoint takes
   // (12 bytes per parameter) plus the token buffers.
@@ -143,9 +150,9 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
   // Warnings that name the fix.
   if (m.vocab_size % 64 != 0) {
     const int padded = (m.vocab_size + 63) / 64 * 64;
-    p.warnings.push_back(fmt::format(
-        "model.vocab_size {} is not a multiple of 64: pad to {} for faster GEMMs", m.vocab_size,
-        padded));
+    p.warnings.push_back(
+        fmt::format("model.vocab_size {} is not a multiple of 64: pad to {} for faster GEMMs",
+                    m.vocab_size, padded));
   }
   if (m.type == "gpt" && gpu && m.n_head > 0 && (m.d_model / m.n_head) % 8 != 0)
     p.warnings.push_back(fmt::format(
@@ -163,10 +170,10 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
   }
   const int64_t micro_tokens = targets_per_sequence(m) * p.micro_batch;
   if (gpu && micro_tokens < 4096)
-    p.warnings.push_back(fmt::format(
-        "a micro-batch is {} tokens: under 4096 a GPU is mostly idle; raise "
-        "train.micro_batch_size (or train.batch_size)",
-        micro_tokens));
+    p.warnings.push_back(
+        fmt::format("a micro-batch is {} tokens: under 4096 a GPU is mostly idle; raise "
+                    "train.micro_batch_size (or train.batch_size)",
+                    micro_tokens));
   if (p.bytes_total > peak.memory) {
     p.fits = false;
     p.warnings.push_back(fmt::format(

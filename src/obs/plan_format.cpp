@@ -26,6 +26,13 @@ std::string human_count(double n) {
   return fmt::format("{:.0f}", n);
 }
 
+// Rates in decimal units, as vendors state them.
+std::string human_rate(double r) {
+  if (r >= 1e12) return fmt::format("{:.2f} TB/s", r / 1e12);
+  if (r >= 1e9) return fmt::format("{:.2f} GB/s", r / 1e9);
+  return fmt::format("{:.1f} MB/s", r / 1e6);
+}
+
 std::string human_seconds(double s) {
   if (s >= 1) return fmt::format("{:.2f} s", s);
   if (s >= 1e-3) return fmt::format("{:.2f} ms", s * 1e3);
@@ -36,10 +43,18 @@ std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20)
           out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
@@ -51,7 +66,9 @@ std::string json_string(const std::string& s) {
 }
 
 // JSON has no NaN or infinity.
-std::string json_number(double v) { return std::isfinite(v) ? fmt::format("{}", v) : "null"; }
+std::string json_number(double v) {
+  return std::isfinite(v) ? fmt::format("{}", v) : "null";
+}
 
 }  // namespace
 
@@ -80,11 +97,12 @@ std::string plan_text(const Plan& p) {
   s += "communication per step:\n";
   line("bytes per rank", human_bytes(p.comm_bytes_per_step));
   s += "prediction:\n";
-  line("step time", human_seconds(p.predicted_step_seconds));
+  line("step time",
+       fmt::format("{} (compute at peak: a floor)", human_seconds(p.predicted_step_seconds)));
   line("tokens/s", human_count(p.predicted_tokens_per_second));
   s += fmt::format("device: {}\n  {}\n", p.peak.name, p.peak.source);
-  line("peak", fmt::format("{}FLOP/s, memory {}/s, link {}/s", human_count(p.peak.flops),
-                           human_bytes(p.peak.mem_bw), human_bytes(p.peak.link_bw)));
+  line("peak", fmt::format("{}FLOP/s, memory {}, link {}", human_count(p.peak.flops),
+                           human_rate(p.peak.mem_bw), human_rate(p.peak.link_bw)));
   for (const auto& w : p.warnings) s += fmt::format("warning: {}\n", w);
   return s;
 }
@@ -111,12 +129,11 @@ std::string plan_json(const Plan& p) {
       p.world, p.micro_batch, p.accum, p.params, modules, json_number(p.flops_per_token),
       json_number(p.flops_per_step), json_number(p.bytes_params), json_number(p.bytes_grads),
       json_number(p.bytes_optimizer), json_number(p.bytes_optimizer_zero1),
-      json_number(p.bytes_activations), json_number(p.bytes_workspace),
-      json_number(p.bytes_total), json_number(p.comm_bytes_per_step),
-      json_number(p.predicted_step_seconds), json_number(p.predicted_tokens_per_second),
-      json_string(p.peak.name), json_number(p.peak.flops), json_number(p.peak.mem_bw),
-      json_number(p.peak.memory), json_number(p.peak.link_bw), json_string(p.peak.source),
-      warnings, p.fits ? "true" : "false");
+      json_number(p.bytes_activations), json_number(p.bytes_workspace), json_number(p.bytes_total),
+      json_number(p.comm_bytes_per_step), json_number(p.predicted_step_seconds),
+      json_number(p.predicted_tokens_per_second), json_string(p.peak.name),
+      json_number(p.peak.flops), json_number(p.peak.mem_bw), json_number(p.peak.memory),
+      json_number(p.peak.link_bw), json_string(p.peak.source), warnings, p.fits ? "true" : "false");
 }
 
 }  // namespace trainrun

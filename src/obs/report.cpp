@@ -4,10 +4,10 @@
 #include "trainrun/report.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -51,17 +51,21 @@ std::string str(const MetricRow& row, const std::string& key) {
   return "";
 }
 
-double value(const MetricRow& row, const std::string& key) { return num(row, key).value_or(NAN); }
+double value(const MetricRow& row, const std::string& key) {
+  return num(row, key).value_or(NAN);
+}
 
 void require_run_dir(const std::string& run_dir) {
   if (!fs::is_directory(run_dir))
-    throw ConfigError(fmt::format("report: {} is not a directory: give a run directory "
-                                  "(runs/NAME, or the run's --run-dir)",
-                                  run_dir));
+    throw ConfigError(
+        fmt::format("report: {} is not a directory: give a run directory "
+                    "(runs/NAME, or the run's --run-dir)",
+                    run_dir));
   if (!fs::exists(fs::path(run_dir) / "metrics.jsonl"))
-    throw ConfigError(fmt::format("report: {}/metrics.jsonl is missing: is this a run directory? "
-                                  "(it appears once the first step is logged)",
-                                  run_dir));
+    throw ConfigError(
+        fmt::format("report: {}/metrics.jsonl is missing: is this a run directory? "
+                    "(it appears once the first step is logged)",
+                    run_dir));
 }
 
 struct RunConfig {
@@ -80,13 +84,13 @@ RunConfig read_config(const std::string& run_dir) {
     if (y["train"] && y["train"]["steps"]) c.steps = y["train"]["steps"].as<int64_t>();
     if (const YAML::Node m = y["model"]) {
       const std::string type = m["type"] ? m["type"].as<std::string>() : "gpt";
-      c.summary = type == "mlp"
-                      ? fmt::format("mlp d_model {} seq_len {} vocab {}", m["d_model"].as<int>(),
-                                    m["seq_len"].as<int>(), m["vocab_size"].as<int>())
-                      : fmt::format("gpt {} layers d_model {} heads {} seq_len {} vocab {}",
-                                    m["n_layer"].as<int>(), m["d_model"].as<int>(),
-                                    m["n_head"].as<int>(), m["seq_len"].as<int>(),
-                                    m["vocab_size"].as<int>());
+      c.summary =
+          type == "mlp"
+              ? fmt::format("mlp d_model {} seq_len {} vocab {}", m["d_model"].as<int>(),
+                            m["seq_len"].as<int>(), m["vocab_size"].as<int>())
+              : fmt::format("gpt {} layers d_model {} heads {} seq_len {} vocab {}",
+                            m["n_layer"].as<int>(), m["d_model"].as<int>(), m["n_head"].as<int>(),
+                            m["seq_len"].as<int>(), m["vocab_size"].as<int>());
     }
     if (const YAML::Node d = y["distributed"])
       c.summary += fmt::format(" | {} rank(s)", d["nproc"].as<int>() * d["nodes"].as<int>());
@@ -153,20 +157,20 @@ std::string report_text(const std::string& run_dir) {
   line("tokens", fmt::format("{:.0f} seen", value(train.back(), "tokens_seen")));
 
   // Losses.
-  line("train loss", fmt::format("{} at step {:.0f} (first logged {})",
-                                 fmt_value(value(train.back(), "loss")), last_step,
-                                 fmt_value(value(train.front(), "loss"))));
+  line("train loss",
+       fmt::format("{} at step {:.0f} (first logged {})", fmt_value(value(train.back(), "loss")),
+                   last_step, fmt_value(value(train.front(), "loss"))));
   if (!evals.empty()) {
     const MetricRow* best = nullptr;
     for (const auto& r : evals)
       if (std::isfinite(value(r, "val_loss")) &&
           (!best || value(r, "val_loss") < value(*best, "val_loss")))
         best = &r;
-    line("val loss", fmt::format("final {} (step {:.0f}), best {} (step {:.0f})",
-                                 fmt_value(value(evals.back(), "val_loss")),
-                                 value(evals.back(), "step"),
-                                 best ? fmt_value(value(*best, "val_loss")) : "n/a",
-                                 best ? value(*best, "step") : NAN));
+    line("val loss",
+         fmt::format("final {} (step {:.0f}), best {} (step {:.0f})",
+                     fmt_value(value(evals.back(), "val_loss")), value(evals.back(), "step"),
+                     best ? fmt_value(value(*best, "val_loss")) : "n/a",
+                     best ? value(*best, "step") : NAN));
   } else {
     line("val loss", "no evaluations");
   }
@@ -176,20 +180,22 @@ std::string report_text(const std::string& run_dir) {
   for (const auto& r : train)
     if (value(r, "step") > last_step / 2) late.push_back(r);
   if (late.empty()) late = train;
-  line("throughput",
-       fmt::format("{} tokens/s, MFU {}% (mean of {} logged steps in {:.0f}..{:.0f})",
-                   fmt_value(mean(late, "tokens_per_sec"), "{:.0f}"),
-                   fmt_value(100 * mean(late, "mfu"), "{:.1f}"), late.size(),
-                   value(late.front(), "step"), last_step));
+  line("throughput", fmt::format("{} tokens/s, MFU {}% (mean of {} logged steps in {:.0f}..{:.0f})",
+                                 fmt_value(mean(late, "tokens_per_sec"), "{:.0f}"),
+                                 fmt_value(100 * mean(late, "mfu"), "{:.1f}"), late.size(),
+                                 value(late.front(), "step"), last_step));
 
   // Time per phase, over every logged step.
   const double step_time = mean(train, "step_time");
   s += fmt::format("  time per step {} ms (mean of {} logged steps); phases:\n",
                    fmt_value(step_time * 1e3, "{:.2f}"), train.size());
   const std::pair<const char*, const char*> phases[] = {
-      {"t_data", "data"},           {"t_forward", "forward"},
-      {"t_backward", "backward"},   {"t_comm", "comm (total, overlaps backward)"},
-      {"t_comm_exposed", "comm exposed"}, {"t_optimizer", "optimizer"},
+      {"t_data", "data"},
+      {"t_forward", "forward"},
+      {"t_backward", "backward"},
+      {"t_comm", "comm (total, overlaps backward)"},
+      {"t_comm_exposed", "comm exposed"},
+      {"t_optimizer", "optimizer"},
       {"t_checkpoint", "checkpoint"}};
   for (const auto& [key, label] : phases) {
     const double m = mean(train, key);
@@ -200,7 +206,9 @@ std::string report_text(const std::string& run_dir) {
   // Restarts, stragglers and bad steps.
   std::vector<std::string> restarts;
   std::map<std::string, std::pair<int, std::set<int64_t>>> stragglers;  // "rank R on H (phase)"
+  std::set<std::string> straggler_ranks;
   std::set<int64_t> bad;
+  std::map<std::string, std::set<int64_t>> other;  // loss spikes, rollbacks, ...
   for (const auto& r : events) {
     const std::string ev = str(r, "event");
     const int64_t step = static_cast<int64_t>(value(r, "step"));
@@ -208,12 +216,15 @@ std::string report_text(const std::string& run_dir) {
       const std::string cause = str(r, "cause");
       restarts.push_back(fmt::format("at step {}{}{}", step, cause.empty() ? "" : ": ", cause));
     } else if (ev == "straggler") {
-      auto& e = stragglers[fmt::format("rank {} on {} (phase {})", str(r, "rank"),
-                                       str(r, "host"), str(r, "phase"))];
+      auto& e = stragglers[fmt::format("rank {} on {} (phase {})", str(r, "rank"), str(r, "host"),
+                                       str(r, "phase"))];
       ++e.first;
+      straggler_ranks.insert(str(r, "rank"));
       e.second.insert(step);
     } else if (ev == "bad_step") {
       bad.insert(step);
+    } else {
+      other[ev.empty() ? "?" : ev].insert(step);
     }
   }
   for (const auto& r : train)
@@ -221,18 +232,23 @@ std::string report_text(const std::string& run_dir) {
       bad.insert(static_cast<int64_t>(value(r, "step")));
   line("restarts", restarts.empty() ? "none" : fmt::format("{}", restarts.size()));
   for (const auto& r : restarts) s += fmt::format("    {}\n", r);
-  line("stragglers", stragglers.empty() ? "none" : "");
+  line("stragglers",
+       stragglers.empty() ? "none" : fmt::format("{} rank(s)", straggler_ranks.size()));
   for (const auto& [who, e] : stragglers)
     s += fmt::format("    {}: {} time(s), steps {}\n", who, e.first, step_list(e.second));
-  line("bad steps", bad.empty() ? "none"
-                                : fmt::format("{} (steps {})", bad.size(), step_list(bad)));
+  for (const auto& [ev, steps] : other)
+    line(ev, fmt::format("{} time(s), steps {}", steps.size(), step_list(steps)));
+  line("bad steps",
+       bad.empty() ? "none" : fmt::format("{} (steps {})", bad.size(), step_list(bad)));
   return s;
 }
 
 namespace {
 
 // Missing values are "?", which the plot script declares as missing.
-std::string tsv(double v) { return std::isfinite(v) ? fmt::format("{}", v) : "?"; }
+std::string tsv(double v) {
+  return std::isfinite(v) ? fmt::format("{}", v) : "?";
+}
 
 // The plot, four panels against step. scripts/plot-metrics.gp is the same picture for use by hand.
 constexpr const char* kPlotScript = R"GP(
@@ -312,14 +328,13 @@ std::string write_report_plot(const std::string& run_dir, const std::string& out
   const auto train = read_metrics_jsonl(run_dir, "train");
   const auto evals = read_metrics_jsonl(run_dir, "eval");
   if (train.empty())
-    throw ConfigError(fmt::format("report: {}/metrics.jsonl has no training rows to plot yet",
-                                  run_dir));
-  const std::string out =
-      out_arg.empty() ? (fs::path(run_dir) / "report.png").string() : out_arg;
+    throw ConfigError(
+        fmt::format("report: {}/metrics.jsonl has no training rows to plot yet", run_dir));
+  const std::string out = out_arg.empty() ? (fs::path(run_dir) / "report.png").string() : out_arg;
   const fs::path parent = fs::absolute(out).parent_path();
   if (!fs::is_directory(parent))
-    throw ConfigError(fmt::format("report: --out {}: directory {} does not exist", out,
-                                  parent.string()));
+    throw ConfigError(
+        fmt::format("report: --out {}: directory {} does not exist", out, parent.string()));
 
   TempDir tmp;
   {
@@ -329,14 +344,16 @@ std::string write_report_plot(const std::string& run_dir, const std::string& out
         << '\t' << tsv(value(r, "tokens_per_sec")) << '\t' << tsv(value(r, "grad_norm")) << '\t'
         << tsv(value(r, "mfu")) << '\n';
     std::ofstream e(tmp.path / "eval.tsv");
-    for (const auto& r : evals) e << tsv(value(r, "step")) << '\t' << tsv(value(r, "val_loss")) << '\n';
+    for (const auto& r : evals)
+      e << tsv(value(r, "step")) << '\t' << tsv(value(r, "val_loss")) << '\n';
     std::ofstream g(tmp.path / "plot.gp");
     const RunConfig cfg = read_config(run_dir);
     g << "train = " << gp_string((tmp.path / "train.tsv").string()) << "\n"
       << "evals = " << gp_string((tmp.path / "eval.tsv").string()) << "\n"
       << "has_eval = " << (evals.empty() ? 0 : 1) << "\n"
       << "out = " << gp_string((tmp.path / "plot.png").string()) << "\n"
-      << "title = " << gp_string(fmt::format("trainrun {}", cfg.name.empty() ? run_dir : cfg.name)) << "\n"
+      << "title = " << gp_string(fmt::format("trainrun {}", cfg.name.empty() ? run_dir : cfg.name))
+      << "\n"
       << kPlotScript;
   }
 
@@ -355,7 +372,8 @@ std::string write_report_plot(const std::string& run_dir, const std::string& out
   const int rc = posix_spawn(&pid, gnuplot.c_str(), &fa, nullptr, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0)
-    throw Error(kExitFailure, fmt::format("report: cannot start {}: {}", gnuplot, std::strerror(rc)));
+    throw Error(kExitFailure,
+                fmt::format("report: cannot start {}: {}", gnuplot, std::strerror(rc)));
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -364,7 +382,8 @@ std::string write_report_plot(const std::string& run_dir, const std::string& out
     std::ifstream f(errors);
     std::stringstream msg;
     msg << f.rdbuf();
-    throw Error(kExitFailure, fmt::format("report: gnuplot failed drawing {}:\n{}", out, msg.str()));
+    throw Error(kExitFailure,
+                fmt::format("report: gnuplot failed drawing {}:\n{}", out, msg.str()));
   }
   // Drawn in the temporary directory first: a failed plot never leaves a stale or partial file.
   fs::copy_file(png, out, fs::copy_options::overwrite_existing);

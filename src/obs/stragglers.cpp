@@ -21,7 +21,9 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
 }
 
-double work(const RankTiming& r) { return r.step - r.phases[kComm]; }
+double work(const RankTiming& r) {
+  return r.step - r.phases[kComm];
+}
 
 // Time in the step outside every named phase (e.g. a stall before the step's first phase).
 double unattributed(const RankTiming& r) {
@@ -53,8 +55,9 @@ std::vector<Straggler> find_stragglers(const std::vector<RankTiming>& ranks, dou
     double worst = unattributed(r) - median_of_others(ranks, i, unattributed);
     for (int p = 0; p < kPhaseCount; ++p) {
       if (p == kComm) continue;  // a slow rank waits less in collectives, never more
-      const double excess =
-          r.phases[p] - median_of_others(ranks, i, [p](const RankTiming& x) { return x.phases[p]; });
+      const double excess = r.phases[p] - median_of_others(ranks, i, [p](const RankTiming& x) {
+                              return x.phases[p];
+                            });
       if (excess > worst) {
         worst = excess;
         phase = kPhaseNames[p];

@@ -101,7 +101,10 @@ struct Tracer::Impl {
       out += fmt::format(
           ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},"
           "\"args\":{{\"name\":\"{}\"}}}}",
-          rank, t, t == 0 ? "main" : t == 1 ? "comm" : fmt::format("thread {}", t));
+          rank, t,
+          t == 0   ? "main"
+          : t == 1 ? "comm"
+                   : fmt::format("thread {}", t));
     for (const Event& e : events)
       out += fmt::format(
           ",\n{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{:.3f},\"dur\":{:.3f},"
@@ -114,8 +117,7 @@ struct Tracer::Impl {
     {
       std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
       f << out;
-      if (!f.flush())
-        throw Error(kExitFailure, fmt::format("cannot write trace {}", tmp));
+      if (!f.flush()) throw Error(kExitFailure, fmt::format("cannot write trace {}", tmp));
     }
     fs::rename(tmp, path);
   }
@@ -144,7 +146,9 @@ void Tracer::set_step(int64_t step) {
                   std::memory_order_relaxed);
 }
 
-bool Tracer::active() const { return impl_->on.load(std::memory_order_relaxed); }
+bool Tracer::active() const {
+  return impl_->on.load(std::memory_order_relaxed);
+}
 
 void Tracer::span(const char* name, const char* cat, double t0, double t1) {
   if (active()) impl_->record(name, cat, t0, t1);
@@ -165,8 +169,7 @@ Tracer::Scope::~Scope() {
 }
 
 double trace_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace trainrun

@@ -1,0 +1,133 @@
+"""Observability through the binary: `trainrun plan` agrees with the model a run builds,
+`--profile A:B` writes Chrome traces for exactly that window, a rank made slow is named as a
+straggler (and none is named without a fault), `trainrun report` summarises and plots a run, and
+metrics.h5 holds the same train rows as metrics.jsonl."""
+import json
+import math
+import re
+
+import h5py
+
+from conftest import REPO, TINY, metrics, run, sets
+
+QS = str(REPO / "configs/quickstart.yaml")
+GPT2 = str(REPO / "configs/gpt2-124m.yaml")
+
+
+def plan_json(*args):
+    return json.loads(run(["plan", *args, "--json"], check=0).stdout)
+
+
+def test_plan_matches_the_model_a_run_builds(tmp_path):
+    p = plan_json(QS, *sets(*TINY))
+    assert p["params"] == sum(p["params_by_module"].values())
+    assert list(p["params_by_module"])[:2] == ["wte", "wpe"] and "ln_f" in p["params_by_module"]
+    b = p["bytes"]
+    assert b["total"] == b["params"] + b["grads"] + b["optimizer"] + b["activations"] + \
+        b["workspace"]
+    assert p["fits"] is True and p["device"]["name"].startswith("cpu")
+    assert p["predicted_step_seconds"] > 0
+    rd = tmp_path / "r"
+    log = run([QS, *sets(*TINY, "train.steps=2"), "--run-dir", str(rd)], check=0).stderr
+    m = re.search(r"model gpt: (\d+) parameters, activations ([\d.]+) MiB", log)
+    assert m, log
+    assert int(m.group(1)) == p["params"]
+    assert abs(float(m.group(2)) - b["activations"] / 1048576) <= 0.05 + 1e-9
+
+
+def test_plan_text_gpu_table_and_warnings():
+    text = run(["plan", GPT2, "--gpu", "H200"], check=0).stdout
+    assert "blocks.11" in text and "H200" in text and "table" in text
+    p = plan_json(GPT2, "--gpu", "A100", *sets("model.vocab_size=50257"))
+    assert p["device"]["name"].startswith("A100")
+    assert any("pad to 50304" in w for w in p["warnings"])
+    assert not any("vocab" in w for w in plan_json(GPT2, "--gpu", "H100")["warnings"])
+    huge = plan_json(GPT2, "--gpu", "H100",
+                     *sets("model.n_layer=96", "model.d_model=12288", "model.n_head=96"))
+    assert huge["fits"] is False
+    assert "V100" in run(["plan", GPT2, "--gpu", "V100"], check=2).stderr
+
+
+def trace_events(path):
+    doc = json.loads(path.read_text())
+    assert doc["displayTimeUnit"] == "ms"
+    return doc["traceEvents"]
+
+
+def test_profile_writes_chrome_traces_for_the_window(tmp_path):
+    rd = tmp_path / "r"
+    run([QS, *sets(*TINY, "train.steps=8", "distributed.nproc=2"), "--profile", "3:6",
+         "--run-dir", str(rd)], check=0)
+    for rank in (0, 1):
+        ev = trace_events(rd / "trace" / f"rank-{rank}.json")
+        names = [e for e in ev if e["ph"] == "M" and e["name"] == "process_name"]
+        assert names and names[0]["args"]["name"] == f"rank {rank}"
+        spans = [e for e in ev if e["ph"] == "X"]
+        assert all(e["pid"] == rank and e["dur"] >= 0 for e in spans)
+        assert len([e for e in spans if e["name"] == "step"]) == 3  # steps 3, 4, 5
+        assert {"forward", "backward"} <= {e["name"] for e in spans}
+        assert any(e["cat"] == "comm" for e in spans)
+    assert not list((rd / "trace").glob("*.tmp"))
+
+
+def test_profile_window_is_checked(tmp_path):
+    for bad in ["20-25", "5:2", "x:3"]:
+        p = run([QS, *sets(*TINY), "--profile", bad, "--run-dir", str(tmp_path / bad)], check=2)
+        assert "--profile" in p.stderr
+
+
+STRAGGLER_RUN = [*TINY, "train.steps=20", "logging.every=5", "distributed.nproc=2"]
+
+
+def test_slow_rank_is_named_as_a_straggler(tmp_path):
+    rd = tmp_path / "slow"
+    p = run([QS, *sets(*STRAGGLER_RUN), "--run-dir", str(rd)],
+            env={"TRAINRUN_FAULTS": "slow:rank=1:ms=60"}, check=0)
+    rows = [r for r in metrics(rd, "event") if r.get("event") == "straggler"]
+    assert rows, p.stderr
+    assert all(r["rank"] == 1 for r in rows)
+    assert all(r.get("host") and r.get("phase") for r in rows)
+    warned = [line for line in p.stderr.splitlines() if "straggler" in line.lower()]
+    assert any("rank 1" in line for line in warned), p.stderr
+
+
+def test_no_straggler_without_a_fault(tmp_path):
+    rd = tmp_path / "even"
+    run([QS, *sets(*STRAGGLER_RUN), "--run-dir", str(rd)], check=0)
+    assert not [r for r in metrics(rd, "event") if r.get("event") == "straggler"]
+
+
+def test_report_text_and_plot(tmp_path):
+    rd = tmp_path / "r"
+    run([QS, *sets(*TINY, "train.steps=12", "train.eval_every=6", "train.eval_steps=2"),
+         "--run-dir", str(rd)], check=0)
+    out = tmp_path / "plot.png"
+    p = run(["report", str(rd), "--out", str(out)], check=0)
+    assert "12 / 12" in p.stdout
+    assert "val loss" in p.stdout and "(step 12)" in p.stdout
+    assert "tokens/s" in p.stdout and "backward" in p.stdout
+    assert str(out) in p.stdout
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    p = run(["report", str(tmp_path / "missing")], check=2)
+    assert "missing" in p.stderr
+
+
+def same(a, b):
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def test_metrics_h5_matches_jsonl(tmp_path):
+    rd = tmp_path / "r"
+    run([QS, *sets(*TINY, "train.steps=7", "logging.every=2"), "--run-dir", str(rd)], check=0)
+    rows = metrics(rd)
+    assert [r["step"] for r in rows] == [1, 2, 4, 6, 7]
+    with h5py.File(rd / "metrics.h5", "r") as f:
+        g = f["train"]
+        for key in rows[0]:
+            if key == "kind":
+                continue
+            col = g[key][:]
+            assert len(col) == len(rows), key
+            for i, r in enumerate(rows):
+                want = r[key] if r[key] is not None else float("nan")
+                assert same(float(col[i]), float(want)), (key, i)
