@@ -360,6 +360,8 @@ TEST_CASE("k8s manifest: ConfigMap, claim and MPIJob") {
       "mpirun",  "-np", "8", "--bind-to", "none", "trainrun", "run", "/config/config.yaml",
       "--resume"};
   CHECK(cmd == expected_cmd);
+  // Kubernetes wants strings: `8` must be quoted, or it reads as a number.
+  CHECK(launcher["template"]["spec"]["containers"][0]["command"][2].Tag() == "!");
   const YAML::Node worker = job["spec"]["mpiReplicaSpecs"]["Worker"];
   CHECK(worker["replicas"].as<int>() == 2);
   CHECK(worker["restartPolicy"].as<std::string>() == "OnFailure");
@@ -395,6 +397,9 @@ TEST_CASE("k8s manifest: an existing claim, no GPUs, bad options") {
   bad = K8sOptions{};
   bad.namespace_ = "My_NS";
   CHECK_THROWS_WITH_AS(k8s_manifest(tiny(), bad), doctest::Contains("--namespace"), ConfigError);
+  const auto numeric = YAML::LoadAll(k8s_manifest(tiny({"name=2024"}), K8sOptions{}));
+  CHECK(numeric[2]["metadata"]["name"].Tag() == "!");
+  CHECK(numeric[2]["metadata"]["name"].as<std::string>() == "2024");
   CHECK_THROWS_WITH_AS(k8s_manifest(tiny({"name=___"}), K8sOptions{}),
                        doctest::Contains("no letter or digit"), ConfigError);
 }

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <iterator>
+#include <string_view>
 
 #include "trainrun/cluster.h"
 #include "trainrun/config.h"
@@ -64,20 +66,36 @@ Resolved resolve(const Experiment& exp, const K8sOptions& o) {
   return r;
 }
 
+// Kubernetes wants strings where a plain YAML scalar would read as a number, bool or null
+// (`-np 16` in a command, a name like `2024`): quote those.
+struct Str {
+  const std::string& s;
+};
+YAML::Emitter& operator<<(YAML::Emitter& e, Str v) {
+  std::string lower;
+  for (char c : v.s) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  static const char* kWords[] = {"true", "false", "yes", "no", "on", "off", "y", "n", "null", "~"};
+  const bool quote = v.s.empty() || std::isdigit(static_cast<unsigned char>(v.s[0])) ||
+                     std::string_view("+-.").find(v.s[0]) != std::string_view::npos ||
+                     std::find(std::begin(kWords), std::end(kWords), lower) != std::end(kWords);
+  if (quote) e << YAML::DoubleQuoted;
+  return e << v.s;
+}
+
 void metadata(YAML::Emitter& e, const std::string& name, const K8sOptions& o,
-              const std::string& experiment) {
+              const std::string& experiment) {  // experiment: a valid label value
   e << YAML::Key << "metadata" << YAML::Value << YAML::BeginMap;
-  e << YAML::Key << "name" << YAML::Value << name;
-  e << YAML::Key << "namespace" << YAML::Value << o.namespace_;
+  e << YAML::Key << "name" << YAML::Value << Str{name};
+  e << YAML::Key << "namespace" << YAML::Value << Str{o.namespace_};
   e << YAML::Key << "labels" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "app.kubernetes.io/name" << YAML::Value << "trainrun";
-  e << YAML::Key << "trainrun/experiment" << YAML::Value << experiment;
+  e << YAML::Key << "trainrun/experiment" << YAML::Value << Str{experiment};
   e << YAML::EndMap << YAML::EndMap;
 }
 
 void string_list(YAML::Emitter& e, const std::vector<std::string>& v) {
   e << YAML::BeginSeq;
-  for (const auto& s : v) e << s;
+  for (const auto& s : v) e << Str{s};
   e << YAML::EndSeq;
 }
 
@@ -102,7 +120,7 @@ void replica_spec(YAML::Emitter& e, const Replica& r, const K8sOptions& o,
   std::transform(container.begin(), container.end(), container.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   e << YAML::Key << "name" << YAML::Value << container;
-  e << YAML::Key << "image" << YAML::Value << o.image;
+  e << YAML::Key << "image" << YAML::Value << Str{o.image};
   e << YAML::Key << "imagePullPolicy" << YAML::Value << "IfNotPresent";
   e << YAML::Key << "command" << YAML::Value;
   string_list(e, r.command);
@@ -110,15 +128,15 @@ void replica_spec(YAML::Emitter& e, const Replica& r, const K8sOptions& o,
     e << YAML::Key << "env" << YAML::Value << YAML::BeginSeq;
     for (const auto& [k, v] : r.env)
       e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << k << YAML::Key << "value"
-        << YAML::Value << YAML::DoubleQuoted << v << YAML::EndMap;
+        << YAML::Value << YAML::DoubleQuoted << v << YAML::EndMap;  // env values: always strings
     e << YAML::EndSeq;
   }
   if (r.limits) {
     e << YAML::Key << "resources" << YAML::Value << YAML::BeginMap;
     e << YAML::Key << "limits" << YAML::Value << YAML::BeginMap;
     if (o.gpus_per_node > 0) e << YAML::Key << "nvidia.com/gpu" << YAML::Value << o.gpus_per_node;
-    e << YAML::Key << "cpu" << YAML::Value << YAML::DoubleQuoted << o.cpu;
-    e << YAML::Key << "memory" << YAML::Value << o.memory;
+    e << YAML::Key << "cpu" << YAML::Value << Str{o.cpu};
+    e << YAML::Key << "memory" << YAML::Value << Str{o.memory};
     e << YAML::EndMap << YAML::EndMap;
   }
   e << YAML::Key << "volumeMounts" << YAML::Value << YAML::BeginSeq;
@@ -134,7 +152,7 @@ void replica_spec(YAML::Emitter& e, const Replica& r, const K8sOptions& o,
     << YAML::EndMap << YAML::EndMap;
   e << YAML::BeginMap << YAML::Key << "name" << YAML::Value << "runs" << YAML::Key
     << "persistentVolumeClaim" << YAML::Value << YAML::BeginMap << YAML::Key << "claimName"
-    << YAML::Value << claim << YAML::EndMap << YAML::EndMap;
+    << YAML::Value << Str{claim} << YAML::EndMap << YAML::EndMap;
   e << YAML::EndSeq;
   e << YAML::EndMap << YAML::EndMap << YAML::EndMap;  // spec, template, replica
 }
@@ -164,7 +182,7 @@ std::string k8s_manifest(const Experiment& exp_in, const K8sOptions& o) {
     e << YAML::BeginMap;
     e << YAML::Key << "apiVersion" << YAML::Value << "v1";
     e << YAML::Key << "kind" << YAML::Value << "ConfigMap";
-    metadata(e, config_map, o, exp.name);
+    metadata(e, config_map, o, name);
     e << YAML::Key << "data" << YAML::Value << YAML::BeginMap;
     e << YAML::Key << "config.yaml" << YAML::Value << YAML::Literal << to_yaml(exp);
     e << YAML::EndMap << YAML::EndMap;
@@ -177,12 +195,12 @@ std::string k8s_manifest(const Experiment& exp_in, const K8sOptions& o) {
     e << YAML::BeginMap;
     e << YAML::Key << "apiVersion" << YAML::Value << "v1";
     e << YAML::Key << "kind" << YAML::Value << "PersistentVolumeClaim";
-    metadata(e, claim, o, exp.name);
+    metadata(e, claim, o, name);
     e << YAML::Key << "spec" << YAML::Value << YAML::BeginMap;
     e << YAML::Key << "accessModes" << YAML::Value;
     string_list(e, {"ReadWriteMany"});
     e << YAML::Key << "resources" << YAML::Value << YAML::BeginMap << YAML::Key << "requests"
-      << YAML::Value << YAML::BeginMap << YAML::Key << "storage" << YAML::Value << o.storage
+      << YAML::Value << YAML::BeginMap << YAML::Key << "storage" << YAML::Value << Str{o.storage}
       << YAML::EndMap << YAML::EndMap;
     e << YAML::EndMap << YAML::EndMap;
     out += finish(e);
@@ -192,7 +210,7 @@ std::string k8s_manifest(const Experiment& exp_in, const K8sOptions& o) {
     e << YAML::BeginMap;
     e << YAML::Key << "apiVersion" << YAML::Value << "kubeflow.org/v2beta1";
     e << YAML::Key << "kind" << YAML::Value << "MPIJob";
-    metadata(e, name, o, exp.name);
+    metadata(e, name, o, name);
     e << YAML::Key << "spec" << YAML::Value << YAML::BeginMap;
     e << YAML::Key << "slotsPerWorker" << YAML::Value << r.ranks_per_node;
     e << YAML::Key << "mpiImplementation" << YAML::Value << "OpenMPI";

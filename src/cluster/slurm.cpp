@@ -147,11 +147,17 @@ std::string slurm_script(const Experiment& exp, const SlurmOptions& in) {
       "echo \"trainrun: job ${SLURM_JOB_ID} restart ${SLURM_RESTART_COUNT:-0} on $(hostname) at "
       "$(date '+%F %T')\"");
   line("");
-  line("# One OpenMP thread per core Slurm gave each rank. Since Slurm 22.05 srun no longer");
-  line("# inherits --cpus-per-task from sbatch: SRUN_CPUS_PER_TASK passes it on.");
+  line("# One OpenMP thread per core Slurm gave each rank: more threads than cores makes every");
+  line("# rank spin against the others. Since Slurm 22.05 srun no longer inherits --cpus-per-task");
+  line("# from sbatch: SRUN_CPUS_PER_TASK passes it on.");
   line("if [[ -n \"${SLURM_CPUS_PER_TASK:-}\" ]]; then");
   line("  export OMP_NUM_THREADS=\"$SLURM_CPUS_PER_TASK\"");
   line("  export SRUN_CPUS_PER_TASK=\"$SLURM_CPUS_PER_TASK\"");
+  line("elif [[ -z \"${OMP_NUM_THREADS:-}\" && -n \"${SLURM_CPUS_ON_NODE:-}\" ]]; then");
+  line(
+      fmt::format("  export OMP_NUM_THREADS=$(( SLURM_CPUS_ON_NODE / {0} > 0 ? SLURM_CPUS_ON_NODE "
+                  "/ {0} : 1 ))",
+                  o.ntasks_per_node));
   line("fi");
   line("");
 
