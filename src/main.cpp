@@ -1,3 +1,5 @@
 #include "trainrun/cli.h"
 
-int main(int argc, char** argv) { return trainrun::cli_main(argc, argv); }
+int main(int argc, char** argv) {
+  return trainrun::cli_main(argc, argv);
+}

@@ -53,14 +53,15 @@ void randomize(Tensor t, Rng& rng, double scale) {
 
 // Checks d(loss)/d(value) against `grad` at up to `samples` random elements.
 // `loss` recomputes the scalar loss from the current values.
-int check_tensor(const std::string& what, Tensor value, Tensor grad, const std::function<double()>& loss,
-                 Rng& rng, int samples = 12) {
+int check_tensor(const std::string& what, Tensor value, Tensor grad,
+                 const std::function<double()>& loss, Rng& rng, int samples = 12) {
   int failures = 0;
   double* x = value.as<double>();
   const double* g = grad.as<double>();
   const int64_t n = value.numel();
   for (int s = 0; s < samples && s < n; ++s) {
-    const int64_t i = n <= samples ? s : static_cast<int64_t>(rng.next() % static_cast<uint64_t>(n));
+    const int64_t i =
+        n <= samples ? s : static_cast<int64_t>(rng.next() % static_cast<uint64_t>(n));
     const double orig = x[i];
     x[i] = orig + kEps;
     const double lp = loss();

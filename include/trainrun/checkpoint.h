@@ -18,15 +18,15 @@ struct ParamEntry {
 };
 
 struct TrainState {
-  int64_t step = 0;          // optimizer steps completed
+  int64_t step = 0;  // optimizer steps completed
   int64_t tokens_seen = 0;
   int64_t samples_seen = 0;  // the data loader's cursor: next global sample index
   uint64_t seed = 0;         // all randomness (data order, dropout) derives from (seed, index)
   int64_t bad_steps_total = 0;
   int64_t restarts = 0;
-  double lr_scale = 1.0;     // lowered by rollbacks after repeated bad steps
+  double lr_scale = 1.0;  // lowered by rollbacks after repeated bad steps
   int world_size = 1;
-  std::string config_yaml;   // the resolved config
+  std::string config_yaml;  // the resolved config
 };
 
 struct CheckpointData {

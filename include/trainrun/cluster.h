@@ -15,8 +15,8 @@ struct SlurmOptions {
   int nodes = 0;            // 0: the config's distributed.nodes
   int ntasks_per_node = 0;  // 0: the config's distributed.nproc
   int gpus_per_node = 0;
-  int cpus_per_task = 0;    // 0: not set
-  std::string time;         // e.g. 24:00:00; empty: the partition's default
+  int cpus_per_task = 0;  // 0: not set
+  std::string time;       // e.g. 24:00:00; empty: the partition's default
   std::string partition;
   std::string account;
   int signal_seconds = 300;       // early warning before the time limit
@@ -39,8 +39,8 @@ struct K8sOptions {
   int ranks_per_node = 0;  // 0: the config's distributed.nproc
   std::string image = "trainrun:latest";
   std::string namespace_ = "default";
-  std::string pvc = "";            // existing PersistentVolumeClaim for runs/; empty: create one
-  std::string storage = "100Gi";   // size of the claim created when pvc is empty
+  std::string pvc = "";           // existing PersistentVolumeClaim for runs/; empty: create one
+  std::string storage = "100Gi";  // size of the claim created when pvc is empty
   std::string cpu = "8";
   std::string memory = "64Gi";
 };

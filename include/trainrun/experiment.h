@@ -22,12 +22,12 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string train;      // token shard file, directory or glob
-  std::string val;        // token shard file, directory or glob
-  std::string text;       // a text file, byte-tokenized on the fly
-  std::string synthetic;  // built-in source: "markov" (or empty)
-  double val_fraction = 0.1;  // for data.text and data.synthetic: tail fraction held out
-  int markov_order = 1;       // for data.synthetic: markov
+  std::string train;                   // token shard file, directory or glob
+  std::string val;                     // token shard file, directory or glob
+  std::string text;                    // a text file, byte-tokenized on the fly
+  std::string synthetic;               // built-in source: "markov" (or empty)
+  double val_fraction = 0.1;           // for data.text and data.synthetic: tail fraction held out
+  int markov_order = 1;                // for data.synthetic: markov
   int64_t synthetic_tokens = 1 << 20;  // length of the built-in stream
 };
 
@@ -91,7 +91,7 @@ struct SlurmConfig {
 struct Experiment {
   std::string name = "run";
   uint64_t seed = 1337;
-  std::string run_dir;       // default: runs/<name>
+  std::string run_dir;         // default: runs/<name>
   std::string device = "cpu";  // cpu | cuda | auto
   ModelConfig model;
   DataConfig data;

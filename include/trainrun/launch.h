@@ -10,15 +10,15 @@
 namespace trainrun {
 
 struct RankEnv {
-  bool is_rank = false;      // started by mpirun/srun/PMI
-  std::string launcher;      // "openmpi" | "slurm" | "pmi" | "" (none)
+  bool is_rank = false;  // started by mpirun/srun/PMI
+  std::string launcher;  // "openmpi" | "slurm" | "pmi" | "" (none)
   int rank = 0, size = 1, local_rank = 0, local_size = 1;
 };
 RankEnv detect_rank_env();
 
 struct LaunchPlan {
-  std::vector<std::string> argv;        // the full mpirun command
-  std::vector<std::string> env;         // KEY=VALUE added to mpirun's environment
+  std::vector<std::string> argv;  // the full mpirun command
+  std::vector<std::string> env;   // KEY=VALUE added to mpirun's environment
   int omp_threads_per_rank = 1;
 };
 

@@ -12,12 +12,12 @@
 namespace trainrun {
 
 struct DevicePeak {
-  std::string name;      // "cpu (measured sgemm)", "H100 SXM", ...
-  double flops = 0;      // FLOP/s for this run's precision, per rank
-  double mem_bw = 0;     // bytes/s
-  double memory = 0;     // bytes available per rank
-  double link_bw = 0;    // bytes/s per rank for collectives (NVLink / network / shared memory)
-  std::string source;    // "measured now" or "table"
+  std::string name;    // "cpu (measured sgemm)", "H100 SXM", ...
+  double flops = 0;    // FLOP/s for this run's precision, per rank
+  double mem_bw = 0;   // bytes/s
+  double memory = 0;   // bytes available per rank
+  double link_bw = 0;  // bytes/s per rank for collectives (NVLink / network / shared memory)
+  std::string source;  // "measured now" or "table"
 };
 
 struct Plan {
@@ -29,7 +29,7 @@ struct Plan {
   double bytes_params = 0, bytes_grads = 0, bytes_optimizer = 0, bytes_optimizer_zero1 = 0;
   double bytes_activations = 0;  // per micro-batch, as the model's arena allocates it
   double bytes_workspace = 0;
-  double bytes_total = 0;        // per rank, with the configured ZeRO setting
+  double bytes_total = 0;  // per rank, with the configured ZeRO setting
   double comm_bytes_per_step = 0;
   double predicted_step_seconds = 0, predicted_tokens_per_second = 0;
   DevicePeak peak;

@@ -15,7 +15,9 @@ inline uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-inline uint64_t hash_combine(uint64_t a, uint64_t b) { return splitmix64(a ^ splitmix64(b)); }
+inline uint64_t hash_combine(uint64_t a, uint64_t b) {
+  return splitmix64(a ^ splitmix64(b));
+}
 
 inline uint64_t hash_string(std::string_view s) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a, then mixed

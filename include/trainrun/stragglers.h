@@ -14,7 +14,7 @@ inline constexpr const char* kPhaseNames[kPhaseCount] = {"data", "forward", "bac
 struct RankTiming {
   int rank = 0;
   std::string host;
-  double step = 0;                 // mean seconds per step over the window
+  double step = 0;                  // mean seconds per step over the window
   double phases[kPhaseCount] = {};  // mean seconds per phase
 };
 

@@ -11,8 +11,8 @@
 #include <iostream>
 #include <optional>
 #include <regex>
-#include <thread>
 #include <set>
+#include <thread>
 
 #include "trainrun/checkpoint.h"
 #include "trainrun/cluster.h"
@@ -48,12 +48,15 @@ struct RunArgs {
   std::string profile;
 };
 
-void print_warning(const std::string& w) { fmt::print(stderr, "warning: {}\n", w); }
+void print_warning(const std::string& w) {
+  fmt::print(stderr, "warning: {}\n", w);
+}
 
 // Resolves what to run: the experiment, and the checkpoint file to resume from ("" = fresh).
 std::pair<Experiment, std::string> resolve_run(const RunArgs& a) {
   if (!a.resume) {
-    if (a.config.empty()) throw ConfigError("no config given: trainrun CONFIG.yaml (or --resume RUN_DIR)");
+    if (a.config.empty())
+      throw ConfigError("no config given: trainrun CONFIG.yaml (or --resume RUN_DIR)");
     Experiment exp = load_experiment(a.config, a.sets);
     if (!a.run_dir.empty()) exp.run_dir = a.run_dir;
     return {exp, ""};
@@ -79,15 +82,17 @@ std::pair<Experiment, std::string> resolve_run(const RunArgs& a) {
         fmt::print(stderr, "no checkpoint in {} yet: starting the run\n", target);
         return {*from_config, ""};
       }
-      throw CheckpointError(fmt::format(
-          "no usable checkpoint in {}/checkpoints: nothing to resume (start it with trainrun CONFIG)",
-          target));
+      throw CheckpointError(
+          fmt::format("no usable checkpoint in {}/checkpoints: nothing to resume (start it with "
+                      "trainrun CONFIG)",
+                      target));
     }
     file = *latest;
   } else if (fs::exists(target)) {
     file = target;
   } else {
-    throw CheckpointError(fmt::format("--resume {}: no such run directory or checkpoint file", target));
+    throw CheckpointError(
+        fmt::format("--resume {}: no such run directory or checkpoint file", target));
   }
   Verdict v = verify_checkpoint(file);
   if (!v.ok) throw CheckpointError(fmt::format("checkpoint {} is damaged: {}", file, v.reason));
@@ -124,8 +129,14 @@ std::vector<std::string> rank_argv(const RunArgs& a, const Experiment& exp,
 // Exit codes that a relaunch cannot fix (or that mean "done" / "stopped on purpose").
 bool restartable(int code) {
   switch (code) {
-    case kExitOk: case kExitUsage: case kExitData: case kExitCheckpoint: case kExitDevice:
-    case kExitGaveUp: case kExitResumeMe: case kExitInterrupted:
+    case kExitOk:
+    case kExitUsage:
+    case kExitData:
+    case kExitCheckpoint:
+    case kExitDevice:
+    case kExitGaveUp:
+    case kExitResumeMe:
+    case kExitInterrupted:
       return false;
     default:
       return true;
@@ -162,8 +173,8 @@ int supervise(const RunArgs& a, const Experiment& exp, std::string resume_file) 
     std::string failure;
     const int code = run_launch(plan, &failure);
     if (!restartable(code)) return code;
-    const std::string cause = failure.empty() ? fmt::format("the job exited with code {}", code)
-                                              : failure;
+    const std::string cause =
+        failure.empty() ? fmt::format("the job exited with code {}", code) : failure;
     fmt::print(stderr, "error: {}\n", cause);
     if (ft.max_restarts == 0) return code;
     if (attempt >= ft.max_restarts) {
@@ -186,16 +197,21 @@ int supervise(const RunArgs& a, const Experiment& exp, std::string resume_file) 
     int64_t reached = from;
     try {
       for (const auto& row : read_metrics_jsonl(exp.run_dir, "train"))
-        reached = std::max<int64_t>(reached, static_cast<int64_t>(std::get<double>(row.at(0).second)));
+        reached =
+            std::max<int64_t>(reached, static_cast<int64_t>(std::get<double>(row.at(0).second)));
     } catch (const std::exception&) {
     }
     std::smatch m;
-    const double rank = std::regex_search(cause, m, std::regex(R"(rank (\d+))")) ? std::stod(m[1]) : -1;
+    const double rank =
+        std::regex_search(cause, m, std::regex(R"(rank (\d+))")) ? std::stod(m[1]) : -1;
     {
       MetricsLog log(exp.run_dir, from);
-      log.append("event", {{"step", double(from)}, {"event", std::string("restart")},
-                           {"attempt", double(attempt + 1)}, {"rank", rank},
-                           {"steps_lost", double(reached - from)}, {"cause", cause}});
+      log.append("event", {{"step", double(from)},
+                           {"event", std::string("restart")},
+                           {"attempt", double(attempt + 1)},
+                           {"rank", rank},
+                           {"steps_lost", double(reached - from)},
+                           {"cause", cause}});
       log.flush();
     }
     fmt::print(stderr, "restart {}/{} in {:.0f} s from {} (lost {} step(s)): {}\n", attempt + 1,
@@ -250,8 +266,8 @@ void add_run_options(CLI::App* sub, RunArgs& a) {
 
 int cli_main(int argc, char** argv) {
   // `trainrun CONFIG ...` and `trainrun --resume ...` are `trainrun run ...`.
-  static const std::set<std::string> kSubcommands = {
-      "run", "validate", "data", "sample", "inspect", "slurm", "k8s", "help"};
+  static const std::set<std::string> kSubcommands = {"run",     "validate", "data", "sample",
+                                                     "inspect", "slurm",    "k8s",  "help"};
   std::vector<std::string> args(argv, argv + argc);
   if (args.size() > 1 && !kSubcommands.count(args[1]) && args[1] != "--help" && args[1] != "-h" &&
       args[1] != "--version")
@@ -316,8 +332,9 @@ int cli_main(int argc, char** argv) {
   slurm->add_option("--time", slurm_opts.time, "time limit, e.g. 24:00:00");
   slurm->add_option("--partition", slurm_opts.partition, "partition");
   slurm->add_option("--account", slurm_opts.account, "account");
-  slurm->add_option("--signal-seconds", slurm_opts.signal_seconds,
-                    "seconds before the time limit to checkpoint and requeue")
+  slurm
+      ->add_option("--signal-seconds", slurm_opts.signal_seconds,
+                   "seconds before the time limit to checkpoint and requeue")
       ->capture_default_str();
   slurm->add_option("--launcher", slurm_opts.launcher, "how ranks start: srun or mpirun")
       ->check(CLI::IsMember({"srun", "mpirun"}))
@@ -335,7 +352,8 @@ int cli_main(int argc, char** argv) {
   k8s->add_option("--gpus-per-node", k8s_opts.gpus_per_node, "GPUs per worker pod");
   k8s->add_option("--ranks-per-node", k8s_opts.ranks_per_node,
                   "ranks per worker pod (default: distributed.nproc)");
-  k8s->add_option("--image", k8s_opts.image, "container image with trainrun")->capture_default_str();
+  k8s->add_option("--image", k8s_opts.image, "container image with trainrun")
+      ->capture_default_str();
   k8s->add_option("--namespace", k8s_opts.namespace_, "namespace")->capture_default_str();
   k8s->add_option("--pvc", k8s_opts.pvc, "existing PersistentVolumeClaim for the run directory");
   k8s->add_option("--storage", k8s_opts.storage, "size of the claim created without --pvc")
@@ -364,7 +382,8 @@ int cli_main(int argc, char** argv) {
       return kExitOk;
     }
     if (*sample) {
-      std::string text = sample_text(sample_dir, sample_prompt, sample_tokens, sample_temp, sample_seed);
+      std::string text =
+          sample_text(sample_dir, sample_prompt, sample_tokens, sample_temp, sample_seed);
       fmt::print("{}{}\n", sample_prompt, text);
       return kExitOk;
     }

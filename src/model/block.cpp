@@ -9,11 +9,13 @@ namespace trainrun {
 namespace {
 // GPT-2: residual projections are scaled by 1/sqrt(2 * n_layer) so the residual stream's
 // variance does not grow with depth.
-float proj_std(int n_layer) { return 0.02f / std::sqrt(2.0f * static_cast<float>(n_layer)); }
+float proj_std(int n_layer) {
+  return 0.02f / std::sqrt(2.0f * static_cast<float>(n_layer));
+}
 }  // namespace
 
-TransformerBlock::TransformerBlock(ParamStore& ps, const std::string& name, int d_model,
-                                   int n_head, int n_layer)
+TransformerBlock::TransformerBlock(ParamStore& ps, const std::string& name, int d_model, int n_head,
+                                   int n_layer)
     : ps_(ps),
       begin_(ps.numel()),
       ln1_(ps, name + ".ln1", d_model),

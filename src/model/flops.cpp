@@ -12,7 +12,8 @@ int64_t parameter_count(const ModelConfig& m) {
     }
     return n + in * V + V;
   }
-  // per block: ln1 (2C) + qkv (3C^2 + 3C) + proj (C^2 + C) + ln2 (2C) + fc (4C^2 + 4C) + proj2 (4C^2 + C)
+  // per block: ln1 (2C) + qkv (3C^2 + 3C) + proj (C^2 + C) + ln2 (2C) + fc (4C^2 + 4C) + proj2
+  // (4C^2 + C)
   const int64_t block = 12 * C * C + 13 * C;
   return V * C + T * C + m.n_layer * block + 2 * C;
 }
@@ -31,8 +32,12 @@ double forward_flops_per_token(const ModelConfig& m) {
   return L * (24 * C * C + 4 * T * C) + 2 * C * V;
 }
 
-double train_flops_per_token(const ModelConfig& m) { return 3 * forward_flops_per_token(m); }
+double train_flops_per_token(const ModelConfig& m) {
+  return 3 * forward_flops_per_token(m);
+}
 
-int64_t targets_per_sequence(const ModelConfig& m) { return m.type == "mlp" ? 1 : m.seq_len; }
+int64_t targets_per_sequence(const ModelConfig& m) {
+  return m.type == "mlp" ? 1 : m.seq_len;
+}
 
 }  // namespace trainrun

@@ -40,7 +40,8 @@ class Gpt final : public Model {
     }
     // Position ids are the same for every batch: fill them once.
     std::vector<int32_t> pos(static_cast<size_t>(rows()));
-    for (int64_t i = 0; i < rows(); ++i) pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % cfg.seq_len);
+    for (int64_t i = 0; i < rows(); ++i)
+      pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % cfg.seq_len);
     be.copy(pos_ids_, Tensor(pos.data(), DType::i32, Device::cpu, {rows()}));
   }
 

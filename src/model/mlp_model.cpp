@@ -73,8 +73,9 @@ class MlpModel final : public Model {
     be.cross_entropy_backward(logits, logits, lse_, targets_, scale);
     Tensor dcur = logits;
     for (size_t i = layers_.size(); i-- > 0;) {
-      Tensor in = i == 0 ? emb_out_.reshape({batch_, static_cast<int64_t>(cfg_.seq_len) * cfg_.d_model})
-                         : post_[i - 1];
+      Tensor in =
+          i == 0 ? emb_out_.reshape({batch_, static_cast<int64_t>(cfg_.seq_len) * cfg_.d_model})
+                 : post_[i - 1];
       Tensor din = i == 0 ? demb_ : dpost_[i - 1];
       layers_[i].backward(din, dcur, in);
       if (i > 0) {

@@ -68,7 +68,9 @@ void ParamStore::initialize(uint64_t seed) {
   }
 }
 
-Tensor ParamStore::flat(void* p) const { return Tensor(p, dtype_, be_.device(), {total_}); }
+Tensor ParamStore::flat(void* p) const {
+  return Tensor(p, dtype_, be_.device(), {total_});
+}
 
 Tensor ParamStore::view(void* base, int i) const {
   const ParamInfo& p = infos_.at(static_cast<size_t>(i));
@@ -122,8 +124,9 @@ void Arena::allocate() {
 void Arena::zero(size_t begin, size_t end) {
   if (!base_ || end <= begin) return;
   // Zero bits are 0.0 in every float dtype, so one f32 fill covers any buffer mix.
-  be_.fill(Tensor(base_ + begin, DType::f32, be_.device(), {static_cast<int64_t>((end - begin) / 4)}),
-           0.0);
+  be_.fill(
+      Tensor(base_ + begin, DType::f32, be_.device(), {static_cast<int64_t>((end - begin) / 4)}),
+      0.0);
 }
 
 }  // namespace trainrun

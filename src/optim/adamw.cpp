@@ -19,7 +19,8 @@ double learning_rate(const OptimizerConfig& cfg, int64_t step, int64_t total) {
 AdamW::AdamW(ParamStore& ps, const OptimizerConfig& cfg, Shard shard)
     : ps_(ps), cfg_(cfg), shard_(shard) {
   Backend& be = ps.backend();
-  const size_t bytes = static_cast<size_t>(std::max<int64_t>(shard.size(), 1)) * dtype_size(ps.dtype());
+  const size_t bytes =
+      static_cast<size_t>(std::max<int64_t>(shard.size(), 1)) * dtype_size(ps.dtype());
   m_ = be.alloc(bytes);
   v_ = be.alloc(bytes);
   if (shard.size() > 0) {
@@ -33,8 +34,12 @@ AdamW::~AdamW() {
   ps_.backend().release(v_);
 }
 
-Tensor AdamW::m() const { return Tensor(m_, ps_.dtype(), ps_.backend().device(), {shard_.size()}); }
-Tensor AdamW::v() const { return Tensor(v_, ps_.dtype(), ps_.backend().device(), {shard_.size()}); }
+Tensor AdamW::m() const {
+  return Tensor(m_, ps_.dtype(), ps_.backend().device(), {shard_.size()});
+}
+Tensor AdamW::v() const {
+  return Tensor(v_, ps_.dtype(), ps_.backend().device(), {shard_.size()});
+}
 
 void AdamW::step(double lr, int64_t t) {
   if (shard_.size() == 0) return;

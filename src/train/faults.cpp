@@ -36,22 +36,33 @@ Faults Faults::from_env(int rank, int restart_count) {
     x.kind = parts.at(0);
     if (x.kind != "kill" && x.kind != "exit" && x.kind != "stall" && x.kind != "slow" &&
         x.kind != "nan")
-      throw ConfigError(fmt::format("TRAINRUN_FAULTS: unknown fault '{}' in '{}' (kill, exit, "
-                                    "stall, slow, nan)", x.kind, spec));
+      throw ConfigError(
+          fmt::format("TRAINRUN_FAULTS: unknown fault '{}' in '{}' (kill, exit, "
+                      "stall, slow, nan)",
+                      x.kind, spec));
     for (size_t i = 1; i < parts.size(); ++i) {
       auto eq = parts[i].find('=');
       if (eq == std::string::npos)
-        throw ConfigError(fmt::format("TRAINRUN_FAULTS: '{}' in '{}' is not key=value", parts[i], spec));
+        throw ConfigError(
+            fmt::format("TRAINRUN_FAULTS: '{}' in '{}' is not key=value", parts[i], spec));
       const std::string k = parts[i].substr(0, eq), v = parts[i].substr(eq + 1);
       try {
-        if (k == "rank") x.rank = std::stoi(v);
-        else if (k == "step") x.step = std::stoll(v);
-        else if (k == "from") x.from = std::stoll(v);
-        else if (k == "ms") x.ms = std::stoi(v);
-        else if (k == "code") x.code = std::stoi(v);
-        else if (k == "attempts" && v == "all") x.every_attempt = true;
-        else if (k == "attempt") x.attempt = std::stoi(v);
-        else throw std::invalid_argument(k);
+        if (k == "rank")
+          x.rank = std::stoi(v);
+        else if (k == "step")
+          x.step = std::stoll(v);
+        else if (k == "from")
+          x.from = std::stoll(v);
+        else if (k == "ms")
+          x.ms = std::stoi(v);
+        else if (k == "code")
+          x.code = std::stoi(v);
+        else if (k == "attempts" && v == "all")
+          x.every_attempt = true;
+        else if (k == "attempt")
+          x.attempt = std::stoi(v);
+        else
+          throw std::invalid_argument(k);
       } catch (const std::exception&) {
         throw ConfigError(fmt::format("TRAINRUN_FAULTS: bad '{}' in '{}'", parts[i], spec));
       }
@@ -66,8 +77,8 @@ Faults Faults::from_env(int rank, int restart_count) {
 std::string Faults::describe() const {
   std::string s;
   for (const auto& f : faults_)
-    s += fmt::format("{}{}(step {}, from {}, {} ms)", s.empty() ? "" : ", ", f.kind, f.step,
-                     f.from, f.ms);
+    s += fmt::format("{}{}(step {}, from {}, {} ms)", s.empty() ? "" : ", ", f.kind, f.step, f.from,
+                     f.ms);
   return s;
 }
 

@@ -11,7 +11,9 @@
 
 namespace trainrun {
 
-bool stdout_is_terminal() { return isatty(STDOUT_FILENO) != 0; }
+bool stdout_is_terminal() {
+  return isatty(STDOUT_FILENO) != 0;
+}
 
 void setup_logging(const std::string& run_dir, int rank, bool console) {
   std::vector<spdlog::sink_ptr> sinks;
@@ -27,7 +29,8 @@ void setup_logging(const std::string& run_dir, int rank, bool console) {
   if (!run_dir.empty()) {
     std::filesystem::create_directories(std::filesystem::path(run_dir) / "logs");
     auto f = std::make_shared<spdlog::sinks::basic_file_sink_mt>(
-        (std::filesystem::path(run_dir) / "logs" / ("rank-" + std::to_string(rank) + ".log")).string());
+        (std::filesystem::path(run_dir) / "logs" / ("rank-" + std::to_string(rank) + ".log"))
+            .string());
     f->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
     sinks.push_back(f);
   }

@@ -26,9 +26,10 @@ std::string sample_text(const std::string& run_dir_or_file, const std::string& p
     std::vector<std::string> warnings;
     auto latest = latest_good_checkpoint(run_dir_or_file, &warnings);
     if (!latest)
-      throw CheckpointError(fmt::format("no usable checkpoint in {}/checkpoints: train first "
-                                        "(checkpoints are written at the end of every run)",
-                                        run_dir_or_file));
+      throw CheckpointError(
+          fmt::format("no usable checkpoint in {}/checkpoints: train first "
+                      "(checkpoints are written at the end of every run)",
+                      run_dir_or_file));
     file = *latest;
   }
   CheckpointData ck = read_checkpoint(file);
@@ -41,7 +42,8 @@ std::string sample_text(const std::string& run_dir_or_file, const std::string& p
   const int T = exp.model.seq_len, V = exp.model.vocab_size;
   std::vector<int32_t> ctx;
   for (unsigned char c : prompt) {
-    if (c >= V) throw ConfigError(fmt::format("prompt byte {} is outside the model's vocab {}", c, V));
+    if (c >= V)
+      throw ConfigError(fmt::format("prompt byte {} is outside the model's vocab {}", c, V));
     ctx.push_back(c);
   }
   if (ctx.empty()) ctx.push_back('\n');
@@ -68,7 +70,8 @@ std::string sample_text(const std::string& run_dir_or_file, const std::string& p
     } else {
       double mx = *std::max_element(row, row + V), z = 0;
       std::vector<double> p(static_cast<size_t>(V));
-      for (int v = 0; v < V; ++v) z += p[static_cast<size_t>(v)] = std::exp((row[v] - mx) / temperature);
+      for (int v = 0; v < V; ++v)
+        z += p[static_cast<size_t>(v)] = std::exp((row[v] - mx) / temperature);
       double u = rng.uniform() * z;
       for (next = 0; next < V - 1; ++next) {
         u -= p[static_cast<size_t>(next)];

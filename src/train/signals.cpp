@@ -22,6 +22,8 @@ void install_stop_signals() {
   for (int s : {SIGINT, SIGTERM, SIGUSR1}) sigaction(s, &sa, nullptr);
 }
 
-int stop_signal() { return g_signal.load(); }
+int stop_signal() {
+  return g_signal.load();
+}
 
 }  // namespace trainrun

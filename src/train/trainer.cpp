@@ -6,8 +6,8 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -18,7 +18,6 @@
 
 #include "faults.h"
 #include "grad_sync.h"
-#include "watchdog.h"
 #include "logging.h"
 #include "signals.h"
 #include "trainrun/backend.h"
@@ -33,6 +32,7 @@
 #include "trainrun/model.h"
 #include "trainrun/optimizer.h"
 #include "trainrun/rng.h"
+#include "watchdog.h"
 
 namespace fs = std::filesystem;
 
@@ -58,8 +58,9 @@ std::unique_ptr<Backend> choose_backend(const Experiment& exp, int local_rank) {
   auto be = make_cuda_backend(local_rank, &why);
   if (be) return be;
   if (exp.device == "cuda")
-    throw DeviceError("device: cuda was requested but CUDA is not usable here: " + why +
-                      "\n  fix: run on a machine with an NVIDIA GPU, or --set device=cpu (or auto)");
+    throw DeviceError(
+        "device: cuda was requested but CUDA is not usable here: " + why +
+        "\n  fix: run on a machine with an NVIDIA GPU, or --set device=cpu (or auto)");
   spdlog::info("device: auto -> cpu ({})", why);
   return make_cpu_backend();
 }
@@ -146,8 +147,8 @@ void Trainer::setup() {
   model_ = build_model(exp_.model, *be_, micro_);
   targets_per_step_ = model_->targets_per_batch() / micro_ * exp_.train.batch_size;
   ParamStore& ps = model_->params();
-  const Shard shard = exp_.distributed.zero ? shard_of(ps.numel(), world_, rank_)
-                                            : Shard{0, ps.numel()};
+  const Shard shard =
+      exp_.distributed.zero ? shard_of(ps.numel(), world_, rank_) : Shard{0, ps.numel()};
   opt_ = std::make_unique<AdamW>(ps, exp_.optimizer, shard);
   if (world_ > 1 && !exp_.distributed.zero)
     grad_sync_ = std::make_unique<GradSync>(*comm_, ps.grads(), int64_t{1} << 20);
@@ -173,17 +174,18 @@ void Trainer::setup() {
 
   spdlog::info("trainrun {} | run {} | rank {}/{} on {} | {}", TRAINRUN_VERSION, exp_.name, rank_,
                world_, comm_->host(), be_->describe());
-  spdlog::info("model {}: {} parameters, activations {:.1f} MiB per rank | batch {} = {} ranks x "
-               "{} micro x {} accum, seq_len {}",
-               exp_.model.type, ps.numel(), model_->activation_bytes() / 1048576.0,
-               exp_.train.batch_size, world_, micro_, accum_, exp_.model.seq_len);
+  spdlog::info(
+      "model {}: {} parameters, activations {:.1f} MiB per rank | batch {} = {} ranks x "
+      "{} micro x {} accum, seq_len {}",
+      exp_.model.type, ps.numel(), model_->activation_bytes() / 1048576.0, exp_.train.batch_size,
+      world_, micro_, accum_, exp_.model.seq_len);
   spdlog::info("data train: {}", train_data_->describe());
   spdlog::info("data val:   {}", val_data_->describe());
   if (std::isfinite(train_data_->entropy_rate()))
     spdlog::info("data entropy rate {:.4f} nats/token: the lowest loss any model can reach",
                  train_data_->entropy_rate());
-  spdlog::info("peak {:.1f} GFLOP/s per rank (measured sgemm) | {:.3g} FLOP per step",
-               peak_gflops_, flops_per_step_);
+  spdlog::info("peak {:.1f} GFLOP/s per rank (measured sgemm) | {:.3g} FLOP per step", peak_gflops_,
+               flops_per_step_);
 }
 
 void Trainer::restore(const std::string& file) {
@@ -250,8 +252,7 @@ void Trainer::save_checkpoint(int64_t step, double* seconds) {
   if (seconds) *seconds += now() - t0;
 }
 
-StepTimes Trainer::train_step(int64_t step, double lr, double* loss, double* grad_norm,
-                              bool* bad) {
+StepTimes Trainer::train_step(int64_t step, double lr, double* loss, double* grad_norm, bool* bad) {
   StepTimes t;
   const double t_start = now();
   ParamStore& ps = model_->params();
@@ -269,8 +270,8 @@ StepTimes Trainer::train_step(int64_t step, double lr, double* loss, double* gra
     model_->set_batch(x_.data(), y_.data());
     phase("forward", step);
     double t0 = now();
-    local_loss += model_->forward(true, hash_combine(exp_.seed, static_cast<uint64_t>(
-                                                                    first_sample(step, m))));
+    local_loss += model_->forward(
+        true, hash_combine(exp_.seed, static_cast<uint64_t>(first_sample(step, m))));
     double t1 = now();
     t.forward += t1 - t0;
     phase("backward", step);
@@ -392,8 +393,10 @@ void Trainer::check_spike(int64_t step, double loss) {
     const double sd = std::sqrt(var / recent_losses_.size());
     const double z = sd > 0 ? (loss - mean) / sd : 0;
     if (z > z_limit) {
-      spdlog::warn("step {}: loss spike {:.4f} is {:.1f} std devs above the last {} steps' "
-                   "mean {:.4f} (warning only)", step, loss, z, recent_losses_.size(), mean);
+      spdlog::warn(
+          "step {}: loss spike {:.4f} is {:.1f} std devs above the last {} steps' "
+          "mean {:.4f} (warning only)",
+          step, loss, z, recent_losses_.size(), mean);
       event(step, "loss_spike", {{"loss", loss}, {"zscore", z}});
     }
   }
@@ -513,8 +516,8 @@ int Trainer::run() {
     ema_step = ema_step == 0 ? t.total : 0.9 * ema_step + 0.1 * t.total;
     watchdog_->step_done(t.total);
 
-    const bool eval_now = exp_.train.eval_every > 0 &&
-                          (step % exp_.train.eval_every == 0 || step == total);
+    const bool eval_now =
+        exp_.train.eval_every > 0 && (step % exp_.train.eval_every == 0 || step == total);
     if (eval_now) {
       last_val_loss_ = evaluate();
       if (metrics_) {
@@ -557,9 +560,10 @@ int Trainer::run() {
     if (stop != 0) {
       const int sig = stop_signal();
       if (tty_) fmt::print(stderr, "\n");
-      spdlog::warn("stop requested (signal {}): checkpoint saved at step {}; resume with "
-                   "`trainrun --resume {}`",
-                   sig ? sig : SIGTERM, step, exp_.run_dir);
+      spdlog::warn(
+          "stop requested (signal {}): checkpoint saved at step {}; resume with "
+          "`trainrun --resume {}`",
+          sig ? sig : SIGTERM, step, exp_.run_dir);
       exit_code = sig == SIGINT ? kExitInterrupted : kExitResumeMe;
       break;
     }
@@ -571,8 +575,9 @@ int Trainer::run() {
   spdlog::info("rank {} parameter checksum {:016x} at step {}", rank_, parameter_checksum(), step);
   if (exit_code == kExitOk && console_) {
     const double secs = now() - t_run;
-    spdlog::info("done: {} steps in {} | final train loss {:.4f}{}", step, format_duration(secs),
-                 loss, std::isfinite(last_val_loss_) ? fmt::format(" | val loss {:.4f}", last_val_loss_) : "");
+    spdlog::info(
+        "done: {} steps in {} | final train loss {:.4f}{}", step, format_duration(secs), loss,
+        std::isfinite(last_val_loss_) ? fmt::format(" | val loss {:.4f}", last_val_loss_) : "");
     const double h = train_data_->entropy_rate();
     if (std::isfinite(h))
       spdlog::info("best possible loss on this data is {:.4f} nats/token: {:.4f} above it", h,

@@ -75,8 +75,8 @@ void Watchdog::write_heartbeat() {
   const fs::path tmp = dir / fmt::format(".heartbeat-rank-{}.tmp", comm_.rank());
   {
     std::ofstream f(tmp);
-    f << fmt::format("{} {} {} {:.3f} {:.3f}\n", comm_.rank(), comm_.host(), step_.load(),
-                     wall(), now() - since_.load())
+    f << fmt::format("{} {} {} {:.3f} {:.3f}\n", comm_.rank(), comm_.host(), step_.load(), wall(),
+                     now() - since_.load())
       << phase_.load() << "\n";
   }
   std::error_code ec;
@@ -118,8 +118,9 @@ void Watchdog::fire(double stuck_for) {
       continue;
     }
     const double age = wall() - wall_time;
-    dump.push_back(fmt::format("rank {} on {}: step {} phase {} for {:.1f} s (heartbeat {:.1f} s ago)",
-                               r, host, step, phase, in_phase + age, age));
+    dump.push_back(
+        fmt::format("rank {} on {}: step {} phase {} for {:.1f} s (heartbeat {:.1f} s ago)", r,
+                    host, step, phase, in_phase + age, age));
     if (step == my_step && collective(phase.c_str()))
       arrived.push_back(std::to_string(r));
     else
@@ -132,7 +133,8 @@ void Watchdog::fire(double stuck_for) {
       missing.empty() ? "none" : fmt::format("{}", fmt::join(missing, ", ")),
       arrived.empty() ? "none" : fmt::format("{}", fmt::join(arrived, ", ")));
   {
-    std::ofstream f(fs::path(run_dir_) / "logs" / fmt::format("watchdog-rank-{}.txt", comm_.rank()));
+    std::ofstream f(fs::path(run_dir_) / "logs" /
+                    fmt::format("watchdog-rank-{}.txt", comm_.rank()));
     f << msg << "\n\nlast known phase of every rank:\n";
     for (const auto& d : dump) f << "  " << d << "\n";
   }
