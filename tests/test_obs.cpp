@@ -406,6 +406,14 @@ TEST_CASE("stragglers: 2 ranks, a rank sleeping 60 ms per step is named") {
   REQUIRE(s.size() == 1);
   CHECK(s[0].phase == "other");
   CHECK(find_stragglers({r[0]}, 0.2).empty());
+  // Sub-millisecond steps: a scheduler time slice (4 ms) is no straggler, 60 ms is.
+  std::vector<RankTiming> tiny = {timing(0, 0.0001, 0.0002, 0.0003, 0.004, 0.0001),
+                                  timing(1, 0.0001, 0.0002, 0.0003, 0.0001, 0.0001, 0.004)};
+  CHECK(find_stragglers(tiny, 0.2).empty());
+  tiny[1].step += 0.060;
+  tiny[1].phases[0] += 0.060;
+  REQUIRE(find_stragglers(tiny, 0.2).size() == 1);
+  CHECK(find_stragglers(tiny, 0.2)[0].phase == "data");
   CHECK(find_stragglers({}, 0.2).empty());
 }
 

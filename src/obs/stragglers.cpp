@@ -4,6 +4,10 @@
 // t_comm_exposed), and each rank is compared with the median of the OTHER ranks. That
 // leave-one-out median is the plain median for a lone straggler among 3 or more ranks, and with
 // 2 ranks it is the other rank, where the median of both (their mean) would hide half the gap.
+//
+// A rank must also be at least kMinExcess slower: below that, who is slower is decided by the
+// OS scheduler's time slices (4 ms at Linux's usual HZ=250) on busy or shared cores, and a few
+// milliseconds per step are not worth a warning.
 #include "trainrun/stragglers.h"
 
 #include <algorithm>
@@ -12,7 +16,8 @@ namespace trainrun {
 
 namespace {
 
-constexpr int kComm = 3;  // kPhaseNames[3] == "comm"
+constexpr int kComm = 3;              // kPhaseNames[3] == "comm"
+constexpr double kMinExcess = 0.010;  // seconds per step
 
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -49,7 +54,7 @@ std::vector<Straggler> find_stragglers(const std::vector<RankTiming>& ranks, dou
   for (size_t i = 0; i < ranks.size(); ++i) {
     const RankTiming& r = ranks[i];
     const double ref = median_of_others(ranks, i, work);
-    if (!(work(r) > ref * (1 + margin))) continue;
+    if (!(work(r) > ref * (1 + margin) && work(r) - ref > kMinExcess)) continue;
     // The phase furthest above its own median; time outside every phase counts as "other".
     std::string phase = "other";
     double worst = unattributed(r) - median_of_others(ranks, i, unattributed);

@@ -77,12 +77,14 @@ def test_profile_window_is_checked(tmp_path):
 
 
 STRAGGLER_RUN = [*TINY, "train.steps=20", "logging.every=5", "distributed.nproc=2"]
+# One thread per rank: 2 ranks fill 2 cores without oversubscribing them, so timings are steady.
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
 def test_slow_rank_is_named_as_a_straggler(tmp_path):
     rd = tmp_path / "slow"
     p = run([QS, *sets(*STRAGGLER_RUN), "--run-dir", str(rd)],
-            env={"TRAINRUN_FAULTS": "slow:rank=1:ms=60"}, check=0)
+            env={**ONE_THREAD, "TRAINRUN_FAULTS": "slow:rank=1:ms=60"}, check=0)
     rows = [r for r in metrics(rd, "event") if r.get("event") == "straggler"]
     assert rows, p.stderr
     assert all(r["rank"] == 1 for r in rows)
@@ -93,7 +95,7 @@ def test_slow_rank_is_named_as_a_straggler(tmp_path):
 
 def test_no_straggler_without_a_fault(tmp_path):
     rd = tmp_path / "even"
-    run([QS, *sets(*STRAGGLER_RUN), "--run-dir", str(rd)], check=0)
+    run([QS, *sets(*STRAGGLER_RUN), "--run-dir", str(rd)], env=ONE_THREAD, check=0)
     assert not [r for r in metrics(rd, "event") if r.get("event") == "straggler"]
 
 
