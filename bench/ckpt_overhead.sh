@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Step-time cost of checkpointing every N steps: none vs synchronous vs asynchronous (background
+# writer), on a small model (llm.c's CPU shape, ~40 MB of state) and a bigger one (8 x 512,
+# ~300 MB of state). Per-step wall = step_time + t_checkpoint, averaged over steps (the final
+# step, where trainrun always checkpoints, is left out). Figures only.
+#   BUILD=build bench/ckpt_overhead.sh
+source "$(dirname "$0")/lib.sh"
+need_shakespeare
+ensure_built trainrun
+
+EVERY=${EVERY:-4}
+echo "## ckpt_overhead: checkpoint every $EVERY steps, sync vs async vs none"
+load_line
+rows=()
+# model LABEL STEPS SETS...
+model() {
+  local label=$1 steps=$2
+  shift 2
+  local base=""
+  for mode in none sync async; do
+    local ck=(--set checkpoint.every=0)
+    [[ $mode == sync ]] && ck=(--set checkpoint.every="$EVERY" --set checkpoint.async=false)
+    [[ $mode == async ]] && ck=(--set checkpoint.every="$EVERY" --set checkpoint.async=true)
+    OMP_NUM_THREADS=2 train "ckpt-$label-$mode" bench/configs/llmc-cpu.yaml \
+      --set data.text="$SHAKESPEARE" --set train.steps="$steps" --set logging.every=1 \
+      --set checkpoint.keep_last=2 "$@" "${ck[@]}"
+    load_summary "ckpt-$label-$mode" 1
+    [[ -z $base ]] && base=$S_mean_wall
+    local state_mb
+    state_mb=$(bc -l <<<"$S_params*12/1000000")
+    rows+=("$(printf '| %s (%.0f MB state) | %s | %.0f | %.0f | %.0f | %.0f | %+.1f%% |' "$label" \
+      "$state_mb" "$mode" "$(bc -l <<<"$S_step_time*1000")" "$(bc -l <<<"$S_mean_step_time*1000")" \
+      "$(bc -l <<<"$S_mean_t_checkpoint*1000*$EVERY")" "$(bc -l <<<"$S_mean_wall*1000")" \
+      "$(bc -l <<<"($S_mean_wall/$base-1)*100")")")
+  done
+}
+model small 17
+model big 13 --set model.d_model=512 --set model.n_layer=8 --set model.n_head=8 \
+  --set model.seq_len=64 --set train.batch_size=4
+
+echo
+echo "| model | checkpointing | median step_time ms | mean step_time ms | blocked per checkpoint ms | mean wall per step ms | vs none |"
+echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+printf '%s\n' "${rows[@]}"
+echo
+echo "reference: the run without checkpoints (vs none = +0%); 'blocked per checkpoint' is t_checkpoint x $EVERY"
+echo "(the training loop's wait per checkpoint: snapshot copy, plus the whole write when sync)."
+load_line
