@@ -30,6 +30,9 @@ def main() -> None:
     for key in ("step_time", "t_data", "t_forward", "t_backward", "t_comm", "t_comm_exposed",
                 "comm_hidden", "t_optimizer", "t_checkpoint"):
         out["mean_" + key] = statistics.fmean(r[key] for r in steady)
+    paid = [r["t_checkpoint"] for r in steady if r["t_checkpoint"] > 0]
+    out["checkpoints"] = len(paid)
+    out["ckpt_blocked"] = statistics.fmean(paid) if paid else 0.0
     out["mean_wall"] = out["mean_step_time"] + out["mean_t_checkpoint"]
     out["peak"] = float("nan")
     out["world"] = 1
