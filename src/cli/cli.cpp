@@ -22,6 +22,9 @@
 #include "trainrun/experiment.h"
 #include "trainrun/launch.h"
 #include "trainrun/metrics.h"
+#include "trainrun/plan.h"
+#include "trainrun/report.h"
+#include "trainrun/trace.h"
 #include "trainrun/trainer.h"
 
 namespace fs = std::filesystem;
@@ -224,6 +227,7 @@ int supervise(const RunArgs& a, const Experiment& exp, std::string resume_file) 
 }
 
 int cmd_run(const RunArgs& a) {
+  Tracer check_profile("", 0, a.profile);  // a bad --profile fails before anything starts
   auto [exp, resume_file] = resolve_run(a);
   const RankEnv env = detect_rank_env();
   const int world = exp.world_size();
@@ -266,8 +270,8 @@ void add_run_options(CLI::App* sub, RunArgs& a) {
 
 int cli_main(int argc, char** argv) {
   // `trainrun CONFIG ...` and `trainrun --resume ...` are `trainrun run ...`.
-  static const std::set<std::string> kSubcommands = {"run",     "validate", "data", "sample",
-                                                     "inspect", "slurm",    "k8s",  "help"};
+  static const std::set<std::string> kSubcommands = {
+      "run", "validate", "plan", "report", "data", "sample", "inspect", "slurm", "k8s", "help"};
   std::vector<std::string> args(argv, argv + argc);
   if (args.size() > 1 && !kSubcommands.count(args[1]) && args[1] != "--help" && args[1] != "-h" &&
       args[1] != "--version")
@@ -287,6 +291,21 @@ int cli_main(int argc, char** argv) {
   auto* validate = app.add_subcommand("validate", "check a config and print it resolved");
   validate->add_option("config", validate_config, "experiment YAML file")->required();
   validate->add_option("--set", validate_sets, "override a config key: KEY=VALUE");
+
+  std::string plan_config, plan_gpu;
+  std::vector<std::string> plan_sets;
+  bool plan_as_json = false;
+  auto* plan = app.add_subcommand(
+      "plan", "what a run will cost before it runs: parameters, FLOPs, memory, time");
+  plan->add_option("config", plan_config, "experiment YAML file")->required();
+  plan->add_option("--set", plan_sets, "override a config key: KEY=VALUE");
+  plan->add_flag("--json", plan_as_json, "print JSON (for scripts)");
+  plan->add_option("--gpu", plan_gpu, "plan for this GPU: A100, H100 or H200 (device cuda)");
+
+  std::string report_dir, report_out;
+  auto* report = app.add_subcommand("report", "summarise a run and plot its metrics");
+  report->add_option("run_dir", report_dir, "run directory")->required();
+  report->add_option("--out", report_out, "PNG to write (default RUN_DIR/report.png)");
 
   auto* data = app.add_subcommand("data", "data tools");
   data->require_subcommand(1);
@@ -358,6 +377,9 @@ int cli_main(int argc, char** argv) {
   k8s->add_option("--pvc", k8s_opts.pvc, "existing PersistentVolumeClaim for the run directory");
   k8s->add_option("--storage", k8s_opts.storage, "size of the claim created without --pvc")
       ->capture_default_str();
+  k8s->add_option("--cpu", k8s_opts.cpu, "CPU limit per worker pod")->capture_default_str();
+  k8s->add_option("--memory", k8s_opts.memory, "memory limit per worker pod")
+      ->capture_default_str();
 
   try {
     std::vector<const char*> cargv;
@@ -375,6 +397,17 @@ int cli_main(int argc, char** argv) {
       validate_for_world(exp, exp.world_size());
       fmt::print("{}", to_yaml(exp));
       fmt::print(stderr, "{}: OK ({} rank(s))\n", validate_config, exp.world_size());
+      return kExitOk;
+    }
+    if (*plan) {
+      Experiment exp = load_experiment(plan_config, plan_sets);
+      Plan p = make_plan(exp, device_peak(exp, plan_gpu));
+      fmt::print("{}", plan_as_json ? plan_json(p) : plan_text(p));
+      return kExitOk;
+    }
+    if (*report) {
+      fmt::print("{}", report_text(report_dir));
+      fmt::print("plot: {}\n", write_report_plot(report_dir, report_out));
       return kExitOk;
     }
     if (*prepare) {

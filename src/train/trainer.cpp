@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <omp.h>
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -32,6 +35,8 @@
 #include "trainrun/model.h"
 #include "trainrun/optimizer.h"
 #include "trainrun/rng.h"
+#include "trainrun/stragglers.h"
+#include "trainrun/trace.h"
 #include "watchdog.h"
 
 namespace fs = std::filesystem;
@@ -110,6 +115,10 @@ class Trainer {
   double flops_per_step_ = 0;
   bool console_ = false, tty_ = false;
   Faults faults_;
+  std::unique_ptr<Tracer> tracer_;
+  std::vector<std::string> hosts_;
+  std::vector<std::array<double, 6>> samples_;  // per step since the last straggler check
+  void check_stragglers(int64_t step);
   std::unique_ptr<Watchdog> watchdog_;
   int rollbacks_ = 0;
   std::deque<double> recent_losses_;
@@ -124,6 +133,9 @@ class Trainer {
 
 void Trainer::setup() {
   RankEnv env = detect_rank_env();
+  // Ranks started by srun or a site's own mpirun get no OMP_NUM_THREADS from us: give each rank
+  // its share of the node's cores, as trainrun's own launch does.
+  if (!std::getenv("OMP_NUM_THREADS")) omp_set_num_threads(default_omp_threads(env.local_size));
   comm_ = env.is_rank && env.size > 1 ? make_mpi_communicator() : make_local_communicator();
   rank_ = comm_->rank();
   world_ = comm_->size();
@@ -165,6 +177,17 @@ void Trainer::setup() {
   const char* restarts = std::getenv("TRAINRUN_RESTART_COUNT");
   if (!restarts) restarts = std::getenv("SLURM_RESTART_COUNT");
   faults_ = Faults::from_env(rank_, restarts ? std::atoi(restarts) : 0);
+  tracer_ = std::make_unique<Tracer>(exp_.run_dir, rank_, opts_.profile);
+  {
+    // Host names travel as 8 doubles (63 characters) through the doubles all-gather.
+    double mine[8] = {};
+    const std::string h = comm_->host().substr(0, sizeof(mine) - 1);
+    std::memcpy(mine, h.data(), h.size());
+    std::vector<double> all(static_cast<size_t>(8 * world_));
+    comm_->all_gather_doubles(mine, 8, all.data());
+    for (int r = 0; r < world_; ++r)
+      hosts_.emplace_back(reinterpret_cast<const char*>(all.data() + 8 * r));
+  }
   if (faults_.any())
     spdlog::warn("TEST FAULT INJECTION ACTIVE on rank {} (TRAINRUN_FAULTS): {}", rank_,
                  faults_.describe());
@@ -270,6 +293,7 @@ StepTimes Trainer::train_step(int64_t step, double lr, double* loss, double* gra
     model_->set_batch(x_.data(), y_.data());
     phase("forward", step);
     double t0 = now();
+    Tracer::Scope fwd_span(tracer_.get(), "forward", "phase");
     local_loss += model_->forward(
         true, hash_combine(exp_.seed, static_cast<uint64_t>(first_sample(step, m))));
     double t1 = now();
@@ -278,6 +302,7 @@ StepTimes Trainer::train_step(int64_t step, double lr, double* loss, double* gra
     const bool last = m + 1 == accum_;
     GradReadyFn ready;
     if (last && grad_sync_) ready = [this](int64_t b, int64_t e) { grad_sync_->ready(b, e); };
+    Tracer::Scope bwd_span(tracer_.get(), "backward", "phase");
     model_->backward(scale, hash_combine(exp_.seed, static_cast<uint64_t>(first_sample(step, m))),
                      ready);
     t.backward += now() - t1;
@@ -288,9 +313,11 @@ StepTimes Trainer::train_step(int64_t step, double lr, double* loss, double* gra
   double t0 = now();
   if (grad_sync_) {
     t.comm_wait += grad_sync_->finish();
+    tracer_->span("allreduce wait", "comm", t0, now());
     t.comm_total += grad_sync_->take_comm_seconds();
   } else if (exp_.distributed.zero && world_ > 1) {
     comm_->reduce_scatter_sum(ps.grads());
+    tracer_->span("reduce_scatter", "comm", t0, now());
     t.comm_wait += now() - t0;
     t.comm_total = t.comm_wait;
   }
@@ -301,7 +328,11 @@ StepTimes Trainer::train_step(int64_t step, double lr, double* loss, double* gra
   stats[1] = s.size() > 0 ? be_->sum_squares(my_grads) : 0.0;
   if (world_ > 1) {
     Tensor st(stats, DType::f64, Device::cpu, {2});
+    const double ts = now();
     comm_->allreduce_sum(st);
+    t.comm_wait += now() - ts;
+    t.comm_total += now() - ts;
+    tracer_->span("allreduce loss+norm", "comm", ts, now());
     stats[0] /= world_;
     if (!exp_.distributed.zero) stats[1] /= world_;  // every rank holds the full, same sum
   }
@@ -318,6 +349,7 @@ StepTimes Trainer::train_step(int64_t step, double lr, double* loss, double* gra
     if (exp_.distributed.zero && world_ > 1) {
       double tc = now();
       comm_->all_gather(ps.params());
+      tracer_->span("all_gather params", "comm", tc, now());
       t.comm_wait += now() - tc;
       t.comm_total += now() - tc;
     }
@@ -454,6 +486,45 @@ uint64_t Trainer::parameter_checksum() {
   return h;
 }
 
+// Every logging.every steps: each rank's median step and phase times over the window are
+// gathered; rank 0 names the ranks whose time outside collectives is well above the others'.
+void Trainer::check_stragglers(int64_t step) {
+  double mine[6] = {};
+  for (size_t c = 0; c < 6; ++c) {
+    std::vector<double> v;
+    for (const auto& s : samples_) v.push_back(s[c]);
+    if (v.empty()) continue;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    mine[c] = v[v.size() / 2];
+  }
+  samples_.clear();
+  if (world_ < 2) return;
+  phase("comm", step);
+  std::vector<double> all(static_cast<size_t>(6 * world_));
+  comm_->all_gather_doubles(mine, 6, all.data());
+  if (rank_ != 0) return;
+  std::vector<RankTiming> ranks(static_cast<size_t>(world_));
+  for (int r = 0; r < world_; ++r) {
+    RankTiming& x = ranks[static_cast<size_t>(r)];
+    x.rank = r;
+    x.host = hosts_[static_cast<size_t>(r)];
+    x.step = all[static_cast<size_t>(6 * r)];
+    for (int p = 0; p < kPhaseCount; ++p) x.phases[p] = all[static_cast<size_t>(6 * r + 1 + p)];
+  }
+  for (const Straggler& s : find_stragglers(ranks, exp_.logging.straggler_margin)) {
+    spdlog::warn(
+        "straggler: rank {} on {} takes {:.1f} ms per step outside collectives, {:.0f}% "
+        "above the other ranks' median {:.1f} ms (mostly {})",
+        s.rank, s.host, s.step * 1e3, 100 * (s.step / s.median - 1), s.median * 1e3, s.phase);
+    event(step, "straggler",
+          {{"rank", double(s.rank)},
+           {"host", s.host},
+           {"phase", s.phase},
+           {"step_time", s.step},
+           {"median", s.median}});
+  }
+}
+
 int Trainer::run() {
   install_stop_signals();
   setup();
@@ -487,9 +558,15 @@ int Trainer::run() {
   while (step < total) {
     lr = learning_rate(exp_.optimizer, step, total) * state_.lr_scale;
     phase("data", step);
+    tracer_->set_step(step);
+    const double t_iter = now();
     faults_.at_step_start(step);
     bool bad = false;
+    const double t_pre = now() - t_iter;  // an injected delay before the step counts as data time
     StepTimes t = train_step(step, lr, &loss, &norm, &bad);
+    tracer_->span("step", "step", t_iter, now());
+    samples_.push_back(
+        {t.total + t_pre, t.data + t_pre, t.forward, t.backward, t.comm_wait, t.optimizer});
     if (bad) {
       ++state_.bad_steps_total;
       ++bad_in_row;
@@ -541,6 +618,7 @@ int Trainer::run() {
     if (ckpt_now) save_checkpoint(step, &t.checkpoint);
     if (step % exp_.logging.every == 0 || step == total || step == 1) {
       log_step(step, loss, lr, norm, t);
+      if (step % exp_.logging.every == 0) check_stragglers(step);
       if (console_) {
         const double eta = ema_step * static_cast<double>(total - step);
         const std::string line = fmt::format(
@@ -571,7 +649,12 @@ int Trainer::run() {
   if (tty_) fmt::print(stderr, "\n");
   phase("checkpoint", step);
   if (ckpt_) ckpt_->wait();
+  // No rank may exit before rank 0's last (possibly background) write is on disk: under mpirun
+  // the first rank to exit with 75 ends the job.
+  phase("sync", step);
+  comm_->barrier();
   // Every rank must end with the same weights; the logs let a test (or a person) check it.
+  tracer_->flush();
   spdlog::info("rank {} parameter checksum {:016x} at step {}", rank_, parameter_checksum(), step);
   if (exit_code == kExitOk && console_) {
     const double secs = now() - t_run;
