@@ -34,6 +34,9 @@ void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int6
         for (int64_t j = 0; j <= t; ++j) {
           const T* k = qkv + (b * T_ + j) * C3 + C + h * hd;
           T s = 0;
+          // simd reduction: lets the compiler vectorise the dot product (it may not reorder a
+          // float sum on its own); the order is fixed, so results stay deterministic.
+#pragma omp simd reduction(+ : s)
           for (int64_t i = 0; i < hd; ++i) s += q[i] * k[i];
           s *= scale;
           scores[j] = s;
@@ -50,6 +53,7 @@ void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int6
         for (int64_t j = 0; j <= t; ++j) {
           const T p = scores[j] * inv;
           const T* v = qkv + (b * T_ + j) * C3 + 2 * C + h * hd;
+#pragma omp simd
           for (int64_t i = 0; i < hd; ++i) o[i] += p * v[i];
         }
         lse[(b * NH + h) * T_ + t] = mx + std::log(sum);
@@ -74,6 +78,7 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
         const T* o = out + row * C + h * hd;
         const T l = lse[(b * NH + h) * T_ + t];
         T D = 0;
+#pragma omp simd reduction(+ : D)
         for (int64_t i = 0; i < hd; ++i) D += go[i] * o[i];
         for (int64_t j = 0; j <= t; ++j) {
           const T* k = qkv + (b * T_ + j) * C3 + C + h * hd;
@@ -81,12 +86,14 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
           T* dk = dqkv + (b * T_ + j) * C3 + C + h * hd;
           T* dv = dqkv + (b * T_ + j) * C3 + 2 * C + h * hd;
           T s = 0, dp = 0;
+#pragma omp simd reduction(+ : s, dp)
           for (int64_t i = 0; i < hd; ++i) {
             s += q[i] * k[i];
             dp += go[i] * v[i];
           }
           const T p = std::exp(s * scale - l);
           const T ds = p * (dp - D) * scale;
+#pragma omp simd
           for (int64_t i = 0; i < hd; ++i) {
             dq[i] += ds * k[i];
             dk[i] += ds * q[i];
