@@ -41,6 +41,8 @@ struct Plan {
 // (A100, H100, H200; `gpu` names one, empty = H100).
 DevicePeak device_peak(const Experiment& exp, const std::string& gpu = "");
 Plan make_plan(const Experiment& exp, const DevicePeak& peak);
+// MemAvailable of this machine (/proc/meminfo), bytes.
+double mem_available_bytes();
 std::string plan_text(const Plan& plan);
 std::string plan_json(const Plan& plan);
 

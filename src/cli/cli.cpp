@@ -226,9 +226,36 @@ int supervise(const RunArgs& a, const Experiment& exp, std::string resume_file) 
   }
 }
 
+// Refuses, before anything starts, a run whose planned memory per rank exceeds what this
+// machine (CPU: MemAvailable shared by the ranks per node) or the GPU (table) has.
+void check_memory(const Experiment& exp) {
+  DevicePeak mem;
+  if (exp.device == "cuda") {
+    mem = device_peak(exp);
+  } else {
+    mem.name = "this machine";
+    mem.memory = mem_available_bytes() / std::max(1, exp.distributed.nproc);
+    mem.flops = mem.mem_bw = mem.link_bw = 1;  // only the memory figures are used here
+  }
+  if (mem.memory <= 0) return;  // unknown: nothing to compare against
+  const Plan p = make_plan(exp, mem);
+  if (!p.fits)
+    throw ConfigError(fmt::format(
+        "this run needs {:.2f} GiB per rank (parameters {:.2f}, gradients {:.2f}, optimizer "
+        "{:.2f}, "
+        "activations {:.2f}, workspace {:.2f}) but {} has {:.2f} GiB per rank; shrink "
+        "train.micro_batch_size or the model, add ranks with distributed.zero=1, or see "
+        "`trainrun plan`",
+        p.bytes_total / 1073741824.0, p.bytes_params / 1073741824.0, p.bytes_grads / 1073741824.0,
+        (exp.distributed.zero ? p.bytes_optimizer_zero1 : p.bytes_optimizer) / 1073741824.0,
+        p.bytes_activations / 1073741824.0, p.bytes_workspace / 1073741824.0, mem.name,
+        mem.memory / 1073741824.0));
+}
+
 int cmd_run(const RunArgs& a) {
   Tracer check_profile("", 0, a.profile);  // a bad --profile fails before anything starts
   auto [exp, resume_file] = resolve_run(a);
+  check_memory(exp);
   const RankEnv env = detect_rank_env();
   const int world = exp.world_size();
   const bool supervised_child = std::getenv("TRAINRUN_SUPERVISED") != nullptr;

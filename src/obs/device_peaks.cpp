@@ -57,6 +57,8 @@ const GpuSpec* find_gpu(const std::string& text) {
   return nullptr;
 }
 
+}  // namespace
+
 double mem_available_bytes() {
   std::ifstream in("/proc/meminfo");
   std::string key;
@@ -66,6 +68,8 @@ double mem_available_bytes() {
     if (key == "MemAvailable:") return kib * 1024.0;
   return 0;
 }
+
+namespace {
 
 // Copy bandwidth of this process now: the AdamW loop and activations are memory bound.
 double measure_copy_bandwidth() {

@@ -101,3 +101,11 @@ def test_device_cuda_without_gpu_is_a_clear_error(quickstart, tmp_path):
     p = run([quickstart, *sets(*TINY, "train.steps=2", "device=auto"), "--run-dir",
              str(tmp_path / "r2")], check=0)
     assert "cpu" in p.stderr.lower()
+
+
+def test_a_run_that_cannot_fit_is_refused_with_the_numbers(quickstart, tmp_path):
+    p = run([quickstart, *sets("model.d_model=8192", "model.n_layer=48", "model.n_head=64",
+                               "model.vocab_size=50304"), "--run-dir", str(tmp_path / "r")],
+            check=2)
+    assert "GiB per rank" in p.stderr and "trainrun plan" in p.stderr
+    assert not (tmp_path / "r").exists()
