@@ -24,7 +24,8 @@ load_summary overlap-1rank-1t 3
 r1t=$(printf '| 1 (1 thread) | %.0f | %.0f | %.0f | %.0f | - | - | - | %.2fx |' "$S_tokens_per_sec" \
   "$(bc -l <<<"$S_step_time*1000")" "$(bc -l <<<"$S_mean_t_forward*1000")" \
   "$(bc -l <<<"$S_mean_t_backward*1000")" "$(bc -l <<<"$S_tokens_per_sec/$tps1")")
-train overlap-2rank bench/configs/llmc-cpu.yaml "${args[@]}" --set distributed.nproc=2
+# trainrun hands OMP_NUM_THREADS to every rank: one thread each on the two cores.
+OMP_NUM_THREADS=1 train overlap-2rank bench/configs/llmc-cpu.yaml "${args[@]}" --set distributed.nproc=2
 load_summary overlap-2rank 3
 r2=$(printf '| 2 (1 thread each) | %.0f | %.0f | %.0f | %.0f | %.1f | %.1f | %.0f%% | %.2fx |' \
   "$S_tokens_per_sec" "$(bc -l <<<"$S_step_time*1000")" "$(bc -l <<<"$S_mean_t_forward*1000")" \
