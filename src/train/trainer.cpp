@@ -27,6 +27,7 @@
 #include "trainrun/checkpoint.h"
 #include "trainrun/comm.h"
 #include "trainrun/config.h"
+#include "trainrun/cuda_plugin.h"
 #include "trainrun/data.h"
 #include "trainrun/errors.h"
 #include "trainrun/flops.h"
@@ -97,7 +98,9 @@ class Trainer {
 
   Experiment exp_;
   RunOptions opts_;
-  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Communicator> comm_;   // host values: losses, norms, barriers, timings
+  std::unique_ptr<Communicator> dcomm_;  // device tensors: NCCL on CUDA; null = comm_
+  Communicator& dcomm() { return dcomm_ ? *dcomm_ : *comm_; }
   int rank_ = 0, world_ = 1;
   std::unique_ptr<Backend> be_;
   std::unique_ptr<Model> model_;
@@ -153,6 +156,20 @@ void Trainer::setup() {
 
   watchdog_ = std::make_unique<Watchdog>(*comm_, exp_.run_dir, exp_.fault_tolerance.step_timeout);
   be_ = choose_backend(exp_, comm_->local_rank());
+  if (exp_.train.precision == "bf16")
+    throw ConfigError(
+        "train.precision=bf16 is not supported by the trainer yet (the CUDA plugin has bf16 "
+        "kernels, but the modules run fp32 only): use --set train.precision=fp32");
+  if (be_->device() == Device::cuda && world_ > 1) {
+    // Gradients live on the GPU: collectives over NCCL, its id sent over MPI from rank 0.
+    NcclId id{};
+    if (rank_ == 0) id = nccl_unique_id();
+    double packed[16] = {};
+    std::memcpy(packed, id.data(), id.size());
+    comm_->broadcast(Tensor(packed, DType::f64, Device::cpu, {16}), 0);
+    std::memcpy(id.data(), packed, id.size());
+    dcomm_ = make_nccl_communicator(id, rank_, world_, comm_->local_rank());
+  }
   micro_ = exp_.train.micro_batch_size > 0 ? exp_.train.micro_batch_size
                                            : exp_.train.batch_size / world_;
   accum_ = exp_.train.batch_size / (micro_ * world_);
@@ -163,7 +180,7 @@ void Trainer::setup() {
       exp_.distributed.zero ? shard_of(ps.numel(), world_, rank_) : Shard{0, ps.numel()};
   opt_ = std::make_unique<AdamW>(ps, exp_.optimizer, shard);
   if (world_ > 1 && !exp_.distributed.zero)
-    grad_sync_ = std::make_unique<GradSync>(*comm_, ps.grads(), int64_t{1} << 20);
+    grad_sync_ = std::make_unique<GradSync>(dcomm(), ps.grads(), int64_t{1} << 20);
 
   train_data_ = open_dataset(exp_.data, Split::train, exp_.model.vocab_size, exp_.seed);
   val_data_ = open_dataset(exp_.data, Split::val, exp_.model.vocab_size, exp_.seed);
@@ -316,7 +333,7 @@ StepTimes Trainer::train_step(int64_t step, double lr, double* loss, double* gra
     tracer_->span("allreduce wait", "comm", t0, now());
     t.comm_total += grad_sync_->take_comm_seconds();
   } else if (exp_.distributed.zero && world_ > 1) {
-    comm_->reduce_scatter_sum(ps.grads());
+    dcomm().reduce_scatter_sum(ps.grads());
     tracer_->span("reduce_scatter", "comm", t0, now());
     t.comm_wait += now() - t0;
     t.comm_total = t.comm_wait;
@@ -348,7 +365,7 @@ StepTimes Trainer::train_step(int64_t step, double lr, double* loss, double* gra
     opt_->step(lr, step + 1);
     if (exp_.distributed.zero && world_ > 1) {
       double tc = now();
-      comm_->all_gather(ps.params());
+      dcomm().all_gather(ps.params());
       tracer_->span("all_gather params", "comm", tc, now());
       t.comm_wait += now() - tc;
       t.comm_total += now() - tc;
@@ -533,7 +550,7 @@ int Trainer::run() {
     restore(opts_.resume_file);
   } else {
     if (rank_ == 0) ps.initialize(exp_.seed);
-    if (world_ > 1) comm_->broadcast(ps.params(), 0);  // rank 0's initial weights everywhere
+    if (world_ > 1) dcomm().broadcast(ps.params(), 0);  // rank 0's initial weights everywhere
     state_.seed = exp_.seed;
   }
   if (rank_ == 0) {

@@ -37,9 +37,10 @@ def assert_unique_steps(rd):
     assert steps == sorted(set(steps)), "a step was logged twice"
 
 
-def test_resume_is_bitwise_identical(tmp_path, full_run):
+@pytest.mark.parametrize("async_write", [False, True])
+def test_resume_is_bitwise_identical(tmp_path, full_run, async_write):
     rd = tmp_path / "r"
-    start_interrupted(rd)
+    start_interrupted(rd, [f"checkpoint.async={str(async_write).lower()}"])
     p = run(["--resume", str(rd)], check=0)
     assert "step-0000010.h5" in p.stderr
     assert losses(rd) == full_run  # every step, exact
