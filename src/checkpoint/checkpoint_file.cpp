@@ -16,9 +16,9 @@
 #include <filesystem>
 #include <functional>
 
-#include "h5_handle.h"
 #include "trainrun/checkpoint.h"
 #include "trainrun/errors.h"
+#include "trainrun/h5_handle.h"
 
 #ifndef TRAINRUN_VERSION
 #define TRAINRUN_VERSION "unknown"
@@ -27,7 +27,7 @@
 namespace trainrun {
 namespace {
 
-using namespace ckpt_h5;
+using namespace h5;
 namespace fs = std::filesystem;
 
 // Chunks of up to 1M elements (4 MiB): large enough that the filter pipeline runs at disk
@@ -242,24 +242,6 @@ void fsync_path(const std::string& path, bool directory) {
 }
 
 // --- reading ----------------------------------------------------------------------------
-
-std::vector<std::string> member_names(hid_t group) {
-  H5G_info_t info;
-  check(H5Gget_info(group, &info), "list group");
-  std::vector<std::string> names;
-  for (hsize_t i = 0; i < info.nlinks; ++i) {
-    ssize_t len = check(
-        H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT),
-        "list group");
-    std::string name(size_t(len) + 1, '\0');
-    check(H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(),
-                             H5P_DEFAULT),
-          "list group");
-    name.resize(size_t(len));
-    names.push_back(std::move(name));
-  }
-  return names;
-}
 
 std::vector<int64_t> dataset_shape(hid_t ds) {
   Handle space = space_h(H5Dget_space(ds), "get dataspace");

@@ -13,15 +13,15 @@
 #include <fstream>
 #include <map>
 
-#include "h5_handle.h"
 #include "metrics_json.h"
 #include "trainrun/errors.h"
+#include "trainrun/h5_handle.h"
 #include "trainrun/metrics.h"
 
 namespace trainrun {
 namespace {
 
-using namespace obs_h5;
+using namespace h5;
 namespace fs = std::filesystem;
 
 constexpr hsize_t kChunkRows = 1024;
@@ -45,24 +45,6 @@ hsize_t extent_of(hid_t ds) {
   hsize_t n = 0;
   check(H5Sget_simple_extent_dims(space, &n, nullptr), "get extent");
   return n;
-}
-
-std::vector<std::string> member_names(hid_t group) {
-  H5G_info_t info;
-  check(H5Gget_info(group, &info), "list group");
-  std::vector<std::string> names;
-  for (hsize_t i = 0; i < info.nlinks; ++i) {
-    ssize_t len = check(
-        H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT),
-        "list group");
-    std::string name(size_t(len) + 1, '\0');
-    check(H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(),
-                             H5P_DEFAULT),
-          "list group");
-    name.resize(size_t(len));
-    names.push_back(std::move(name));
-  }
-  return names;
 }
 
 std::optional<double> step_of(const MetricRow& row) {

@@ -1,5 +1,5 @@
 // RAII ownership of HDF5 ids and a way to turn HDF5's error stack into one short reason.
-// Internal to src/obs (a twin of src/checkpoint/h5_handle.h: the two libraries stay independent).
+// Shared by src/checkpoint and src/obs (header-only: the two libraries stay independent).
 #pragma once
 
 #include <hdf5.h>
@@ -7,11 +7,12 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
-namespace trainrun::obs_h5 {
+namespace trainrun::h5 {
 
-// Thrown by check(): carries HDF5's innermost error message. Callers wrap it in an
-// error that names the file.
+// Thrown by check(): carries HDF5's innermost error message. Callers wrap it in an error
+// that names the file (CheckpointError, metrics errors).
 struct H5Failure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -105,4 +106,23 @@ inline Handle plist_h(hid_t id, const char* what) {
   return Handle(id, H5Pclose, what);
 }
 
-}  // namespace trainrun::obs_h5
+// The names of a group's members, in name order.
+inline std::vector<std::string> member_names(hid_t group) {
+  H5G_info_t info;
+  check(H5Gget_info(group, &info), "list group");
+  std::vector<std::string> names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    ssize_t len = check(
+        H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT),
+        "list group");
+    std::string name(size_t(len) + 1, '\0');
+    check(H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(),
+                             H5P_DEFAULT),
+          "list group");
+    name.resize(size_t(len));
+    names.push_back(std::move(name));
+  }
+  return names;
+}
+
+}  // namespace trainrun::h5
