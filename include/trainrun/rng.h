@@ -8,11 +8,18 @@
 
 namespace trainrun {
 
-inline uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
+inline constexpr uint64_t kGoldenGamma = 0x9E3779B97F4A7C15ull;
+
+// splitmix64's finaliser (Steele et al.): a bijective mix of 64 bits.
+constexpr uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// One splitmix64 step from state x.
+constexpr uint64_t splitmix64(uint64_t x) {
+  return mix64(x + kGoldenGamma);
 }
 
 inline uint64_t hash_combine(uint64_t a, uint64_t b) {

@@ -4,24 +4,17 @@
 
 #include <cstdint>
 
-namespace trainrun {
+#include "trainrun/rng.h"
 
-constexpr uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+namespace trainrun {
 
 // A sequential generator over the same mixer (Steele et al.'s SplitMix64).
 struct SplitMix64 {
   explicit SplitMix64(uint64_t seed) : state(seed) {}
   uint64_t next() {
-    state += 0x9e3779b97f4a7c15ULL;
-    uint64_t z = state;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    const uint64_t r = splitmix64(state);
+    state += kGoldenGamma;
+    return r;
   }
   uint64_t state;
 };

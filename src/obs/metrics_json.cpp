@@ -180,6 +180,12 @@ struct Parser {
 
 }  // namespace
 
+std::string json_quote(std::string_view s) {
+  std::string out;
+  append_string(out, s);
+  return out;
+}
+
 std::string format_metrics_line(const std::string& kind, const MetricRow& row) {
   std::string out = "{\"kind\":";
   append_string(out, kind);

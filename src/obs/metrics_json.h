@@ -12,6 +12,9 @@ namespace trainrun {
 
 // {"kind":KIND,<fields in order>}; doubles in the shortest form that reads back to the same
 // value, NaN and infinities as null.
+// s as a JSON string literal, quotes included.
+std::string json_quote(std::string_view s);
+
 std::string format_metrics_line(const std::string& kind, const MetricRow& row);
 
 // Parses one line back (null -> NaN, true/false -> 1/0); nullopt when the line is not a flat

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "metrics_json.h"
 #include "trainrun/plan.h"
 
 namespace trainrun {
@@ -40,29 +41,7 @@ std::string human_seconds(double s) {
 }
 
 std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20)
-          out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-        else
-          out += c;
-    }
-  }
-  return out + "\"";
+  return json_quote(s);
 }
 
 // JSON has no NaN or infinity.

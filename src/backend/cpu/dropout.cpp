@@ -7,24 +7,18 @@
 #include <cstring>
 
 #include "kernels.h"
+#include "trainrun/rng.h"
 
 namespace trainrun::cpu {
 
 namespace {
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-
-inline uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 inline uint32_t threshold(float p) {
   return static_cast<uint32_t>(double(p) * 16777216.0);
 }
 
 inline bool keeps(uint64_t key, uint64_t index, uint32_t thresh) {
-  return static_cast<uint32_t>(mix64(key + (index + 1) * kGolden) >> 40) >= thresh;
+  return static_cast<uint32_t>(mix64(key + (index + 1) * kGoldenGamma) >> 40) >= thresh;
 }
 }  // namespace
 
