@@ -4,6 +4,8 @@
 # ~300 MB of state). Per-step wall = step_time + t_checkpoint, averaged over steps (the final
 # step, where trainrun always checkpoints, is left out). Figures only.
 #   BUILD=build bench/ckpt_overhead.sh
+# S_* variables are assigned by load_summary (eval).
+# shellcheck source=bench/lib.sh disable=SC2154
 source "$(dirname "$0")/lib.sh"
 need_shakespeare
 ensure_built trainrun

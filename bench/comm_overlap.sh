@@ -5,6 +5,8 @@
 # On a 2-core machine both runs use the same 2 cores, so 2 ranks can at best match 1 rank plus
 # the all-reduce; the interesting figure is the hidden fraction. Figures only.
 #   BUILD=build bench/comm_overlap.sh
+# S_* variables are assigned by load_summary (eval).
+# shellcheck source=bench/lib.sh disable=SC2154
 source "$(dirname "$0")/lib.sh"
 need_shakespeare
 ensure_built trainrun

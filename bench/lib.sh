@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the bench/*.sh scripts (sourced, not run). Set BUILD to pick the build directory
 # (default: build), RUNS for the scratch run directories (default: /tmp/trainrun-bench-runs).
 set -euo pipefail

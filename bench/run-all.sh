@@ -3,6 +3,8 @@
 # About 8-10 minutes on 2 idle cores; a loaded machine is slower and noisier (the load average
 # is printed beside each table: compare runs only at similar load).
 #   BUILD=build bench/run-all.sh
+# S_* variables are assigned by load_summary (eval).
+# shellcheck source=bench/lib.sh disable=SC2154
 source "$(dirname "$0")/lib.sh"
 echo "# trainrun benchmarks, $(date '+%Y-%m-%d %H:%M')"
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(free -g | awk '/^Mem:/{print $2}') GiB"

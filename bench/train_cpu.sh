@@ -3,6 +3,8 @@
 # same run (trainrun's own measurement, which its MFU uses, and bench_gemm on the GEMM shapes).
 # Steady state: the first SKIP logged steps are dropped. Figures only; nothing is asserted.
 #   BUILD=build bench/train_cpu.sh
+# S_* variables are assigned by load_summary (eval).
+# shellcheck source=bench/lib.sh disable=SC2154
 source "$(dirname "$0")/lib.sh"
 need_shakespeare
 ensure_built trainrun bench/bench_gemm
