@@ -16,8 +16,11 @@ step "unit and MPI tests"
 meson test -C build --suite unit --suite mpi --print-errorlogs
 
 step "unit tests under AddressSanitizer + UBSan"
+# GCC 12 reports false -Wmaybe-uninitialized inside libstdc++'s <regex> and <functional> when
+# sanitizers are on; every other warning is still an error here.
 [[ -f build-asan/build.ninja ]] || meson setup build-asan --buildtype=debugoptimized -Dwerror=true \
-  -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled >/dev/null
+  -Dcpp_args=-Wno-maybe-uninitialized -Db_sanitize=address,undefined -Db_lundef=false \
+  -Dcuda=disabled >/dev/null
 ninja -C build-asan $(cd build-asan && ninja -t targets all | sed -n 's/^\(tests\/test_[a-z_]*\): .*/\1/p' | grep -v comm_mpi | sort -u)
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
   meson test -C build-asan --suite unit --print-errorlogs --no-rebuild
