@@ -4,6 +4,8 @@
 
 namespace trainrun {
 
+// Blocks SIGINT, SIGTERM and SIGUSR1 in the calling thread and every thread started after it,
+// and receives them on a dedicated thread. Call it first, before any other thread exists.
 void install_stop_signals();
 // 0 when no stop was requested, else the first signal number received.
 int stop_signal();
