@@ -104,7 +104,7 @@ DevicePeak gpu_peak(const GpuSpec& g, const Experiment& exp, const std::string& 
 
 DevicePeak cpu_peak(const Experiment& exp) {
   auto be = make_cpu_backend();
-  const double gflops = measure_gemm_peak_gflops(*be, 512);
+  const double gflops = measure_gemm_peak_gflops(*be, 1024);
   // Ranks started on one machine share its cores, memory and memory bandwidth.
   const double share = std::max(1, exp.distributed.nproc);
   DevicePeak p;
@@ -115,7 +115,7 @@ DevicePeak cpu_peak(const Experiment& exp) {
   const bool multi_node = exp.distributed.nodes > 1;
   p.link_bw = multi_node ? kCpuNetworkBw : kCpuSharedMemoryBw;
   p.source = fmt::format(
-      "measured now: {:.1f} GFLOP/s sgemm 512^3 (oneDNN) and {:.1f} GB/s memcpy on this "
+      "measured now: {:.1f} GFLOP/s sgemm 1024^3 (oneDNN) and {:.1f} GB/s memcpy on this "
       "process, shared by {} rank(s) per node; memory: MemAvailable {:.1f} GiB; collectives: {}",
       gflops, p.mem_bw * share / 1e9, exp.distributed.nproc, p.memory * share / 1073741824.0,
       multi_node ? "10 GbE 1.25 GB/s (assumed)"

@@ -209,7 +209,7 @@ void Trainer::setup() {
     spdlog::warn("TEST FAULT INJECTION ACTIVE on rank {} (TRAINRUN_FAULTS): {}", rank_,
                  faults_.describe());
 
-  peak_gflops_ = measure_gemm_peak_gflops(*be_, 512);
+  peak_gflops_ = measure_gemm_peak_gflops(*be_, 1024);
   flops_per_step_ = train_flops_per_token(exp_.model) * static_cast<double>(targets_per_step_);
 
   spdlog::info("trainrun {} | run {} | rank {}/{} on {} | {}", TRAINRUN_VERSION, exp_.name, rank_,
