@@ -16,6 +16,7 @@
 #include <random>
 #include <thread>
 
+#include "temp_dir.h"
 #include "trainrun/checkpoint.h"
 #include "trainrun/errors.h"
 
@@ -24,19 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "trainrun-ckpt-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string str() const { return path.string(); }
-};
+using trainrun::testing::TempDir;
 
 // A small model: shapes of several ranks, a padding gap, one tensor over a chunk (1M elements).
 CheckpointData fake_state(int64_t step, uint32_t seed = 1) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
 #include "trainrun/cluster.h"
 #include "trainrun/config.h"
 #include "trainrun/errors.h"
@@ -94,16 +95,7 @@ std::vector<std::string> step_words(const std::string& script) {
   return words;
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "trainrun-cluster-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  fs::path path;
-};
+using trainrun::testing::TempDir;
 
 // Puts `dir` first on PATH for one test.
 class PathGuard {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
 #include "trainrun/data.h"
 #include "trainrun/errors.h"
 #include "trainrun/markov.h"
@@ -22,16 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "trainrun-data-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (fs::path(path) / name).string(); }
-};
+using trainrun::testing::TempDir;
 
 std::vector<int32_t> ramp(int64_t n, int64_t mod, int64_t offset = 0) {
   std::vector<int32_t> v(static_cast<size_t>(n));

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "temp_dir.h"
 #include "trainrun/comm.h"
 #include "trainrun/errors.h"
 #include "trainrun/launch.h"
@@ -64,18 +65,7 @@ void clear_rank_vars(EnvGuard& g) {
     g.unset(v);
 }
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/trainrun-launch-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using trainrun::testing::TempDir;
 
 Experiment experiment(int nproc, int nodes = 1) {
   Experiment e;

@@ -11,6 +11,7 @@
 #include <limits>
 #include <sstream>
 
+#include "temp_dir.h"
 #include "trainrun/metrics.h"
 
 using namespace trainrun;
@@ -18,19 +19,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "trainrun-metrics-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string str() const { return path.string(); }
-};
+using trainrun::testing::TempDir;
 
 // Reads one column of metrics.h5 (the writer must have closed or flushed it).
 std::vector<double> h5_column(const std::string& run_dir, const std::string& name) {

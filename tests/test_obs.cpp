@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "temp_dir.h"
 #include "trainrun/backend.h"
 #include "trainrun/errors.h"
 #include "trainrun/flops.h"
@@ -26,15 +27,7 @@ using namespace trainrun;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "trainrun-obs-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using trainrun::testing::TempDir;
 
 std::string slurp(const fs::path& p) {
   std::ifstream f(p);
