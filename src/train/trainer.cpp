@@ -118,6 +118,7 @@ class Trainer {
   double flops_per_step_ = 0;
   bool console_ = false, tty_ = false;
   Faults faults_;
+  bool stop_requested_ = false;  // agreed by every rank in the step's stats allreduce
   std::unique_ptr<Tracer> tracer_;
   std::vector<std::string> hosts_;
   std::vector<std::array<double, 6>> samples_;  // per step since the last straggler check
@@ -339,12 +340,13 @@ StepTimes Trainer::train_step(int64_t step, double lr, double* loss, double* gra
     t.comm_total = t.comm_wait;
   }
   if (faults_.poison(step)) be_->fill(ps.grads(), NAN);
-  double stats[2] = {local_loss / accum_, 0.0};
+  // Loss, squared grad norm and any rank's stop request travel in one small allreduce.
+  double stats[3] = {local_loss / accum_, 0.0, static_cast<double>(stop_signal())};
   const Shard s = opt_->shard();
   const Tensor my_grads = ps.grads().slice(s.begin, {s.size()});
   stats[1] = s.size() > 0 ? be_->sum_squares(my_grads) : 0.0;
   if (world_ > 1) {
-    Tensor st(stats, DType::f64, Device::cpu, {2});
+    Tensor st(stats, DType::f64, Device::cpu, {3});
     const double ts = now();
     comm_->allreduce_sum(st);
     t.comm_wait += now() - ts;
@@ -354,6 +356,7 @@ StepTimes Trainer::train_step(int64_t step, double lr, double* loss, double* gra
     if (!exp_.distributed.zero) stats[1] /= world_;  // every rank holds the full, same sum
   }
   t.comm_wait += 0;
+  stop_requested_ = stats[2] != 0;
   *loss = stats[0];
   *grad_norm = std::sqrt(stats[1]);
   phase("optimizer", step);
@@ -623,15 +626,12 @@ int Trainer::run() {
         spdlog::info("step {}/{} | val loss {:.4f}", step, total, last_val_loss_);
       }
     }
-    // A stop request must be seen by every rank at the same step boundary.
-    double stop = stop_signal();
-    phase("sync", step);
-    if (world_ > 1) {
-      Tensor st(&stop, DType::f64, Device::cpu, {1});
-      comm_->allreduce_sum(st);  // any rank's signal stops all (values only compared to 0)
-    }
-    const bool ckpt_now = (exp_.checkpoint.every > 0 && step % exp_.checkpoint.every == 0) ||
-                          step == total || stop != 0;
+    // A stop request must be seen by every rank at the same step boundary: with several ranks
+    // it is the one agreed in this step's stats allreduce (a signal arriving later is seen at
+    // the next step); alone, the latest one.
+    const bool stop = world_ > 1 ? stop_requested_ : stop_signal() != 0;
+    const bool ckpt_now =
+        (exp_.checkpoint.every > 0 && step % exp_.checkpoint.every == 0) || step == total || stop;
     if (ckpt_now) save_checkpoint(step, &t.checkpoint);
     if (step % exp_.logging.every == 0 || step == total || step == 1) {
       log_step(step, loss, lr, norm, t);
@@ -652,7 +652,7 @@ int Trainer::run() {
         }
       }
     }
-    if (stop != 0) {
+    if (stop) {
       const int sig = stop_signal();
       if (tty_) fmt::print(stderr, "\n");
       spdlog::warn(
