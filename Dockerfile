@@ -15,7 +15,7 @@ FROM nvidia/cuda:${CUDA_VERSION}-devel-${UBUNTU} AS build
 ENV DEBIAN_FRONTEND=noninteractive
 # The build packages of scripts/setup.sh (Ubuntu names them the same).
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends \
-      g++ meson ninja-build pkg-config cmake libyaml-cpp-dev libcli11-dev libfmt-dev \
+      g++ meson ninja-build pkg-config libyaml-cpp-dev libcli11-dev libfmt-dev \
       libspdlog-dev libhdf5-dev hdf5-tools doctest-dev libopenmpi-dev openmpi-bin libdnnl-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src

@@ -4,11 +4,11 @@
 #   scripts/setup.sh --test   also what the test suite needs (pytest, Slurm, munge, ...)
 set -euo pipefail
 
-pkgs=(g++ meson ninja-build pkg-config cmake libyaml-cpp-dev libcli11-dev libfmt-dev
+pkgs=(g++ meson ninja-build pkg-config libyaml-cpp-dev libcli11-dev libfmt-dev
       libspdlog-dev libhdf5-dev hdf5-tools doctest-dev libopenmpi-dev openmpi-bin libdnnl-dev
       gnuplot-nox)
 if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=(python3 python3-pytest python3-yaml python3-h5py jq slurm-wlm munge clang-format)
+  pkgs+=(python3 python3-pytest python3-yaml python3-h5py jq slurm-wlm munge clang-format debootstrap)
 fi
 
 missing=()
@@ -26,6 +26,14 @@ else
   exit 1
 fi
 echo "installing: ${missing[*]}"
-"${sudo[@]}" apt-get update -qq
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+apt_fail() {
+  echo "error: $1 failed; its last lines:" >&2
+  tail -n 30 "$log" | sed 's/^/  | /' >&2
+  echo "Check the network and /etc/apt/sources.list*, then run $0 again." >&2
+  exit 1
+}
+"${sudo[@]}" apt-get update -qq >"$log" 2>&1 || apt_fail "apt-get update"
 DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
-  "${missing[@]}" >/dev/null
+  "${missing[@]}" >"$log" 2>&1 || apt_fail "apt-get install ${missing[*]}"

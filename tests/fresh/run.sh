@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# The pristine-machine check: the README's two commands on a Debian 12 that has nothing installed.
+#
+#   tests/fresh/run.sh [WORKDIR]     (root; WORKDIR defaults to build/fresh)
+#
+# It debootstraps a minbase bookworm root (cached as WORKDIR/rootfs.tar.gz, so a rerun on the same
+# machine starts in seconds), clones this checkout's HEAD into it and, in a chroot with a clean
+# environment:
+#   1. runs scripts/quickstart.sh: it must exit 0 and print its final loss line;
+#   2. runs scripts/setup.sh --test and checks that every tool the test suite calls is there.
+# The chroot gets this machine's apt sources and its Acquire:: settings (how this machine reaches
+# its mirror), and nothing else from the host. No mirror reachable means the check fails.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+repo=$PWD
+work=$(realpath -m "${1:-build/fresh}")
+root=$work/root
+cache=$work/rootfs.tar.gz
+
+die() { echo "fresh: FAIL: $*" >&2; exit 1; }
+[[ $(id -u) -eq 0 ]] || die "needs root (debootstrap, chroot, mount)"
+command -v debootstrap >/dev/null || die "debootstrap is missing: scripts/setup.sh --test installs it"
+
+# The bookworm mirror this machine's apt uses (deb822 .sources or one-line .list entries).
+mirror() {
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [[ -f $f ]] || continue
+    awk 'BEGIN{RS=""} /Suites:[^\n]*bookworm( |\n|$)/ && /Types:[^\n]*deb( |\n|$)/ {
+           if (match($0, /URIs:[ \t]*[^ \t\n]+/)) { s = substr($0, RSTART, RLENGTH);
+             sub(/URIs:[ \t]*/, "", s); print s; exit } }' "$f"
+  done
+  cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+    awk '$1 == "deb" && $0 ~ / bookworm / { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; exit } }'
+}
+url=$(mirror | head -n 1)
+[[ -n $url ]] || die "no bookworm mirror in /etc/apt/sources.list*"
+
+mounts=(proc sys dev dev/pts dev/shm)
+cleanup() {
+  local i
+  for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
+    mountpoint -q "$root/${mounts[i]}" 2>/dev/null && umount -l "$root/${mounts[i]}"
+  done
+  # Only ever delete the root when nothing is mounted below it (else rm would reach the host's /dev).
+  if [[ -d $root ]] && ! findmnt -rn -o TARGET | grep -q "^$root/"; then
+    rm -rf --one-file-system "$root"
+  fi
+}
+trap cleanup EXIT
+cleanup
+
+mkdir -p "$work"
+if [[ -f $cache ]]; then
+  echo "fresh: rootfs from the cache $cache"
+  mkdir -p "$root"
+  tar -xzf "$cache" -C "$root"
+else
+  echo "fresh: debootstrap --variant=minbase bookworm from $url (about 2 minutes)"
+  log=$work/debootstrap.log
+  if ! debootstrap --variant=minbase bookworm "$root" "$url" >"$log" 2>&1; then
+    tail -n 20 "$log" >&2
+    die "debootstrap could not build the root from $url (log: $log)"
+  fi
+  tar -czf "$cache.tmp" -C "$root" . && mv "$cache.tmp" "$cache"
+fi
+
+# How this machine reaches its mirror: sources and Acquire settings; no packages, no other state.
+rm -f "$root"/etc/apt/sources.list "$root"/etc/apt/sources.list.d/*
+cp -a /etc/apt/sources.list.d/*.sources "$root/etc/apt/sources.list.d/" 2>/dev/null || true
+[[ -f /etc/apt/sources.list ]] && cp /etc/apt/sources.list "$root/etc/apt/"
+for f in /etc/apt/apt.conf.d/*; do
+  grep -q '^Acquire::' "$f" 2>/dev/null && cp "$f" "$root/etc/apt/apt.conf.d/"
+done
+cp /etc/resolv.conf "$root/etc/resolv.conf"
+
+for m in "${mounts[@]}"; do
+  mkdir -p "$root/$m"
+  mount --bind "/$m" "$root/$m"
+done
+
+git clone -q --no-local "$repo" "$root/root/trainrun"
+in_root() {
+  chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
+    PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    bash -c "cd /root/trainrun && $1"
+}
+
+echo "fresh: scripts/quickstart.sh in the pristine root"
+out=$work/quickstart.log
+set +e
+in_root scripts/quickstart.sh 2>&1 | tee "$out"
+rc=${PIPESTATUS[0]}
+set -e
+[[ $rc -eq 0 ]] || die "scripts/quickstart.sh exited $rc on a pristine Debian 12 (log: $out)"
+grep -q "final train loss" "$out" || die "scripts/quickstart.sh printed no final loss line (log: $out)"
+
+echo "fresh: scripts/setup.sh --test in the same root"
+in_root "scripts/setup.sh --test" || die "scripts/setup.sh --test failed on a pristine Debian 12"
+# Every tool the test command and the integration tests call.
+missing=$(in_root 'for t in meson ninja mpirun gnuplot jq clang-format slurmctld slurmd munged \
+                     mungekey sbatch srun scancel debootstrap; do
+                     command -v $t >/dev/null || echo $t; done
+                   python3 -c "import pytest, h5py, yaml" 2>/dev/null || echo "python3: pytest/h5py/yaml"')
+[[ -z $missing ]] || die "scripts/setup.sh --test left these missing: $missing"
+echo "fresh: PASS (quick start and the test command's install step on a pristine Debian 12)"
