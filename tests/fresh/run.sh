@@ -30,10 +30,10 @@ mirror() {
            if (match($0, /URIs:[ \t]*[^ \t\n]+/)) { s = substr($0, RSTART, RLENGTH);
              sub(/URIs:[ \t]*/, "", s); print s; exit } }' "$f"
   done
-  cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+  { cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true; } |
     awk '$1 == "deb" && $0 ~ / bookworm / { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; exit } }'
 }
-url=$(mirror | head -n 1)
+url=$(mirror | head -n 1) || true
 [[ -n $url ]] || die "no bookworm mirror in /etc/apt/sources.list*"
 
 mounts=(proc sys dev dev/pts dev/shm)
@@ -87,6 +87,9 @@ in_root() {
 }
 
 echo "fresh: scripts/quickstart.sh in the pristine root"
+size_mb() { du -sxm "$root" | cut -f1; }
+before=$(size_mb)
+t0=$SECONDS
 out=$work/quickstart.log
 set +e
 in_root scripts/quickstart.sh 2>&1 | tee "$out"
@@ -94,6 +97,8 @@ rc=${PIPESTATUS[0]}
 set -e
 [[ $rc -eq 0 ]] || die "scripts/quickstart.sh exited $rc on a pristine Debian 12 (log: $out)"
 grep -q "final train loss" "$out" || die "scripts/quickstart.sh printed no final loss line (log: $out)"
+# The README states these costs of a first quick start.
+echo "fresh: quick start took $((SECONDS - t0)) s and $(($(size_mb) - before)) MB of disk (packages + build)"
 
 echo "fresh: scripts/setup.sh --test in the same root"
 in_root "scripts/setup.sh --test" || die "scripts/setup.sh --test failed on a pristine Debian 12"
