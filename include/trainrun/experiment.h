@@ -60,6 +60,7 @@ struct CheckpointConfig {
 struct LoggingConfig {
   int64_t every = 10;
   double straggler_margin = 0.2;  // a rank this much slower than the median is named
+  bool tensorboard = true;        // event files in RUN_DIR/tb
 };
 
 struct DistributedConfig {

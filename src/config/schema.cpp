@@ -114,6 +114,12 @@ std::vector<Field> make_schema() {
       {KEY(logging, straggler_margin),
        .description = "Name a rank this fraction slower than the median step time",
        .resumable = kResumable, .min = 0},
+      // On by default: researchers look for curves in TensorBoard, and the files cost a few
+      // hundred bytes per logged step and no dependency.
+      {KEY(logging, tensorboard),
+       .description = "Write TensorBoard event files to RUN_DIR/tb (on by default: where "
+                      "researchers look, at a few hundred bytes per logged step)",
+       .resumable = kResumable},
 
       {KEY(distributed, nproc), .description = "Ranks per node", .resumable = kResumable, .min = 1,
        .max = 4096},

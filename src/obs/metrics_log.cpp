@@ -1,9 +1,11 @@
-// MetricsLog: the same rows to RUN_DIR/metrics.jsonl (every field) and RUN_DIR/metrics.h5 (one
-// extendable float64 column per numeric field, NaN where a row lacks it), truncated to the
-// checkpoint's step on resume.
+// MetricsLog: the same rows to RUN_DIR/metrics.jsonl (every field), RUN_DIR/metrics.h5 (one
+// extendable float64 column per numeric field, NaN where a row lacks it) and, unless the run's
+// config turns it off, TensorBoard event files in RUN_DIR/tb; all truncated to the checkpoint's
+// step on resume.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cerrno>
 #include <cmath>
@@ -12,11 +14,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 
 #include "metrics_json.h"
 #include "trainrun/errors.h"
+#include "trainrun/experiment.h"
 #include "trainrun/h5_handle.h"
 #include "trainrun/metrics.h"
+#include "trainrun/tensorboard.h"
 
 namespace trainrun {
 namespace {
@@ -56,12 +61,33 @@ std::optional<double> step_of(const MetricRow& row) {
   return std::nullopt;
 }
 
+// The run's resolved config (RUN_DIR/config.yaml, which rank 0 writes before any MetricsLog)
+// says whether TensorBoard files are written (logging.tensorboard; the default without it), and
+// is itself logged to them as text. Reading it here keeps every writer of metrics (the trainer,
+// the supervisor recording a restart) in step without each passing the setting along.
+std::unique_ptr<TensorBoardLog> open_tensorboard(const std::string& run_dir, int64_t keep) {
+  std::ifstream in(fs::path(run_dir) / "config.yaml");
+  std::stringstream text;
+  text << in.rdbuf();
+  bool on = LoggingConfig{}.tensorboard;
+  try {
+    const YAML::Node y = YAML::Load(text.str());
+    if (y["logging"] && y["logging"]["tensorboard"]) on = y["logging"]["tensorboard"].as<bool>();
+  } catch (const YAML::Exception& e) {
+    spdlog::warn("{}/config.yaml: {}; TensorBoard files {}", run_dir, e.what(),
+                 on ? "written (the default)" : "off (the default)");
+  }
+  if (!on) return nullptr;
+  return std::make_unique<TensorBoardLog>((fs::path(run_dir) / "tb").string(), keep, text.str());
+}
+
 }  // namespace
 
 struct MetricsLog::Impl {
   std::string jsonl_path, h5_path;
   std::FILE* jsonl = nullptr;
   Handle file;
+  std::unique_ptr<TensorBoardLog> tensorboard;  // null when logging.tensorboard is off
 
   struct Group {
     Handle g;
@@ -275,6 +301,13 @@ MetricsLog::MetricsLog(const std::string& run_dir, int64_t keep_through_step)
     m.jsonl = nullptr;
     throw metrics_error(m.h5_path, e.what());
   }
+  try {
+    m.tensorboard = open_tensorboard(run_dir, keep_through_step);
+  } catch (...) {
+    std::fclose(m.jsonl);
+    m.jsonl = nullptr;
+    throw;
+  }
 }
 
 MetricsLog::~MetricsLog() {
@@ -295,6 +328,7 @@ void MetricsLog::append(const std::string& kind, const MetricRow& row) {
   if (std::fwrite(line.data(), 1, line.size(), m.jsonl) != line.size())
     throw metrics_error(m.jsonl_path, std::strerror(errno));
   m.queue(kind, row);
+  if (m.tensorboard) m.tensorboard->append(kind, row);
   if (m.pending_rows >= kMaxPendingRows) {
     quiet();
     try {
@@ -315,6 +349,7 @@ void MetricsLog::flush() {
     throw metrics_error(m.h5_path, e.what());
   }
   if (m.jsonl && std::fflush(m.jsonl) != 0) throw metrics_error(m.jsonl_path, std::strerror(errno));
+  if (m.tensorboard) m.tensorboard->flush();
 }
 
 std::vector<MetricRow> read_metrics_jsonl(const std::string& run_dir, const std::string& kind) {
