@@ -8,8 +8,14 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
 fail() {  # fail WHAT HINT
-  echo "error: $1 failed; its last lines:" >&2
-  tail -n 40 "$log" | sed 's/^/  | /' >&2
+  # The error lines themselves (compile commands are long noise); the tail when none match.
+  if grep -qiE 'error' "$log"; then
+    echo "error: $1 failed:" >&2
+    grep -iE 'error|required from|FAILED:' "$log" | cut -c1-400 | head -n 30 | sed 's/^/  | /' >&2
+  else
+    echo "error: $1 failed; its last lines:" >&2
+    tail -n 40 "$log" | sed 's/^/  | /' >&2
+  fi
   echo "$2" >&2
   exit 1
 }

@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-echo "building trainrun (first time: about a minute)..."
+echo "building trainrun (the first time takes a few minutes)..."
 scripts/build.sh
 exec ./build/trainrun configs/quickstart.yaml "$@"
