@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include "trainrun/config.h"
@@ -493,4 +494,37 @@ TEST_CASE("docs/config.md is the current schema_markdown()") {
   CHECK_MESSAGE(committed.str() == md,
                 "docs/config.md is stale: regenerate it with "
                 "TRAINRUN_UPDATE_DOCS=1 build/tests/test_config");
+}
+
+TEST_CASE("a config that expands past its size or depth bound is refused, not walked") {
+  // One 64 KiB string repeated through aliases: 300 references x 64 KiB = 19 MiB expanded from a
+  // file of about 66 KiB. Each level of "billion laughs" multiplies it; the bound stops it early.
+  std::string yaml = "data:\n  synthetic: markov\nx_anchor: &s \"" + std::string(65536, 'a') +
+                     "\"\nlauncher:\n  mpirun_args: [";
+  for (int i = 0; i < 300; ++i) yaml += i ? ", *s" : "*s";
+  yaml += "]\n";
+  CHECK(yaml.size() < 70000);
+  std::string msg = error_of(yaml);
+  CHECK(msg.find("expands to more than 16 MiB") != std::string::npos);
+
+  // Nested aliases: 10 levels of 10 references each would be 10^10 nodes.
+  std::string laughs = "data:\n  synthetic: markov\nl0: &l0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 10; ++i) {
+    laughs += fmt::format("l{}: &l{} [", i, i);
+    for (int j = 0; j < 10; ++j) laughs += fmt::format("{}*l{}", j ? ", " : "", i - 1);
+    laughs += "]\n";
+  }
+  msg = error_of(laughs);
+  CHECK(msg.find("exp.yaml: expands to more than") != std::string::npos);
+
+  std::string deep =
+      "data:\n  synthetic: markov\nlauncher:\n  mpirun_args: " + std::string(40, '[') +
+      std::string(40, ']') + "\n";
+  msg = error_of(deep);
+  CHECK(msg.find("nested more than 32 levels deep") != std::string::npos);
+
+  // The same bound guards --set values.
+  msg = error_of(kMinimal, {"launcher.mpirun_args=" + std::string(40, '[') + std::string(40, ']')});
+  CHECK(msg.find("--set launcher.mpirun_args=") != std::string::npos);
+  CHECK(msg.find("nested more than") != std::string::npos);
 }

@@ -51,6 +51,42 @@ std::string at(const std::string& file, const YAML::Mark& m) {
   return Source{.file = file, .arg = {}}.at(m);
 }
 
+// yaml-cpp shares an aliased node instead of copying it, so a small file can stand for a huge
+// tree (one anchor repeated, nested: "billion laughs"). Reading it walks every alias, so bound
+// what a walk would see, stopping as soon as a bound is passed so the check itself stays cheap.
+constexpr size_t kMaxConfigBytes = size_t{16} << 20;  // expanded scalars: far above a real config
+constexpr int kMaxConfigDepth = 32;                   // a config is 2 levels deep, lists 3
+
+void check_expanded_size(const YAML::Node& node, const std::string& where, int depth,
+                         size_t& bytes) {
+  if (depth > kMaxConfigDepth) {
+    throw ConfigError(
+        fmt::format("{}: nested more than {} levels deep: a config is a mapping of "
+                    "sections holding keys; check the file for runaway brackets",
+                    where, kMaxConfigDepth));
+  }
+  bytes += node.IsScalar() ? node.Scalar().size() + 1 : 1;
+  if (bytes > kMaxConfigBytes) {
+    throw ConfigError(
+        fmt::format("{}: expands to more than {} MiB (YAML aliases repeated?): a "
+                    "config must stay small; write the values out or shorten them",
+                    where, kMaxConfigBytes >> 20));
+  }
+  if (node.IsSequence()) {
+    for (const auto& child : node) check_expanded_size(child, where, depth + 1, bytes);
+  } else if (node.IsMap()) {
+    for (auto it = node.begin(); it != node.end(); ++it) {
+      check_expanded_size(it->first, where, depth + 1, bytes);
+      check_expanded_size(it->second, where, depth + 1, bytes);
+    }
+  }
+}
+
+void check_expanded_size(const YAML::Node& node, const std::string& where) {
+  size_t bytes = 0;
+  check_expanded_size(node, where, 0, bytes);
+}
+
 class FileReader {
  public:
   FileReader(std::string file, Experiment& exp, Origins& origins)
@@ -164,6 +200,7 @@ Override parse_override(const std::string& text) {
         fmt::format("{}: the value is not valid YAML: {} (at character {} of the value)", arg,
                     e.msg, e.mark.column + 1));
   }
+  check_expanded_size(value, arg);
   return {arg, f, value};
 }
 
@@ -207,6 +244,7 @@ Experiment parse_experiment(const std::string& yaml_text, const std::string& pat
                                   path, documents.size()));
   }
   const YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
+  check_expanded_size(root, path);
   Experiment exp;
   exp.source_path = path;
   Origins origins;
