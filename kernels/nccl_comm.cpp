@@ -225,6 +225,36 @@ class NcclCommunicator final : public Communicator {
                "cudaMemcpy (all_gather_doubles out)");
   }
 
+  // Host bytes through the device scratch, as all_gather_doubles (control data, not the hot path).
+  void all_gather_bytes(const void* in, size_t n, void* out) override {
+    if (n == 0) return;
+    char* buf = static_cast<char*>(device_scratch(n * static_cast<size_t>(size_)));
+    char* mine = buf + static_cast<size_t>(rank_) * n;
+    cuda_check(cudaMemcpy(mine, in, n, cudaMemcpyHostToDevice), "cudaMemcpy (all_gather_bytes)");
+    launch([&] {
+      nccl_check(ncclAllGather(mine, buf, n, ncclUint8, comm_, stream_), "ncclAllGather (bytes)");
+    })->wait();
+    cuda_check(cudaMemcpy(out, buf, n * static_cast<size_t>(size_), cudaMemcpyDeviceToHost),
+               "cudaMemcpy (all_gather_bytes)");
+  }
+  void broadcast_bytes(void* data, size_t n, int root) override {
+    if (root < 0 || root >= size_)
+      throw std::invalid_argument("broadcast_bytes: root " + std::to_string(root) +
+                                  " is not a rank");
+    if (n == 0) return;
+    void* buf = device_scratch(n);
+    cuda_check(cudaMemcpy(buf, data, n, cudaMemcpyHostToDevice), "cudaMemcpy (broadcast_bytes)");
+    launch([&] {
+      nccl_check(ncclBroadcast(buf, buf, n, ncclUint8, root, comm_, stream_),
+                 "ncclBroadcast (bytes)");
+    })->wait();
+    cuda_check(cudaMemcpy(data, buf, n, cudaMemcpyDeviceToHost), "cudaMemcpy (broadcast_bytes)");
+  }
+  // Snapshots gather host buffers over MPI; NCCL has no rooted gather to offer device tensors.
+  void gather(Tensor, Tensor, int) override {
+    throw std::invalid_argument("gather: not offered by the NCCL communicator (gather over MPI)");
+  }
+
   [[noreturn]] void abort(int code) override {
     std::fprintf(stderr, "trainrun: rank %d aborting the NCCL job (exit %d)\n", rank_, code);
     std::fflush(stderr);

@@ -3,6 +3,7 @@
 // must agree on the verdict so mpirun's exit status reflects a failure on any rank.
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,74 @@ void test_all_gather_doubles(Communicator& c) {
   check(ok, "all_gather_doubles");
 }
 
+void test_gather(Communicator& c) {
+  for (int64_t n : {int64_t{1001}, int64_t{1}}) {  // n=1: some ranks contribute nothing
+    for (int root : {0, c.size() - 1}) {
+      const Shard s = shard_of(n, c.size(), c.rank());
+      std::vector<float> mine(static_cast<size_t>(s.size()));
+      for (int64_t i = s.begin; i < s.end; ++i) mine[i - s.begin] = static_cast<float>(i * 3 + 1);
+      std::vector<float> all(c.rank() == root ? n : 0, -1.0f);
+      c.gather(Tensor(mine.data(), DType::f32, Device::cpu, {s.size()}),
+               c.rank() == root ? Tensor(all.data(), DType::f32, Device::cpu, {n}) : Tensor(),
+               root);
+      bool ok = true;
+      for (size_t i = 0; i < all.size(); ++i) ok &= all[i] == static_cast<float>(i * 3 + 1);
+      check(ok, "gather to root " + std::to_string(root) + " n=" + std::to_string(n));
+    }
+  }
+  // In place: root's own range already sits in `all`.
+  const int64_t n = 10;
+  const Shard s = shard_of(n, c.size(), c.rank());
+  std::vector<double> all(n, -1.0);
+  for (int64_t i = s.begin; i < s.end; ++i) all[i] = i + 0.5;
+  c.gather(Tensor(all.data() + s.begin, DType::f64, Device::cpu, {s.size()}),
+           c.rank() == 0 ? Tensor(all.data(), DType::f64, Device::cpu, {n}) : Tensor(), 0);
+  bool ok = true;
+  for (int64_t i = 0; i < n && c.rank() == 0; ++i) ok &= all[i] == i + 0.5;
+  check(ok, "gather in place");
+}
+
+void test_byte_collectives(Communicator& c) {
+  const std::string mine = "host-" + std::to_string(c.rank());
+  char in[16] = {};
+  mine.copy(in, sizeof in - 1);
+  std::vector<char> out(sizeof in * static_cast<size_t>(c.size()), 'x');
+  c.all_gather_bytes(in, sizeof in, out.data());
+  bool ok = true;
+  for (int r = 0; r < c.size(); ++r)
+    ok &=
+        std::string(out.data() + sizeof in * static_cast<size_t>(r)) == "host-" + std::to_string(r);
+  check(ok, "all_gather_bytes");
+
+  const int root = c.size() - 1;
+  unsigned char id[128];
+  for (int i = 0; i < 128; ++i)
+    id[i] = static_cast<unsigned char>(c.rank() == root ? (i * 7 + 3) & 0xff : 0);
+  c.broadcast_bytes(id, sizeof id, root);
+  ok = true;
+  for (int i = 0; i < 128; ++i) ok &= id[i] == static_cast<unsigned char>((i * 7 + 3) & 0xff);
+  check(ok, "broadcast_bytes from last rank");
+}
+
+// The one-rank communicator keeps the same contracts as the identity.
+void test_local_communicator() {
+  auto c = make_local_communicator();
+  float mine[3] = {1, 2, 3}, all[3] = {};
+  c->gather(Tensor(mine, DType::f32, Device::cpu, {3}), Tensor(all, DType::f32, Device::cpu, {3}),
+            0);
+  check(all[0] == 1 && all[1] == 2 && all[2] == 3, "local gather copies");
+  char in[4] = {'a', 'b', 'c', 0}, out[4] = {};
+  c->all_gather_bytes(in, 4, out);
+  check(std::string(out) == "abc", "local all_gather_bytes copies");
+  bool threw = false;
+  try {
+    c->broadcast_bytes(in, 4, 1);
+  } catch (const std::invalid_argument&) {
+    threw = true;
+  }
+  check(threw, "local broadcast_bytes rejects root 1");
+}
+
 void test_shard_partition(Communicator& c) {
   bool ok = true;
   for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{1001}, int64_t{1} << 40}) {
@@ -178,6 +247,9 @@ int main() {
   test_all_gather(*comm);
   test_broadcast(*comm);
   test_all_gather_doubles(*comm);
+  test_gather(*comm);
+  test_byte_collectives(*comm);
+  test_local_communicator();
   test_shard_partition(*comm);
   comm->barrier();
 

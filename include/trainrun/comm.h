@@ -2,6 +2,7 @@
 // local (1 rank), MPI (CPU tensors), NCCL (CUDA tensors; lives in the CUDA plugin).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -45,9 +46,18 @@ class Communicator {
   // x holds n elements; each rank contributes its shard_of(n) range, all ranks get all of it.
   virtual void all_gather(Tensor x) = 0;
   virtual void broadcast(Tensor x, int root) = 0;
+  // The rooted counterpart of all_gather, for a sharded host buffer of n elements that only
+  // root needs whole (a snapshot of ZeRO-1's optimizer state): every rank passes its shard_of(n)
+  // range as `mine`; root passes all n elements as `all` (`mine` may be its own range of it) and
+  // receives every range there; the other ranks pass an empty `all`.
+  virtual void gather(Tensor mine, Tensor all, int root) = 0;
   virtual void barrier() = 0;
   // Host doubles: every rank's `in` (n values) into out[rank * n + i].
   virtual void all_gather_doubles(const double* in, int n, double* out) = 0;
+  // Host bytes, for small records that are not numbers (host names, the NCCL unique id): every
+  // rank's n bytes at `in` into out[rank * n, (rank + 1) * n); root's n bytes into every rank's.
+  virtual void all_gather_bytes(const void* in, size_t n, void* out) = 0;
+  virtual void broadcast_bytes(void* data, size_t n, int root) = 0;
   // Ends every rank of the job now (used by the watchdog and on fatal errors).
   [[noreturn]] virtual void abort(int code) = 0;
 };

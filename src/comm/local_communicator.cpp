@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 
 #include <unistd.h>
 
@@ -44,13 +45,21 @@ class LocalCommunicator final : public Communicator {
     return std::make_unique<NoopRequest>();
   }
   void all_gather(Tensor) override {}
-  void broadcast(Tensor, int root) override {
-    if (root != 0) throw std::invalid_argument("broadcast: root must be 0 on a local communicator");
+  void broadcast(Tensor, int root) override { check_root(root, "broadcast"); }
+  void gather(Tensor mine, Tensor all, int root) override {
+    check_root(root, "gather");
+    if (mine.bytes() != all.bytes())
+      throw std::invalid_argument("gather: on one rank `mine` is all of `all`");
+    if (mine.data != all.data && mine.bytes() > 0) std::memmove(all.data, mine.data, mine.bytes());
   }
   void barrier() override {}
   void all_gather_doubles(const double* in, int n, double* out) override {
     if (n > 0 && in != out) std::memmove(out, in, static_cast<size_t>(n) * sizeof(double));
   }
+  void all_gather_bytes(const void* in, size_t n, void* out) override {
+    if (n > 0 && in != out) std::memmove(out, in, n);
+  }
+  void broadcast_bytes(void*, size_t, int root) override { check_root(root, "broadcast_bytes"); }
   [[noreturn]] void abort(int code) override {
     // _Exit skips destructors (a hung thread could block them), so flush what we need first.
     spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->flush(); });
@@ -59,6 +68,10 @@ class LocalCommunicator final : public Communicator {
   }
 
  private:
+  static void check_root(int root, const char* op) {
+    if (root != 0)
+      throw std::invalid_argument(std::string(op) + ": root must be 0 on a local communicator");
+  }
   std::string host_ = hostname();
 };
 

@@ -197,15 +197,44 @@ class MpiCommunicator final : public Communicator {
                    comm_);
   }
   void broadcast(Tensor x, int root) override {
-    if (root < 0 || root >= size_)
-      throw std::invalid_argument(
-          fmt::format("broadcast: root {} is not a rank (world size {})", root, size_));
+    check_root(root, "broadcast");
     MPI_Datatype t = mpi_type(x, "broadcast");
     MPI_Bcast(x.data, mpi_count(x.numel(), "broadcast"), t, root, comm_);
+  }
+  // Root moves its own range home first, then receives the others' in place.
+  void gather(Tensor mine, Tensor all, int root) override {
+    check_root(root, "gather");
+    MPI_Datatype t = mpi_type(mine, "gather");
+    const int count = mpi_count(mine.numel(), "gather");
+    if (rank_ != root) {
+      MPI_Gatherv(mine.data, count, t, nullptr, nullptr, nullptr, t, root, comm_);
+      return;
+    }
+    if (mpi_type(all, "gather") != t)
+      throw std::invalid_argument("MPI gather: `mine` and `all` differ in dtype");
+    const Layout& l = layout(all.numel(), "gather");
+    const auto r = static_cast<size_t>(rank_);
+    if (count != l.counts[r])
+      throw std::invalid_argument(
+          fmt::format("MPI gather: root passes {} elements but its shard of {} holds {}", count,
+                      all.numel(), l.counts[r]));
+    char* home =
+        static_cast<char*>(all.data) + static_cast<size_t>(l.displs[r]) * dtype_size(all.dtype);
+    if (count > 0 && mine.data != home) std::memmove(home, mine.data, mine.bytes());
+    MPI_Gatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all.data, l.counts.data(), l.displs.data(), t,
+                root, comm_);
   }
   void barrier() override { MPI_Barrier(comm_); }
   void all_gather_doubles(const double* in, int n, double* out) override {
     MPI_Allgather(in, n, MPI_DOUBLE, out, n, MPI_DOUBLE, comm_);
+  }
+  void all_gather_bytes(const void* in, size_t n, void* out) override {
+    const int count = mpi_count(static_cast<int64_t>(n), "all_gather_bytes");
+    MPI_Allgather(in, count, MPI_BYTE, out, count, MPI_BYTE, comm_);
+  }
+  void broadcast_bytes(void* data, size_t n, int root) override {
+    check_root(root, "broadcast_bytes");
+    MPI_Bcast(data, mpi_count(static_cast<int64_t>(n), "broadcast_bytes"), MPI_BYTE, root, comm_);
   }
   [[noreturn]] void abort(int code) override {
     spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->flush(); });
@@ -215,6 +244,11 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  void check_root(int root, const char* op) const {
+    if (root < 0 || root >= size_)
+      throw std::invalid_argument(
+          fmt::format("{}: root {} is not a rank (world size {})", op, root, size_));
+  }
   // Per-rank counts and offsets for a buffer of n elements. Kept for the life of the
   // communicator: a non-blocking collective reads them until it completes, and the step loop
   // reuses a handful of bucket sizes, so nothing is allocated per step.
