@@ -330,9 +330,11 @@ int cli_main(int argc, char** argv) {
   plan->add_option("--gpu", plan_gpu, "plan for this GPU: A100, H100 or H200 (device cuda)");
 
   std::string report_dir, report_out;
+  bool report_html = false;
   auto* report = app.add_subcommand("report", "summarise a run and plot its metrics");
   report->add_option("run_dir", report_dir, "run directory")->required();
   report->add_option("--out", report_out, "PNG to write (default RUN_DIR/report.png)");
+  report->add_flag("--html", report_html, "also write RUN_DIR/report.html, a self-contained page");
 
   auto* data = app.add_subcommand("data", "data tools");
   data->require_subcommand(1);
@@ -434,6 +436,7 @@ int cli_main(int argc, char** argv) {
     }
     if (*report) {
       fmt::print("{}", report_text(report_dir));
+      if (report_html) fmt::print("html: {}\n", write_report_html(report_dir));
       fmt::print("plot: {}\n", write_report_plot(report_dir, report_out));
       return kExitOk;
     }

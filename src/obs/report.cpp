@@ -1,6 +1,6 @@
-// report_text / write_report_plot: `trainrun report RUN_DIR`. Everything comes from the run
-// directory (metrics.jsonl, config.yaml), so a report can be made anywhere the directory is
-// copied, during the run or after it.
+// report_text / write_report_plot: `trainrun report RUN_DIR`, the summary as text and the plot
+// drawn by gnuplot. Everything comes from the run directory (metrics.jsonl, config.yaml), so a
+// report can be made anywhere the directory is copied, during the run or after it.
 #include "trainrun/report.h"
 
 #include <fcntl.h>
@@ -8,20 +8,16 @@
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <yaml-cpp/yaml.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <map>
-#include <optional>
-#include <set>
 #include <sstream>
 
+#include "report_summary.h"
 #include "trainrun/errors.h"
 #include "trainrun/metrics.h"
 
@@ -31,215 +27,17 @@ namespace fs = std::filesystem;
 
 namespace trainrun {
 
-namespace {
-
-std::optional<double> num(const MetricRow& row, const std::string& key) {
-  for (const auto& [k, v] : row)
-    if (k == key) {
-      if (const double* d = std::get_if<double>(&v)) return *d;
-      return std::nullopt;
-    }
-  return std::nullopt;
-}
-
-std::string str(const MetricRow& row, const std::string& key) {
-  for (const auto& [k, v] : row)
-    if (k == key) {
-      if (const auto* s = std::get_if<std::string>(&v)) return *s;
-      if (const double* d = std::get_if<double>(&v)) return fmt::format("{}", *d);
-    }
-  return "";
-}
-
-double value(const MetricRow& row, const std::string& key) {
-  return num(row, key).value_or(NAN);
-}
-
-void require_run_dir(const std::string& run_dir) {
-  if (!fs::is_directory(run_dir))
-    throw ConfigError(
-        fmt::format("report: {} is not a directory: give a run directory "
-                    "(runs/NAME, or the run's --run-dir)",
-                    run_dir));
-  if (!fs::exists(fs::path(run_dir) / "metrics.jsonl"))
-    throw ConfigError(
-        fmt::format("report: {}/metrics.jsonl is missing: is this a run directory? "
-                    "(it appears once the first step is logged)",
-                    run_dir));
-}
-
-struct RunConfig {
-  std::string name;
-  int64_t steps = -1;
-  std::string summary;
-};
-
-RunConfig read_config(const std::string& run_dir) {
-  RunConfig c;
-  const fs::path path = fs::path(run_dir) / "config.yaml";
-  if (!fs::exists(path)) return c;
-  try {
-    YAML::Node y = YAML::LoadFile(path.string());
-    c.name = y["name"] ? y["name"].as<std::string>() : "";
-    if (y["train"] && y["train"]["steps"]) c.steps = y["train"]["steps"].as<int64_t>();
-    if (const YAML::Node m = y["model"]) {
-      const std::string type = m["type"] ? m["type"].as<std::string>() : "gpt";
-      c.summary =
-          type == "mlp"
-              ? fmt::format("mlp d_model {} seq_len {} vocab {}", m["d_model"].as<int>(),
-                            m["seq_len"].as<int>(), m["vocab_size"].as<int>())
-              : fmt::format("gpt {} layers d_model {} heads {} seq_len {} vocab {}",
-                            m["n_layer"].as<int>(), m["d_model"].as<int>(), m["n_head"].as<int>(),
-                            m["seq_len"].as<int>(), m["vocab_size"].as<int>());
-    }
-    if (const YAML::Node d = y["distributed"])
-      c.summary += fmt::format(" | {} rank(s)", d["nproc"].as<int>() * d["nodes"].as<int>());
-    if (y["device"]) c.summary += fmt::format(" | device {}", y["device"].as<std::string>());
-  } catch (const YAML::Exception& e) {
-    c.summary = fmt::format("(config.yaml unreadable: {})", e.what());
-  }
-  return c;
-}
-
-double mean(const std::vector<MetricRow>& rows, const std::string& key) {
-  double s = 0;
-  int n = 0;
-  for (const auto& r : rows) {
-    const double v = value(r, key);
-    if (std::isfinite(v)) {
-      s += v;
-      ++n;
-    }
-  }
-  return n ? s / n : NAN;
-}
-
-std::string fmt_value(double v, const char* spec = "{:.4f}") {
-  return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : "n/a";
-}
-
-// Steps as "3, 7, 12" with at most `max` shown.
-std::string step_list(const std::set<int64_t>& steps, size_t max = 10) {
-  std::string s;
-  size_t i = 0;
-  for (int64_t st : steps) {
-    if (i++ == max) return s + fmt::format(", ... ({} in all)", steps.size());
-    s += fmt::format("{}{}", s.empty() ? "" : ", ", st);
-  }
-  return s;
-}
-
-}  // namespace
+using report::number;
 
 std::string report_text(const std::string& run_dir) {
-  require_run_dir(run_dir);
-  const RunConfig cfg = read_config(run_dir);
-  const auto train = read_metrics_jsonl(run_dir, "train");
-  const auto evals = read_metrics_jsonl(run_dir, "eval");
-  const auto events = read_metrics_jsonl(run_dir, "event");
-
-  std::string s = fmt::format("run {} ({})\n", cfg.name.empty() ? "?" : cfg.name, run_dir);
-  if (!cfg.summary.empty()) s += fmt::format("  {}\n", cfg.summary);
-  auto line = [&s](const std::string& k, const std::string& v) {
-    s += fmt::format("  {:<12} {}\n", k, v);
-  };
-
-  const double last_step = train.empty() ? 0 : value(train.back(), "step");
-  if (cfg.steps > 0)
-    line("steps", fmt::format("{:.0f} / {} ({:.0f}%)", last_step, cfg.steps,
-                              100.0 * last_step / static_cast<double>(cfg.steps)));
-  else
-    line("steps", fmt::format("{:.0f} (total unknown: no config.yaml)", last_step));
-  if (train.empty()) {
-    line("metrics", "no training rows logged yet");
-    return s;
+  const report::RunSummary summary = report::summarize_run(run_dir);
+  std::string s = fmt::format("run {} ({})\n", summary.name, run_dir);
+  if (!summary.description.empty()) s += fmt::format("  {}\n", summary.description);
+  for (const report::SummaryLine& l : summary.lines) {
+    s += l.key.empty() ? fmt::format("  {}\n", l.value)
+                       : fmt::format("  {:<12} {}\n", l.key, l.value);
+    for (const std::string& d : l.details) s += fmt::format("    {}\n", d);
   }
-  line("tokens", fmt::format("{:.0f} seen", value(train.back(), "tokens_seen")));
-
-  // Losses.
-  line("train loss",
-       fmt::format("{} at step {:.0f} (first logged {})", fmt_value(value(train.back(), "loss")),
-                   last_step, fmt_value(value(train.front(), "loss"))));
-  if (!evals.empty()) {
-    const MetricRow* best = nullptr;
-    for (const auto& r : evals)
-      if (std::isfinite(value(r, "val_loss")) &&
-          (!best || value(r, "val_loss") < value(*best, "val_loss")))
-        best = &r;
-    line("val loss",
-         fmt::format("final {} (step {:.0f}), best {} (step {:.0f})",
-                     fmt_value(value(evals.back(), "val_loss")), value(evals.back(), "step"),
-                     best ? fmt_value(value(*best, "val_loss")) : "n/a",
-                     best ? value(*best, "step") : NAN));
-  } else {
-    line("val loss", "no evaluations");
-  }
-
-  // Throughput over the last half: the first steps include warm-up and allocation.
-  std::vector<MetricRow> late;
-  for (const auto& r : train)
-    if (value(r, "step") > last_step / 2) late.push_back(r);
-  if (late.empty()) late = train;
-  line("throughput", fmt::format("{} tokens/s, MFU {}% (mean of {} logged steps in {:.0f}..{:.0f})",
-                                 fmt_value(mean(late, "tokens_per_sec"), "{:.0f}"),
-                                 fmt_value(100 * mean(late, "mfu"), "{:.1f}"), late.size(),
-                                 value(late.front(), "step"), last_step));
-
-  // Time per phase, over every logged step.
-  const double step_time = mean(train, "step_time");
-  s += fmt::format("  time per step {} ms (mean of {} logged steps); phases:\n",
-                   fmt_value(step_time * 1e3, "{:.2f}"), train.size());
-  const std::pair<const char*, const char*> phases[] = {
-      {"t_data", "data"},
-      {"t_forward", "forward"},
-      {"t_backward", "backward"},
-      {"t_comm", "comm (total, overlaps backward)"},
-      {"t_comm_exposed", "comm exposed"},
-      {"t_optimizer", "optimizer"},
-      {"t_checkpoint", "checkpoint"}};
-  for (const auto& [key, label] : phases) {
-    const double m = mean(train, key);
-    s += fmt::format("    {:<32} {:>10} ms {:>6}%\n", label, fmt_value(m * 1e3, "{:.2f}"),
-                     fmt_value(100 * m / step_time, "{:.1f}"));
-  }
-
-  // Restarts, stragglers and bad steps.
-  std::vector<std::string> restarts;
-  std::map<std::string, std::pair<int, std::set<int64_t>>> stragglers;  // "rank R on H (phase)"
-  std::set<std::string> straggler_ranks;
-  std::set<int64_t> bad;
-  std::map<std::string, std::set<int64_t>> other;  // loss spikes, rollbacks, ...
-  for (const auto& r : events) {
-    const std::string ev = str(r, "event");
-    const int64_t step = static_cast<int64_t>(value(r, "step"));
-    if (ev == "restart") {
-      const std::string cause = str(r, "cause");
-      restarts.push_back(fmt::format("at step {}{}{}", step, cause.empty() ? "" : ": ", cause));
-    } else if (ev == "straggler") {
-      auto& e = stragglers[fmt::format("rank {} on {} (phase {})", str(r, "rank"), str(r, "host"),
-                                       str(r, "phase"))];
-      ++e.first;
-      straggler_ranks.insert(str(r, "rank"));
-      e.second.insert(step);
-    } else if (ev == "bad_step") {
-      bad.insert(step);
-    } else {
-      other[ev.empty() ? "?" : ev].insert(step);
-    }
-  }
-  for (const auto& r : train)
-    if (!std::isfinite(value(r, "loss")) || !std::isfinite(value(r, "grad_norm")))
-      bad.insert(static_cast<int64_t>(value(r, "step")));
-  line("restarts", restarts.empty() ? "none" : fmt::format("{}", restarts.size()));
-  for (const auto& r : restarts) s += fmt::format("    {}\n", r);
-  line("stragglers",
-       stragglers.empty() ? "none" : fmt::format("{} rank(s)", straggler_ranks.size()));
-  for (const auto& [who, e] : stragglers)
-    s += fmt::format("    {}: {} time(s), steps {}\n", who, e.first, step_list(e.second));
-  for (const auto& [ev, steps] : other)
-    line(ev, fmt::format("{} time(s), steps {}", steps.size(), step_list(steps)));
-  line("bad steps",
-       bad.empty() ? "none" : fmt::format("{} (steps {})", bad.size(), step_list(bad)));
   return s;
 }
 
@@ -319,7 +117,7 @@ struct TempDir {
 }  // namespace
 
 std::string write_report_plot(const std::string& run_dir, const std::string& out_arg) {
-  require_run_dir(run_dir);
+  report::require_run_dir(run_dir);
   const std::string gnuplot = find_on_path("gnuplot");
   if (gnuplot.empty())
     throw Error(kExitFailure,
@@ -340,14 +138,14 @@ std::string write_report_plot(const std::string& run_dir, const std::string& out
   {
     std::ofstream f(tmp.path / "train.tsv");
     for (const auto& r : train)
-      f << tsv(value(r, "step")) << '\t' << tsv(value(r, "loss")) << '\t' << tsv(value(r, "lr"))
-        << '\t' << tsv(value(r, "tokens_per_sec")) << '\t' << tsv(value(r, "grad_norm")) << '\t'
-        << tsv(value(r, "mfu")) << '\n';
+      f << tsv(number(r, "step")) << '\t' << tsv(number(r, "loss")) << '\t' << tsv(number(r, "lr"))
+        << '\t' << tsv(number(r, "tokens_per_sec")) << '\t' << tsv(number(r, "grad_norm")) << '\t'
+        << tsv(number(r, "mfu")) << '\n';
     std::ofstream e(tmp.path / "eval.tsv");
     for (const auto& r : evals)
-      e << tsv(value(r, "step")) << '\t' << tsv(value(r, "val_loss")) << '\n';
+      e << tsv(number(r, "step")) << '\t' << tsv(number(r, "val_loss")) << '\n';
     std::ofstream g(tmp.path / "plot.gp");
-    const RunConfig cfg = read_config(run_dir);
+    const report::RunConfig cfg = report::read_config(run_dir);
     g << "train = " << gp_string((tmp.path / "train.tsv").string()) << "\n"
       << "evals = " << gp_string((tmp.path / "eval.tsv").string()) << "\n"
       << "has_eval = " << (evals.empty() ? 0 : 1) << "\n"

@@ -1,0 +1,136 @@
+// write_report_html: `trainrun report RUN_DIR --html`, one self-contained page (inline SVG and
+// CSS, no script, nothing fetched) with the curves, the summary and every event of the run.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+#include "report_summary.h"
+#include "svg_plot.h"
+#include "trainrun/errors.h"
+#include "trainrun/metrics.h"
+#include "trainrun/report.h"
+
+namespace fs = std::filesystem;
+
+namespace trainrun {
+namespace {
+
+using report::html_escape;
+using report::number;
+using report::Series;
+
+constexpr const char* kStyle = R"CSS(
+body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; background: #fff; }
+h1 { font-size: 22px; margin: 0 0 4px; }
+h2 { font-size: 17px; margin: 24px 0 8px; }
+.sub { color: #555; margin: 0 0 16px; }
+.plots { display: grid; grid-template-columns: repeat(2, 560px); gap: 12px; }
+svg { background: #fafafa; border: 1px solid #ddd; }
+svg text { font: 11px sans-serif; fill: #333; }
+svg .title { font: bold 13px sans-serif; }
+svg .grid { stroke: #e4e4e4; stroke-width: 1; }
+svg .frame { fill: none; stroke: #999; stroke-width: 1; }
+table { border-collapse: collapse; }
+td, th { border-bottom: 1px solid #e4e4e4; padding: 3px 10px; text-align: left; vertical-align: top; }
+th { background: #f2f2f2; }
+.key { font-weight: 600; white-space: nowrap; }
+pre { margin: 2px 0 0; font: 12px/1.35 ui-monospace, monospace; }
+)CSS";
+
+Series series(const std::vector<MetricRow>& rows, const std::string& key, std::string name,
+              std::string color, double scale = 1) {
+  Series s{std::move(name), std::move(color), {}, false};
+  for (const auto& r : rows) s.points.emplace_back(number(r, "step"), scale * number(r, key));
+  return s;
+}
+
+std::string plots(const std::vector<MetricRow>& train, const std::vector<MetricRow>& evals) {
+  Series val = series(evals, "val_loss", "val", "#d62728");
+  val.markers = true;
+  std::string s = "<div class=\"plots\">\n";
+  s += report::svg_line_chart("loss", {series(train, "loss", "train", "#1f77b4"), val});
+  s += report::svg_line_chart("learning rate", {series(train, "lr", "lr", "#2ca02c")});
+  s += report::svg_line_chart("tokens/s", {series(train, "tokens_per_sec", "tokens/s", "#9467bd")});
+  s += report::svg_line_chart("grad norm", {series(train, "grad_norm", "grad norm", "#ff7f0e")});
+  return s + "</div>\n";
+}
+
+std::string summary_table(const report::RunSummary& summary) {
+  std::string s = "<table class=\"summary\">\n";
+  for (const report::SummaryLine& l : summary.lines) {
+    s += fmt::format("<tr><td class=\"key\">{}</td><td>{}", html_escape(l.key),
+                     html_escape(l.value));
+    if (!l.details.empty()) {
+      s += "<pre>";
+      for (const std::string& d : l.details) s += html_escape(d) + "\n";
+      s += "</pre>";
+    }
+    s += "</td></tr>\n";
+  }
+  return s + "</table>\n";
+}
+
+// Every event row: its step, its name and its other fields.
+std::string events_table(const std::vector<MetricRow>& events) {
+  if (events.empty()) return "<p>No events (restarts, stragglers, rollbacks, bad steps).</p>\n";
+  std::string s =
+      "<table class=\"events\">\n<tr><th>step</th><th>event</th><th>details</th></tr>\n";
+  for (const auto& r : events) {
+    std::string details;
+    for (const auto& [k, v] : r) {
+      if (k == "step" || k == "event") continue;
+      const double* d = std::get_if<double>(&v);
+      details += fmt::format("{}{}: {}", details.empty() ? "" : ", ", k,
+                             d ? fmt::format("{:.6g}", *d) : std::get<std::string>(v));
+    }
+    s += fmt::format("<tr><td>{:.0f}</td><td>{}</td><td>{}</td></tr>\n", number(r, "step"),
+                     html_escape(report::text(r, "event")), html_escape(details));
+  }
+  return s + "</table>\n";
+}
+
+std::string page(const std::string& run_dir) {
+  const report::RunSummary summary = report::summarize_run(run_dir);
+  const auto train = read_metrics_jsonl(run_dir, "train");
+  const auto evals = read_metrics_jsonl(run_dir, "eval");
+  const auto events = read_metrics_jsonl(run_dir, "event");
+  const std::time_t now = std::time(nullptr);
+  char when[64] = {};
+  std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
+  return fmt::format(
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+      "<title>trainrun report: {0}</title>\n<style>{1}</style>\n</head>\n<body>\n"
+      "<h1>run {0}</h1>\n<p class=\"sub\">{2}{3}</p>\n{4}<h2>Summary</h2>\n{5}"
+      "<h2>Events</h2>\n{6}<p class=\"sub\">written by trainrun report at {7}</p>\n"
+      "</body>\n</html>\n",
+      html_escape(summary.name), kStyle, html_escape(run_dir),
+      summary.description.empty() ? "" : " | " + html_escape(summary.description),
+      plots(train, evals), summary_table(summary), events_table(events), when);
+}
+
+}  // namespace
+
+std::string write_report_html(const std::string& run_dir, const std::string& out_arg) {
+  const std::string html = page(run_dir);  // checks run_dir first
+  const std::string out = out_arg.empty() ? (fs::path(run_dir) / "report.html").string() : out_arg;
+  // Written beside the target and renamed: a browser reloading it never sees half a page.
+  const std::string tmp = fmt::format("{}.tmp-{}", out, ::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f << html;
+    if (!f.flush()) throw Error(kExitFailure, fmt::format("report: cannot write {}", tmp));
+  }
+  std::error_code ec;
+  fs::rename(tmp, out, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    throw Error(kExitFailure, fmt::format("report: cannot write {}: {}", out, ec.message()));
+  }
+  return out;
+}
+
+}  // namespace trainrun

@@ -1,0 +1,250 @@
+// summarize_run: the figures of `trainrun report`, from RUN_DIR/metrics.jsonl and config.yaml.
+#include "report_summary.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "trainrun/errors.h"
+
+namespace fs = std::filesystem;
+
+namespace trainrun::report {
+namespace {
+
+std::optional<double> num(const MetricRow& row, const std::string& key) {
+  for (const auto& [k, v] : row)
+    if (k == key) {
+      if (const double* d = std::get_if<double>(&v)) return *d;
+      return std::nullopt;
+    }
+  return std::nullopt;
+}
+
+double mean(const std::vector<MetricRow>& rows, const std::string& key) {
+  double s = 0;
+  int n = 0;
+  for (const auto& r : rows) {
+    const double v = number(r, key);
+    if (std::isfinite(v)) {
+      s += v;
+      ++n;
+    }
+  }
+  return n ? s / n : NAN;
+}
+
+std::string fmt_value(double v, const char* spec = "{:.4f}") {
+  return std::isfinite(v) ? fmt::format(fmt::runtime(spec), v) : "n/a";
+}
+
+// Steps as "3, 7, 12" with at most `max` shown.
+std::string step_list(const std::set<int64_t>& steps, size_t max = 10) {
+  std::string s;
+  size_t i = 0;
+  for (int64_t st : steps) {
+    if (i++ == max) return s + fmt::format(", ... ({} in all)", steps.size());
+    s += fmt::format("{}{}", s.empty() ? "" : ", ", st);
+  }
+  return s;
+}
+
+using Lines = std::vector<SummaryLine>;
+
+void add_losses(Lines& out, const std::vector<MetricRow>& train,
+                const std::vector<MetricRow>& evals, double last_step) {
+  out.push_back(
+      {"train loss",
+       fmt::format("{} at step {:.0f} (first logged {})", fmt_value(number(train.back(), "loss")),
+                   last_step, fmt_value(number(train.front(), "loss"))),
+       {}});
+  if (evals.empty()) {
+    out.push_back({"val loss", "no evaluations", {}});
+    return;
+  }
+  const MetricRow* best = nullptr;
+  for (const auto& r : evals)
+    if (std::isfinite(number(r, "val_loss")) &&
+        (!best || number(r, "val_loss") < number(*best, "val_loss")))
+      best = &r;
+  out.push_back(
+      {"val loss",
+       fmt::format("final {} (step {:.0f}), best {} (step {:.0f})",
+                   fmt_value(number(evals.back(), "val_loss")), number(evals.back(), "step"),
+                   best ? fmt_value(number(*best, "val_loss")) : "n/a",
+                   best ? number(*best, "step") : NAN),
+       {}});
+}
+
+void add_speed(Lines& out, const std::vector<MetricRow>& train, double last_step) {
+  // Throughput over the last half: the first steps include warm-up and allocation.
+  std::vector<MetricRow> late;
+  for (const auto& r : train)
+    if (number(r, "step") > last_step / 2) late.push_back(r);
+  if (late.empty()) late = train;
+  out.push_back({"throughput",
+                 fmt::format("{} tokens/s, MFU {}% (mean of {} logged steps in {:.0f}..{:.0f})",
+                             fmt_value(mean(late, "tokens_per_sec"), "{:.0f}"),
+                             fmt_value(100 * mean(late, "mfu"), "{:.1f}"), late.size(),
+                             number(late.front(), "step"), last_step),
+                 {}});
+
+  // Time per phase, over every logged step.
+  const double step_time = mean(train, "step_time");
+  SummaryLine phases{"",
+                     fmt::format("time per step {} ms (mean of {} logged steps); phases:",
+                                 fmt_value(step_time * 1e3, "{:.2f}"), train.size()),
+                     {}};
+  const std::pair<const char*, const char*> names[] = {
+      {"t_data", "data"},
+      {"t_forward", "forward"},
+      {"t_backward", "backward"},
+      {"t_comm", "comm (total, overlaps backward)"},
+      {"t_comm_exposed", "comm exposed"},
+      {"t_optimizer", "optimizer"},
+      {"t_checkpoint", "checkpoint"}};
+  for (const auto& [key, label] : names) {
+    const double m = mean(train, key);
+    phases.details.push_back(fmt::format("{:<32} {:>10} ms {:>6}%", label,
+                                         fmt_value(m * 1e3, "{:.2f}"),
+                                         fmt_value(100 * m / step_time, "{:.1f}")));
+  }
+  out.push_back(std::move(phases));
+}
+
+// Restarts, stragglers, other events (loss spikes, rollbacks, ...) and bad steps.
+void add_events(Lines& out, const std::vector<MetricRow>& train,
+                const std::vector<MetricRow>& events) {
+  SummaryLine restarts{"restarts", "", {}};
+  std::map<std::string, std::pair<int, std::set<int64_t>>> stragglers;  // "rank R on H (phase)"
+  std::set<std::string> straggler_ranks;
+  std::set<int64_t> bad;
+  std::map<std::string, std::set<int64_t>> other;
+  for (const auto& r : events) {
+    const std::string ev = text(r, "event");
+    const auto step = static_cast<int64_t>(number(r, "step"));
+    if (ev == "restart") {
+      const std::string cause = text(r, "cause");
+      restarts.details.push_back(
+          fmt::format("at step {}{}{}", step, cause.empty() ? "" : ": ", cause));
+    } else if (ev == "straggler") {
+      auto& e = stragglers[fmt::format("rank {} on {} (phase {})", text(r, "rank"), text(r, "host"),
+                                       text(r, "phase"))];
+      ++e.first;
+      straggler_ranks.insert(text(r, "rank"));
+      e.second.insert(step);
+    } else if (ev == "bad_step") {
+      bad.insert(step);
+    } else {
+      other[ev.empty() ? "?" : ev].insert(step);
+    }
+  }
+  for (const auto& r : train)
+    if (!std::isfinite(number(r, "loss")) || !std::isfinite(number(r, "grad_norm")))
+      bad.insert(static_cast<int64_t>(number(r, "step")));
+  restarts.value = restarts.details.empty() ? "none" : fmt::format("{}", restarts.details.size());
+  out.push_back(std::move(restarts));
+  SummaryLine slow{"stragglers",
+                   stragglers.empty() ? "none" : fmt::format("{} rank(s)", straggler_ranks.size()),
+                   {}};
+  for (const auto& [who, e] : stragglers)
+    slow.details.push_back(
+        fmt::format("{}: {} time(s), steps {}", who, e.first, step_list(e.second)));
+  out.push_back(std::move(slow));
+  for (const auto& [ev, steps] : other)
+    out.push_back({ev, fmt::format("{} time(s), steps {}", steps.size(), step_list(steps)), {}});
+  out.push_back({"bad steps",
+                 bad.empty() ? "none" : fmt::format("{} (steps {})", bad.size(), step_list(bad)),
+                 {}});
+}
+
+}  // namespace
+
+double number(const MetricRow& row, const std::string& key) {
+  return num(row, key).value_or(NAN);
+}
+
+std::string text(const MetricRow& row, const std::string& key) {
+  for (const auto& [k, v] : row)
+    if (k == key) {
+      if (const auto* s = std::get_if<std::string>(&v)) return *s;
+      if (const double* d = std::get_if<double>(&v)) return fmt::format("{}", *d);
+    }
+  return "";
+}
+
+void require_run_dir(const std::string& run_dir) {
+  if (!fs::is_directory(run_dir))
+    throw ConfigError(
+        fmt::format("report: {} is not a directory: give a run directory "
+                    "(runs/NAME, or the run's --run-dir)",
+                    run_dir));
+  if (!fs::exists(fs::path(run_dir) / "metrics.jsonl"))
+    throw ConfigError(
+        fmt::format("report: {}/metrics.jsonl is missing: is this a run directory? "
+                    "(it appears once the first step is logged)",
+                    run_dir));
+}
+
+RunConfig read_config(const std::string& run_dir) {
+  RunConfig c;
+  const fs::path path = fs::path(run_dir) / "config.yaml";
+  if (!fs::exists(path)) return c;
+  try {
+    YAML::Node y = YAML::LoadFile(path.string());
+    c.name = y["name"] ? y["name"].as<std::string>() : "";
+    if (y["train"] && y["train"]["steps"]) c.steps = y["train"]["steps"].as<int64_t>();
+    if (const YAML::Node m = y["model"]) {
+      const std::string type = m["type"] ? m["type"].as<std::string>() : "gpt";
+      c.summary =
+          type == "mlp"
+              ? fmt::format("mlp d_model {} seq_len {} vocab {}", m["d_model"].as<int>(),
+                            m["seq_len"].as<int>(), m["vocab_size"].as<int>())
+              : fmt::format("gpt {} layers d_model {} heads {} seq_len {} vocab {}",
+                            m["n_layer"].as<int>(), m["d_model"].as<int>(), m["n_head"].as<int>(),
+                            m["seq_len"].as<int>(), m["vocab_size"].as<int>());
+    }
+    if (const YAML::Node d = y["distributed"])
+      c.summary += fmt::format(" | {} rank(s)", d["nproc"].as<int>() * d["nodes"].as<int>());
+    if (y["device"]) c.summary += fmt::format(" | device {}", y["device"].as<std::string>());
+  } catch (const YAML::Exception& e) {
+    c.summary = fmt::format("(config.yaml unreadable: {})", e.what());
+  }
+  return c;
+}
+
+RunSummary summarize_run(const std::string& run_dir) {
+  require_run_dir(run_dir);
+  const RunConfig cfg = read_config(run_dir);
+  const auto train = read_metrics_jsonl(run_dir, "train");
+  const auto evals = read_metrics_jsonl(run_dir, "eval");
+  const auto events = read_metrics_jsonl(run_dir, "event");
+
+  RunSummary s{cfg.name.empty() ? "?" : cfg.name, cfg.summary, {}};
+  const double last_step = train.empty() ? 0 : number(train.back(), "step");
+  if (cfg.steps > 0)
+    s.lines.push_back({"steps",
+                       fmt::format("{:.0f} / {} ({:.0f}%)", last_step, cfg.steps,
+                                   100.0 * last_step / static_cast<double>(cfg.steps)),
+                       {}});
+  else
+    s.lines.push_back(
+        {"steps", fmt::format("{:.0f} (total unknown: no config.yaml)", last_step), {}});
+  if (train.empty()) {
+    s.lines.push_back({"metrics", "no training rows logged yet", {}});
+    return s;
+  }
+  s.lines.push_back(
+      {"tokens", fmt::format("{:.0f} seen", number(train.back(), "tokens_seen")), {}});
+  add_losses(s.lines, train, evals, last_step);
+  add_speed(s.lines, train, last_step);
+  add_events(s.lines, train, events);
+  return s;
+}
+
+}  // namespace trainrun::report

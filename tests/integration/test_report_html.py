@@ -1,0 +1,61 @@
+"""`trainrun report RUN_DIR --html`: one self-contained page (nothing to fetch, no script) with
+the run's numbers, its events and its curves, rendered by a real browser (Debian's Chromium,
+headless) into a screenshot that shows the plotted lines."""
+import re
+import subprocess
+
+from PIL import Image
+
+from conftest import REPO, TINY, metrics, run, sets
+
+QS = str(REPO / "configs/quickstart.yaml")
+TRAIN_BLUE = (0x1F, 0x77, 0xB4)  # the train-loss line (src/obs/report_html.cpp)
+LR_GREEN = (0x2C, 0xA0, 0x2C)
+
+
+def near(pixel, colour, tol=24):
+    return all(abs(a - b) <= tol for a, b in zip(pixel, colour))
+
+
+def test_html_report_has_the_numbers_and_renders_in_chromium(tmp_path):
+    rd = tmp_path / "r"
+    run([QS, *sets(*TINY, "train.steps=16", "train.eval_every=8", "train.eval_steps=2"),
+         "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": "nan:step=5"}, check=0)
+    p = run(["report", str(rd), "--html"], check=0)
+    page = rd / "report.html"
+    assert str(page) in p.stdout
+    assert (rd / "report.png").exists()  # the PNG is still drawn
+    html = page.read_text()
+
+    # Self-contained: no script, nothing loaded from anywhere.
+    assert "<script" not in html.lower()
+    assert not re.search(r"""\b(src|href)\s*=""", html)
+    assert "url(" not in html and "@import" not in html
+    assert html.count("<svg") == 4
+
+    train, evals = metrics(rd), metrics(rd, "eval")
+    last = train[-1]
+    assert "16 / 16 (100%)" in html
+    assert f"{last['loss']:.4f} at step 16" in html
+    assert f"final {evals[-1]['val_loss']:.4f} (step 16)" in html
+    assert "bad_step" in html  # the events table
+    assert re.search(r"bad steps</td><td>\d+ \(steps 5\b", html)  # the summary, as a table
+
+    shot = tmp_path / "shot.png"
+    b = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                        "--disable-dev-shm-usage", "--hide-scrollbars", "--window-size=1200,1500",
+                        f"--screenshot={shot}", page.as_uri()],
+                       capture_output=True, text=True, timeout=180)
+    assert shot.exists() and shot.stat().st_size > 10_000, b.stderr[-3000:]
+    img = Image.open(shot).convert("RGB")
+    assert img.size == (1200, 1500)
+    pixels = list(img.getdata())
+    assert len(set(pixels)) > 50  # not a blank or single-colour page
+    assert sum(near(px, TRAIN_BLUE) for px in pixels) > 150  # the loss curve was drawn
+    assert sum(near(px, LR_GREEN) for px in pixels) > 150  # and the learning rate
+
+
+def test_html_report_of_a_missing_run_is_a_usage_error(tmp_path):
+    p = run(["report", str(tmp_path / "missing"), "--html"], check=2)
+    assert "missing" in p.stderr
+    assert not (tmp_path / "missing").exists()
