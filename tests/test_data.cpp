@@ -1,5 +1,6 @@
 // Data: shard formats, dataset sources, every DataError, the Markov source and the loader.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -325,6 +326,22 @@ TEST_CASE("each bad input is a DataError (exit 3) naming the file, the problem a
     d.markov_order = 3;
     expect_data_error([&] { open_dataset(d, Split::train, 256, 0); },
                       {"data.markov_order=3", "1 or 2"});
+  }
+}
+
+TEST_CASE("data.text and shards must be regular files: devices, FIFOs, directories are refused") {
+  TempDir tmp;
+  const std::string fifo = tmp / "fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);  // opening it blocking would wait for a writer
+  for (const std::string& path : {std::string("/dev/zero"), fifo, tmp.str()}) {
+    CAPTURE(path);
+    DataConfig d;
+    d.text = path;
+    expect_data_error([&] { open_dataset(d, Split::train, 256, 0); },
+                      {"data.text='" + path + "'", "not a regular file"});
+    if (path != tmp.str())  // a directory of shards is a valid data.train
+      expect_data_error([&] { open_dataset(shards(path), Split::train, 512, 0); },
+                        {path, "not a regular file"});
   }
 }
 

@@ -1,6 +1,9 @@
 // open_dataset: turns data.{train,val,text,synthetic} into a TokenDataset for one split.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <glob.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -185,15 +188,41 @@ std::unique_ptr<TokenDataset> tail_split(std::shared_ptr<const TokenDataset> all
                                  fmt::format("val: last {:g}%", 100 * val_fraction));
 }
 
-// label names the file in messages: "data.text='x.txt'".
+// label names the file in messages: "data.text='x.txt'". The whole file is held in memory, so
+// only a regular file of bounded size is read, and only the size it had when opened (a device
+// such as /dev/zero, a FIFO or a growing log would otherwise be read forever).
+constexpr int64_t kMaxTextBytes = int64_t{4} << 30;
+
 std::vector<uint8_t> read_text(const std::string& path, const std::string& label) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0)
     throw DataError(fmt::format("{}: cannot read the text file ({}); fix the path", label,
                                 std::strerror(errno)));
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
-  if (in.bad()) throw DataError(fmt::format("{}: read error", label));
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    throw DataError(fmt::format("{}: cannot stat the text file ({})", label, std::strerror(errno)));
+  if (!S_ISREG(st.st_mode))
+    throw DataError(fmt::format(
+        "{}: not a regular file (a directory, device or FIFO); point it at a text file", label));
+  if (st.st_size > kMaxTextBytes)
+    throw DataError(fmt::format(
+        "{}: {:.1f} GiB is more than data.text holds in memory ({} GiB); make token shards with "
+        "`trainrun data prepare FILE --out DIR` and set data.train=DIR/train.bin instead",
+        label, static_cast<double>(st.st_size) / (1 << 30), kMaxTextBytes >> 30));
+  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
+  size_t got = 0;
+  while (got < bytes.size()) {
+    const ssize_t r = ::read(fd, bytes.data() + got, bytes.size() - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw DataError(fmt::format("{}: read error ({})", label, std::strerror(errno)));
+    if (r == 0) break;  // shrank while reading: use what is there
+    got += static_cast<size_t>(r);
+  }
+  bytes.resize(got);
   if (bytes.size() < 2) throw DataError(fmt::format("{}: the text file is (nearly) empty", label));
   return bytes;
 }

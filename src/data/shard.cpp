@@ -59,7 +59,8 @@ int width_for_vocab(int64_t vocab_size) {
 }  // namespace
 
 MappedShard::MappedShard(const std::string& path, int vocab_size) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO named by mistake must not wait for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     throw DataError(fmt::format("{}: cannot open token shard ({}); check the path", path,
                                 std::strerror(errno)));
@@ -68,6 +69,13 @@ MappedShard::MappedShard(const std::string& path, int vocab_size) : path_(path) 
     const int err = errno;
     ::close(fd);
     throw DataError(fmt::format("{}: cannot stat token shard ({})", path, std::strerror(err)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw DataError(fmt::format(
+        "{}: not a regular file (a device, FIFO or directory); token shards are files made by "
+        "`trainrun data prepare` or llm.c",
+        path));
   }
   map_len_ = static_cast<size_t>(st.st_size);
   if (map_len_ < 8) {
