@@ -1,12 +1,18 @@
-// The trainer's components, each on its own: the health monitor's decisions and the checkpoint
-// policy.
+// The trainer's components, each on its own: the health monitor's decisions, the checkpoint
+// policy, the step reporter's MFU/ETA math, rows and straggler medians.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "../src/train/checkpoint_policy.h"
 #include "../src/train/health_monitor.h"
+#include "../src/train/step_reporter.h"
+#include "temp_dir.h"
+#include "trainrun/comm.h"
+#include "trainrun/metrics.h"
 
 using namespace trainrun;
 using Action = HealthMonitor::Action;
@@ -19,6 +25,13 @@ FaultToleranceConfig fault_config(int max_bad_steps, int max_rollbacks, double s
   c.max_rollbacks = max_rollbacks;
   c.spike_zscore = spike_zscore;
   return c;
+}
+
+double number(const MetricRow& row, const std::string& key) {
+  for (const auto& [k, v] : row)
+    if (k == key) return std::get<double>(v);
+  FAIL("no field " << key);
+  return NAN;
 }
 
 }  // namespace
@@ -82,4 +95,113 @@ TEST_CASE("checkpoint policy: every N, the last step, and a stop request") {
   CHECK_FALSE(end_only.save_after(3, false));
   CHECK(end_only.save_after(10, false));
   CHECK(end_only.save_after(7, true));
+}
+
+TEST_CASE("step reporter: durations, MFU and ETA") {
+  CHECK(format_duration(42) == "42s");
+  CHECK(format_duration(59.6) == "1m00s");
+  CHECK(format_duration(187) == "3m07s");
+  CHECK(format_duration(3720) == "1h02m");
+  CHECK(format_duration(NAN) == "?");
+  CHECK(format_duration(-1) == "?");
+
+  Throughput tp;
+  tp.flops_per_step = 1e12;
+  tp.peak_gflops = 100;
+  tp.world = 2;
+  tp.tokens_per_step = 1000;
+  CHECK(tp.mfu(5.0) == doctest::Approx(1.0));  // 2e11 FLOP/s of 2 x 100 GFLOP/s
+  CHECK(tp.mfu(10.0) == doctest::Approx(0.5));
+
+  auto comm = make_local_communicator();
+  StepReporterConfig cfg;
+  cfg.total_steps = 20;
+  cfg.log_every = 5;
+  StepReporter r(cfg, tp, *comm);
+  CHECK(r.eta_seconds(10) == 0);  // nothing measured yet
+  r.step_done(2.0);
+  r.step_done(4.0);  // moving average 0.9 x 2 + 0.1 x 4
+  CHECK(r.eta_seconds(10) == doctest::Approx(22.0));
+  CHECK(r.due(1));
+  CHECK(r.due(5));
+  CHECK(r.due(20));
+  CHECK_FALSE(r.due(7));
+
+  StepSummary s;
+  s.loss = 1.25;
+  s.lr = 3e-4;
+  s.grad_norm = 0.5;
+  s.times.total = 10.0;
+  const std::string line = r.progress_line(10, s, r.mfu(s.times.total));
+  CHECK(line ==
+        "step 10/20 | loss 1.2500 | lr 3.00e-04 | norm 0.500 | 100 tok/s | MFU 50.0% | "
+        "10000 ms/step | ETA 22s");
+}
+
+TEST_CASE("step reporter: metrics rows on rank 0") {
+  testing::TempDir dir;
+  auto comm = make_local_communicator();
+  StepReporterConfig cfg;
+  cfg.run_dir = dir.str();
+  cfg.total_steps = 4;
+  cfg.log_every = 2;
+  Throughput tp;
+  tp.flops_per_step = 4e9;
+  tp.peak_gflops = 1;
+  tp.tokens_per_step = 64;
+  StepReporter r(cfg, tp, *comm);
+  r.open_metrics(-1);
+
+  StepSummary s;
+  s.loss = 2.0;
+  s.times.total = 8.0;
+  s.times.comm_total = 1.0;
+  s.times.comm_wait = 0.25;
+  s.tokens_seen = 128;
+  for (int64_t step = 1; step <= 3; ++step) r.report(step, s);
+  r.eval(2, 1.5);
+  r.event(3, "bad_step", {{"loss", 7.0}});
+
+  auto train = read_metrics_jsonl(dir.str(), "train");
+  REQUIRE(train.size() == 3);
+  CHECK(number(train[0], "mfu") == doctest::Approx(0.5));
+  CHECK(number(train[0], "tokens_per_sec") == doctest::Approx(8.0));
+  CHECK(number(train[0], "comm_hidden") == doctest::Approx(0.75));
+  CHECK(number(train[2], "tokens_seen") == 128);
+  auto eval = read_metrics_jsonl(dir.str(), "eval");
+  REQUIRE(eval.size() == 1);
+  CHECK(number(eval[0], "val_loss") == 1.5);
+  REQUIRE(read_metrics_jsonl(dir.str(), "event").size() == 1);
+
+  r.reopen_metrics(2);  // a rollback to step 2 drops the rows past it
+  CHECK(read_metrics_jsonl(dir.str(), "train").size() == 2);
+  CHECK(read_metrics_jsonl(dir.str(), "event").empty());
+}
+
+TEST_CASE("straggler window: medians per named phase, then empty") {
+  StragglerWindow w;
+  CHECK(w.take_medians().step == 0);
+  for (double x : {3.0, 1.0, 2.0}) {
+    StepTimes t;
+    t.total = 10 * x;
+    t.data = x;
+    t.forward = 2 * x;
+    t.backward = 3 * x;
+    t.comm_wait = 4 * x;
+    t.comm_total = 100;  // not a straggler phase: the exposed wait is
+    t.optimizer = 5 * x;
+    w.add(t);
+  }
+  const RankTiming r = w.take_medians();
+  CHECK(r.step == 20.0);
+  for (int p = 0; p < kPhaseCount; ++p) {
+    const std::string name = kPhaseNames[p];
+    const double want = name == "data"       ? 2.0
+                        : name == "forward"  ? 4.0
+                        : name == "backward" ? 6.0
+                        : name == "comm"     ? 8.0
+                                             : 10.0;
+    CHECK_MESSAGE(r.phases[p] == want, name);
+  }
+  CHECK(w.take_medians().step == 0);
 }

@@ -1,0 +1,211 @@
+#include "step_reporter.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
+#include <string_view>
+
+namespace trainrun {
+
+namespace {
+
+// A phase of kPhaseNames as StepTimes holds it. "comm" is the time blocked in collectives, so
+// that a rank's own work is its step time minus it.
+double phase_seconds(const StepTimes& t, std::string_view phase) {
+  if (phase == "data") return t.data;
+  if (phase == "forward") return t.forward;
+  if (phase == "backward") return t.backward;
+  if (phase == "comm") return t.comm_wait;
+  if (phase == "optimizer") return t.optimizer;
+  throw std::logic_error(fmt::format("stragglers: no step time for phase {}", phase));
+}
+
+template <class F>
+double upper_median(const std::vector<StepTimes>& samples, F seconds) {
+  std::vector<double> v;
+  v.reserve(samples.size());
+  for (const StepTimes& s : samples) v.push_back(seconds(s));
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+// One rank's medians on the wire: step, then each phase in kPhaseNames order.
+constexpr int kTimingDoubles = 1 + kPhaseCount;
+constexpr size_t kHostBytes = 64;  // host names are cut to 63 characters
+
+}  // namespace
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+RankTiming StragglerWindow::take_medians() {
+  RankTiming r;
+  if (!samples_.empty()) {
+    r.step = upper_median(samples_, [](const StepTimes& t) { return t.total; });
+    for (int p = 0; p < kPhaseCount; ++p)
+      r.phases[p] = upper_median(
+          samples_, [p](const StepTimes& t) { return phase_seconds(t, kPhaseNames[p]); });
+  }
+  samples_.clear();
+  return r;
+}
+
+StepReporter::StepReporter(StepReporterConfig cfg, Throughput tp, Communicator& comm)
+    : cfg_(std::move(cfg)), tp_(tp), comm_(comm) {
+  char mine[kHostBytes] = {};
+  comm_.host().copy(mine, kHostBytes - 1);
+  std::vector<char> all(kHostBytes * static_cast<size_t>(comm_.size()));
+  comm_.all_gather_bytes(mine, kHostBytes, all.data());
+  for (int r = 0; r < comm_.size(); ++r)
+    hosts_.emplace_back(all.data() + kHostBytes * static_cast<size_t>(r));
+}
+
+StepReporter::~StepReporter() = default;
+
+void StepReporter::open_metrics(int64_t keep_through_step) {
+  if (comm_.rank() == 0) metrics_ = std::make_unique<MetricsLog>(cfg_.run_dir, keep_through_step);
+}
+
+void StepReporter::reopen_metrics(int64_t step) {
+  if (metrics_) metrics_ = std::make_unique<MetricsLog>(cfg_.run_dir, step);
+}
+
+void StepReporter::flush() {
+  if (metrics_) metrics_->flush();
+}
+
+void StepReporter::append(const std::string& kind, const MetricRow& row) {
+  if (!metrics_) return;
+  metrics_->append(kind, row);
+  metrics_->flush();
+}
+
+void StepReporter::event(int64_t step, const std::string& name, const MetricRow& extra) {
+  if (!metrics_) return;
+  MetricRow row = {{"step", double(step)}, {"event", name}};
+  row.insert(row.end(), extra.begin(), extra.end());
+  append("event", row);
+}
+
+void StepReporter::step_done(double seconds) {
+  ema_step_ = ema_step_ == 0 ? seconds : 0.9 * ema_step_ + 0.1 * seconds;
+}
+
+double StepReporter::eta_seconds(int64_t step) const {
+  return ema_step_ * static_cast<double>(cfg_.total_steps - step);
+}
+
+bool StepReporter::due(int64_t step) const {
+  return step % cfg_.log_every == 0 || step == cfg_.total_steps || step == 1;
+}
+
+std::string StepReporter::progress_line(int64_t step, const StepSummary& s, double step_mfu) const {
+  const double secs = s.times.total;
+  return fmt::format(
+      "step {}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.0f} tok/s | MFU {:.1f}% | "
+      "{:.0f} ms/step | ETA {}",
+      step, cfg_.total_steps, s.loss, s.lr, s.grad_norm, tp_.tokens_per_step / secs,
+      100.0 * step_mfu, secs * 1e3, format_duration(eta_seconds(step)));
+}
+
+void StepReporter::report(int64_t step, const StepSummary& s) {
+  const StepTimes& t = s.times;
+  const double step_mfu = mfu(t.total);
+  const double hidden = t.comm_total > 0 ? std::max(0.0, 1.0 - t.comm_wait / t.comm_total) : 0.0;
+  append("train", {{"step", double(step)},
+                   {"loss", s.loss},
+                   {"lr", s.lr},
+                   {"grad_norm", s.grad_norm},
+                   {"tokens_per_sec", static_cast<double>(tp_.tokens_per_step) / t.total},
+                   {"mfu", step_mfu},
+                   {"step_time", t.total},
+                   {"t_data", t.data},
+                   {"t_forward", t.forward},
+                   {"t_backward", t.backward},
+                   {"t_comm", t.comm_total},
+                   {"t_comm_exposed", t.comm_wait},
+                   {"comm_hidden", hidden},
+                   {"t_optimizer", t.optimizer},
+                   {"t_checkpoint", t.checkpoint},
+                   {"tokens_seen", double(s.tokens_seen)}});
+  if (step % cfg_.log_every == 0) check_stragglers(step);
+  if (!cfg_.console) return;
+  const std::string line = progress_line(step, s, step_mfu);
+  if (cfg_.tty) {
+    fmt::print(stderr, "\r\033[K{}", line);
+    std::fflush(stderr);
+  } else {
+    spdlog::info("{}", line);
+  }
+}
+
+void StepReporter::eval(int64_t step, double val_loss) {
+  last_val_loss_ = val_loss;
+  append("eval", {{"step", double(step)}, {"val_loss", val_loss}});
+  if (!cfg_.console) return;
+  if (cfg_.tty) fmt::print(stderr, "\r\033[K");
+  spdlog::info("step {}/{} | val loss {:.4f}", step, cfg_.total_steps, val_loss);
+}
+
+void StepReporter::end_line() {
+  if (cfg_.tty) fmt::print(stderr, "\n");
+}
+
+void StepReporter::summary(int64_t step, double seconds, double final_loss,
+                           double entropy_rate) const {
+  if (!cfg_.console) return;
+  const bool evaluated = std::isfinite(last_val_loss_);
+  spdlog::info("done: {} steps in {} | final train loss {:.4f}{}", step, format_duration(seconds),
+               final_loss, evaluated ? fmt::format(" | val loss {:.4f}", last_val_loss_) : "");
+  if (std::isfinite(entropy_rate))
+    spdlog::info("best possible loss on this data is {:.4f} nats/token: {:.4f} above it",
+                 entropy_rate, (evaluated ? last_val_loss_ : final_loss) - entropy_rate);
+  spdlog::info("run directory: {}", std::filesystem::absolute(cfg_.run_dir).string());
+}
+
+// Every rank's medians over the window are gathered; rank 0 names the ranks whose time outside
+// collectives is well above the others'.
+void StepReporter::check_stragglers(int64_t step) {
+  const RankTiming mine = window_.take_medians();
+  const int world = comm_.size();
+  if (world < 2) return;
+  if (on_collective_) on_collective_(step);
+  double wire[kTimingDoubles] = {mine.step};
+  std::copy(std::begin(mine.phases), std::end(mine.phases), wire + 1);
+  std::vector<double> all(static_cast<size_t>(kTimingDoubles * world));
+  comm_.all_gather_doubles(wire, kTimingDoubles, all.data());
+  if (comm_.rank() != 0) return;
+  std::vector<RankTiming> ranks(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    RankTiming& x = ranks[static_cast<size_t>(r)];
+    const double* w = all.data() + static_cast<size_t>(kTimingDoubles * r);
+    x.rank = r;
+    x.host = hosts_[static_cast<size_t>(r)];
+    x.step = w[0];
+    std::copy(w + 1, w + kTimingDoubles, x.phases);
+  }
+  for (const Straggler& s : find_stragglers(ranks, cfg_.straggler_margin)) {
+    spdlog::warn(
+        "straggler: rank {} on {} takes {:.1f} ms per step outside collectives, {:.0f}% "
+        "above the other ranks' median {:.1f} ms (mostly {})",
+        s.rank, s.host, s.step * 1e3, 100 * (s.step / s.median - 1), s.median * 1e3, s.phase);
+    event(step, "straggler",
+          {{"rank", double(s.rank)},
+           {"host", s.host},
+           {"phase", s.phase},
+           {"step_time", s.step},
+           {"median", s.median}});
+  }
+}
+
+}  // namespace trainrun

@@ -1,0 +1,119 @@
+// StepReporter: what the step loop tells the people watching a run. On rank 0, the rows of
+// RUN_DIR/metrics.{h5,jsonl} (train, eval and event rows) and the console: a progress line with
+// throughput, MFU and ETA, redrawn in place on a terminal. On every rank, every logging.every
+// steps, the straggler check: each rank's median step and phase times are gathered, and rank 0
+// names the ranks well slower than the others. MFU, the ETA and those medians are computed here
+// and nowhere else.
+//
+// Thread safety: none; the step loop's thread only. Collectives: the constructor, and report()
+// on steps that are multiples of logging.every; every rank makes the same calls.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "step_times.h"
+#include "trainrun/comm.h"
+#include "trainrun/metrics.h"
+#include "trainrun/stragglers.h"
+
+namespace trainrun {
+
+struct StepReporterConfig {
+  std::string run_dir;
+  int64_t total_steps = 0;
+  int64_t log_every = 1;
+  double straggler_margin = 0.2;
+  bool console = false;  // this rank prints progress (rank 0)
+  bool tty = false;      // ... onto a terminal, where the progress line redraws in place
+};
+
+// What MFU and tokens/s are measured against.
+struct Throughput {
+  double flops_per_step = 0;  // model FLOPs of one optimizer step over all ranks
+  double peak_gflops = 0;     // one rank's measured sgemm peak
+  int world = 1;
+  int64_t tokens_per_step = 0;  // predicted tokens of one optimizer step over all ranks
+  // Model FLOPs utilisation of a step that took `seconds`, as a fraction of all ranks' peak.
+  double mfu(double seconds) const {
+    return flops_per_step / seconds / (peak_gflops * 1e9 * world);
+  }
+};
+
+// One optimizer step as reported: its agreed loss and norm, and where its time went.
+struct StepSummary {
+  double loss = 0, lr = 0, grad_norm = 0;
+  StepTimes times;
+  int64_t tokens_seen = 0;
+};
+
+// Seconds as "1h02m", "3m07s" or "42s"; "?" when not finite or negative.
+std::string format_duration(double seconds);
+
+// This rank's steps since the last straggler check, reduced to medians per phase.
+class StragglerWindow {
+ public:
+  void add(const StepTimes& t) { samples_.push_back(t); }
+  // The upper median of each of step, data, forward, backward, comm (waiting) and optimizer
+  // time over the window (zeros when it is empty); then empties the window.
+  RankTiming take_medians();
+
+ private:
+  std::vector<StepTimes> samples_;
+};
+
+class StepReporter {
+ public:
+  // Collective: gathers every rank's host name for the straggler warnings.
+  StepReporter(StepReporterConfig cfg, Throughput tp, Communicator& comm);
+  ~StepReporter();
+  StepReporter(const StepReporter&) = delete;
+  StepReporter& operator=(const StepReporter&) = delete;
+
+  // Rank 0 (no-op elsewhere): opens the metrics files; keep_through_step as MetricsLog's.
+  void open_metrics(int64_t keep_through_step);
+  // After a rollback to `step`: drops the rows past it, when the files are open.
+  void reopen_metrics(int64_t step);
+  void flush();  // every row so far readable by another process (before a checkpoint, say)
+  void event(int64_t step, const std::string& name, const MetricRow& extra = {});
+  // Runs just before the straggler check's collective (the watchdog marks it as such).
+  void on_collective(std::function<void(int64_t step)> fn) { on_collective_ = std::move(fn); }
+
+  // Every step that ran, bad or not: its times as the straggler check counts them.
+  void record(const StepTimes& sample) { window_.add(sample); }
+  // Every step that counts (not one undone by a rollback): its time feeds the ETA.
+  void step_done(double seconds);
+  bool due(int64_t step) const;  // whether report() wants this step
+  void report(int64_t step, const StepSummary& s);
+  void eval(int64_t step, double val_loss);
+  // Ends the console's redrawn line, before other output follows it.
+  void end_line();
+  // The console's closing lines of a run that finished (rank 0).
+  void summary(int64_t step, double seconds, double final_loss, double entropy_rate) const;
+
+  const Throughput& throughput() const { return tp_; }
+  double mfu(double seconds) const { return tp_.mfu(seconds); }
+  double eta_seconds(int64_t step) const;
+  // The console's line for a reported step whose MFU is `step_mfu`.
+  std::string progress_line(int64_t step, const StepSummary& s, double step_mfu) const;
+
+ private:
+  void append(const std::string& kind, const MetricRow& row);
+  void check_stragglers(int64_t step);
+
+  StepReporterConfig cfg_;
+  Throughput tp_;
+  Communicator& comm_;
+  std::vector<std::string> hosts_;
+  std::unique_ptr<MetricsLog> metrics_;  // rank 0 only
+  std::function<void(int64_t)> on_collective_;
+  StragglerWindow window_;
+  double ema_step_ = 0;  // seconds per step, for the ETA
+  double last_val_loss_ = NAN;
+};
+
+}  // namespace trainrun
