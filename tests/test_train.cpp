@@ -1,5 +1,7 @@
 // The trainer's components, each on its own: the health monitor's decisions, the checkpoint
-// policy, the step reporter's MFU/ETA math, rows and straggler medians.
+// policy, the step reporter's MFU/ETA math, rows and straggler medians, and the data-parallel
+// strategies on a one-rank communicator (tests/test_comm_mpi.cpp and the integration tests cover
+// several ranks).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -8,9 +10,11 @@
 #include <vector>
 
 #include "../src/train/checkpoint_policy.h"
+#include "../src/train/data_parallel.h"
 #include "../src/train/health_monitor.h"
 #include "../src/train/step_reporter.h"
 #include "temp_dir.h"
+#include "trainrun/backend.h"
 #include "trainrun/comm.h"
 #include "trainrun/metrics.h"
 
@@ -204,4 +208,94 @@ TEST_CASE("straggler window: medians per named phase, then empty") {
     CHECK_MESSAGE(r.phases[p] == want, name);
   }
   CHECK(w.take_medians().step == 0);
+}
+
+namespace {
+
+// A small parameter store with a decayed matrix and an undecayed bias, known gradients.
+struct Params {
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  ParamStore ps{*be};
+  Params() {
+    ps.declare("w", {3, 4}, Init::normal, 0.5f, true);
+    ps.declare("b", {4}, Init::zeros, 0.0f, false);
+    ps.allocate();
+    ps.initialize(7);
+    float* g = ps.grads().as<float>();
+    for (int64_t i = 0; i < ps.numel(); ++i) g[i] = 0.1f * static_cast<float>(i - 7);
+  }
+  std::vector<float> values(const Tensor& t) const {
+    const float* p = t.as<float>();
+    return std::vector<float>(p, p + t.numel());
+  }
+  double grad_norm() const {
+    double s = 0;
+    for (float g : values(ps.grads())) s += double(g) * g;
+    return std::sqrt(s);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("data parallel on one rank: DDP and ZeRO-1 agree with plain AdamW") {
+  auto comm = make_local_communicator();
+  for (bool zero : {false, true}) {
+    CAPTURE(zero);
+    OptimizerConfig cfg;
+    cfg.grad_clip = 0.5;  // below the gradients' norm: the update is clipped
+    Params a, ref;
+    auto dp = DataParallel::make(zero, *comm, *comm, a.ps, cfg, nullptr);
+    CHECK(dp->shard().begin == 0);
+    CHECK(dp->shard().end == a.ps.numel());
+    CHECK_FALSE(static_cast<bool>(dp->grad_ready_hook()));  // one rank: nothing to overlap
+
+    StepTimes t;
+    dp->broadcast_params();
+    dp->reduce_grads(t);
+    const StepStats s = dp->reduce_stats(2.5, true, t);
+    CHECK(s.loss == 2.5);
+    CHECK(s.stop);
+    CHECK(s.grad_norm == doctest::Approx(a.grad_norm()));
+    REQUIRE(s.grad_norm > cfg.grad_clip);
+    dp->update(1e-2, 1, s.grad_norm, t);
+    CHECK(t.comm_wait == 0);  // no collective ran
+
+    AdamW opt(ref.ps, cfg, Shard{0, ref.ps.numel()});
+    ref.be->scale(ref.ps.grads(), cfg.grad_clip / (s.grad_norm + 1e-6));
+    opt.step(1e-2, 1);
+    CHECK(a.values(a.ps.params()) == ref.values(ref.ps.params()));
+    Params untouched;
+    CHECK(a.values(a.ps.params()) != untouched.values(untouched.ps.params()));
+
+    CheckpointData ck;
+    dp->gather_optimizer_state(&ck);
+    CHECK(ck.adam_m == ref.values(opt.m()));
+    CHECK(ck.adam_v == ref.values(opt.v()));
+
+    // The moments go back into a fresh strategy, and out again unchanged.
+    Params b;
+    auto restored = DataParallel::make(zero, *comm, *comm, b.ps, cfg, nullptr);
+    restored->restore_optimizer_state(ck);
+    CheckpointData again;
+    restored->gather_optimizer_state(&again);
+    CHECK(again.adam_m == ck.adam_m);
+    CHECK(again.adam_v == ck.adam_v);
+  }
+}
+
+TEST_CASE("data parallel: no clipping below the limit, none when it is off") {
+  auto comm = make_local_communicator();
+  for (double clip : {0.0, 100.0}) {
+    OptimizerConfig cfg;
+    cfg.grad_clip = clip;
+    Params a, ref;
+    auto dp = DataParallel::make(false, *comm, *comm, a.ps, cfg, nullptr);
+    StepTimes t;
+    const StepStats s = dp->reduce_stats(1.0, false, t);
+    CHECK_FALSE(s.stop);
+    dp->update(1e-2, 1, s.grad_norm, t);
+    AdamW opt(ref.ps, cfg, Shard{0, ref.ps.numel()});
+    opt.step(1e-2, 1);
+    CHECK(a.values(a.ps.params()) == ref.values(ref.ps.params()));
+  }
 }

@@ -1,0 +1,95 @@
+// DataParallel: how the ranks share one optimizer step over the flat buffers (params.h).
+//   DDP:    every rank sums all gradients (GradSync buckets, overlapping the last backward),
+//           keeps all of AdamW's moments and updates every parameter identically.
+//   ZeRO-1: gradients are reduce-scattered; each rank keeps moments for, and updates, only its
+//           shard_of(n) range of the buffers; then the parameters are all-gathered.
+// Everything that differs between the two lives behind this interface, and the trainer makes
+// the same calls for both: grad_ready_hook (backward) -> reduce_grads -> reduce_stats -> update.
+// The strategy owns the optimizer, so it also moves optimizer state in and out of checkpoints.
+//
+// Collectives: the methods marked so must be called by every rank, in the same order. Device
+// tensors (gradients, parameters) go over `device` (NCCL on CUDA, else the same as `host`); host
+// values over `host`. Thread safety: the step loop's thread only (DDP's communication thread
+// runs between the hook's first call and reduce_grads()). Borrows the communicators, the
+// parameter store and the tracer (which may be null); they must outlive it.
+#pragma once
+
+#include <memory>
+
+#include "step_times.h"
+#include "trainrun/checkpoint.h"
+#include "trainrun/comm.h"
+#include "trainrun/experiment.h"
+#include "trainrun/model.h"
+#include "trainrun/optimizer.h"
+#include "trainrun/params.h"
+#include "trainrun/trace.h"
+
+namespace trainrun {
+
+// A step's values every rank agrees on.
+struct StepStats {
+  double loss = 0;       // mean over ranks (of each rank's mean over its micro-batches)
+  double grad_norm = 0;  // L2 norm of the summed gradient, before clipping
+  bool stop = false;     // some rank had a stop request when the stats were reduced
+};
+
+class DataParallel {
+ public:
+  // ZeRO-1 when `zero`, else DDP.
+  static std::unique_ptr<DataParallel> make(bool zero, Communicator& host, Communicator& device,
+                                            ParamStore& ps, const OptimizerConfig& cfg,
+                                            Tracer* tracer);
+  virtual ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  // The range of the flat buffers this rank's optimizer updates.
+  Shard shard() const { return opt_.shard(); }
+  const AdamW& optimizer() const { return opt_; }
+
+  // Collective: rank 0's parameters to every rank (a fresh run's initial weights).
+  void broadcast_params();
+  // For the backward pass of a step's last micro-batch, which reports every range of the
+  // gradient buffer as it becomes final: starts reducing them at once. Empty when the reduction
+  // waits for reduce_grads(). The same hook serves every step.
+  virtual GradReadyFn grad_ready_hook() = 0;
+  // Collective: completes the sum over ranks of the gradients this rank's optimizer reads.
+  virtual void reduce_grads(StepTimes& t) = 0;
+  // Collective, one small host allreduce (the step's only one): this rank's mean loss, its share
+  // of the squared gradient norm and its stop request, summed into values every rank agrees on.
+  StepStats reduce_stats(double local_loss, bool stop_requested, StepTimes& t);
+  // Clips this rank's gradients to optimizer.grad_clip by `grad_norm`, applies AdamW step
+  // `step` (1-based) to its shard and (collective under ZeRO-1) updates every rank's parameters.
+  void update(double lr, int64_t step, double grad_norm, StepTimes& t);
+
+  // Collective: the full Adam moments into ck->adam_m/adam_v on rank 0, the writing rank; the
+  // other ranks pass null (and under ZeRO-1 send their shards).
+  virtual void gather_optimizer_state(CheckpointData* ck) = 0;
+  // This rank's part of full, gathered moments (as a checkpoint holds them).
+  void restore_optimizer_state(const CheckpointData& ck);
+
+ protected:
+  DataParallel(Communicator& host, Communicator& device, ParamStore& ps, const OptimizerConfig& cfg,
+               Shard shard, Tracer* tracer);
+  // How many ranks hold each gradient element when the squared norms are summed: world under
+  // DDP (identical full copies), 1 under ZeRO-1 (disjoint shards).
+  virtual int copies_per_gradient() const = 0;
+  // After the optimizer step: every rank's parameters up to date.
+  virtual void gather_params(StepTimes& t) = 0;
+  // This rank's shard of the moments, copied to host memory at m and v.
+  void copy_moments(float* m, float* v) const;
+  // Runs a blocking collective, charging it to the step's communication times and the trace.
+  template <class F>
+  void timed(const char* span, StepTimes& t, F&& collective);
+  void trace(const char* span, double t0, double t1);
+
+  Communicator& host_;
+  Communicator& device_;
+  ParamStore& ps_;
+  Tracer* tracer_;
+  double grad_clip_;
+  AdamW opt_;
+};
+
+}  // namespace trainrun

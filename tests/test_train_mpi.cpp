@@ -1,0 +1,129 @@
+// The data-parallel strategies across real MPI ranks: run under `mpirun -np 2` (tests/meson.build
+// does). DDP and ZeRO-1 must train alike (to rounding: ZeRO-1 sums the norm and runs AdamW's loop
+// over other ranges), every rank must end with the same parameters, and the optimizer state
+// gathered for a snapshot must reach the writing rank whole and nowhere else. A plain main, as
+// tests/test_comm_mpi.cpp, so every rank takes part in every collective and agrees on the verdict.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "../src/train/data_parallel.h"
+#include "trainrun/backend.h"
+#include "trainrun/comm.h"
+
+using namespace trainrun;
+
+namespace {
+
+int g_failed = 0, g_passed = 0;
+
+void check(bool ok, int rank, const std::string& what) {
+  if (ok) {
+    ++g_passed;
+    return;
+  }
+  ++g_failed;
+  std::fprintf(stderr, "train-mpi: rank %d FAILED: %s\n", rank, what.c_str());
+}
+
+std::vector<float> host(const Tensor& t) {
+  const float* p = t.as<float>();
+  return std::vector<float>(p, p + t.numel());
+}
+
+struct Result {
+  std::vector<float> params;
+  CheckpointData ck;        // filled on rank 0
+  std::vector<float> m, v;  // the moments, all-gathered independently of the strategy
+  StepStats stats;
+};
+
+std::vector<float> all_gathered(Communicator& comm, const Tensor& mine, Shard s, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n), 0.0f);
+  const std::vector<float> shard = host(mine);
+  std::copy(shard.begin(), shard.end(), out.begin() + s.begin);
+  comm.all_gather(Tensor(out.data(), DType::f32, Device::cpu, {n}));
+  return out;
+}
+
+bool close(const std::vector<float>& a, const std::vector<float>& b) {
+  bool ok = a.size() == b.size();
+  for (size_t i = 0; ok && i < a.size(); ++i)
+    ok = std::fabs(a[i] - b[i]) <= 1e-6f * (1.0f + std::fabs(a[i]));
+  return ok;
+}
+
+// Two steps of one strategy from rank 0's initial weights; gradients differ by rank.
+Result train(bool zero, Communicator& comm) {
+  auto be = make_cpu_backend();
+  ParamStore ps(*be);
+  ps.declare("w", {5, 7}, Init::normal, 0.5f, true);  // 37 elements: uneven shards
+  ps.declare("b", {2}, Init::zeros, 0.0f, false);
+  ps.allocate();
+  ps.initialize(comm.rank() == 0 ? 11 : 99);  // only rank 0's weights may survive
+  OptimizerConfig cfg;
+  cfg.grad_clip = 0;
+  auto dp = DataParallel::make(zero, comm, comm, ps, cfg, nullptr);
+  dp->broadcast_params();
+  Result r;
+  for (int64_t step = 1; step <= 2; ++step) {
+    float* g = ps.grads().as<float>();
+    for (int64_t i = 0; i < ps.numel(); ++i)
+      g[i] = 0.01f * static_cast<float>((i % 5) - 2 + comm.rank() + step);
+    StepTimes t;
+    if (auto ready = dp->grad_ready_hook()) ready(0, ps.numel());  // as backward reports ranges
+    dp->reduce_grads(t);
+    r.stats = dp->reduce_stats(1.0 + comm.rank(), comm.rank() == 1, t);
+    dp->update(1e-2, step, r.stats.grad_norm, t);
+  }
+  r.params = host(ps.params());
+  dp->gather_optimizer_state(comm.rank() == 0 ? &r.ck : nullptr);
+  r.m = all_gathered(comm, dp->optimizer().m(), dp->shard(), ps.numel());
+  r.v = all_gathered(comm, dp->optimizer().v(), dp->shard(), ps.numel());
+  return r;
+}
+
+}  // namespace
+
+int main() {
+  auto comm = make_mpi_communicator();
+  const int rank = comm->rank();
+  const Result ddp = train(false, *comm), zero = train(true, *comm);
+  check(ddp.stats.loss == 1.5 && zero.stats.loss == 1.5, rank, "loss is the mean over ranks");
+  check(ddp.stats.stop && zero.stats.stop, rank, "rank 1's stop request reaches every rank");
+  // The last step's gradients, summed over the ranks as the strategies must.
+  double sq = 0;
+  for (int64_t i = 0; i < 37; ++i) {
+    float g = 0;
+    for (int r = 0; r < comm->size(); ++r) g += 0.01f * static_cast<float>((i % 5) - 2 + r + 2);
+    sq += double(g) * g;
+  }
+  for (const Result* x : {&ddp, &zero})
+    check(std::fabs(x->stats.grad_norm - std::sqrt(sq)) <= 1e-6 * std::sqrt(sq), rank,
+          "the global gradient norm counts every element once");
+  check(close(ddp.params, zero.params), rank, "ZeRO-1 parameters equal DDP's (to rounding)");
+  if (rank == 0) {
+    check(ddp.ck.adam_m == ddp.m && ddp.ck.adam_v == ddp.v, rank, "DDP snapshot: rank 0's moments");
+    check(zero.ck.adam_m == zero.m && zero.ck.adam_v == zero.v, rank,
+          "ZeRO-1 snapshot: every rank's shard of the moments, gathered on rank 0");
+    check(close(zero.ck.adam_m, ddp.ck.adam_m) && close(zero.ck.adam_v, ddp.ck.adam_v), rank,
+          "ZeRO-1 moments equal DDP's (to rounding)");
+  } else {
+    check(ddp.ck.adam_m.empty() && zero.ck.adam_m.empty(), rank,
+          "only the writing rank holds a snapshot");
+  }
+  std::vector<float> all(ddp.params.size() * static_cast<size_t>(comm->size()));
+  comm->all_gather_bytes(ddp.params.data(), ddp.params.size() * sizeof(float), all.data());
+  bool same = true;
+  for (size_t i = 0; i < all.size(); ++i) same &= all[i] == ddp.params[i % ddp.params.size()];
+  check(same, rank, "every rank ends with the same parameters");
+
+  double counts[2] = {static_cast<double>(g_passed), static_cast<double>(g_failed)};
+  comm->allreduce_sum(Tensor(counts, DType::f64, Device::cpu, {2}));
+  if (rank == 0)
+    std::printf("train-mpi: %d ranks, %.0f passed, %.0f failed\n", comm->size(), counts[0],
+                counts[1]);
+  return counts[1] == 0 ? 0 : 1;
+}
