@@ -1,5 +1,6 @@
-// Trainer: runs one experiment on this rank: wires communicator, backend, model, optimizer,
-// data loader, checkpointer and metrics together and drives the step loop.
+// Trainer: runs one experiment on this rank: wires communicator, backend, model, data loader and
+// the step loop's components (src/train/: data-parallel strategy, health monitor, step reporter,
+// checkpoint policy) together and drives the step loop.
 #pragma once
 
 #include <string>

@@ -1,15 +1,10 @@
 #include "grad_sync.h"
 
-#include <chrono>
 #include <utility>
 
-namespace trainrun {
+#include "trainrun/clock.h"
 
-namespace {
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
+namespace trainrun {
 
 GradSync::GradSync(Communicator& comm, Tensor grads, int64_t bucket_elems)
     : comm_(comm),
