@@ -528,3 +528,13 @@ TEST_CASE("a config that expands past its size or depth bound is refused, not wa
   CHECK(msg.find("--set launcher.mpirun_args=") != std::string::npos);
   CHECK(msg.find("nested more than") != std::string::npos);
 }
+
+TEST_CASE(
+    "validate refuses what open_dataset would: markov order above 2, bytes over a small vocab") {
+  std::string msg = error_of(kMinimal, {"data.markov_order=3"});
+  CHECK(msg.find("data.markov_order") != std::string::npos);
+  msg = error_of("data:\n  text: some.txt\nmodel:\n  vocab_size: 100\n");
+  CHECK(msg.find("exp.yaml:4:15: data.text is byte-tokenized (256 symbols) but "
+                 "model.vocab_size is 100") != std::string::npos);
+  CHECK_NOTHROW(parse("data:\n  text: some.txt\nmodel:\n  vocab_size: 256\n"));
+}

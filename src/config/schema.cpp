@@ -65,7 +65,7 @@ std::vector<Field> make_schema() {
        .description = "data.text / data.synthetic: tail fraction held out for evaluation",
        .resumable = kFixed, .min = 0, .max = 1, .max_open = true},
       {KEY(data, markov_order), .description = "data.synthetic markov: order of the chain",
-       .resumable = kFixed, .min = 1, .max = 8},
+       .resumable = kFixed, .min = 1, .max = 2},
       {KEY(data, synthetic_tokens), .description = "data.synthetic: length of the stream",
        .resumable = kFixed, .min = 2},
 

@@ -78,6 +78,15 @@ void synthetic_fits_a_sequence(const Experiment& e, int, Fail& out) {
   }
 }
 
+void text_fits_vocab(const Experiment& e, int, Fail& out) {
+  if (!e.data.text.empty() && e.model.vocab_size < 256) {
+    fail(out, {"model.vocab_size", "data.text"},
+         fmt::format("data.text is byte-tokenized (256 symbols) but model.vocab_size is {}: set "
+                     "model.vocab_size >= 256",
+                     e.model.vocab_size));
+  }
+}
+
 void batch_splits_over_ranks(const Experiment& e, int world, Fail& out) {
   const auto& t = e.train;
   if (world < 1) return;  // nproc or nodes out of range: reported on their own
@@ -139,6 +148,7 @@ const Rule kRules[] = {
     {"`data.synthetic`: the training part of `data.synthetic_tokens` holds at least "
      "`model.seq_len` + 1 tokens",
      synthetic_fits_a_sequence},
+    {"`data.text` (bytes): `model.vocab_size` >= 256", text_fits_vocab},
 };
 
 }  // namespace
