@@ -538,3 +538,16 @@ TEST_CASE(
                  "model.vocab_size is 100") != std::string::npos);
   CHECK_NOTHROW(parse("data:\n  text: some.txt\nmodel:\n  vocab_size: 256\n"));
 }
+
+TEST_CASE("sizes that would overflow int64 arithmetic are refused up front (exit 2)") {
+  std::string msg =
+      error_of(kMinimal, {"model.vocab_size=2147483647", "model.d_model=65536", "model.n_head=1"});
+  CHECK(msg.find("the token embedding (vocab_size x d_model) would hold 1.41e+14 elements") !=
+        std::string::npos);
+  msg = error_of(kMinimal, {"model.seq_len=1000000000", "data.synthetic_tokens=2000000002"});
+  CHECK(msg.find("attention scores") != std::string::npos);
+  msg = error_of(kMinimal, {"model.type=mlp", "model.hidden=[100000000, 100000000]"});
+  CHECK(msg.find("MLP hidden layer weight") != std::string::npos);
+  CHECK_NOTHROW(parse(kMinimal, {"model.vocab_size=50304", "model.d_model=768", "model.n_head=12",
+                                 "model.seq_len=1024"}));
+}

@@ -87,6 +87,41 @@ void text_fits_vocab(const Experiment& e, int, Fail& out) {
   }
 }
 
+// Sizes are computed in int64 everywhere (parameters, arena offsets, plan bytes). Bounding each
+// tensor's element count here, in double, keeps every such product and sum far from overflow;
+// 2^46 elements (256 TiB in fp32) is beyond any machine, so no real run is refused.
+constexpr double kMaxTensorElements = 70368744177664.0;  // 2^46
+
+void sizes_fit(const Experiment& e, int, Fail& out) {
+  const auto& m = e.model;
+  const double B = e.train.batch_size, T = m.seq_len, V = m.vocab_size, C = m.d_model;
+  struct Tensor {
+    const char* what;
+    double elements;
+  };
+  std::vector<Tensor> tensors = {{"token embedding (vocab_size x d_model)", V * C},
+                                 {"logits (batch_size x seq_len x vocab_size)", B * T * V}};
+  if (m.type == "gpt") {
+    tensors.push_back({"attention scores (batch_size x n_head x seq_len^2)", B * m.n_head * T * T});
+    tensors.push_back({"MLP weight (4 d_model x d_model)", 4 * C * C});
+  } else {
+    double in = T * C;
+    for (int h : m.hidden) {
+      tensors.push_back({"MLP hidden layer weight", in * h});
+      in = h;
+    }
+  }
+  for (const auto& t : tensors) {
+    if (t.elements > kMaxTensorElements) {
+      fail(out, {"model.vocab_size", "model.d_model", "model.seq_len", "train.batch_size"},
+           fmt::format("the {} would hold {:.3g} elements, more than any machine holds (limit "
+                       "2^46): shrink the model or the batch",
+                       t.what, t.elements));
+      return;
+    }
+  }
+}
+
 void batch_splits_over_ranks(const Experiment& e, int world, Fail& out) {
   const auto& t = e.train;
   if (world < 1) return;  // nproc or nodes out of range: reported on their own
@@ -149,6 +184,7 @@ const Rule kRules[] = {
      "`model.seq_len` + 1 tokens",
      synthetic_fits_a_sequence},
     {"`data.text` (bytes): `model.vocab_size` >= 256", text_fits_vocab},
+    {"no tensor (embedding, logits, attention scores, weights) above 2^46 elements", sizes_fit},
 };
 
 }  // namespace
