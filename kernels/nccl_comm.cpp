@@ -8,10 +8,11 @@
 // they happen; the i* calls return a Request whose wait() orders the default stream after the
 // collective and waits for it on the host, and whose test() polls the event.
 //
-// Uneven shards: reduce_scatter_sum and all_gather use shard_of(n) ranges [r*n/w, (r+1)*n/w)
-// (comm.h). When w divides n they are single in-place ncclReduceScatter / ncclAllGather calls;
-// otherwise they are a group of one ncclReduce (resp. ncclBroadcast) per rank, each rooted at the
-// rank that owns the range: same bytes on the wire up to the ring's efficiency, no padding copy.
+// Uneven shards: reduce_scatter_sum and all_gather use the ranges [r*n/w, (r+1)*n/w) of
+// trainrun/shard.h, the formula every other communicator uses. When w divides n they are single
+// in-place ncclReduceScatter / ncclAllGather calls; otherwise they are a group of one ncclReduce
+// (resp. ncclBroadcast) per rank, each rooted at the rank that owns the range: same bytes on the
+// wire up to the ring's efficiency, no padding copy.
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <unistd.h>
@@ -27,6 +28,7 @@
 #include "plugin_api.h"
 #include "trainrun/comm.h"
 #include "trainrun/errors.h"
+#include "trainrun/shard.h"
 
 namespace trainrun::cuda {
 namespace {
@@ -54,14 +56,6 @@ ncclDataType_t nccl_type(DType dt) {
       return ncclInt32;
   }
   return ncclFloat32;
-}
-
-// The same formula as comm.h's shard_of (kept private: the plugin does not link src/comm).
-struct Range {
-  int64_t begin, end;
-};
-Range shard(int64_t n, int world, int rank) {
-  return {rank * n / world, (rank + 1) * n / world};
 }
 
 class Event {
@@ -154,7 +148,7 @@ class NcclCommunicator final : public Communicator {
       }
       nccl_check(ncclGroupStart(), "ncclGroupStart");
       for (int r = 0; r < size_; ++r) {
-        const Range s = shard(n, size_, r);
+        const Shard s = shard_split(n, size_, r);
         if (s.end == s.begin) continue;
         char* p = base + s.begin * es;
         nccl_check(
@@ -180,7 +174,7 @@ class NcclCommunicator final : public Communicator {
       }
       nccl_check(ncclGroupStart(), "ncclGroupStart");
       for (int r = 0; r < size_; ++r) {
-        const Range s = shard(n, size_, r);
+        const Shard s = shard_split(n, size_, r);
         if (s.end == s.begin) continue;
         char* p = base + s.begin * es;
         nccl_check(ncclBroadcast(p, p, static_cast<size_t>(s.end - s.begin), t, r, comm_, stream_),

@@ -8,16 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "trainrun/shard.h"  // Shard, shard_of
 #include "trainrun/tensor.h"
 
 namespace trainrun {
-
-// Shard r of n elements over w ranks: [r*n/w, (r+1)*n/w). Works when w does not divide n.
-struct Shard {
-  int64_t begin, end;
-  int64_t size() const { return end - begin; }
-};
-Shard shard_of(int64_t n, int world, int rank);
 
 class Communicator {
  public:

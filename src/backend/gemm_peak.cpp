@@ -6,10 +6,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <stdexcept>
 
 #include "trainrun/backend.h"
+#include "trainrun/clock.h"
 
 namespace trainrun {
 
@@ -31,13 +31,12 @@ double measure_gemm_peak_gflops(Backend& be, int size) {
     be.matmul(C, A, B, Tensor());
     be.synchronize();
     const double flop = 2.0 * static_cast<double>(n) * n * n;
-    using clock = std::chrono::steady_clock;
-    const auto until = clock::now() + std::chrono::milliseconds(250);
-    for (int it = 0; it < 3 || clock::now() < until; ++it) {
-      const auto t0 = clock::now();
+    const double until = now() + 0.25;
+    for (int it = 0; it < 3 || now() < until; ++it) {
+      const double t0 = now();
       be.matmul(C, A, B, Tensor());
       be.synchronize();
-      const double s = std::chrono::duration<double>(clock::now() - t0).count();
+      const double s = now() - t0;
       best = std::max(best, flop / s * 1e-9);
     }
   } catch (...) {

@@ -1,0 +1,82 @@
+// The core helpers that host code and CUDA kernels share from one definition: bf16 rounding
+// (bf16.h), the shard split (shard.h), the dropout mask (dropout_mask.h), and the one clock.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+
+#include "trainrun/bf16.h"
+#include "trainrun/clock.h"
+#include "trainrun/dropout_mask.h"
+#include "trainrun/shard.h"
+
+using namespace trainrun;
+
+TEST_CASE("bf16 rounds to nearest, ties to even, and keeps NaN a NaN") {
+  CHECK(bf16_from_f32(1.0f) == 0x3f80);
+  CHECK(bf16_to_f32(0x3f80) == 1.0f);
+  // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties go to the even mantissa (1.0).
+  CHECK(bf16_from_f32(1.0f + 0x1p-8f) == 0x3f80);
+  // 1 + 3 * 2^-8 is halfway between 1 + 2^-7 (odd) and 1 + 2^-6 (even): up.
+  CHECK(bf16_from_f32(1.0f + 3 * 0x1p-8f) == 0x3f82);
+  // Just above halfway rounds up.
+  CHECK(bf16_from_f32(1.0f + 0x1p-8f + 0x1p-20f) == 0x3f81);
+  CHECK(bf16_from_f32(-2.5f) == 0xc020);
+  CHECK(std::isnan(round_to_bf16(std::numeric_limits<float>::quiet_NaN())));
+  // A NaN whose payload sits only in the low bits must not round into Inf.
+  CHECK(std::isnan(bf16_to_f32(bf16_from_f32(f32_from_bits(0x7f800001u)))));
+  CHECK(std::isinf(round_to_bf16(std::numeric_limits<float>::infinity())));
+  // The largest finite f32 rounds up to Inf, as the hardware conversion does.
+  CHECK(std::isinf(round_to_bf16(std::numeric_limits<float>::max())));
+  for (float x : {0.1f, -3.14159f, 1e-30f, 65504.0f})
+    CHECK(std::fabs(round_to_bf16(x) - x) <= std::fabs(x) * 0x1p-8f);
+}
+
+TEST_CASE("shard_split partitions [0, n) into near-equal contiguous ranges") {
+  static_assert(shard_split(10, 3, 1).begin == 3 && shard_split(10, 3, 1).end == 6);
+  for (int64_t n : {0, 1, 7, 1000, 1001}) {
+    for (int w : {1, 2, 3, 8}) {
+      int64_t next = 0;
+      for (int r = 0; r < w; ++r) {
+        const Shard s = shard_split(n, w, r);
+        CHECK(s.begin == next);
+        CHECK(s.size() >= n / w);
+        CHECK(s.size() <= n / w + 1);
+        CHECK(shard_of(n, w, r).begin == s.begin);
+        next = s.end;
+      }
+      CHECK(next == n);
+    }
+  }
+  CHECK_THROWS_AS(shard_of(10, 2, 2), std::invalid_argument);
+  CHECK_THROWS_AS(shard_of(-1, 2, 0), std::invalid_argument);
+}
+
+TEST_CASE("the dropout mask is a pure function of (seed, index) keeping about 1 - p") {
+  const DropoutMask a = DropoutMask::make(42, 0.25f), b = DropoutMask::make(42, 0.25f);
+  const DropoutMask other = DropoutMask::make(43, 0.25f);
+  int kept = 0, same = 0;
+  constexpr int kN = 100000;
+  for (int i = 0; i < kN; ++i) {
+    kept += a.keeps(i);
+    CHECK(a.keeps(i) == b.keeps(i));
+    same += a.keeps(i) == other.keeps(i);
+  }
+  CHECK(kept == doctest::Approx(0.75 * kN).epsilon(0.01));
+  CHECK(same < 0.7 * kN);  // independent masks agree on ~0.75^2 + 0.25^2 = 62.5%
+  const DropoutMask none = DropoutMask::make(7, 0.0f);
+  for (int i = 0; i < 1000; ++i) CHECK(none.keeps(i));
+  CHECK(dropout_scale(0.2f) == doctest::Approx(1.25));
+  // The hash itself (splitmix64's finaliser twice) is part of the checkpoint-resume contract:
+  // these bits must not change, or a resumed run would draw other masks.
+  CHECK(DropoutMask::make(1, 0.5f).key == mix64(1));
+  CHECK(DropoutMask::make(1, 0.5f).thresh == 1u << 23);
+}
+
+TEST_CASE("now() is a monotonic clock in seconds") {
+  const double a = now(), b = now();
+  CHECK(b >= a);
+  CHECK(a > 0);
+}
