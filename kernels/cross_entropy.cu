@@ -4,7 +4,8 @@
 // lse = max + log(sum) in one read of the row; loss = lse - x[target]. The backward recomputes
 // softmax as exp(x - lse) and overwrites dlogits = (softmax - onehot) * scale; each element is
 // read before the same thread writes it, so dlogits may alias logits (no second [N,V] buffer).
-// A target outside [0, V) yields a NaN loss (and a NaN row backward) rather than a wild read.
+// A target outside [0, V) yields a NaN loss (and a NaN row backward) rather than a wild read, and
+// its row is flagged (launch.h) so the backend raises the same DataError as the CPU.
 #include <cmath>
 
 #include "common.cuh"
@@ -32,7 +33,7 @@ __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
 template <class T, class S>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_forward_kernel(S* losses, S* lse, const T* logits, const int32_t* targets,
-                                 int64_t V) {
+                                 int64_t V, unsigned long long* bad_id) {
   __shared__ float sm[kThreads / 32], ss[kThreads / 32];
   const int64_t n = blockIdx.x;
   const T* x = logits + n * V;
@@ -62,21 +63,24 @@ __global__ void __launch_bounds__(kThreads)
     for (int w = 1; w < kThreads / 32; ++w) merge(M, Ssum, sm[w], ss[w]);
     const float l = M + logf(Ssum);
     const int64_t tgt = targets[n];
+    const bool ok = tgt >= 0 && tgt < V;
+    if (!ok) atomicMin(bad_id, static_cast<unsigned long long>(n));
     lse[n] = from_f32<S>(l);
-    losses[n] = from_f32<S>(tgt >= 0 && tgt < V ? l - to_f32(x[tgt]) : NAN);
+    losses[n] = from_f32<S>(ok ? l - to_f32(x[tgt]) : NAN);
   }
 }
 
 template <class T, class S>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_backward_kernel(T* dlogits, const T* logits, const S* lse, const int32_t* targets,
-                                  int64_t V, float scale) {
+                                  int64_t V, float scale, unsigned long long* bad_id) {
   const int64_t n = blockIdx.x;
   const T* x = logits + n * V;
   T* d = dlogits + n * V;
   const float l = to_f32(lse[n]);
   const int64_t tgt = targets[n];
   const bool ok = tgt >= 0 && tgt < V;
+  if (!ok && threadIdx.x == 0) atomicMin(bad_id, static_cast<unsigned long long>(n));
   for (int64_t v = threadIdx.x; v < V; v += kThreads) {
     const float p = expf(to_f32(x[v]) - l);
     d[v] = from_f32<T>(ok ? (p - (v == tgt ? 1.0f : 0.0f)) * scale : NAN);
@@ -86,26 +90,29 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void cross_entropy_forward(DType dt, DType st, void* losses, void* lse, const void* logits,
-                           const int32_t* targets, int64_t N, int64_t V) {
+                           const int32_t* targets, int64_t N, int64_t V,
+                           unsigned long long* bad_id) {
   if (N <= 0) return;
   by_dtypes(dt, st, "cross_entropy", [&](auto t, auto s) {
     using T = decltype(t);
     using S = decltype(s);
-    cross_entropy_forward_kernel<T, S><<<static_cast<unsigned>(N), kThreads>>>(
-        static_cast<S*>(losses), static_cast<S*>(lse), static_cast<const T*>(logits), targets, V);
+    cross_entropy_forward_kernel<T, S>
+        <<<static_cast<unsigned>(N), kThreads>>>(static_cast<S*>(losses), static_cast<S*>(lse),
+                                                 static_cast<const T*>(logits), targets, V, bad_id);
   });
   check_launch("cross_entropy_forward");
 }
 
 void cross_entropy_backward(DType dt, DType st, void* dlogits, const void* logits, const void* lse,
-                            const int32_t* targets, int64_t N, int64_t V, float scale) {
+                            const int32_t* targets, int64_t N, int64_t V, float scale,
+                            unsigned long long* bad_id) {
   if (N <= 0) return;
   by_dtypes(dt, st, "cross_entropy_backward", [&](auto t, auto s) {
     using T = decltype(t);
     using S = decltype(s);
     cross_entropy_backward_kernel<T, S><<<static_cast<unsigned>(N), kThreads>>>(
         static_cast<T*>(dlogits), static_cast<const T*>(logits), static_cast<const S*>(lse),
-        targets, V, scale);
+        targets, V, scale, bad_id);
   });
   check_launch("cross_entropy_backward");
 }

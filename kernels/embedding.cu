@@ -1,7 +1,7 @@
 // Embedding lookup and its gradient.
-// Forward: one thread per output element (row n, column c), coalesced along c; an id outside
-// [0, V) writes a NaN row (the data loader rejects such tokens earlier with a DataError; NaN makes
-// a slip visible in the loss instead of reading out of bounds).
+// Forward: one thread per output element (row n, column c), coalesced along c. An id outside
+// [0, V) writes a NaN row instead of reading out of bounds, and its position is flagged
+// (launch.h) so the backend raises the same DataError as the CPU.
 // Backward: dtable[ids[n], c] += dout[n, c] with fp32 atomicAdd, f32 only. Rows that share a
 // token add in an unspecified order, so the result can differ in the last bits from run to run
 // (everything else in this plugin is deterministic). A sort-by-token pass would fix that; it is
@@ -16,51 +16,60 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// True when id is a row of the table; otherwise the row's first column flags position n.
+__device__ __forceinline__ bool valid_id(int64_t id, int64_t V, int64_t n, int64_t c,
+                                         unsigned long long* bad_id) {
+  if (id >= 0 && id < V) return true;
+  if (c == 0) atomicMin(bad_id, static_cast<unsigned long long>(n));
+  return false;
+}
+
 template <class T>
 __global__ void embedding_forward_kernel(T* out, const int32_t* ids, const T* table, int64_t N,
-                                         int64_t C, int64_t V) {
+                                         int64_t C, int64_t V, unsigned long long* bad_id) {
   const int64_t total = N * C;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t n = i / C, c = i % C;
     const int64_t id = ids[n];
-    out[i] = (id >= 0 && id < V) ? table[id * C + c] : from_f32<T>(NAN);
+    out[i] = valid_id(id, V, n, c, bad_id) ? table[id * C + c] : from_f32<T>(NAN);
   }
 }
 
 __global__ void embedding_backward_kernel(float* dtable, const float* dout, const int32_t* ids,
-                                          int64_t N, int64_t C, int64_t V) {
+                                          int64_t N, int64_t C, int64_t V,
+                                          unsigned long long* bad_id) {
   const int64_t total = N * C;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t n = i / C, c = i % C;
     const int64_t id = ids[n];
-    if (id >= 0 && id < V) atomicAdd(dtable + id * C + c, dout[i]);
+    if (valid_id(id, V, n, c, bad_id)) atomicAdd(dtable + id * C + c, dout[i]);
   }
 }
 
 }  // namespace
 
 void embedding_forward(DType dt, void* out, const int32_t* ids, const void* table, int64_t N,
-                       int64_t C, int64_t V) {
+                       int64_t C, int64_t V, unsigned long long* bad_id) {
   if (N <= 0 || C <= 0) return;
   by_dtype(dt, "embedding", [&](auto t) {
     using T = decltype(t);
     embedding_forward_kernel<T><<<grid_for(N * C, kThreads), kThreads>>>(
-        static_cast<T*>(out), ids, static_cast<const T*>(table), N, C, V);
+        static_cast<T*>(out), ids, static_cast<const T*>(table), N, C, V, bad_id);
   });
   check_launch("embedding_forward");
 }
 
 void embedding_backward(DType dt, void* dtable, const void* dout, const int32_t* ids, int64_t N,
-                        int64_t C, int64_t V) {
+                        int64_t C, int64_t V, unsigned long long* bad_id) {
   if (N <= 0 || C <= 0) return;
   if (dt != DType::f32)
     throw DeviceError(std::string("embedding_backward: the CUDA backend accumulates the table "
                                   "gradient in f32 only, got ") +
                       dtype_name(dt));
   embedding_backward_kernel<<<grid_for(N * C, kThreads), kThreads>>>(
-      static_cast<float*>(dtable), static_cast<const float*>(dout), ids, N, C, V);
+      static_cast<float*>(dtable), static_cast<const float*>(dout), ids, N, C, V, bad_id);
   check_launch("embedding_backward");
 }
 

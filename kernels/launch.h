@@ -1,8 +1,9 @@
 // Host-side entry points of the hand-written kernels (one .cu file per op family). Plain C++ so
 // the backend class (cuda_backend.cpp, built by g++) can call them. Pointers are device memory,
-// shapes are already checked by the caller, everything runs on the legacy default stream, and
-// each function throws DeviceError if its launch fails. `dt` is the activation dtype (f32 or
-// bf16); `st` is the dtype of saved statistics (mean/rstd, lse, losses): f32, or equal to dt.
+// shapes are already checked (Backend's public methods), everything runs on the legacy default
+// stream, and each function throws DeviceError if its launch fails. `dt` is the activation dtype
+// (f32 or bf16); `st` is the dtype of saved statistics (mean/rstd, lse, losses): f32, or equal to
+// dt.
 #pragma once
 
 #include <cstddef>
@@ -41,11 +42,16 @@ void layernorm_backward(DType dt, DType st, void* din, void* dw, void* db, const
                         const void* in, const void* w, const void* mean, const void* rstd,
                         int64_t rows, int64_t C, void* scratch);
 
-// embedding.cu (ids outside [0, V) give NaN rows forward and are skipped backward)
+// Token ids outside [0, V): the kernels that read ids never read out of bounds (a bad id gives a
+// NaN row forward, is skipped backward) and atomicMin the id's position into *bad_id, which the
+// caller sets to kNoBadId before the launch and reads afterwards (cuda_backend.cpp).
+constexpr unsigned long long kNoBadId = ~0ull;
+
+// embedding.cu
 void embedding_forward(DType dt, void* out, const int32_t* ids, const void* table, int64_t N,
-                       int64_t C, int64_t V);
+                       int64_t C, int64_t V, unsigned long long* bad_id);
 void embedding_backward(DType dt, void* dtable, const void* dout, const int32_t* ids, int64_t N,
-                        int64_t C, int64_t V);
+                        int64_t C, int64_t V, unsigned long long* bad_id);
 
 // attention.cu (head_dim <= 128)
 constexpr int kAttentionMaxHeadDim = 128;
@@ -56,11 +62,13 @@ void attention_backward(DType dt, DType st, void* dqkv, const void* dout, const 
                         const void* out, const void* lse, int64_t B, int64_t T, int64_t C, int NH,
                         void* scratch);
 
-// cross_entropy.cu (targets outside [0, V) give NaN losses / rows)
+// cross_entropy.cu (a bad target: NaN loss / row, and flagged in *bad_id as above)
 void cross_entropy_forward(DType dt, DType st, void* losses, void* lse, const void* logits,
-                           const int32_t* targets, int64_t N, int64_t V);
+                           const int32_t* targets, int64_t N, int64_t V,
+                           unsigned long long* bad_id);
 void cross_entropy_backward(DType dt, DType st, void* dlogits, const void* logits, const void* lse,
-                            const int32_t* targets, int64_t N, int64_t V, float scale);
+                            const int32_t* targets, int64_t N, int64_t V, float scale,
+                            unsigned long long* bad_id);
 
 // reductions.cu: result in double, copied to the host (synchronises)
 size_t reduce_scratch_bytes();

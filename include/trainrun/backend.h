@@ -1,6 +1,13 @@
 // Backend: the op set, and the only code that knows which device the memory lives on.
 // The CPU backend (src/backend/cpu/) is the reference; the CUDA backend (kernels/, loaded as a
-// plugin) must match it within stated tolerances. Modules are written once, over these ops.
+// plugin) must match it within stated tolerances (tests/test_backend_ops.cpp, suite `gpu`).
+// Modules are written once, over these ops.
+//
+// The seam (as ggml's backend interface): the public op methods are not virtual. They validate
+// presence, device, dtypes and shapes once, for every backend (src/backend/backend.cpp), and
+// throw std::invalid_argument naming the op and the shapes; then they call the backend's
+// protected *_impl method, which may assume all of that. So a wrong call fails with the same
+// message on every backend, and a backend implements arithmetic only.
 //
 // Conventions every implementation follows:
 //  - Shapes are read from the tensors; rows x cols means [..., cols] flattened.
@@ -8,10 +15,18 @@
 //  - Backward ops ACCUMULATE (+=) into every gradient they produce, input and parameter
 //    gradients alike. The trainer zeroes activation gradients once per micro-batch and parameter
 //    gradients once per step, so gradient accumulation over micro-batches is free.
-//  - All float tensors of one call share a dtype (f32 everywhere; f64 on CPU for gradient checks;
-//    bf16 activations on CUDA). Index tensors are i32.
+//  - Every tensor of a call lives on the backend's device (copy() alone also takes host
+//    tensors). All float tensors of one call share a dtype, except saved statistics (layernorm
+//    mean/rstd, attention lse, cross-entropy losses/lse), which may be f32 under bf16
+//    activations. Index tensors are i32. Which dtypes a backend computes: supports().
+//  - A token id outside [0, rows) throws DataError naming the first bad position, on every
+//    backend (the CPU checks the ids before the kernel, the CUDA kernels flag them).
+//
+// Thread safety: none. Call from one thread at a time; which thread may change from call to call
+// (the CUDA backend selects its GPU on every call).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,76 +44,154 @@ struct AdamWParams {
   int64_t step = 1;  // 1-based, for bias correction
 };
 
+// Every op of the set, for supports() and for naming ops in messages and tests.
+enum class Op : uint8_t {
+  copy,  // raw bytes between host and device; any dtype
+  cast,  // copy between float dtypes with equal element counts, both on the device
+  fill,
+  matmul,
+  matmul_backward,
+  layernorm,
+  layernorm_backward,
+  gelu,
+  gelu_backward,
+  relu,
+  relu_backward,
+  dropout,
+  dropout_backward,
+  add,
+  accumulate,
+  scale,
+  attention,
+  attention_backward,
+  embedding,
+  embedding_backward,
+  cross_entropy,
+  cross_entropy_backward,
+  sum,
+  sum_squares,
+  adamw,
+};
+inline constexpr int kOpCount = static_cast<int>(Op::adamw) + 1;
+const char* op_name(Op op);
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string describe() const = 0;  // e.g. "cpu (oneDNN sgemm, 2 OpenMP threads)"
 
+  // True when this backend computes `op` on (float) tensors of dtype `dt`: the activation dtype
+  // of the call (for copy, fill, sum: the tensor's dtype; for cast: each side's). Ask before a
+  // run; an unsupported call throws std::invalid_argument.
+  virtual bool supports(Op op, DType dt) const = 0;
+  // The largest attention head dimension (C / n_head) this backend computes; 0 means no limit.
+  virtual int64_t max_head_dim() const { return 0; }
+
   // ---- memory ----
   virtual void* alloc(size_t bytes) = 0;
   virtual void release(void* p) = 0;
   // Copies between any two tensors of equal bytes; either may live on the host or this device.
-  virtual void copy(Tensor dst, Tensor src) = 0;
-  virtual void fill(Tensor x, double value) = 0;
+  // Two float tensors of different dtypes and equal element counts, both on this device, are a
+  // cast instead where supports(Op::cast, ...) says so for both dtypes (CUDA: f32 <-> bf16).
+  void copy(Tensor dst, Tensor src);
+  void fill(Tensor x, double value);  // any dtype; an empty tensor is a no-op
   virtual void synchronize() {}
 
   // ---- dense ----
   // out[N,OC] = in[N,C] . w[OC,C]^T + bias[OC] (bias may be empty)
-  virtual void matmul(Tensor out, Tensor in, Tensor w, Tensor bias) = 0;
+  void matmul(Tensor out, Tensor in, Tensor w, Tensor bias);
   // din[N,C] += dout . w ; dw[OC,C] += dout^T . in ; dbias[OC] += colsum(dout).
   // din and dbias may be empty (skipped).
-  virtual void matmul_backward(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
-                               Tensor w) = 0;
+  void matmul_backward(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w);
 
   // ---- normalisation and activations ----
   // out = (in - mean) * rstd * w + b over the last dim; mean, rstd: [rows] (saved for backward)
-  virtual void layernorm(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b) = 0;
-  virtual void layernorm_backward(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in,
-                                  Tensor w, Tensor mean, Tensor rstd) = 0;
+  void layernorm(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b);
+  void layernorm_backward(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
+                          Tensor mean, Tensor rstd);
   // GELU, tanh approximation (GPT-2's)
-  virtual void gelu(Tensor out, Tensor in) = 0;
-  virtual void gelu_backward(Tensor din, Tensor dout, Tensor in) = 0;
-  virtual void relu(Tensor out, Tensor in) = 0;
-  virtual void relu_backward(Tensor din, Tensor dout, Tensor in) = 0;
-  // Inverted dropout with probability p; the mask is a pure function of (seed, element index),
-  // so backward recomputes it and a resumed run draws the same masks.
-  virtual void dropout(Tensor out, Tensor in, float p, uint64_t seed) = 0;
-  virtual void dropout_backward(Tensor din, Tensor dout, float p, uint64_t seed) = 0;
+  void gelu(Tensor out, Tensor in);
+  void gelu_backward(Tensor din, Tensor dout, Tensor in);
+  void relu(Tensor out, Tensor in);
+  void relu_backward(Tensor din, Tensor dout, Tensor in);
+  // Inverted dropout with probability p in [0, 1); the mask is a pure function of (seed,
+  // element index) (dropout_mask.h), so backward recomputes it and a resumed run draws the same.
+  void dropout(Tensor out, Tensor in, float p, uint64_t seed);
+  void dropout_backward(Tensor din, Tensor dout, float p, uint64_t seed);
 
   // ---- elementwise ----
-  virtual void add(Tensor out, Tensor a, Tensor b) = 0;  // out = a + b (out may alias a or b)
-  virtual void accumulate(Tensor dst, Tensor src) = 0;   // dst += src
-  virtual void scale(Tensor x, double s) = 0;            // x *= s
+  void add(Tensor out, Tensor a, Tensor b);  // out = a + b (out may alias a or b)
+  void accumulate(Tensor dst, Tensor src);   // dst += src
+  void scale(Tensor x, double s);            // x *= s
 
   // ---- attention ----
   // Causal multi-head self-attention. qkv: [B,T,3C] laid out as (q | k | v), each [B,T,NH,hd].
   // out: [B,T,C]; lse: [B,NH,T] row log-sum-exp of the scaled scores, saved so backward can
   // recompute probabilities without storing a T x T matrix.
-  virtual void attention(Tensor out, Tensor lse, Tensor qkv, int n_head) = 0;
-  virtual void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
-                                  int n_head) = 0;
+  void attention(Tensor out, Tensor lse, Tensor qkv, int n_head);
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head);
 
   // ---- embedding ----
   // out[N,C] = table[ids[n], :] ; dtable[ids[n], :] += dout[n, :]
-  virtual void embedding(Tensor out, Tensor ids, Tensor table) = 0;
-  virtual void embedding_backward(Tensor dtable, Tensor dout, Tensor ids) = 0;
+  void embedding(Tensor out, Tensor ids, Tensor table);
+  void embedding_backward(Tensor dtable, Tensor dout, Tensor ids);
 
   // ---- loss ----
   // losses[N] = logsumexp(logits[n]) - logits[n, targets[n]]; lse[N] saved.
-  virtual void cross_entropy(Tensor losses, Tensor lse, Tensor logits, Tensor targets) = 0;
+  void cross_entropy(Tensor losses, Tensor lse, Tensor logits, Tensor targets);
   // dlogits[N,V] = (softmax(logits) - onehot(targets)) * scale. Overwrites (not +=) and may
   // alias logits: the fused form never holds a second [N,V] tensor.
-  virtual void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
-                                      float scale) = 0;
+  void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
+                              float scale);
 
   // ---- reductions (results come back to the host) ----
-  virtual double sum(Tensor x) = 0;
-  virtual double sum_squares(Tensor x) = 0;  // NaN/Inf propagate, so callers detect bad steps
+  double sum(Tensor x);
+  double sum_squares(Tensor x);  // NaN/Inf propagate, so callers detect bad steps
 
   // ---- optimizer ----
   // Fused AdamW with decoupled weight decay over a contiguous range of the flat buffers.
-  virtual void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp) = 0;
+  void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp);
+
+ protected:
+  // The implementations. Each is called only with what its public method validated: required
+  // tensors present, every tensor on this device, a dtype supports() accepts, consistent shapes,
+  // p in [0, 1), step >= 1, and (for host-resident ids) ids in range. Device-resident ids are
+  // the implementation's to check; it reports a bad one through fail_out_of_range_id.
+  virtual void copy_impl(Tensor dst, Tensor src) = 0;  // equal bytes
+  virtual void cast_impl(Tensor dst, Tensor src);      // only where supports(Op::cast, ...)
+  virtual void fill_impl(Tensor x, double value) = 0;
+  virtual void matmul_impl(Tensor out, Tensor in, Tensor w, Tensor bias) = 0;
+  virtual void matmul_backward_impl(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
+                                    Tensor w) = 0;
+  virtual void layernorm_impl(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w,
+                              Tensor b) = 0;
+  virtual void layernorm_backward_impl(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in,
+                                       Tensor w, Tensor mean, Tensor rstd) = 0;
+  virtual void gelu_impl(Tensor out, Tensor in) = 0;
+  virtual void gelu_backward_impl(Tensor din, Tensor dout, Tensor in) = 0;
+  virtual void relu_impl(Tensor out, Tensor in) = 0;
+  virtual void relu_backward_impl(Tensor din, Tensor dout, Tensor in) = 0;
+  virtual void dropout_impl(Tensor out, Tensor in, float p, uint64_t seed) = 0;
+  virtual void dropout_backward_impl(Tensor din, Tensor dout, float p, uint64_t seed) = 0;
+  virtual void add_impl(Tensor out, Tensor a, Tensor b) = 0;
+  virtual void accumulate_impl(Tensor dst, Tensor src) = 0;
+  virtual void scale_impl(Tensor x, double s) = 0;
+  virtual void attention_impl(Tensor out, Tensor lse, Tensor qkv, int n_head) = 0;
+  virtual void attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
+                                       int n_head) = 0;
+  virtual void embedding_impl(Tensor out, Tensor ids, Tensor table) = 0;
+  virtual void embedding_backward_impl(Tensor dtable, Tensor dout, Tensor ids) = 0;
+  virtual void cross_entropy_impl(Tensor losses, Tensor lse, Tensor logits, Tensor targets) = 0;
+  virtual void cross_entropy_backward_impl(Tensor dlogits, Tensor logits, Tensor lse,
+                                           Tensor targets, float scale) = 0;
+  virtual double sum_impl(Tensor x, bool squares) = 0;
+  virtual void adamw_impl(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp) = 0;
+
+  // The DataError for a token id outside [0, limit) at position `index` of `name`, worded the
+  // same on every backend.
+  [[noreturn]] static void fail_out_of_range_id(Op op, const char* name, int64_t index,
+                                                int64_t value, int64_t limit);
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

@@ -15,7 +15,7 @@
 #include <mutex>
 #include <string>
 
-#include "../../kernels/plugin_api.h"
+#include "plugin_api.h"
 #include "trainrun/backend.h"
 #include "trainrun/cuda_plugin.h"
 #include "trainrun/errors.h"

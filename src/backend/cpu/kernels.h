@@ -1,5 +1,5 @@
 // The CPU reference kernels, one template per op over T = float or double, on raw contiguous
-// memory. Shapes arrive already checked by CpuBackend (cpu_backend.cpp); each kernel file
+// memory. Shapes arrive already checked by Backend's public methods (backend.cpp); each kernel file
 // explicitly instantiates both types. Conventions follow include/trainrun/backend.h: forward
 // overwrites, backward accumulates (+=).
 #pragma once
@@ -35,8 +35,7 @@ void relu_forward(T* out, const T* in, int64_t n);
 template <class T>
 void relu_backward(T* din, const T* dout, const T* in, int64_t n);
 
-// dropout.cpp. Keeps element i iff dropout_keeps(seed, i, p); kept elements scale by 1/(1-p).
-bool dropout_keeps(uint64_t seed, uint64_t index, float p);
+// dropout.cpp: the mask of trainrun/dropout_mask.h; kept elements scale by 1/(1-p).
 template <class T>
 void dropout_forward(T* out, const T* in, int64_t n, float p, uint64_t seed);
 template <class T>

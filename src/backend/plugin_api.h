@@ -1,9 +1,10 @@
-// The C ABI between trainrun and its CUDA plugin libtrainrun_cuda.so (loaded with dlopen by
-// src/backend/cuda_loader.cpp). Plain extern "C" symbols so dlsym finds them by name; the objects
-// they return are C++ (trainrun::Backend, trainrun::Communicator) and are safe to use across the
-// boundary because trainrun and the plugin are built by the same compiler from the same headers.
-// Bump kTrainrunCudaAbiVersion whenever a signature here or a class in backend.h/comm.h changes.
-// Errors: functions that can fail write a message (always NUL-terminated) into err[0..errlen).
+// The C ABI between trainrun and its CUDA plugin libtrainrun_cuda.so: implemented by the plugin
+// (kernels/), loaded with dlopen by cuda_loader.cpp; private to the two. Plain extern "C"
+// symbols so dlsym finds them by name; the objects they return are C++ (trainrun::Backend,
+// trainrun::Communicator) and are safe to use across the boundary because trainrun and the plugin
+// are built by the same compiler from the same headers. Bump kTrainrunCudaAbiVersion whenever a
+// signature here or a class in backend.h/comm.h changes. Errors: functions that can fail write a
+// message (always NUL-terminated) into err[0..errlen).
 #pragma once
 
 #include <cstddef>
@@ -13,7 +14,7 @@ class Backend;
 class Communicator;
 }  // namespace trainrun
 
-constexpr int kTrainrunCudaAbiVersion = 1;
+constexpr int kTrainrunCudaAbiVersion = 2;    // 2: Backend's validated public ops, *_impl
 constexpr size_t kTrainrunNcclIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
 
 extern "C" {

@@ -1,0 +1,327 @@
+// Backend's public op methods: the contract of each op, checked once for every backend (see
+// backend.h), then the backend's *_impl. The generic checks are in op_check.cpp.
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "op_check.h"
+#include "trainrun/backend.h"
+
+namespace trainrun {
+
+const char* op_name(Op op) {
+  static constexpr const char* kNames[kOpCount] = {
+      "copy",
+      "cast",
+      "fill",
+      "matmul",
+      "matmul_backward",
+      "layernorm",
+      "layernorm_backward",
+      "gelu",
+      "gelu_backward",
+      "relu",
+      "relu_backward",
+      "dropout",
+      "dropout_backward",
+      "add",
+      "accumulate",
+      "scale",
+      "attention",
+      "attention_backward",
+      "embedding",
+      "embedding_backward",
+      "cross_entropy",
+      "cross_entropy_backward",
+      "sum",
+      "sum_squares",
+      "adamw",
+  };
+  const int i = static_cast<int>(op);
+  return i >= 0 && i < kOpCount ? kNames[i] : "?";
+}
+
+void Backend::fail_out_of_range_id(Op op, const char* name, int64_t index, int64_t value,
+                                   int64_t limit) {
+  throw out_of_range_id(op, name, index, value, limit);
+}
+
+void Backend::cast_impl(Tensor, Tensor) {
+  throw std::logic_error("Backend::cast_impl: reached although supports(Op::cast) is false");
+}
+
+// ---- memory ----
+
+void Backend::copy(Tensor dst, Tensor src) {
+  OpCheck c(*this, Op::copy);
+  auto reachable = [&](const char* name, const Tensor& t) {
+    if (t.device != Device::cpu && t.device != device())
+      c.fail(fmt::format("{} lives on {}; the {} backend copies between the host and {}", name,
+                         device_name(t.device), device_name(device()), device_name(device())));
+  };
+  reachable("dst", dst);
+  reachable("src", src);
+  const bool cast = dst.dtype != src.dtype && dst.numel() == src.numel() && dst.numel() > 0 &&
+                    dst.device == device() && src.device == device() &&
+                    supports(Op::cast, dst.dtype) && supports(Op::cast, src.dtype);
+  if (cast) {
+    cast_impl(dst, src);
+    return;
+  }
+  if (dst.bytes() != src.bytes())
+    c.fail(fmt::format("dst {} {} ({} bytes) and src {} {} ({} bytes) differ in size",
+                       dtype_name(dst.dtype), dst.shape_str(), dst.bytes(), dtype_name(src.dtype),
+                       src.shape_str(), src.bytes()));
+  if (dst.bytes() == 0 || dst.data == src.data) return;
+  copy_impl(dst, src);
+}
+
+void Backend::fill(Tensor x, double value) {
+  if (x.empty() || x.numel() == 0) return;
+  OpCheck c(*this, Op::fill);
+  c.on_device({"x", x});
+  if (!supports(Op::fill, x.dtype))
+    c.fail(fmt::format("the {} backend cannot fill {} tensors", device_name(device()),
+                       dtype_name(x.dtype)));
+  fill_impl(x, value);
+}
+
+// ---- dense ----
+
+void Backend::matmul(Tensor out, Tensor in, Tensor w, Tensor bias) {
+  OpCheck c(*this, Op::matmul);
+  c.floats({{"out", out}, {"in", in}, {"w", w}}, {{"bias", bias}});
+  const int64_t N = in.rows(), C = in.cols(), OC = w.rows();
+  c.shapes(
+      w.cols() == C && out.rows() == N && out.cols() == OC && (bias.empty() || bias.numel() == OC),
+      {{"out", out}, {"in", in}, {"w", w}, {"bias", bias}},
+      "out [N,OC] = in [N,C] . w [OC,C]^T + bias [OC]");
+  matmul_impl(out, in, w, bias);
+}
+
+void Backend::matmul_backward(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
+                              Tensor w) {
+  OpCheck c(*this, Op::matmul_backward);
+  c.floats({{"dw", dw}, {"dout", dout}, {"in", in}, {"w", w}}, {{"din", din}, {"dbias", dbias}});
+  const int64_t N = in.rows(), C = in.cols(), OC = w.rows();
+  c.shapes(w.cols() == C && dw.rows() == OC && dw.cols() == C && dout.rows() == N &&
+               dout.cols() == OC && (din.empty() || (din.rows() == N && din.cols() == C)) &&
+               (dbias.empty() || dbias.numel() == OC),
+           {{"din", din}, {"dw", dw}, {"dbias", dbias}, {"dout", dout}, {"in", in}, {"w", w}},
+           "in/din [N,C], w/dw [OC,C], dout [N,OC], dbias [OC]");
+  matmul_backward_impl(din, dw, dbias, dout, in, w);
+}
+
+// ---- normalisation and activations ----
+
+void Backend::layernorm(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b) {
+  OpCheck c(*this, Op::layernorm);
+  const DType dt = c.floats({{"out", out}, {"in", in}, {"w", w}, {"b", b}});
+  c.stats(dt, {{"mean", mean}, {"rstd", rstd}});
+  const int64_t rows = in.rows(), C = in.cols();
+  c.shapes(out.numel() == in.numel() && out.cols() == C && mean.numel() == rows &&
+               rstd.numel() == rows && w.numel() == C && b.numel() == C,
+           {{"out", out}, {"mean", mean}, {"rstd", rstd}, {"in", in}, {"w", w}, {"b", b}},
+           "out like in [rows,C], mean/rstd [rows], w/b [C]");
+  layernorm_impl(out, mean, rstd, in, w, b);
+}
+
+void Backend::layernorm_backward(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
+                                 Tensor mean, Tensor rstd) {
+  OpCheck c(*this, Op::layernorm_backward);
+  const DType dt =
+      c.floats({{"din", din}, {"dw", dw}, {"db", db}, {"dout", dout}, {"in", in}, {"w", w}});
+  c.stats(dt, {{"mean", mean}, {"rstd", rstd}});
+  const int64_t rows = in.rows(), C = in.cols();
+  c.shapes(din.numel() == in.numel() && dout.numel() == in.numel() && mean.numel() == rows &&
+               rstd.numel() == rows && w.numel() == C && dw.numel() == C && db.numel() == C,
+           {{"din", din},
+            {"dw", dw},
+            {"db", db},
+            {"dout", dout},
+            {"in", in},
+            {"w", w},
+            {"mean", mean},
+            {"rstd", rstd}},
+           "din/dout like in [rows,C], w/dw/db [C], mean/rstd [rows]");
+  layernorm_backward_impl(din, dw, db, dout, in, w, mean, rstd);
+}
+
+namespace {
+
+// Pointwise ops: every tensor present, of one supported float dtype and one element count.
+void pointwise(const Backend& be, Op op, std::initializer_list<Named> ts) {
+  OpCheck c(be, op);
+  c.floats(ts);
+  c.same_numel(ts);
+}
+
+void check_dropout_p(const Backend& be, Op op, float p) {
+  if (!(p >= 0.0f && p < 1.0f)) OpCheck(be, op).fail(fmt::format("p = {} must be in [0, 1)", p));
+}
+
+}  // namespace
+
+void Backend::gelu(Tensor out, Tensor in) {
+  pointwise(*this, Op::gelu, {{"out", out}, {"in", in}});
+  gelu_impl(out, in);
+}
+
+void Backend::gelu_backward(Tensor din, Tensor dout, Tensor in) {
+  pointwise(*this, Op::gelu_backward, {{"din", din}, {"dout", dout}, {"in", in}});
+  gelu_backward_impl(din, dout, in);
+}
+
+void Backend::relu(Tensor out, Tensor in) {
+  pointwise(*this, Op::relu, {{"out", out}, {"in", in}});
+  relu_impl(out, in);
+}
+
+void Backend::relu_backward(Tensor din, Tensor dout, Tensor in) {
+  pointwise(*this, Op::relu_backward, {{"din", din}, {"dout", dout}, {"in", in}});
+  relu_backward_impl(din, dout, in);
+}
+
+void Backend::dropout(Tensor out, Tensor in, float p, uint64_t seed) {
+  pointwise(*this, Op::dropout, {{"out", out}, {"in", in}});
+  check_dropout_p(*this, Op::dropout, p);
+  dropout_impl(out, in, p, seed);
+}
+
+void Backend::dropout_backward(Tensor din, Tensor dout, float p, uint64_t seed) {
+  pointwise(*this, Op::dropout_backward, {{"din", din}, {"dout", dout}});
+  check_dropout_p(*this, Op::dropout_backward, p);
+  dropout_backward_impl(din, dout, p, seed);
+}
+
+// ---- elementwise ----
+
+void Backend::add(Tensor out, Tensor a, Tensor b) {
+  pointwise(*this, Op::add, {{"out", out}, {"a", a}, {"b", b}});
+  add_impl(out, a, b);
+}
+
+void Backend::accumulate(Tensor dst, Tensor src) {
+  pointwise(*this, Op::accumulate, {{"dst", dst}, {"src", src}});
+  accumulate_impl(dst, src);
+}
+
+void Backend::scale(Tensor x, double s) {
+  pointwise(*this, Op::scale, {{"x", x}});
+  scale_impl(x, s);
+}
+
+// ---- attention ----
+
+namespace {
+
+struct AttentionDims {
+  int64_t B, T, C;
+};
+
+AttentionDims attention_dims(const Backend& be, OpCheck& c, const Tensor& qkv, int n_head) {
+  c.shapes(qkv.ndim == 3 && qkv.dim(2) % 3 == 0, {{"qkv", qkv}}, "qkv [B,T,3C]");
+  const int64_t C = qkv.dim(2) / 3;
+  if (n_head <= 0 || C % n_head != 0)
+    c.fail(
+        fmt::format("C = {} (qkv {}) is not divisible by n_head = {}", C, qkv.shape_str(), n_head));
+  const int64_t max_hd = be.max_head_dim();
+  if (max_hd > 0 && C / n_head > max_hd)
+    c.fail(fmt::format("head_dim {} (C = {} over {} heads) exceeds the {} backend's {}", C / n_head,
+                       C, n_head, device_name(be.device()), max_hd));
+  return {qkv.dim(0), qkv.dim(1), C};
+}
+
+}  // namespace
+
+void Backend::attention(Tensor out, Tensor lse, Tensor qkv, int n_head) {
+  OpCheck c(*this, Op::attention);
+  const DType dt = c.floats({{"out", out}, {"qkv", qkv}});
+  c.stats(dt, {{"lse", lse}});
+  const auto [B, T, C] = attention_dims(*this, c, qkv, n_head);
+  c.shapes(out.numel() == B * T * C && out.cols() == C && lse.numel() == B * n_head * T,
+           {{"out", out}, {"lse", lse}, {"qkv", qkv}},
+           "out [B,T,C], lse [B,NH,T] for qkv [B,T,3C]");
+  attention_impl(out, lse, qkv, n_head);
+}
+
+void Backend::attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
+                                 int n_head) {
+  OpCheck c(*this, Op::attention_backward);
+  const DType dt = c.floats({{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"out", out}});
+  c.stats(dt, {{"lse", lse}});
+  const auto [B, T, C] = attention_dims(*this, c, qkv, n_head);
+  c.shapes(dqkv.numel() == qkv.numel() && out.numel() == B * T * C && out.cols() == C &&
+               dout.numel() == out.numel() && dout.cols() == C && lse.numel() == B * n_head * T,
+           {{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"out", out}, {"lse", lse}},
+           "dqkv like qkv [B,T,3C], dout/out [B,T,C], lse [B,NH,T]");
+  attention_backward_impl(dqkv, dout, qkv, out, lse, n_head);
+}
+
+// ---- embedding ----
+
+void Backend::embedding(Tensor out, Tensor ids, Tensor table) {
+  OpCheck c(*this, Op::embedding);
+  c.floats({{"out", out}, {"table", table}});
+  c.shapes(table.cols() == out.cols(), {{"out", out}, {"table", table}},
+           "out [N,C] and table [V,C] of one row length");
+  c.ids({"ids", ids}, out.rows(), table.rows());
+  embedding_impl(out, ids, table);
+}
+
+void Backend::embedding_backward(Tensor dtable, Tensor dout, Tensor ids) {
+  OpCheck c(*this, Op::embedding_backward);
+  c.floats({{"dtable", dtable}, {"dout", dout}});
+  c.shapes(dtable.cols() == dout.cols(), {{"dtable", dtable}, {"dout", dout}},
+           "dout [N,C] and dtable [V,C] of one row length");
+  c.ids({"ids", ids}, dout.rows(), dtable.rows());
+  embedding_backward_impl(dtable, dout, ids);
+}
+
+// ---- loss ----
+
+void Backend::cross_entropy(Tensor losses, Tensor lse, Tensor logits, Tensor targets) {
+  OpCheck c(*this, Op::cross_entropy);
+  const DType dt = c.floats({{"logits", logits}});
+  c.stats(dt, {{"losses", losses}, {"lse", lse}});
+  const int64_t N = logits.rows(), V = logits.cols();
+  c.shapes(losses.numel() == N && lse.numel() == N,
+           {{"losses", losses}, {"lse", lse}, {"logits", logits}},
+           "losses [N], lse [N] for logits [N,V]");
+  c.ids({"targets", targets}, N, V);
+  cross_entropy_impl(losses, lse, logits, targets);
+}
+
+void Backend::cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
+                                     float scale) {
+  OpCheck c(*this, Op::cross_entropy_backward);
+  const DType dt = c.floats({{"dlogits", dlogits}, {"logits", logits}});
+  c.stats(dt, {{"lse", lse}});
+  const int64_t N = logits.rows(), V = logits.cols();
+  c.shapes(dlogits.numel() == logits.numel() && dlogits.cols() == V && lse.numel() == N,
+           {{"dlogits", dlogits}, {"logits", logits}, {"lse", lse}},
+           "dlogits like logits [N,V], lse [N]");
+  c.ids({"targets", targets}, N, V);
+  cross_entropy_backward_impl(dlogits, logits, lse, targets, scale);
+}
+
+// ---- reductions and optimizer ----
+
+double Backend::sum(Tensor x) {
+  OpCheck(*this, Op::sum).floats({{"x", x}});
+  return sum_impl(x, false);
+}
+
+double Backend::sum_squares(Tensor x) {
+  OpCheck(*this, Op::sum_squares).floats({{"x", x}});
+  return sum_impl(x, true);
+}
+
+void Backend::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp) {
+  pointwise(*this, Op::adamw, {{"param", param}, {"grad", grad}, {"m", m}, {"v", v}});
+  if (hp.step < 1)
+    OpCheck(*this, Op::adamw).fail(fmt::format("step is {}, must be >= 1 (1-based)", hp.step));
+  adamw_impl(param, grad, m, v, hp);
+}
+
+}  // namespace trainrun
