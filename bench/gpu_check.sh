@@ -2,8 +2,10 @@
 # Device check for the CUDA backend, in one command on a GPU machine (fits in ~8 minutes on one
 # H200, safe from a fresh clone):
 #   bench/gpu_check.sh LOGDIR
-# 1. builds with -Dcuda=enabled into build-gpu/ (plugin + gpu_check + trainrun)
-# 2. runs kernels/gpu_check: every op vs the CPU reference, f32 and bf16, GPT-2-small shapes
+# 1. builds with -Dcuda=enabled into build-gpu/ (plugin + test_backend_ops + trainrun)
+# 2. runs the meson `gpu` suite (tests/test_backend_ops.cpp: every op vs the CPU reference, f32
+#    and bf16, awkward shapes up to GPT-2 small), then its --quick cases under compute-sanitizer
+#    memcheck, racecheck and initcheck
 # 3. if trainrun can train on cuda: a few steps of configs/shakespeare-char.yaml on cpu and on
 #    cuda (losses compared), then timed GPT-2 124M steps
 # Everything is logged under LOGDIR; a short summary table is printed last.
@@ -13,7 +15,7 @@ LOGDIR=${1:?usage: bench/gpu_check.sh LOGDIR}
 mkdir -p "$LOGDIR"
 LOGDIR=$(cd "$LOGDIR" && pwd)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
+cd "$ROOT" || exit 1
 BUILD=build-gpu
 declare -a SUMMARY=()
 status=0
@@ -25,7 +27,7 @@ nvidia-smi > "$LOGDIR/nvidia-smi.txt" 2>&1 || true
 t0=$(date +%s)
 if { [ -d "$BUILD" ] || meson setup "$BUILD" -Dcuda=enabled -Dbuildtype=release; } \
     > "$LOGDIR/build.log" 2>&1 &&
-   ninja -C "$BUILD" trainrun kernels/libtrainrun_cuda.so kernels/gpu_check >> "$LOGDIR/build.log" 2>&1; then
+   ninja -C "$BUILD" trainrun kernels/libtrainrun_cuda.so tests/test_backend_ops >> "$LOGDIR/build.log" 2>&1; then
   note "build" "ok ($(( $(date +%s) - t0 )) s)"
 else
   note "build" "FAILED (see $LOGDIR/build.log)"
@@ -39,18 +41,36 @@ else
   note "plugin links libcuda" "no (good)"
 fi
 
-# ---- 2. every op against the CPU reference ----
+# ---- 2. every op against the CPU reference: the meson `gpu` suite, then under compute-sanitizer ----
+# The suite exits 77 (meson: SKIP) when it finds no GPU or plugin: that counts as a failure here.
+gpu_suite() {  # gpu_suite LOGNAME TIMEOUT [meson test options...]
+  local log="$LOGDIR/$1.txt" limit=$2
+  shift 2
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} timeout "$limit" \
+    meson test -C "$BUILD" --suite gpu --no-rebuild --verbose "$@" > "$log" 2>&1
+  local rc=$?
+  local cases
+  cases=$(grep -Eo '[0-9]+ passed, [0-9]+ failed, [0-9]+ not supported' "$log" | tail -1)
+  if [ "$rc" -eq 0 ] && ! grep -q 'SKIP' "$log"; then
+    echo "ok: ${cases:-?}"
+  else
+    echo "FAILED rc=$rc: ${cases:-no summary} (see $1.txt)"
+    return 1
+  fi
+}
 t0=$(date +%s)
-OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} timeout 300 "$BUILD/kernels/gpu_check" \
-  2>&1 | tee "$LOGDIR/gpu_check.txt"
-rc=${PIPESTATUS[0]}
-fails=$(grep -c ' FAIL ' "$LOGDIR/gpu_check.txt" || true)
-passes=$(grep -c ' PASS ' "$LOGDIR/gpu_check.txt" || true)
-if [ "$rc" -eq 0 ]; then
-  note "gpu_check" "ok: $passes checks passed ($(( $(date +%s) - t0 )) s)"
-else
-  note "gpu_check" "FAILED rc=$rc: $fails failed, $passes passed (see gpu_check.txt)"; status=1
-fi
+r=$(gpu_suite gpu-suite 300) || status=1
+note "gpu suite" "$r ($(( $(date +%s) - t0 )) s)"
+SANITIZER=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+for tool in memcheck racecheck initcheck; do
+  if [ ! -x "$SANITIZER" ]; then
+    note "compute-sanitizer $tool" "not run: compute-sanitizer not found"; status=1; continue
+  fi
+  t0=$(date +%s)
+  r=$(gpu_suite "sanitizer-$tool" 150 --test-args '--quick --no-timing' \
+      --wrapper "$SANITIZER --tool $tool --error-exitcode 99") || status=1
+  note "compute-sanitizer $tool" "$r ($(( $(date +%s) - t0 )) s)"
+done
 
 # ---- 3. training on cpu vs cuda, then GPT-2 124M step time ----
 TR="$BUILD/trainrun"

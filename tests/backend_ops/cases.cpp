@@ -1,0 +1,420 @@
+// The cases: every op of the Backend set, cut from a model shape the way the GPT uses it, with a
+// tolerance per op and dtype. Tolerances (docs/cuda.md): f32 ops that sum in a different order
+// than the CPU get 1e-4 (GEMMs, layernorm) to 2e-4 (attention: exp and two GEMM-like sums);
+// pointwise ops 1e-5 (GELU's tanh) to 1e-6 (one rounding); bf16 results get 1e-2 to 3e-2, a few
+// bf16 ulps (2^-8 = 3.9e-3), since the reference's f32 value is rounded to bf16 before comparing.
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "op_case.h"
+
+namespace trainrun::backend_ops {
+namespace {
+
+TensorSpec input(const char* name, DType dt, std::vector<int64_t> shape, float lo = -1.0f,
+                 float hi = 1.0f) {
+  return {name, dt, std::move(shape), Role::input, lo, hi, 0, {}};
+}
+TensorSpec output(const char* name, DType dt, std::vector<int64_t> shape) {
+  return {name, dt, std::move(shape), Role::output, 0, 0, 0, {}};
+}
+TensorSpec grad(const char* name, DType dt, std::vector<int64_t> shape) {
+  return {name, dt, std::move(shape), Role::grad, -1.0f, 1.0f, 0, {}};
+}
+TensorSpec inout(const char* name, DType dt, std::vector<int64_t> shape, float lo = -1.0f,
+                 float hi = 1.0f) {
+  return {name, dt, std::move(shape), Role::inout, lo, hi, 0, {}};
+}
+TensorSpec derived(const char* name, DType dt, std::vector<int64_t> shape) {
+  return {name, dt, std::move(shape), Role::derived, 0, 0, 0, {}};
+}
+TensorSpec scratch(const char* name, DType dt, std::vector<int64_t> shape) {
+  return {name, dt, std::move(shape), Role::scratch, 0, 0, 0, {}};
+}
+TensorSpec ids(const char* name, int64_t n, int64_t limit) {
+  return {name, DType::i32, {n}, Role::ids, 0, 0, limit, {}};
+}
+TensorSpec absent(const char* name) {
+  return {name, DType::f32, {}, Role::input, 0, 0, 0, {}};
+}
+
+// An OpCall for an op that returns nothing.
+template <class F>
+OpCall op_call(F f) {
+  return [f](Backend& be, const Args& a) {
+    f(be, a);
+    return 0.0;
+  };
+}
+
+// The sizes and dtype every case of one shape shares.
+struct Ctx {
+  const ModelShape& s;
+  DType dt;
+  int64_t N, C, V;
+  double es;  // bytes per activation element
+  bool bf;
+  DType st = DType::f32;  // saved statistics stay f32 under bf16 activations
+
+  Ctx(const ModelShape& shape, DType d)
+      : s(shape),
+        dt(d),
+        N(shape.B * shape.T),
+        C(shape.C),
+        V(shape.V),
+        es(static_cast<double>(dtype_size(d))),
+        bf(d == DType::bf16) {}
+  double tol(double f32_tol, double bf16_tol) const { return bf ? bf16_tol : f32_tol; }
+  std::string sizes(const std::string& what) const { return std::string(s.name) + " " + what; }
+  OpCase make(Op op, std::string variant, std::string what) const {
+    OpCase c;
+    c.op = op;
+    c.dtype = dt;
+    c.variant = std::move(variant);
+    c.shape = sizes(what);
+    return c;
+  }
+};
+
+std::string nco(int64_t N, int64_t C, int64_t OC) {
+  return "N=" + std::to_string(N) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC);
+}
+
+void add_matmul(std::vector<OpCase>& out, const Ctx& x, int64_t OC, bool bias, bool din,
+                const char* variant) {
+  const int64_t N = x.N, C = x.C;
+  const double flops = 2.0 * N * C * OC;
+  OpCase f = x.make(Op::matmul, variant, nco(N, C, OC));
+  f.tensors = {input("in", x.dt, {N, C}), input("w", x.dt, {OC, C}, -0.05f, 0.05f),
+               bias ? input("bias", x.dt, {OC}) : absent("bias"), output("out", x.dt, {N, OC})};
+  f.call =
+      op_call([](Backend& be, const Args& a) { be.matmul(a["out"], a["in"], a["w"], a["bias"]); });
+  f.tol = x.tol(1e-4, 2e-2);
+  f.flops = flops;
+  f.bytes = x.es * (N * C + OC * C + N * OC);
+  out.push_back(std::move(f));
+
+  OpCase b = x.make(Op::matmul_backward, variant, nco(N, C, OC));
+  b.tensors = {din ? grad("din", x.dt, {N, C}) : absent("din"),
+               grad("dw", x.dt, {OC, C}),
+               bias ? grad("dbias", x.dt, {OC}) : absent("dbias"),
+               input("dout", x.dt, {N, OC}, -0.1f, 0.1f),
+               input("in", x.dt, {N, C}),
+               input("w", x.dt, {OC, C}, -0.05f, 0.05f)};
+  b.call = op_call([](Backend& be, const Args& a) {
+    be.matmul_backward(a["din"], a["dw"], a["dbias"], a["dout"], a["in"], a["w"]);
+  });
+  b.tol = x.tol(1e-4, 2e-2);
+  b.flops = (din ? 2 : 1) * flops;
+  b.bytes = x.es * (2.0 * N * C + 3.0 * OC * C + N * OC);
+  out.push_back(std::move(b));
+}
+
+void add_layernorm(std::vector<OpCase>& out, const Ctx& x) {
+  const int64_t N = x.N, C = x.C;
+  const std::string what = "rows=" + std::to_string(N) + " C=" + std::to_string(C);
+  OpCase f = x.make(Op::layernorm, "", what);
+  f.tensors = {input("in", x.dt, {N, C}, -2.0f, 3.0f),
+               input("w", x.dt, {C}, 0.5f, 1.5f),
+               input("b", x.dt, {C}),
+               output("out", x.dt, {N, C}),
+               output("mean", x.st, {N}),
+               output("rstd", x.st, {N})};
+  f.call = op_call([](Backend& be, const Args& a) {
+    be.layernorm(a["out"], a["mean"], a["rstd"], a["in"], a["w"], a["b"]);
+  });
+  f.tol = x.tol(1e-4, 2e-2);
+  f.flops = 8.0 * N * C;
+  f.bytes = x.es * 2.0 * N * C;
+  out.push_back(std::move(f));
+
+  // The backward starts from statistics the reference computed (rounded as stored), so both
+  // backends differentiate at the same point.
+  OpCase b = x.make(Op::layernorm_backward, "", what);
+  b.tensors = {grad("din", x.dt, {N, C}),
+               grad("dw", x.dt, {C}),
+               grad("db", x.dt, {C}),
+               input("dout", x.dt, {N, C}),
+               input("in", x.dt, {N, C}, -2.0f, 3.0f),
+               input("w", x.dt, {C}, 0.5f, 1.5f),
+               input("b", x.dt, {C}),
+               derived("mean", x.st, {N}),
+               derived("rstd", x.st, {N}),
+               scratch("y", x.dt, {N, C})};
+  b.prepare = [](Backend& be, const Args& a) {
+    be.layernorm(a["y"], a["mean"], a["rstd"], a["in"], a["w"], a["b"]);
+  };
+  b.call = op_call([](Backend& be, const Args& a) {
+    be.layernorm_backward(a["din"], a["dw"], a["db"], a["dout"], a["in"], a["w"], a["mean"],
+                          a["rstd"]);
+  });
+  b.tol = x.tol(1e-4, 2e-2);
+  b.flops = 14.0 * N * C;
+  b.bytes = x.es * 5.0 * N * C;
+  out.push_back(std::move(b));
+}
+
+// Pointwise ops over n = N * 4C elements (the MLP's hidden activations).
+void add_pointwise(std::vector<OpCase>& out, const Ctx& x) {
+  const int64_t n = x.N * 4 * x.C;
+  const std::string what = "n=" + std::to_string(n);
+  auto unary = [&](Op op, std::string variant, std::vector<TensorSpec> ts, double tol,
+                   const Prepare& call, double streams) {
+    OpCase c = x.make(op, std::move(variant), what);
+    c.tensors = std::move(ts);
+    c.call = op_call(call);
+    c.tol = tol;
+    c.flops = static_cast<double>(n);
+    c.bytes = streams * x.es * static_cast<double>(n);
+    out.push_back(std::move(c));
+  };
+  const DType dt = x.dt;
+  const double exact = x.tol(1e-6, 1e-2);
+  unary(
+      Op::gelu, "", {input("in", dt, {n}, -4, 4), output("out", dt, {n})}, x.tol(1e-5, 2e-2),
+      [](Backend& be, const Args& a) { be.gelu(a["out"], a["in"]); }, 2);
+  unary(
+      Op::gelu_backward, "",
+      {grad("din", dt, {n}), input("dout", dt, {n}), input("in", dt, {n}, -4, 4)},
+      x.tol(1e-5, 2e-2),
+      [](Backend& be, const Args& a) { be.gelu_backward(a["din"], a["dout"], a["in"]); }, 4);
+  unary(
+      Op::relu, "", {input("in", dt, {n}, -4, 4), output("out", dt, {n})}, exact,
+      [](Backend& be, const Args& a) { be.relu(a["out"], a["in"]); }, 2);
+  unary(
+      Op::relu_backward, "",
+      {grad("din", dt, {n}), input("dout", dt, {n}), input("in", dt, {n}, -4, 4)}, exact,
+      [](Backend& be, const Args& a) { be.relu_backward(a["din"], a["dout"], a["in"]); }, 4);
+  unary(
+      Op::dropout, " p=0.1", {input("in", dt, {n}, -4, 4), output("out", dt, {n})}, exact,
+      [](Backend& be, const Args& a) { be.dropout(a["out"], a["in"], 0.1f, 1234); }, 2);
+  unary(
+      Op::dropout, " in place", {inout("x", dt, {n}, -4, 4)}, exact,
+      [](Backend& be, const Args& a) { be.dropout(a["x"], a["x"], 0.25f, 99); }, 2);
+  unary(
+      Op::dropout_backward, " p=0.1", {grad("din", dt, {n}), input("dout", dt, {n})}, exact,
+      [](Backend& be, const Args& a) { be.dropout_backward(a["din"], a["dout"], 0.1f, 1234); }, 3);
+  unary(
+      Op::add, "", {input("a", dt, {n}), input("b", dt, {n}), output("out", dt, {n})}, exact,
+      [](Backend& be, const Args& a) { be.add(a["out"], a["a"], a["b"]); }, 3);
+  unary(
+      Op::add, " in place", {inout("a", dt, {n}), input("b", dt, {n})}, exact,
+      [](Backend& be, const Args& a) { be.add(a["a"], a["a"], a["b"]); }, 3);
+  unary(
+      Op::accumulate, "", {grad("dst", dt, {n}), input("src", dt, {n})}, exact,
+      [](Backend& be, const Args& a) { be.accumulate(a["dst"], a["src"]); }, 3);
+  unary(
+      Op::scale, "", {inout("x", dt, {n})}, exact,
+      [](Backend& be, const Args& a) { be.scale(a["x"], -0.37); }, 2);
+  unary(
+      Op::fill, "", {output("x", dt, {n})}, 0.0,
+      [](Backend& be, const Args& a) { be.fill(a["x"], 0.1234567); }, 1);
+}
+
+void add_casts(std::vector<OpCase>& out, const Ctx& x) {
+  const int64_t n = x.N * x.C + 3;
+  const std::string what = "n=" + std::to_string(n);
+  for (const bool down : {true, false}) {
+    OpCase c = x.make(Op::cast, down ? " f32->bf16" : " bf16->f32", what);
+    c.dtype = DType::f32;
+    c.tensors = {input("src", down ? DType::f32 : DType::bf16, {n}, -4, 4),
+                 output("dst", down ? DType::bf16 : DType::f32, {n})};
+    c.call = op_call([](Backend& be, const Args& a) { be.copy(a["dst"], a["src"]); });
+    c.tol = 0.0;  // round to nearest even, exactly as the host's bf16.h
+    c.bytes = 6.0 * static_cast<double>(n);
+    out.push_back(std::move(c));
+  }
+}
+
+void add_reductions(std::vector<OpCase>& out, const Ctx& x) {
+  const int64_t n = x.N * 4 * x.C;
+  for (const bool squares : {false, true}) {
+    OpCase c = x.make(squares ? Op::sum_squares : Op::sum, "", "n=" + std::to_string(n));
+    c.tensors = {input("x", x.dt, {n}, -4, 4)};
+    c.call = [squares](Backend& be, const Args& a) {
+      return squares ? be.sum_squares(a["x"]) : be.sum(a["x"]);
+    };
+    // |sum| can be near 0: measure its error against the spread of the terms, sqrt(n) * rms.
+    c.result_scale = squares ? 1e-300 : std::sqrt(static_cast<double>(n) * 16.0 / 3.0);
+    c.tol = 1e-6;  // double accumulation of identical values on both sides
+    c.flops = static_cast<double>(n);
+    c.bytes = x.es * static_cast<double>(n);
+    out.push_back(std::move(c));
+  }
+}
+
+void add_attention(std::vector<OpCase>& out, const Ctx& x) {
+  const ModelShape& s = x.s;
+  const int64_t B = s.B, T = s.T, C = s.C, hd = C / s.NH;
+  const std::string what = "B=" + std::to_string(B) + " T=" + std::to_string(T) +
+                           " NH=" + std::to_string(s.NH) + " hd=" + std::to_string(hd);
+  const double fwd_flops = 4.0 * B * s.NH * static_cast<double>(T) * T * hd / 2;
+  const int nh = s.NH;
+  OpCase f = x.make(Op::attention, "", what);
+  f.tensors = {input("qkv", x.dt, {B, T, 3 * C}, -1.5f, 1.5f), output("out", x.dt, {B, T, C}),
+               output("lse", x.st, {B, nh, T})};
+  f.call =
+      op_call([nh](Backend& be, const Args& a) { be.attention(a["out"], a["lse"], a["qkv"], nh); });
+  f.tol = x.tol(2e-4, 3e-2);
+  f.flops = fwd_flops;
+  f.bytes = x.es * 4.0 * B * T * C;
+  out.push_back(std::move(f));
+
+  OpCase b = x.make(Op::attention_backward, "", what);
+  b.tensors = {grad("dqkv", x.dt, {B, T, 3 * C}), input("dout", x.dt, {B, T, C}),
+               input("qkv", x.dt, {B, T, 3 * C}, -1.5f, 1.5f), derived("out", x.dt, {B, T, C}),
+               derived("lse", x.st, {B, nh, T})};
+  b.prepare = [nh](Backend& be, const Args& a) { be.attention(a["out"], a["lse"], a["qkv"], nh); };
+  b.call = op_call([nh](Backend& be, const Args& a) {
+    be.attention_backward(a["dqkv"], a["dout"], a["qkv"], a["out"], a["lse"], nh);
+  });
+  b.tol = x.tol(2e-4, 3e-2);
+  b.flops = 2.5 * fwd_flops;
+  b.bytes = x.es * 9.0 * B * T * C;
+  out.push_back(std::move(b));
+}
+
+void add_embedding(std::vector<OpCase>& out, const Ctx& x) {
+  const int64_t N = x.N, C = x.C, V = x.V;
+  const std::string what =
+      "N=" + std::to_string(N) + " V=" + std::to_string(V) + " C=" + std::to_string(C);
+  OpCase f = x.make(Op::embedding, "", what);
+  f.tensors = {input("table", x.dt, {V, C}), ids("ids", N, V), output("out", x.dt, {N, C})};
+  f.call =
+      op_call([](Backend& be, const Args& a) { be.embedding(a["out"], a["ids"], a["table"]); });
+  f.tol = 0.0;  // a gather
+  f.bytes = x.es * 2.0 * N * C + 4.0 * N;
+  out.push_back(std::move(f));
+
+  OpCase b = x.make(Op::embedding_backward, "", what);
+  b.tensors = {grad("dtable", x.dt, {V, C}), input("dout", x.dt, {N, C}), ids("ids", N, V)};
+  b.call = op_call(
+      [](Backend& be, const Args& a) { be.embedding_backward(a["dtable"], a["dout"], a["ids"]); });
+  b.tol = x.tol(1e-5, 2e-2);  // rows sharing a token add in another order
+  b.flops = static_cast<double>(N * C);
+  b.bytes = x.es * 3.0 * N * C + 4.0 * N;
+  out.push_back(std::move(b));
+}
+
+void add_cross_entropy(std::vector<OpCase>& out, const Ctx& x) {
+  const int64_t N = x.N, V = x.V;
+  const std::string what = "N=" + std::to_string(N) + " V=" + std::to_string(V);
+  OpCase f = x.make(Op::cross_entropy, "", what);
+  f.tensors = {input("logits", x.dt, {N, V}, -4, 4), ids("targets", N, V),
+               output("losses", x.st, {N}), output("lse", x.st, {N})};
+  f.call = op_call([](Backend& be, const Args& a) {
+    be.cross_entropy(a["losses"], a["lse"], a["logits"], a["targets"]);
+  });
+  f.tol = x.tol(1e-5, 2e-2);
+  f.flops = 3.0 * N * V;
+  f.bytes = x.es * static_cast<double>(N * V);
+  out.push_back(std::move(f));
+
+  const float scale = 1.0f / static_cast<float>(N);
+  for (const bool in_place : {false, true}) {
+    OpCase b = x.make(Op::cross_entropy_backward, in_place ? " in place" : "", what);
+    b.tensors = {
+        in_place ? inout("logits", x.dt, {N, V}, -4, 4) : input("logits", x.dt, {N, V}, -4, 4),
+        ids("targets", N, V), derived("lse", x.st, {N}), scratch("losses", x.st, {N})};
+    if (!in_place) b.tensors.push_back(output("dlogits", x.dt, {N, V}));
+    b.prepare = [](Backend& be, const Args& a) {
+      be.cross_entropy(a["losses"], a["lse"], a["logits"], a["targets"]);
+    };
+    b.call = op_call([in_place, scale](Backend& be, const Args& a) {
+      be.cross_entropy_backward(in_place ? a["logits"] : a["dlogits"], a["logits"], a["lse"],
+                                a["targets"], scale);
+    });
+    b.tol = x.tol(1e-5, 2e-2);
+    b.flops = 3.0 * N * V;
+    b.bytes = x.es * 2.0 * N * V;
+    out.push_back(std::move(b));
+  }
+}
+
+void add_adamw(std::vector<OpCase>& out, const Ctx& x) {
+  const int64_t n = 12 * x.C * x.C + 3;  // a block's parameters; odd, so any tail is covered
+  OpCase c = x.make(Op::adamw, "", "n=" + std::to_string(n));
+  c.tensors = {inout("param", x.dt, {n}), input("grad", x.dt, {n}, -0.01f, 0.01f),
+               inout("m", x.dt, {n}, -0.001f, 0.001f), inout("v", x.dt, {n}, 0.0f, 1e-5f)};
+  c.call = op_call([](Backend& be, const Args& a) {
+    AdamWParams hp;
+    hp.lr = 3e-4f;
+    hp.weight_decay = 0.1f;
+    hp.step = 7;
+    be.adamw(a["param"], a["grad"], a["m"], a["v"], hp);
+  });
+  c.tol = 1e-5;
+  c.flops = 14.0 * static_cast<double>(n);
+  c.bytes = 28.0 * static_cast<double>(n);
+  out.push_back(std::move(c));
+}
+
+}  // namespace
+
+std::vector<OpCase> cases_for(const ModelShape& s, DType dt) {
+  const Ctx x(s, dt);
+  std::vector<OpCase> out;
+  add_matmul(out, x, 3 * s.C, true, true, "+bias");  // the attention's qkv projection
+  add_matmul(out, x, 4 * s.C, false, true, "");      // the MLP's fc, without bias
+  add_matmul(out, x, s.V, false, true, " head");     // the tied LM head (OC = vocabulary)
+  add_matmul(out, x, s.C, true, false, " no din");   // a first layer: no input gradient
+  add_layernorm(out, x);
+  add_pointwise(out, x);
+  if (dt == DType::f32) add_casts(out, x);
+  add_reductions(out, x);
+  add_attention(out, x);
+  add_embedding(out, x);
+  add_cross_entropy(out, x);
+  add_adamw(out, x);
+  return out;
+}
+
+std::vector<OpCase> error_cases() {
+  std::vector<OpCase> out;
+  const DType f = DType::f32;
+  auto add = [&](Op op, std::string variant, Expect e, std::vector<TensorSpec> ts,
+                 const Prepare& call) {
+    OpCase c;
+    c.op = op;
+    c.dtype = f;
+    c.variant = std::move(variant);
+    c.shape = "contract";
+    c.tensors = std::move(ts);
+    c.call = op_call(call);
+    c.expect = e;
+    out.push_back(std::move(c));
+  };
+  // Bad token ids: the first bad position is named, as the CPU names it.
+  TensorSpec bad_ids = ids("ids", 5, 11);
+  bad_ids.bad_ids = {{3, -1}, {1, 11}};
+  add(Op::embedding, " bad id", Expect::data_error,
+      {input("table", f, {11, 8}), bad_ids, output("out", f, {5, 8})},
+      [](Backend& be, const Args& a) { be.embedding(a["out"], a["ids"], a["table"]); });
+  add(Op::embedding_backward, " bad id", Expect::data_error,
+      {grad("dtable", f, {11, 8}), input("dout", f, {5, 8}), bad_ids},
+      [](Backend& be, const Args& a) { be.embedding_backward(a["dtable"], a["dout"], a["ids"]); });
+  TensorSpec bad_targets = ids("targets", 4, 7);
+  bad_targets.bad_ids = {{2, 7}};
+  add(Op::cross_entropy, " bad target", Expect::data_error,
+      {input("logits", f, {4, 7}), bad_targets, output("losses", f, {4}), output("lse", f, {4})},
+      [](Backend& be, const Args& a) {
+        be.cross_entropy(a["losses"], a["lse"], a["logits"], a["targets"]);
+      });
+  add(Op::cross_entropy_backward, " bad target", Expect::data_error,
+      {input("logits", f, {4, 7}), bad_targets, input("lse", f, {4}), output("dlogits", f, {4, 7})},
+      [](Backend& be, const Args& a) {
+        be.cross_entropy_backward(a["dlogits"], a["logits"], a["lse"], a["targets"], 0.25f);
+      });
+  // Wrong shapes: refused before any backend code runs, in the same words.
+  add(Op::matmul, " wrong shape", Expect::invalid_argument,
+      {input("in", f, {4, 6}), input("w", f, {4, 6}), output("out", f, {6, 4})},
+      [](Backend& be, const Args& a) { be.matmul(a["out"], a["in"], a["w"], Tensor()); });
+  add(Op::attention, " heads do not divide C", Expect::invalid_argument,
+      {input("qkv", f, {1, 2, 12}), output("out", f, {1, 2, 4}), output("lse", f, {1, 3, 2})},
+      [](Backend& be, const Args& a) { be.attention(a["out"], a["lse"], a["qkv"], 3); });
+  return out;
+}
+
+}  // namespace trainrun::backend_ops

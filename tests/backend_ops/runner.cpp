@@ -1,0 +1,305 @@
+#include "runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "trainrun/bf16.h"
+#include "trainrun/clock.h"
+#include "trainrun/errors.h"
+#include "trainrun/rng.h"
+
+namespace trainrun::backend_ops {
+
+Tensor Args::operator[](std::string_view name) const {
+  for (const auto& [n, t] : items_)
+    if (n == name) return t;
+  throw std::logic_error("backend_ops: the case has no tensor named " + std::string(name));
+}
+
+namespace {
+
+// The reference computes bf16 tensors in f32, on the same (bf16-rounded) values.
+DType ref_dtype(DType dt) {
+  return dt == DType::bf16 ? DType::f32 : dt;
+}
+
+float round_to(DType dt, float v) {
+  return dt == DType::bf16 ? round_to_bf16(v) : v;
+}
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+Tensor make_tensor(void* p, DType dt, Device dev, const std::vector<int64_t>& shape) {
+  Tensor t;
+  t.data = p;
+  t.dtype = dt;
+  t.device = dev;
+  t.ndim = static_cast<int>(shape.size());
+  for (size_t i = 0; i < shape.size(); ++i) t.dims[i] = shape[i];
+  return t;
+}
+
+// The starting values of one tensor (floats, or ids), from the case's seed.
+struct HostValues {
+  std::vector<float> f;
+  std::vector<int32_t> ids;
+};
+
+HostValues generate(const TensorSpec& s, uint64_t seed) {
+  HostValues h;
+  const int64_t n = s.shape.empty() ? 0 : numel(s.shape);
+  Rng rng(seed);
+  if (s.role == Role::ids) {
+    h.ids.resize(static_cast<size_t>(n));
+    for (int32_t& v : h.ids) v = static_cast<int32_t>(rng.next() % uint64_t(s.id_limit));
+    for (const auto& [pos, value] : s.bad_ids) h.ids[static_cast<size_t>(pos)] = value;
+    return h;
+  }
+  const bool random = s.role == Role::input || s.role == Role::grad || s.role == Role::inout;
+  h.f.resize(static_cast<size_t>(n));
+  for (float& v : h.f)
+    v = random ? round_to(s.dtype, s.lo + (s.hi - s.lo) * static_cast<float>(rng.uniform())) : NAN;
+  return h;
+}
+
+// Host bytes of `vals` in dtype dt, and back.
+std::vector<unsigned char> to_bytes(const std::vector<float>& vals, DType dt) {
+  std::vector<unsigned char> b(vals.size() * dtype_size(dt));
+  for (size_t i = 0; i < vals.size(); ++i) {
+    if (dt == DType::bf16) {
+      const uint16_t h = bf16_from_f32(vals[i]);
+      std::memcpy(&b[i * 2], &h, 2);
+    } else if (dt == DType::f64) {
+      const double d = vals[i];
+      std::memcpy(&b[i * 8], &d, 8);
+    } else {
+      std::memcpy(&b[i * 4], &vals[i], 4);
+    }
+  }
+  return b;
+}
+
+std::vector<float> from_bytes(const std::vector<unsigned char>& b, DType dt, size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (dt == DType::bf16) {
+      uint16_t h;
+      std::memcpy(&h, &b[i * 2], 2);
+      v[i] = bf16_to_f32(h);
+    } else if (dt == DType::f64) {
+      double d;
+      std::memcpy(&d, &b[i * 8], 8);
+      v[i] = static_cast<float>(d);
+    } else {
+      std::memcpy(&v[i], &b[i * 4], 4);
+    }
+  }
+  return v;
+}
+
+// A case's tensors allocated on one backend; released on destruction.
+class Bound {
+ public:
+  Bound(Backend& be, bool reference, const OpCase& c, const std::vector<HostValues>& host)
+      : be_(be), reference_(reference), c_(c) {
+    for (size_t i = 0; i < c.tensors.size(); ++i) {
+      const TensorSpec& s = c.tensors[i];
+      if (s.shape.empty()) {
+        tensors_.push_back(Tensor());
+        args_.add(s.name, Tensor());
+        continue;
+      }
+      const DType dt = dtype(i);
+      void* p = be.alloc(static_cast<size_t>(numel(s.shape)) * dtype_size(dt));
+      buffers_.push_back(p);
+      tensors_.push_back(make_tensor(p, dt, be.device(), s.shape));
+      args_.add(s.name, tensors_.back());
+      upload(i, host[i]);
+    }
+  }
+  ~Bound() {
+    for (void* p : buffers_) be_.release(p);
+  }
+  Bound(const Bound&) = delete;
+  Bound& operator=(const Bound&) = delete;
+
+  const Args& args() const { return args_; }
+  DType dtype(size_t i) const {
+    return reference_ ? ref_dtype(c_.tensors[i].dtype) : c_.tensors[i].dtype;
+  }
+
+  void upload(size_t i, const HostValues& h) {
+    const Tensor& t = tensors_[i];
+    if (t.empty()) return;
+    if (t.dtype == DType::i32) {
+      be_.copy(t, make_tensor(const_cast<int32_t*>(h.ids.data()), DType::i32, Device::cpu,
+                              c_.tensors[i].shape));
+      return;
+    }
+    std::vector<unsigned char> b = to_bytes(h.f, t.dtype);
+    be_.copy(t, make_tensor(b.data(), t.dtype, Device::cpu, c_.tensors[i].shape));
+  }
+
+  std::vector<float> download(size_t i) const {
+    const Tensor& t = tensors_[i];
+    std::vector<unsigned char> b(t.bytes());
+    be_.copy(make_tensor(b.data(), t.dtype, Device::cpu, c_.tensors[i].shape), t);
+    return from_bytes(b, t.dtype, static_cast<size_t>(t.numel()));
+  }
+
+ private:
+  Backend& be_;
+  bool reference_;
+  const OpCase& c_;
+  std::vector<void*> buffers_;
+  std::vector<Tensor> tensors_;
+  Args args_;
+};
+
+// max_i |x_i - ref_i| / (|ref_i| + rms(ref)): relative, with the tensor's RMS as the floor so
+// values near zero do not dominate. Infinite when x has a NaN/Inf the reference does not.
+double rel_err(const std::vector<float>& x, const std::vector<float>& ref) {
+  double ss = 0;
+  for (float r : ref) ss += double(r) * r;
+  const double rms = ref.empty() ? 0.0 : std::sqrt(ss / double(ref.size()));
+  const double floor = rms > 0 ? rms : 1e-30;
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(x[i]) || !std::isfinite(ref[i])) return INFINITY;
+    worst = std::max(worst, std::fabs(double(x[i]) - ref[i]) / (std::fabs(double(ref[i])) + floor));
+  }
+  return worst;
+}
+
+bool compared(Role r) {
+  return r == Role::output || r == Role::grad || r == Role::inout;
+}
+
+std::vector<HostValues> generate_all(const OpCase& c) {
+  std::vector<HostValues> host;
+  for (size_t i = 0; i < c.tensors.size(); ++i)
+    host.push_back(generate(c.tensors[i], hash_combine(c.seed, i)));
+  return host;
+}
+
+// Runs prepare() on the reference and hands its derived tensors, rounded to their dtype, to both.
+void prepare_derived(const OpCase& c, Backend& ref, Bound& rb, Bound& tb) {
+  if (!c.prepare) return;
+  c.prepare(ref, rb.args());
+  for (size_t i = 0; i < c.tensors.size(); ++i) {
+    if (c.tensors[i].role != Role::derived) continue;
+    HostValues h;
+    h.f = rb.download(i);
+    for (float& v : h.f) v = round_to(c.tensors[i].dtype, v);
+    rb.upload(i, h);
+    tb.upload(i, h);
+  }
+}
+
+}  // namespace
+
+bool Runner::supported(const OpCase& c) const {
+  if (c.op == Op::cast)
+    return test_.supports(Op::cast, DType::f32) && test_.supports(Op::cast, DType::bf16);
+  return test_.supports(c.op, c.dtype);
+}
+
+Outcome Runner::run(const OpCase& c) {
+  Outcome o;
+  if (!supported(c)) {
+    o.status = Outcome::unsupported;
+    return o;
+  }
+  if (c.expect != Expect::match) return run_error_case(c);
+  const std::vector<HostValues> host = generate_all(c);
+  Bound rb(ref_, true, c, host), tb(test_, false, c, host);
+  try {
+    prepare_derived(c, ref_, rb, tb);
+    const double ref_result = c.call(ref_, rb.args());
+    const double result = c.call(test_, tb.args());
+    if (c.result_scale > 0)
+      o.err = std::fabs(result - ref_result) / (std::fabs(ref_result) + c.result_scale);
+    if (!std::isfinite(result)) o.err = INFINITY;
+    std::vector<std::vector<float>> first(c.tensors.size());
+    for (size_t i = 0; i < c.tensors.size(); ++i) {
+      const TensorSpec& s = c.tensors[i];
+      if (!compared(s.role) || s.shape.empty()) continue;
+      std::vector<float> r = rb.download(i);
+      for (float& v : r) v = round_to(s.dtype, v);
+      first[i] = tb.download(i);
+      o.err = std::max(o.err, rel_err(first[i], r));
+    }
+    // Accumulate, never overwrite: a second call adds the same contribution, x2 = 2 x1 - x0.
+    bool has_grads = false;
+    for (const TensorSpec& s : c.tensors) has_grads |= s.role == Role::grad && !s.shape.empty();
+    if (has_grads) {
+      c.call(test_, tb.args());
+      for (size_t i = 0; i < c.tensors.size(); ++i) {
+        const TensorSpec& s = c.tensors[i];
+        if (s.role != Role::grad || s.shape.empty()) continue;
+        std::vector<float> expect(first[i].size());
+        for (size_t k = 0; k < expect.size(); ++k)
+          expect[k] = round_to(s.dtype, static_cast<float>(2.0 * first[i][k] - host[i].f[k]));
+        o.acc_err = std::max(o.acc_err, rel_err(tb.download(i), expect));
+      }
+    }
+    if (timing_) o.ms = time_call(c, tb.args());
+  } catch (const std::exception& e) {
+    o.status = Outcome::fail;
+    o.note = std::string("threw: ") + e.what();
+    return o;
+  }
+  const bool ok = o.err <= c.tol && o.acc_err <= std::max(c.tol, 1e-6);
+  o.status = ok ? Outcome::pass : Outcome::fail;
+  if (!(o.err <= c.tol)) o.note = "outputs differ from the reference";
+  if (!(o.acc_err <= std::max(c.tol, 1e-6))) o.note += " a second call did not accumulate";
+  return o;
+}
+
+Outcome Runner::run_error_case(const OpCase& c) {
+  const std::vector<HostValues> host = generate_all(c);
+  Bound rb(ref_, true, c, host), tb(test_, false, c, host);
+  auto message = [&](Backend& be, const Args& args) -> std::string {
+    try {
+      c.call(be, args);
+    } catch (const DataError& e) {
+      return c.expect == Expect::data_error ? e.what() : std::string("DataError: ") + e.what();
+    } catch (const std::invalid_argument& e) {
+      return c.expect == Expect::invalid_argument ? e.what()
+                                                  : std::string("invalid_argument: ") + e.what();
+    } catch (const std::exception& e) {
+      return std::string("unexpected exception: ") + e.what();
+    }
+    return "no exception";
+  };
+  Outcome o;
+  const std::string want = message(ref_, rb.args()), got = message(test_, tb.args());
+  const bool ok = want == got && want != "no exception";
+  o.status = ok ? Outcome::pass : Outcome::fail;
+  o.note = ok ? want : "reference: " + want + " | under test: " + got;
+  return o;
+}
+
+// Mean seconds per call after the checks' calls warmed it up: enough calls for ~50 ms.
+double Runner::time_call(const OpCase& c, const Args& args) {
+  test_.synchronize();
+  double t0 = now();
+  c.call(test_, args);
+  test_.synchronize();
+  const double once = now() - t0;
+  const int reps = static_cast<int>(std::clamp(0.05 / std::max(once, 1e-7), 1.0, 200.0));
+  t0 = now();
+  for (int i = 0; i < reps; ++i) c.call(test_, args);
+  test_.synchronize();
+  return (now() - t0) / reps * 1e3;
+}
+
+}  // namespace trainrun::backend_ops
