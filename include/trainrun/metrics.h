@@ -1,6 +1,8 @@
 // MetricsLog: RUN_DIR/metrics.h5 (one extendable dataset per metric) and RUN_DIR/metrics.jsonl
-// (the same rows, one JSON object per line). Rows are keyed by step; on resume every row past
-// the checkpoint's step is dropped first, so no step appears twice.
+// (the same rows, one JSON object per line), and TensorBoard event files in RUN_DIR/tb unless
+// the run's config.yaml sets logging.tensorboard: false (trainrun/tensorboard.h). Rows are keyed
+// by step; on resume every row past the checkpoint's step is dropped first, so no step appears
+// twice.
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "trainrun/errors.h"
 #include "trainrun/tb_events.h"
@@ -44,9 +46,10 @@ std::string host_name() {
 
 // The writer number of an event file: the part after its last dot (0 when that is no number).
 int writer_number(const std::string& name) {
-  const std::string last = name.substr(name.rfind('.') + 1);
-  if (last.empty() || last.find_first_not_of("0123456789") != std::string::npos) return 0;
-  return std::stoi(last);
+  const std::string_view last = std::string_view(name).substr(name.rfind('.') + 1);
+  int n = 0;
+  const auto [end, ec] = std::from_chars(last.data(), last.data() + last.size(), n);
+  return ec == std::errc() && end == last.data() + last.size() ? n : 0;
 }
 
 std::string slurp(const fs::path& file) {
@@ -148,17 +151,18 @@ TensorBoardLog::TensorBoardLog(const std::string& dir, int64_t keep_through_step
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw tb_error(dir, ec.message());
+  std::vector<fs::path> earlier;  // listed first: the loop below removes and replaces files
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().filename().string().rfind(kPrefix, 0) == 0) earlier.push_back(entry.path());
   int last = 0;
   bool earlier_data = false;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind(kPrefix, 0) != 0) continue;
+  for (const fs::path& file : earlier) {
     if (keep_through_step < 0) {
-      fs::remove(entry.path(), ec);
+      fs::remove(file, ec);
       continue;
     }
-    last = std::max(last, writer_number(name));
-    if (cut_back(entry.path(), keep_through_step)) earlier_data = true;
+    last = std::max(last, writer_number(file.filename().string()));
+    if (cut_back(file, keep_through_step)) earlier_data = true;
   }
   if (earlier_data) config_text_.clear();  // the run's first writer wrote it
   path_ =
