@@ -9,13 +9,9 @@
 #include <string>
 #include <vector>
 
-namespace trainrun {
+#include "trainrun/param_entry.h"
 
-struct ParamEntry {
-  std::string name;  // e.g. "blocks.3.attn.qkv.weight"
-  std::vector<int64_t> shape;
-  int64_t offset = 0;  // into the flat buffers
-};
+namespace trainrun {
 
 struct TrainState {
   int64_t step = 0;  // optimizer steps completed

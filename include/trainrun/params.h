@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "trainrun/backend.h"
-#include "trainrun/checkpoint.h"
+#include "trainrun/param_entry.h"
 
 namespace trainrun {
 
