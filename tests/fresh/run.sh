@@ -3,8 +3,9 @@
 #
 #   tests/fresh/run.sh [WORKDIR]     (root; WORKDIR defaults to build/fresh)
 #
-# It debootstraps a minbase bookworm root (cached as WORKDIR/rootfs.tar.gz, so a rerun on the same
-# machine starts in seconds), clones this checkout's HEAD into it and, in a chroot with a clean
+# It debootstraps a minbase bookworm root (cached in /var/cache/trainrun, outside the clone, so a
+# rerun on the same machine, from any clone, starts in seconds; TRAINRUN_FRESH_CACHE moves it),
+# clones this checkout's HEAD into it and, in a chroot with a clean
 # environment:
 #   1. runs scripts/quickstart.sh: it must exit 0 and print its final loss line;
 #   2. runs scripts/setup.sh --test and checks that every tool the test suite calls is there.
@@ -15,7 +16,7 @@ cd "$(dirname "$0")/../.."
 repo=$PWD
 work=$(realpath -m "${1:-build/fresh}")
 root=$work/root
-cache=$work/rootfs.tar.gz
+cache=${TRAINRUN_FRESH_CACHE:-/var/cache/trainrun}/bookworm-minbase.tar.gz
 
 die() { echo "fresh: FAIL: $*" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || die "needs root (debootstrap, chroot, mount)"
@@ -62,6 +63,7 @@ else
     tail -n 20 "$log" >&2
     die "debootstrap could not build the root from $url (log: $log)"
   fi
+  mkdir -p "$(dirname "$cache")"
   tar -czf "$cache.tmp" -C "$root" . && mv "$cache.tmp" "$cache"
 fi
 
@@ -104,8 +106,11 @@ echo "fresh: scripts/setup.sh --test in the same root"
 in_root "scripts/setup.sh --test" || die "scripts/setup.sh --test failed on a pristine Debian 12"
 # Every tool the test command and the integration tests call.
 missing=$(in_root 'for t in meson ninja mpirun gnuplot jq clang-format slurmctld slurmd munged \
-                     mungekey sbatch srun scancel debootstrap; do
+                     mungekey sbatch srun scancel debootstrap chromium; do
                      command -v $t >/dev/null || echo $t; done
-                   python3 -c "import pytest, h5py, yaml" 2>/dev/null || echo "python3: pytest/h5py/yaml"')
+                   python3 -c "import pytest, h5py, yaml, PIL" 2>/dev/null ||
+                     echo "python3: pytest/h5py/yaml/PIL"
+                   build/test-venv/bin/python -c "import tensorboard" 2>/dev/null ||
+                     echo "build/test-venv: tensorboard"')
 [[ -z $missing ]] || die "scripts/setup.sh --test left these missing: $missing"
 echo "fresh: PASS (quick start and the test command's install step on a pristine Debian 12)"
