@@ -31,6 +31,13 @@ float round_to(DType dt, float v) {
   return dt == DType::bf16 ? round_to_bf16(v) : v;
 }
 
+void round_all(DType dt, std::vector<float>& v) {
+  if (dt != DType::bf16) return;
+  const int64_t n = static_cast<int64_t>(v.size());
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = round_to_bf16(v[size_t(i)]);
+}
+
 int64_t numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -53,56 +60,52 @@ struct HostValues {
   std::vector<int32_t> ids;
 };
 
+// Element i draws from splitmix64(seed + i) (what Rng(seed) gives as its i-th draw), so the
+// GPT-2-sized tensors fill in parallel.
 HostValues generate(const TensorSpec& s, uint64_t seed) {
   HostValues h;
   const int64_t n = s.shape.empty() ? 0 : numel(s.shape);
-  Rng rng(seed);
   if (s.role == Role::ids) {
     h.ids.resize(static_cast<size_t>(n));
-    for (int32_t& v : h.ids) v = static_cast<int32_t>(rng.next() % uint64_t(s.id_limit));
+    for (int64_t i = 0; i < n; ++i)
+      h.ids[size_t(i)] = static_cast<int32_t>(splitmix64(seed + i) % uint64_t(s.id_limit));
     for (const auto& [pos, value] : s.bad_ids) h.ids[static_cast<size_t>(pos)] = value;
     return h;
   }
   const bool random = s.role == Role::input || s.role == Role::grad || s.role == Role::inout;
   h.f.resize(static_cast<size_t>(n));
-  for (float& v : h.f)
-    v = random ? round_to(s.dtype, s.lo + (s.hi - s.lo) * static_cast<float>(rng.uniform())) : NAN;
+  float* f = h.f.data();
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) {
+    const double u = static_cast<double>(splitmix64(seed + i) >> 11) * 0x1.0p-53;  // [0, 1)
+    f[i] = random ? round_to(s.dtype, s.lo + (s.hi - s.lo) * static_cast<float>(u)) : NAN;
+  }
   return h;
 }
 
-// Host bytes of `vals` in dtype dt, and back.
-std::vector<unsigned char> to_bytes(const std::vector<float>& vals, DType dt) {
-  std::vector<unsigned char> b(vals.size() * dtype_size(dt));
-  for (size_t i = 0; i < vals.size(); ++i) {
-    if (dt == DType::bf16) {
-      const uint16_t h = bf16_from_f32(vals[i]);
-      std::memcpy(&b[i * 2], &h, 2);
-    } else if (dt == DType::f64) {
-      const double d = vals[i];
-      std::memcpy(&b[i * 8], &d, 8);
-    } else {
-      std::memcpy(&b[i * 4], &vals[i], 4);
-    }
+// Element conversions between host floats and a tensor's dtype (f32 needs none).
+void to_dtype(const float* in, DType dt, void* out, int64_t n) {
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) {
+    if (dt == DType::bf16)
+      static_cast<uint16_t*>(out)[i] = bf16_from_f32(in[i]);
+    else if (dt == DType::f64)
+      static_cast<double*>(out)[i] = in[i];
+    else
+      static_cast<float*>(out)[i] = in[i];
   }
-  return b;
 }
 
-std::vector<float> from_bytes(const std::vector<unsigned char>& b, DType dt, size_t n) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (dt == DType::bf16) {
-      uint16_t h;
-      std::memcpy(&h, &b[i * 2], 2);
-      v[i] = bf16_to_f32(h);
-    } else if (dt == DType::f64) {
-      double d;
-      std::memcpy(&d, &b[i * 8], 8);
-      v[i] = static_cast<float>(d);
-    } else {
-      std::memcpy(&v[i], &b[i * 4], 4);
-    }
+void from_dtype(const void* in, DType dt, float* out, int64_t n) {
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) {
+    if (dt == DType::bf16)
+      out[i] = bf16_to_f32(static_cast<const uint16_t*>(in)[i]);
+    else if (dt == DType::f64)
+      out[i] = static_cast<float>(static_cast<const double*>(in)[i]);
+    else
+      out[i] = static_cast<const float*>(in)[i];
   }
-  return v;
 }
 
 // A case's tensors allocated on one backend; released on destruction.
@@ -139,20 +142,30 @@ class Bound {
   void upload(size_t i, const HostValues& h) {
     const Tensor& t = tensors_[i];
     if (t.empty()) return;
+    const std::vector<int64_t>& shape = c_.tensors[i].shape;
     if (t.dtype == DType::i32) {
-      be_.copy(t, make_tensor(const_cast<int32_t*>(h.ids.data()), DType::i32, Device::cpu,
-                              c_.tensors[i].shape));
-      return;
+      be_.copy(t, make_tensor(const_cast<int32_t*>(h.ids.data()), DType::i32, Device::cpu, shape));
+    } else if (t.dtype == DType::f32) {
+      be_.copy(t, make_tensor(const_cast<float*>(h.f.data()), DType::f32, Device::cpu, shape));
+    } else {
+      std::vector<unsigned char> b(t.bytes());
+      to_dtype(h.f.data(), t.dtype, b.data(), t.numel());
+      be_.copy(t, make_tensor(b.data(), t.dtype, Device::cpu, shape));
     }
-    std::vector<unsigned char> b = to_bytes(h.f, t.dtype);
-    be_.copy(t, make_tensor(b.data(), t.dtype, Device::cpu, c_.tensors[i].shape));
   }
 
   std::vector<float> download(size_t i) const {
     const Tensor& t = tensors_[i];
-    std::vector<unsigned char> b(t.bytes());
-    be_.copy(make_tensor(b.data(), t.dtype, Device::cpu, c_.tensors[i].shape), t);
-    return from_bytes(b, t.dtype, static_cast<size_t>(t.numel()));
+    const std::vector<int64_t>& shape = c_.tensors[i].shape;
+    std::vector<float> v(static_cast<size_t>(t.numel()));
+    if (t.dtype == DType::f32) {
+      be_.copy(make_tensor(v.data(), DType::f32, Device::cpu, shape), t);
+    } else {
+      std::vector<unsigned char> b(t.bytes());
+      be_.copy(make_tensor(b.data(), t.dtype, Device::cpu, shape), t);
+      from_dtype(b.data(), t.dtype, v.data(), t.numel());
+    }
+    return v;
   }
 
  private:
@@ -167,14 +180,19 @@ class Bound {
 // max_i |x_i - ref_i| / (|ref_i| + rms(ref)): relative, with the tensor's RMS as the floor so
 // values near zero do not dominate. Infinite when x has a NaN/Inf the reference does not.
 double rel_err(const std::vector<float>& x, const std::vector<float>& ref) {
+  const int64_t n = static_cast<int64_t>(ref.size());
   double ss = 0;
-  for (float r : ref) ss += double(r) * r;
-  const double rms = ref.empty() ? 0.0 : std::sqrt(ss / double(ref.size()));
+#pragma omp parallel for reduction(+ : ss)
+  for (int64_t i = 0; i < n; ++i) ss += double(ref[i]) * ref[i];
+  const double rms = n == 0 ? 0.0 : std::sqrt(ss / double(n));
   const double floor = rms > 0 ? rms : 1e-30;
   double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (!std::isfinite(x[i]) || !std::isfinite(ref[i])) return INFINITY;
-    worst = std::max(worst, std::fabs(double(x[i]) - ref[i]) / (std::fabs(double(ref[i])) + floor));
+#pragma omp parallel for reduction(max : worst)
+  for (int64_t i = 0; i < n; ++i) {
+    const double e = std::isfinite(x[i]) && std::isfinite(ref[i])
+                         ? std::fabs(double(x[i]) - ref[i]) / (std::fabs(double(ref[i])) + floor)
+                         : INFINITY;
+    worst = std::max(worst, e);
   }
   return worst;
 }
@@ -198,7 +216,7 @@ void prepare_derived(const OpCase& c, Backend& ref, Bound& rb, Bound& tb) {
     if (c.tensors[i].role != Role::derived) continue;
     HostValues h;
     h.f = rb.download(i);
-    for (float& v : h.f) v = round_to(c.tensors[i].dtype, v);
+    round_all(c.tensors[i].dtype, h.f);
     rb.upload(i, h);
     tb.upload(i, h);
   }
@@ -233,7 +251,7 @@ Outcome Runner::run(const OpCase& c) {
       const TensorSpec& s = c.tensors[i];
       if (!compared(s.role) || s.shape.empty()) continue;
       std::vector<float> r = rb.download(i);
-      for (float& v : r) v = round_to(s.dtype, v);
+      round_all(s.dtype, r);
       first[i] = tb.download(i);
       o.err = std::max(o.err, rel_err(first[i], r));
     }
