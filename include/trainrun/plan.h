@@ -37,6 +37,18 @@ struct Plan {
   bool fits = true;
 };
 
+// Bytes per rank, from the config alone: no device is measured, so it is cheap enough to check
+// before every run. make_plan's memory figures are these.
+struct MemoryPlan {
+  double params = 0, grads = 0, optimizer = 0, optimizer_zero1 = 0;
+  double activations = 0;  // per micro-batch
+  double workspace = 0;
+  double total = 0;  // with the configured ZeRO setting
+};
+// gpu: sized for a GPU (bf16 weight copy and activations when train.precision is bf16, CUDA
+// context workspace) rather than the CPU (host checkpoint copy).
+MemoryPlan plan_memory(const Experiment& exp, bool gpu);
+
 // The peak for the configured device: CPU measures sgemm now; GPUs come from a table
 // (A100, H100, H200; `gpu` names one, empty = H100).
 DevicePeak device_peak(const Experiment& exp, const std::string& gpu = "");

@@ -79,16 +79,50 @@ std::string gib(double b) {
   return fmt::format("{:.2f} GiB", b / kGiB);
 }
 
+int micro_batch_of(const Experiment& exp) {
+  return exp.train.micro_batch_size > 0
+             ? exp.train.micro_batch_size
+             : std::max(1, exp.train.batch_size / std::max(1, exp.world_size()));
+}
+
 }  // namespace
+
+MemoryPlan plan_memory(const Experiment& exp, bool gpu) {
+  MemoryPlan mem;
+  const ModelConfig& m = exp.model;
+  const bool bf16 = gpu && exp.train.precision == "bf16";
+  const int world = std::max(1, exp.world_size());
+  const int micro_batch = micro_batch_of(exp);
+  const int64_t params = parameter_count(m);
+  const double n = static_cast<double>(params);
+  // fp32 master weights, gradients and both AdamW moments (4 bytes each); bf16 on a GPU adds a
+  // bf16 copy of the weights, and the activations are bf16.
+  mem.params = 4 * n + (bf16 ? 2 * n : 0);
+  mem.grads = 4 * n;
+  mem.optimizer = 8 * n;
+  // ZeRO-1: each rank keeps the moments of its shard; shards differ by at most one element.
+  mem.optimizer_zero1 = 8 * static_cast<double>((params + world - 1) / world);
+  const int64_t act_dtype = bf16 ? 2 : 4;
+  mem.activations =
+      static_cast<double>(m.type == "mlp" ? mlp_activation_bytes(m, micro_batch, act_dtype)
+                                          : gpt_activation_bytes(m, micro_batch, act_dtype));
+  // Workspace. GPU: the cuBLASLt workspace (32 MiB) plus about 512 MiB for the CUDA context and
+  // library handles. CPU: the host copy of weights and both moments that a checkpoint takes
+  // (12 bytes per parameter) plus the token buffers.
+  const double token_buffers = 2.0 * 4 * micro_batch * m.seq_len;
+  mem.workspace = gpu ? 544.0 * 1048576 : 12 * n + token_buffers;
+  const bool zero = exp.distributed.zero != 0 && world > 1;
+  mem.total = mem.params + mem.grads + (zero ? mem.optimizer_zero1 : mem.optimizer) +
+              mem.activations + mem.workspace;
+  return mem;
+}
 
 Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
   Plan p;
   const ModelConfig& m = exp.model;
   const bool gpu = on_gpu(peak);
-  const bool bf16 = gpu && exp.train.precision == "bf16";
   p.world = std::max(1, exp.world_size());
-  p.micro_batch = exp.train.micro_batch_size > 0 ? exp.train.micro_batch_size
-                                                 : std::max(1, exp.train.batch_size / p.world);
+  p.micro_batch = micro_batch_of(exp);
   p.accum = std::max(1, exp.train.batch_size / (p.micro_batch * p.world));
   p.peak = peak;
 
@@ -100,27 +134,16 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
   p.flops_per_token = train_flops_per_token(m);
   p.flops_per_step = p.flops_per_token * tokens_per_step;
 
-  // Memory per rank. fp32 master weights, gradients and both AdamW moments (4 bytes each); bf16
-  // on a GPU adds a bf16 copy of the weights, and the activations are bf16.
-  p.bytes_params = 4 * n + (bf16 ? 2 * n : 0);
-  p.bytes_grads = 4 * n;
-  p.bytes_optimizer = 8 * n;
-  // ZeRO-1: each rank keeps the moments of its shard; shards differ by at most one element.
+  const MemoryPlan mem = plan_memory(exp, gpu);
+  p.bytes_params = mem.params;
+  p.bytes_grads = mem.grads;
+  p.bytes_optimizer = mem.optimizer;
+  p.bytes_optimizer_zero1 = mem.optimizer_zero1;
+  p.bytes_activations = mem.activations;
+  p.bytes_workspace = mem.workspace;
+  p.bytes_total = mem.total;
   const int64_t largest_shard = (p.params + p.world - 1) / p.world;
-  p.bytes_optimizer_zero1 = 8 * static_cast<double>(largest_shard);
-  const int64_t act_dtype = bf16 ? 2 : 4;
-  p.bytes_activations =
-      static_cast<double>(m.type == "mlp" ? mlp_activation_bytes(m, p.micro_batch, act_dtype)
-                                          : gpt_activation_bytes(m, p.micro_batch, act_dtype));
-  // Workspace. GPU: the cuBLASLt workspace (32 MiB) plus about 512 MiB for the CUDA context and
-  // library handles. CPU: the host copy of weights and both moments that a checkpoint takes
-  // (12 bytes per parameter) plus the token buffers.
-  const double token_buffers = 2.0 * 4 * p.micro_batch * m.seq_len;
-  p.bytes_workspace = gpu ? 544.0 * 1048576 : 12 * n + token_buffers;
   const bool zero = exp.distributed.zero != 0 && p.world > 1;
-  p.bytes_total = p.bytes_params + p.bytes_grads +
-                  (zero ? p.bytes_optimizer_zero1 : p.bytes_optimizer) + p.bytes_activations +
-                  p.bytes_workspace;
 
   // Communication per rank per step: ring allreduce of the fp32 gradients moves 2(W-1)/W of
   // them; ZeRO-1's reduce-scatter plus all-gather moves the same.
@@ -149,7 +172,7 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
 
   // Warnings that name the fix.
   if (m.vocab_size % 64 != 0) {
-    const int padded = (m.vocab_size + 63) / 64 * 64;
+    const int64_t padded = (int64_t{m.vocab_size} + 63) / 64 * 64;
     p.warnings.push_back(
         fmt::format("model.vocab_size {} is not a multiple of 64: pad to {} for faster GEMMs",
                     m.vocab_size, padded));
