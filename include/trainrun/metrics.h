@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -34,5 +36,11 @@ class MetricsLog {
 
 // Reads metrics.jsonl rows of one kind (for report and tests).
 std::vector<MetricRow> read_metrics_jsonl(const std::string& run_dir, const std::string& kind);
+
+// One row as one line of metrics.jsonl, {"kind":KIND,<fields in order>} (doubles round-trip,
+// NaN and infinities as null), and back (nullopt unless a flat JSON object). Also the format of
+// other flat records, such as the ranks' failure records.
+std::string format_metrics_line(const std::string& kind, const MetricRow& row);
+std::optional<MetricRow> parse_metrics_line(std::string_view line);
 
 }  // namespace trainrun

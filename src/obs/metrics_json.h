@@ -10,15 +10,10 @@
 
 namespace trainrun {
 
-// {"kind":KIND,<fields in order>}; doubles in the shortest form that reads back to the same
-// value, NaN and infinities as null.
 // s as a JSON string literal, quotes included.
 std::string json_quote(std::string_view s);
 
-std::string format_metrics_line(const std::string& kind, const MetricRow& row);
-
-// Parses one line back (null -> NaN, true/false -> 1/0); nullopt when the line is not a flat
-// JSON object (e.g. a line torn by a crash).
-std::optional<MetricRow> parse_metrics_line(std::string_view line);
+// format_metrics_line and parse_metrics_line are public (trainrun/metrics.h). The parser maps
+// null -> NaN and true/false -> 1/0, and refuses a line torn by a crash.
 
 }  // namespace trainrun
