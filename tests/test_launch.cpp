@@ -1,10 +1,12 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -16,10 +18,15 @@
 #include <vector>
 
 #include "temp_dir.h"
+#include "trainrun/checkpoint.h"
 #include "trainrun/comm.h"
+#include "trainrun/config.h"
 #include "trainrun/errors.h"
+#include "trainrun/failure_record.h"
 #include "trainrun/launch.h"
 #include "trainrun/mpirun_failure.h"
+#include "trainrun/run_command.h"
+#include "trainrun/supervisor.h"
 
 using namespace trainrun;
 namespace fs = std::filesystem;
@@ -354,11 +361,28 @@ TEST_CASE("describe_mpirun_failure reads Open MPI 4.1's reports") {
         "rank 1 on n7 exited without finalizing MPI");
   CHECK(describe_mpirun_failure("could not access\nor execute an executable:\n\nExecutable: "
                                 "./nope\nNode: vm\n") == "mpirun could not execute ./nope on vm");
+  // The watchdog aborts on a duplicated communicator, whose name is several words.
+  CHECK(describe_mpirun_failure("MPI_ABORT was invoked on rank 0 in communicator MPI COMMUNICATOR "
+                                "3 DUP FROM 0\nwith errorcode 8.\n") ==
+        "rank 0 called MPI_Abort with code 8");
   // The first report wins: later ones are usually consequences of it.
   CHECK(describe_mpirun_failure("mpirun noticed that process rank 3 with PID 0 on node a exited "
                                 "on signal 11 (Segmentation fault).\n  Process name: "
                                 "[[1,1],0]\n  Exit code:    1\n") ==
         "rank 3 on a killed by signal 11 (Segmentation fault)");
+}
+
+TEST_CASE("read_mpirun_failure names the rank and host as data") {
+  MpirunFailure f = read_mpirun_failure(
+      "mpirun noticed that process rank 1 with PID 0 on node vm exited on signal 9 (Killed).\n");
+  CHECK(f.rank == 1);
+  CHECK(f.host == "vm");
+  f = read_mpirun_failure("  Process name: [[29619,1],3]\n  Exit code:    3\n");
+  CHECK(f.rank == 3);
+  CHECK(f.host.empty());
+  f = read_mpirun_failure("Executable: ./nope\nNode: vm\n");
+  CHECK(f.rank == -1);
+  CHECK(f.text.empty());
 }
 
 // Real mpirun runs of /bin/sh ranks.
@@ -420,5 +444,354 @@ TEST_CASE("run_launch supervises a real mpirun") {
     kill(getpid(), SIGUSR1);
     t.join();
     CHECK(code == 7);
+  }
+}
+
+// --- Failure records ---------------------------------------------------------------------------
+
+namespace {
+
+FailureRecord record(int rank, int code, double time, const std::string& cause = "error") {
+  FailureRecord r;
+  r.rank = r.culprit_rank = rank;
+  r.host = r.culprit_host = "host" + std::to_string(rank);
+  r.pid = 1000 + rank;
+  r.exit_code = code;
+  r.cause = cause;
+  r.message = "message of rank " + std::to_string(rank);
+  r.phase = "forward";
+  r.step = 6;
+  r.time = time;
+  return r;
+}
+
+// Runs `body` in a forked child (the rank side is process-wide) and returns its wait status.
+template <typename Body>
+int in_child(Body body) {
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    body();
+    std::_Exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return status;
+}
+
+}  // namespace
+
+TEST_CASE("failure records: write, read back, clear") {
+  TempDir dir;
+  FailureRecord a = record(0, kExitData, 1712345678.125);
+  a.message = "bad \"data\"\nin shard\t\x01 \xc3\xa9";  // quotes, control characters, UTF-8
+  FailureRecord b = record(3, kExitHang, 1712345679.5, "watchdog");
+  b.culprit_rank = 1;
+  b.culprit_host = "host1";
+  REQUIRE(write_failure_record(dir.str(), a));
+  REQUIRE(write_failure_record(dir.str(), b));
+  CHECK(fs::exists(dir / "logs/failure-rank-3.json"));
+  CHECK(failure_record_path(dir.str(), 3) == dir / "logs/failure-rank-3.json");
+
+  const std::vector<FailureRecord> back = read_failure_records(dir.str());
+  REQUIRE(back.size() == 2);
+  const FailureRecord& x = back[0];
+  CHECK(x.rank == 0);
+  CHECK(x.host == "host0");
+  CHECK(x.pid == 1000);
+  CHECK(x.exit_code == kExitData);
+  CHECK(x.cause == "error");
+  CHECK(x.message == a.message);
+  CHECK(x.culprit_rank == 0);
+  CHECK(x.phase == "forward");
+  CHECK(x.step == 6);
+  CHECK(x.time == 1712345678.125);
+  CHECK(back[1].rank == 3);
+  CHECK(back[1].culprit_rank == 1);
+  CHECK(back[1].culprit_host == "host1");
+
+  // Nothing but the records is left behind (the temporary files were renamed).
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir.path / "logs")) files += e.is_regular_file();
+  CHECK(files == 2);
+
+  // A torn record, a record under another rank's name and a stray file are skipped, not fatal.
+  std::ofstream(dir / "logs/failure-rank-5.json") << "{\"kind\":\"failure\",\"rank\":5,\"ho";
+  fs::copy_file(dir / "logs/failure-rank-0.json", dir / "logs/failure-rank-7.json");
+  std::ofstream(dir / "logs/failure-rank-x.json") << "{}";
+  std::ofstream(dir / "logs/.failure-rank-2.json.99.tmp") << "{";
+  std::ofstream(dir / "logs/rank-0.log") << "keep me";
+  CHECK(read_failure_records(dir.str()).size() == 2);
+
+  clear_failure_records(dir.str());
+  CHECK(read_failure_records(dir.str()).empty());
+  CHECK(!fs::exists(dir / "logs/failure-rank-5.json"));
+  CHECK(!fs::exists(dir / "logs/.failure-rank-2.json.99.tmp"));
+  CHECK(fs::exists(dir / "logs/rank-0.log"));           // not ours to remove
+  CHECK(fs::exists(dir / "logs/failure-rank-x.json"));  // not a record's name
+  clear_failure_records(dir / "no-such-run");           // nothing there: no error
+}
+
+TEST_CASE("failure records: the rank side writes once, with its phase") {
+  TempDir dir;
+  const std::string run = dir.str();
+  // A stale record of this rank goes when it arms; the first record of a process wins.
+  REQUIRE(write_failure_record(run, record(2, kExitData, 1)));
+  int status = in_child([&] {
+    arm_failure_record(run, 2);
+    if (!read_failure_records(run).empty()) std::_Exit(10);
+    note_phase("backward", 41);
+    record_failure(kExitHang, "watchdog", "stalled", 1, "hostB");
+    record_failure(kExitFailure, "internal error", "a consequence");
+  });
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  std::vector<FailureRecord> got = read_failure_records(run);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].rank == 2);
+  CHECK(got[0].exit_code == kExitHang);
+  CHECK(got[0].cause == "watchdog");
+  CHECK(got[0].message == "stalled");
+  CHECK(got[0].culprit_rank == 1);
+  CHECK(got[0].culprit_host == "hostB");
+  CHECK(got[0].host == host());
+  CHECK(got[0].phase == "backward");
+  CHECK(got[0].step == 41);
+  CHECK(got[0].time > 1.6e9);
+
+  // Not armed: nothing is written.
+  clear_failure_records(run);
+  status = in_child([] { record_failure(kExitData, "error", "nobody listens"); });
+  CHECK(read_failure_records(run).empty());
+}
+
+TEST_CASE("failure records: a fatal signal leaves one and still ends the process") {
+  TempDir dir;
+  const std::string run = dir.str();
+  const int status = in_child([&] {
+    std::signal(SIGABRT, SIG_DFL);  // not doctest's crash report, inherited from the parent
+    arm_failure_record(run, 1);
+    note_phase("optimizer", 12);
+    std::abort();
+  });
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGABRT);
+  std::vector<FailureRecord> got = read_failure_records(run);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].rank == 1);
+  CHECK(got[0].exit_code == 128 + SIGABRT);
+  CHECK(got[0].cause == "signal");
+  CHECK(got[0].message.find("signal 6") != std::string::npos);
+  CHECK(got[0].phase == "optimizer");
+  CHECK(got[0].step == 12);
+  CHECK(got[0].culprit_rank == 1);
+  CHECK(got[0].time > 1.6e9);
+}
+
+// --- The supervisor's decision -------------------------------------------------------------------
+
+TEST_CASE("judge_job: records decide the code and the culprit; mpirun's text fills in") {
+  const MpirunFailure none;
+  const MpirunFailure killed1{"rank 1 on vm killed by signal 9 (Killed)", 1, "vm"};
+
+  SUBCASE("a finished job is finished") {
+    const JobOutcome o = judge_job(0, {record(1, kExitData, 5)}, killed1);
+    CHECK(o.code == 0);
+  }
+  SUBCASE("one rank's error: its code, its name, no restart for bad data") {
+    const JobOutcome o = judge_job(1, {record(1, kExitData, 5)}, none);
+    CHECK(o.code == kExitData);
+    CHECK(o.rank == 1);
+    CHECK(o.host == "host1");
+    CHECK(o.from_record);
+    CHECK(o.cause.find("rank 1 on host1") != std::string::npos);
+    CHECK(o.cause.find("message of rank 1") != std::string::npos);
+    CHECK(o.cause.find("phase forward at step 6") != std::string::npos);
+    CHECK_FALSE(restartable(o.code));
+  }
+  SUBCASE("the earliest failure wins over its consequences") {
+    FailureRecord watchdog = record(0, kExitHang, 9, "watchdog");
+    const JobOutcome o = judge_job(8, {watchdog, record(2, kExitFailure, 4)}, none);
+    CHECK(o.code == kExitFailure);
+    CHECK(o.rank == 2);
+    CHECK(restartable(o.code));
+  }
+  SUBCASE("a watchdog names the rank that did not arrive, not itself") {
+    FailureRecord w = record(0, kExitHang, 9, "watchdog");
+    w.culprit_rank = 1;
+    w.culprit_host = "host1";
+    const JobOutcome o = judge_job(kExitHang, {w}, MpirunFailure{"rank 0 called MPI_Abort", 0, ""});
+    CHECK(o.code == kExitHang);
+    CHECK(o.rank == 1);
+    CHECK(o.host == "host1");
+    CHECK(o.cause.find("rank 1 on host1 was named by rank 0 on host0's watchdog") !=
+          std::string::npos);
+    CHECK(restartable(o.code));
+  }
+  SUBCASE("a fatal signal recorded by the rank is restartable") {
+    const JobOutcome o = judge_job(1, {record(3, 128 + SIGSEGV, 2, "signal")}, none);
+    CHECK(o.code == 128 + SIGSEGV);
+    CHECK(o.rank == 3);
+    CHECK(restartable(o.code));
+  }
+  SUBCASE("no record: mpirun's report names the rank (SIGKILL leaves none)") {
+    const JobOutcome o = judge_job(137, {}, killed1);
+    CHECK(o.code == 137);
+    CHECK(o.rank == 1);
+    CHECK(o.host == "vm");
+    CHECK_FALSE(o.from_record);
+    CHECK(o.cause == killed1.text);
+  }
+  SUBCASE("every rank stopped on purpose: 75, whatever mpirun's own code") {
+    const MpirunFailure unnamed{"a rank exited with code 1; mpirun did not name it", -1, ""};
+    const JobOutcome o = judge_job(
+        1, {record(0, kExitResumeMe, 3, "stopped"), record(1, kExitResumeMe, 2)}, unnamed);
+    CHECK(o.code == kExitResumeMe);
+    CHECK(o.from_record);
+    CHECK_FALSE(restartable(o.code));
+    // mpirun naming a rank that itself recorded its stop does not turn the stop into a failure.
+    const JobOutcome p = judge_job(75, {record(0, kExitInterrupted, 3, "stopped")},
+                                   MpirunFailure{"rank 0 exited with code 130", 0, ""});
+    CHECK(p.code == kExitInterrupted);
+  }
+  SUBCASE("a stop on one rank does not hide another rank's death") {
+    const JobOutcome o = judge_job(137, {record(0, kExitResumeMe, 3, "stopped")}, killed1);
+    CHECK(o.code == 137);
+    CHECK(o.rank == 1);
+  }
+  SUBCASE("nothing known: the launcher's code and words") {
+    JobOutcome o = judge_job(5, {}, none);
+    CHECK(o.code == 5);
+    CHECK(o.rank == -1);
+    CHECK(o.cause == "the job exited with code 5");
+    o = judge_job(1, {},
+                  MpirunFailure{"a rank exited with code 1; mpirun did not name it", -1, ""});
+    CHECK(o.cause == "a rank exited with code 1; mpirun did not name it");
+  }
+}
+
+TEST_CASE("restartable and exit_code_meaning cover every exit code") {
+  for (int code : {kExitOk, kExitUsage, kExitData, kExitCheckpoint, kExitDevice, kExitGaveUp,
+                   kExitResumeMe, kExitInterrupted})
+    CHECK_FALSE(restartable(code));
+  for (int code :
+       std::vector<int>{kExitFailure, kExitLaunch, kExitHang, 9, 128 + SIGKILL, 128 + SIGSEGV})
+    CHECK(restartable(code));
+  CHECK(exit_code_meaning(kExitHang) == "the watchdog aborted a hang");
+  CHECK(exit_code_meaning(kExitResumeMe).find("SIGTERM") != std::string::npos);
+  CHECK(exit_code_meaning(128 + 9) == "killed by signal 9");
+  CHECK(exit_code_meaning(42) == "exit code 42");
+}
+
+// --- Resume resolution ---------------------------------------------------------------------------
+
+namespace {
+
+std::string write_config(const TempDir& dir, const std::string& run_dir) {
+  const std::string path = dir / "exp.yaml";
+  std::ofstream(path) << "name: resume-test\nrun_dir: " << run_dir
+                      << "\ntrain:\n  steps: 10\ndata:\n  synthetic: markov\n";
+  return path;
+}
+
+// A checkpoint of `exp` at `step`: one small tensor, the resolved config inside.
+std::string save_checkpoint(const Experiment& exp, int64_t step) {
+  CheckpointData d;
+  d.state.step = step;
+  d.state.config_yaml = to_yaml(exp);
+  d.params.push_back({"w", {2, 3}, 0});
+  d.weights.assign(6, 0.5f);
+  d.adam_m.assign(6, 0.0f);
+  d.adam_v.assign(6, 0.0f);
+  const std::string path = checkpoint_path(exp.run_dir, step);
+  fs::create_directories(fs::path(path).parent_path());
+  write_checkpoint(path, d);
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("resolve_run: a config, or what --resume points at") {
+  TempDir dir;
+  const std::string run_dir = dir / "run";
+  RunRequest r;
+
+  SUBCASE("nothing to run") {
+    CHECK_THROWS_AS(resolve_run(r), ConfigError);
+    r.resume = "";
+    CHECK_THROWS_AS(resolve_run(r), ConfigError);  // --resume without a value or a config
+  }
+  SUBCASE("a fresh run from a config; --run-dir wins") {
+    r.config = write_config(dir, run_dir);
+    auto [exp, file] = resolve_run(r);
+    CHECK(exp.name == "resume-test");
+    CHECK(exp.run_dir == run_dir);
+    CHECK(file.empty());
+    r.run_dir = dir / "elsewhere";
+    CHECK(resolve_run(r).first.run_dir == dir / "elsewhere");
+  }
+  SUBCASE("--resume of a path that is not there") {
+    r.resume = dir / "nope";
+    CHECK_THROWS_AS(resolve_run(r), CheckpointError);
+  }
+  SUBCASE("a run directory without a checkpoint: refused alone, started with its config") {
+    fs::create_directories(run_dir);
+    r.resume = run_dir;
+    CHECK_THROWS_AS(resolve_run(r), CheckpointError);
+    r.config = write_config(dir, run_dir);
+    r.resume = "";  // `trainrun CONFIG --resume`: the config's run directory
+    auto [exp, file] = resolve_run(r);
+    CHECK(file.empty());
+    CHECK(exp.run_dir == run_dir);
+  }
+  SUBCASE("a run directory: its newest good checkpoint and the config stored in it") {
+    r.config = write_config(dir, run_dir);
+    const Experiment original = resolve_run(r).first;
+    save_checkpoint(original, 4);
+    const std::string newest = save_checkpoint(original, 8);
+    RunRequest resume;
+    resume.resume = run_dir;
+    resume.sets = {"train.steps=20"};
+    auto [exp, file] = resolve_run(resume);
+    CHECK(file == newest);
+    CHECK(exp.name == "resume-test");
+    CHECK(exp.train.steps == 20);
+    CHECK(fs::equivalent(exp.run_dir, run_dir));
+    // A damaged newest checkpoint is passed over for the one before it.
+    std::ofstream(newest, std::ios::trunc) << "not hdf5";
+    CHECK(resolve_run(resume).second == checkpoint_path(run_dir, 4));
+  }
+  SUBCASE("a checkpoint file: that file; the run directory is the one holding it") {
+    r.config = write_config(dir, run_dir);
+    const std::string file = save_checkpoint(resolve_run(r).first, 4);
+    RunRequest resume;
+    resume.resume = file;
+    auto [exp, got] = resolve_run(resume);
+    CHECK(got == file);
+    CHECK(fs::equivalent(exp.run_dir, run_dir));
+    resume.run_dir = dir / "other";
+    CHECK(resolve_run(resume).first.run_dir == dir / "other");
+    // A damaged file given by name is an error, not a silent fresh start.
+    std::ofstream(file, std::ios::trunc) << "not hdf5";
+    CHECK_THROWS_AS(resolve_run(resume), CheckpointError);
+  }
+}
+
+TEST_CASE("check_memory refuses what cannot fit, with the numbers") {
+  Experiment small;
+  CHECK_NOTHROW(check_memory(small));
+  Experiment huge;
+  huge.model.d_model = 8192;
+  huge.model.n_layer = 48;
+  huge.model.n_head = 64;
+  huge.model.vocab_size = 50304;
+  try {
+    check_memory(huge);
+    FAIL("a 39-billion-parameter model fits?");
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("GiB per rank") != std::string::npos);
+    CHECK(what.find("this machine") != std::string::npos);
+    CHECK(what.find("trainrun plan") != std::string::npos);
   }
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "trainrun/experiment.h"
+#include "trainrun/mpirun_failure.h"
 
 namespace trainrun {
 
@@ -29,11 +30,19 @@ LaunchPlan plan_launch(const Experiment& exp, const std::vector<std::string>& se
 // A shell-quoted, copy-pasteable rendering (for --dry-run).
 std::string render_command(const LaunchPlan& plan);
 
-// Runs the plan and waits. Returns the job's exit code; when a rank failed, `failure` names the
-// rank and host if mpirun said so.
+// Runs the plan and waits, forwarding SIGINT, SIGTERM, SIGUSR1, SIGUSR2 and SIGHUP to it. Returns
+// the job's exit code (128+N when killed by signal N); when it is not 0, `failure` holds what
+// mpirun said of the first rank to fail (rank and host when it named them), else what the exit
+// status tells. Not thread-safe: one launch per process at a time.
+int run_launch(const LaunchPlan& plan, MpirunFailure* failure);
+// The same, with failure's text only.
 int run_launch(const LaunchPlan& plan, std::string* failure);
 
 // OpenMP threads for this rank: cores / local ranks, at least 1 (OMP_NUM_THREADS wins).
 int default_omp_threads(int local_size);
+
+// The absolute path of this program (/proc/self/exe), or "trainrun" when unreadable: what the
+// ranks and batch scripts run.
+std::string self_executable();
 
 }  // namespace trainrun

@@ -61,6 +61,12 @@ std::string find_on_path(const std::string& name) {
   }
 }
 
+std::string self_executable() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string("trainrun") : p.string();
+}
+
 int default_omp_threads(int local_size) {
   if (const char* v = std::getenv("OMP_NUM_THREADS"); v && *v) {
     // OpenMP reads a list ("8,4") for nested levels: the first entry is this level's.

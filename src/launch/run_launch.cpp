@@ -1,5 +1,5 @@
-// Runs mpirun, forwards the signals a user or scheduler sends us, and reads its stderr to name
-// the rank that failed.
+// Runs mpirun (or one child rank), forwards the signals a user or scheduler sends us, and reads
+// its stderr for the fallback account of which rank failed.
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -55,104 +55,106 @@ void write_all(int fd, const char* data, size_t n) {
   }
 }
 
-}  // namespace
+// Everything the child needs, built before fork: after fork only async-signal-safe calls.
+// The pointers point into this object, so it is neither copied nor moved.
+class ExecArgs {
+ public:
+  explicit ExecArgs(const LaunchPlan& plan) : exe(plan.argv[0]) {
+    if (exe.find('/') == std::string::npos) exe = find_on_path(exe);
+    if (exe.empty())
+      throw LaunchError(
+          fmt::format("{} is not on PATH: install openmpi-bin (apt-get install "
+                      "openmpi-bin) or run ranks yourself with srun",
+                      plan.argv[0]));
+    for (const std::string& a : plan.argv) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    for (char** e = environ; e && *e; ++e) {
+      const char* eq = std::strchr(*e, '=');
+      const size_t klen = eq ? static_cast<size_t>(eq - *e) + 1 : std::strlen(*e);
+      bool overridden = false;
+      for (const std::string& kv : plan.env) overridden |= kv.compare(0, klen, *e, klen) == 0;
+      if (!overridden) env_store.emplace_back(*e);
+    }
+    env_store.insert(env_store.end(), plan.env.begin(), plan.env.end());
+    for (std::string& kv : env_store) envp.push_back(kv.data());
+    envp.push_back(nullptr);
+  }
+  ExecArgs(const ExecArgs&) = delete;
+  ExecArgs& operator=(const ExecArgs&) = delete;
 
-int run_launch(const LaunchPlan& plan, std::string* failure) {
-  if (failure) failure->clear();
-  if (plan.argv.empty()) throw std::invalid_argument("run_launch: empty command");
+  std::string exe;
+  std::vector<char*> argv, envp;
 
-  // Everything the child needs is built before fork: after fork only async-signal-safe calls.
-  std::string exe = plan.argv[0];
-  if (exe.find('/') == std::string::npos) exe = find_on_path(exe);
-  if (exe.empty())
-    throw LaunchError(
-        fmt::format("{} is not on PATH: install openmpi-bin (apt-get install "
-                    "openmpi-bin) or run ranks yourself with srun",
-                    plan.argv[0]));
-  std::vector<char*> argv;
-  for (const std::string& a : plan.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
+ private:
   std::vector<std::string> env_store;
-  for (char** e = environ; e && *e; ++e) {
-    const char* eq = std::strchr(*e, '=');
-    const size_t klen = eq ? static_cast<size_t>(eq - *e) + 1 : std::strlen(*e);
-    bool overridden = false;
-    for (const std::string& kv : plan.env) overridden |= kv.compare(0, klen, *e, klen) == 0;
-    if (!overridden) env_store.emplace_back(*e);
+};
+
+// While alive, the forwarded signals go to the child (g_child). Constructed with them blocked,
+// so none arrives before the child's pid is known; unblock() once it is.
+class SignalForwarding {
+ public:
+  SignalForwarding() {
+    sigset_t forwarded;
+    sigemptyset(&forwarded);
+    for (int s : kForwarded) sigaddset(&forwarded, s);
+    pthread_sigmask(SIG_BLOCK, &forwarded, &old_mask);
+    struct sigaction sa {};
+    sa.sa_handler = forward_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (size_t i = 0; i < std::size(kForwarded); ++i)
+      sigaction(kForwarded[i], &sa, &old_actions[i]);
   }
-  env_store.insert(env_store.end(), plan.env.begin(), plan.env.end());
-  std::vector<char*> envp;
-  for (std::string& kv : env_store) envp.push_back(kv.data());
-  envp.push_back(nullptr);
-
-  int err_pipe[2];
-  if (pipe2(err_pipe, O_CLOEXEC) != 0)
-    throw LaunchError(fmt::format("cannot create a pipe for mpirun: {}", std::strerror(errno)));
-
-  // Block the forwarded signals across fork so none arrives before the child's pid is known.
-  sigset_t forwarded, old_mask;
-  sigemptyset(&forwarded);
-  for (int s : kForwarded) sigaddset(&forwarded, s);
-  pthread_sigmask(SIG_BLOCK, &forwarded, &old_mask);
-  struct sigaction old_actions[std::size(kForwarded)];
-  struct sigaction sa {};
-  sa.sa_handler = forward_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  for (size_t i = 0; i < std::size(kForwarded); ++i) sigaction(kForwarded[i], &sa, &old_actions[i]);
-
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    // Its own process group: a terminal's Ctrl-C reaches only us, and we forward it once
-    // (mpirun takes a second SIGINT as "kill everything now"). stdin from /dev/null, since a
-    // background process group reading the terminal would be stopped.
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGTERM);  // if the launcher dies, so does the job
-    if (getppid() != parent) _exit(127);
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, 0);
-    dup2(err_pipe[1], 2);
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    for (int s : kForwarded) sigaction(s, &dfl, nullptr);
-    pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-    execve(exe.c_str(), argv.data(), envp.data());
-    const char msg[] = "trainrun: cannot execute mpirun\n";
-    write_all(2, msg, sizeof msg - 1);
-    _exit(127);
-  }
-  const int fork_errno = errno;
-  if (pid > 0) g_child.store(pid);
-  pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-  close(err_pipe[1]);
-
-  auto restore = [&] {
+  ~SignalForwarding() {
     g_child.store(0);
     for (size_t i = 0; i < std::size(kForwarded); ++i)
       sigaction(kForwarded[i], &old_actions[i], nullptr);
-    close(err_pipe[0]);
-  };
-  if (pid < 0) {
-    restore();
-    throw LaunchError(
-        fmt::format("cannot start mpirun: fork failed: {}", std::strerror(fork_errno)));
   }
+  SignalForwarding(const SignalForwarding&) = delete;
+  SignalForwarding& operator=(const SignalForwarding&) = delete;
+  void unblock() const { pthread_sigmask(SIG_SETMASK, &old_mask, nullptr); }
 
-  // Pass stderr through while keeping its tail. Ranks could keep the pipe open after mpirun
-  // is gone, so EOF is not the end: the child exiting is.
-  std::string tail;
+ private:
+  sigset_t old_mask;
+  struct sigaction old_actions[std::size(kForwarded)];
+};
+
+// The child's side of fork: async-signal-safe calls only.
+[[noreturn]] void exec_child(const ExecArgs& args, int err_fd, pid_t parent,
+                             const SignalForwarding& signals) {
+  // Its own process group: a terminal's Ctrl-C reaches only us, and we forward it once
+  // (mpirun takes a second SIGINT as "kill everything now"). stdin from /dev/null, since a
+  // background process group reading the terminal would be stopped.
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGTERM);  // if the launcher dies, so does the job
+  if (getppid() != parent) _exit(127);
+  int devnull = open("/dev/null", O_RDONLY);
+  if (devnull >= 0) dup2(devnull, 0);
+  dup2(err_fd, 2);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int s : kForwarded) sigaction(s, &dfl, nullptr);
+  signals.unblock();
+  execve(args.exe.c_str(), args.argv.data(), args.envp.data());
+  const char msg[] = "trainrun: cannot execute mpirun\n";
+  write_all(2, msg, sizeof msg - 1);
+  _exit(127);
+}
+
+// Passes the child's stderr through while keeping its tail; returns its wait status. Ranks
+// could keep the pipe open after mpirun is gone, so EOF is not the end: the child exiting is.
+int pump_until_exit(pid_t pid, int err_fd, std::string* tail) {
   char buf[16384];
   int status = 0;
   bool exited = false;
   for (;;) {
-    pollfd pfd{err_pipe[0], POLLIN, 0};
+    pollfd pfd{err_fd, POLLIN, 0};
     int ready = poll(&pfd, 1, exited ? 0 : 200);
     if (ready > 0) {
-      ssize_t n = read(err_pipe[0], buf, sizeof buf);
+      ssize_t n = read(err_fd, buf, sizeof buf);
       if (n > 0) {
         write_all(2, buf, static_cast<size_t>(n));
-        append_tail(&tail, buf, static_cast<size_t>(n));
+        append_tail(tail, buf, static_cast<size_t>(n));
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -160,8 +162,7 @@ int run_launch(const LaunchPlan& plan, std::string* failure) {
     }
     if (ready < 0 && errno == EINTR) continue;
     if (exited) break;  // drained what was left
-    pid_t w = waitpid(pid, &status, WNOHANG);
-    if (w == pid) exited = true;
+    if (waitpid(pid, &status, WNOHANG) == pid) exited = true;
   }
   while (!exited) {
     pid_t w = waitpid(pid, &status, 0);
@@ -170,28 +171,69 @@ int run_launch(const LaunchPlan& plan, std::string* failure) {
     else if (w < 0 && errno != EINTR)
       break;
   }
-  restore();
+  return status;
+}
+
+// mpirun's account of the first rank to fail, or failing that what its exit status tells.
+MpirunFailure explain(int status, int code, const std::string& tail) {
+  MpirunFailure f = read_mpirun_failure(tail);
+  if (!f.text.empty()) return f;
+  // Open MPI 4.1 sometimes drops its report (its help-message aggregation races with job
+  // teardown); its exit code still tells how the first rank ended.
+  if (WIFSIGNALED(status))
+    f.text = fmt::format("mpirun was killed by signal {} ({})", WTERMSIG(status),
+                         strsignal(WTERMSIG(status)));
+  else if (code > 128 && code < 128 + NSIG)
+    f.text = fmt::format("a rank was killed by signal {} ({}); mpirun did not name it", code - 128,
+                         strsignal(code - 128));
+  else
+    f.text = fmt::format("a rank exited with code {}; mpirun did not name it", code);
+  return f;
+}
+
+}  // namespace
+
+int run_launch(const LaunchPlan& plan, MpirunFailure* failure) {
+  if (failure) *failure = {};
+  if (plan.argv.empty()) throw std::invalid_argument("run_launch: empty command");
+  const ExecArgs args(plan);
+  int err_pipe[2];
+  if (pipe2(err_pipe, O_CLOEXEC) != 0)
+    throw LaunchError(fmt::format("cannot create a pipe for mpirun: {}", std::strerror(errno)));
+
+  std::string tail;
+  int status = 0;
+  {
+    const SignalForwarding signals;
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid == 0) exec_child(args, err_pipe[1], parent, signals);
+    const int fork_errno = errno;
+    if (pid > 0) g_child.store(pid);
+    signals.unblock();
+    close(err_pipe[1]);
+    if (pid < 0) {
+      close(err_pipe[0]);
+      throw LaunchError(
+          fmt::format("cannot start mpirun: fork failed: {}", std::strerror(fork_errno)));
+    }
+    status = pump_until_exit(pid, err_pipe[0], &tail);
+  }
+  close(err_pipe[0]);
 
   int code = kExitFailure;
   if (WIFEXITED(status))
     code = WEXITSTATUS(status);
   else if (WIFSIGNALED(status))
     code = 128 + WTERMSIG(status);
-  if (failure && code != 0) {
-    *failure = describe_mpirun_failure(tail);
-    if (failure->empty()) {
-      // Open MPI 4.1 sometimes drops its report (its help-message aggregation races with job
-      // teardown); its exit code still tells how the first rank ended.
-      if (WIFSIGNALED(status))
-        *failure = fmt::format("mpirun was killed by signal {} ({})", WTERMSIG(status),
-                               strsignal(WTERMSIG(status)));
-      else if (code > 128 && code < 128 + NSIG)
-        *failure = fmt::format("a rank was killed by signal {} ({}); mpirun did not name it",
-                               code - 128, strsignal(code - 128));
-      else
-        *failure = fmt::format("a rank exited with code {}; mpirun did not name it", code);
-    }
-  }
+  if (failure && code != 0) *failure = explain(status, code, tail);
+  return code;
+}
+
+int run_launch(const LaunchPlan& plan, std::string* failure) {
+  MpirunFailure f;
+  const int code = run_launch(plan, &f);
+  if (failure) *failure = f.text;
   return code;
 }
 

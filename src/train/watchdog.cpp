@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "trainrun/errors.h"
+#include "trainrun/failure_record.h"
 
 namespace fs = std::filesystem;
 
@@ -56,6 +57,7 @@ void Watchdog::enter(const char* phase, int64_t step) {
   phase_.store(phase, std::memory_order_relaxed);
   step_.store(step, std::memory_order_relaxed);
   since_.store(now(), std::memory_order_release);
+  note_phase(phase, step);  // for this rank's failure record, should it fail
 }
 
 void Watchdog::step_done(double seconds) {
@@ -106,6 +108,8 @@ void Watchdog::fire(double stuck_for) {
   // Every rank's last heartbeat: ranks waiting in a collective at our step arrived; the others
   // (computing, or behind) did not.
   std::vector<std::string> arrived, missing, dump;
+  int culprit = -1;  // the first rank that did not arrive, for the failure record
+  std::string culprit_host;
   for (int r = 0; r < comm_.size(); ++r) {
     std::ifstream f(fs::path(run_dir_) / "logs" / fmt::format("heartbeat-rank-{}", r));
     int rank = -1;
@@ -115,16 +119,22 @@ void Watchdog::fire(double stuck_for) {
     if (!(f >> rank >> host >> step >> wall_time >> in_phase >> phase)) {
       missing.push_back(fmt::format("{} (no heartbeat)", r));
       dump.push_back(fmt::format("rank {}: no heartbeat file", r));
+      if (culprit < 0) culprit = r;
       continue;
     }
     const double age = wall() - wall_time;
     dump.push_back(
         fmt::format("rank {} on {}: step {} phase {} for {:.1f} s (heartbeat {:.1f} s ago)", r,
                     host, step, phase, in_phase + age, age));
-    if (step == my_step && collective(phase.c_str()))
+    if (step == my_step && collective(phase.c_str())) {
       arrived.push_back(std::to_string(r));
-    else
+    } else {
       missing.push_back(fmt::format("{} on {} (step {}, {})", r, host, step, phase));
+      if (culprit < 0) {
+        culprit = r;
+        culprit_host = host;
+      }
+    }
   }
   const std::string msg = fmt::format(
       "watchdog: rank {} made no progress for {:.1f} s (limit {:.1f} s) at step {} in phase {}; "
@@ -142,6 +152,7 @@ void Watchdog::fire(double stuck_for) {
   spdlog::default_logger()->flush();
   std::fprintf(stderr, "%s\n", msg.c_str());
   std::fflush(stderr);
+  record_failure(kExitHang, "watchdog", msg, culprit, culprit_host);
   comm_.abort(kExitHang);
 }
 

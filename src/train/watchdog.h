@@ -1,8 +1,10 @@
 // Watchdog: every rank runs one. The step loop marks each phase it enters; a thread notices
 // when no phase has changed for longer than the timeout (a hung collective or a stalled rank),
 // names the ranks that did not arrive from every rank's heartbeat file, writes the last-known
-// phase of every rank to RUN_DIR/logs/watchdog-rank-N.txt and aborts the job (exit 8) so the
-// supervisor can restart it from the last checkpoint.
+// phase of every rank to RUN_DIR/logs/watchdog-rank-N.txt, leaves this rank's failure record
+// (failure_record.h) naming the first rank that did not arrive, and aborts the job (exit 8) so
+// the supervisor can restart it from the last checkpoint. Every phase entered is also noted for
+// the failure record of a rank that fails otherwise.
 #pragma once
 
 #include <atomic>

@@ -1,0 +1,44 @@
+// The supervisor: the launching trainrun starts the job (mpirun, or one child rank), decides
+// from the ranks' failure records (failure_record.h; mpirun's text only where a rank wrote
+// none) how it ended and who caused it, and relaunches it from the newest good checkpoint when
+// the code says a relaunch can help. Single-threaded; runs in the launching process only.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "trainrun/experiment.h"
+#include "trainrun/failure_record.h"
+#include "trainrun/mpirun_failure.h"
+#include "trainrun/run_command.h"
+
+namespace trainrun {
+
+// How a job ended.
+struct JobOutcome {
+  int code = 0;
+  std::string cause;  // one line naming the rank, its host and what happened ("" when code 0)
+  int rank = -1;      // the rank blamed; -1 when nobody could say
+  std::string host;
+  bool from_record = false;  // decided by a rank's own record rather than mpirun's text
+};
+
+// The decision, from the launcher's exit code, the records the ranks left, and what mpirun
+// said. In order: the earliest record of a failure (not a stop); else mpirun's report when it
+// names a rank that wrote no record (it was killed, its host was lost); else the earliest stop
+// record (75/130: every rank stopped on purpose, whatever mpirun's own code); else the
+// launcher's code and words.
+JobOutcome judge_job(int launcher_code, const std::vector<FailureRecord>& records,
+                     const MpirunFailure& launcher);
+
+// False for the codes a relaunch cannot fix, or that mean "done" or "stopped on purpose".
+bool restartable(int code);
+
+// What an exit code means, in a few words ("bad data", "stopped by SIGINT", ...).
+std::string exit_code_meaning(int code);
+
+// Runs the job and relaunches it as fault_tolerance asks; returns the final exit code. With
+// request.dry_run, prints the first launch command instead.
+int supervise(const RunRequest& request, const Experiment& exp, std::string resume_file);
+
+}  // namespace trainrun

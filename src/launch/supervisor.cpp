@@ -1,0 +1,148 @@
+// The launching trainrun: starts the job (mpirun for several ranks, or itself for one rank
+// under supervision), and when it fails, relaunches it from the newest good checkpoint with a
+// backoff, up to fault_tolerance.max_restarts times, recording every restart in the metrics.
+#include "trainrun/supervisor.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <thread>
+#include <variant>
+
+#include "trainrun/checkpoint.h"
+#include "trainrun/errors.h"
+#include "trainrun/launch.h"
+#include "trainrun/metrics.h"
+
+namespace fs = std::filesystem;
+
+namespace trainrun {
+namespace {
+
+// The command line every rank runs: everything resolved, so ranks agree on what to do.
+std::vector<std::string> rank_argv(const RunRequest& r, const Experiment& exp,
+                                   const std::string& resume_file) {
+  std::vector<std::string> argv = {self_executable(), "run"};
+  if (!resume_file.empty()) {
+    argv.insert(argv.end(), {"--resume", fs::absolute(resume_file).string()});
+  } else {
+    argv.push_back(fs::absolute(r.config).string());
+  }
+  for (const auto& s : r.sets) argv.insert(argv.end(), {"--set", s});
+  argv.insert(argv.end(), {"--run-dir", fs::absolute(exp.run_dir).string()});
+  if (!r.profile.empty()) argv.insert(argv.end(), {"--profile", r.profile});
+  return argv;
+}
+
+LaunchPlan attempt_plan(const RunRequest& r, const Experiment& exp, const std::string& resume_file,
+                        int attempt) {
+  LaunchPlan plan;
+  if (exp.world_size() > 1) {
+    plan = plan_launch(exp, rank_argv(r, exp, resume_file));
+  } else {
+    plan.argv = rank_argv(r, exp, resume_file);
+    plan.env.push_back("TRAINRUN_SUPERVISED=1");
+  }
+  plan.env.push_back(fmt::format("TRAINRUN_RESTART_COUNT={}", attempt));
+  return plan;
+}
+
+// One launch: a clean slate of failure records, the job, then the verdict.
+JobOutcome run_attempt(const LaunchPlan& plan, const std::string& run_dir) {
+  clear_failure_records(run_dir);
+  MpirunFailure said;
+  const int code = run_launch(plan, &said);
+  return judge_job(
+      code, code == kExitOk ? std::vector<FailureRecord>{} : read_failure_records(run_dir), said);
+}
+
+int64_t checkpoint_step(const std::string& file) {
+  long long step = 0;
+  const std::string name = fs::path(file).filename().string();
+  return std::sscanf(name.c_str(), "step-%lld.h5", &step) == 1 ? step : 0;
+}
+
+// The furthest step the failed attempt logged (at least `from`): what the restart loses.
+int64_t furthest_logged_step(const std::string& run_dir, int64_t from) {
+  int64_t reached = from;
+  try {
+    for (const auto& row : read_metrics_jsonl(run_dir, "train"))
+      reached =
+          std::max<int64_t>(reached, static_cast<int64_t>(std::get<double>(row.at(0).second)));
+  } catch (const std::exception&) {
+  }
+  return reached;
+}
+
+void log_restart(const std::string& run_dir, int64_t from, int attempt, const JobOutcome& o,
+                 int64_t steps_lost) {
+  MetricsLog log(run_dir, from);
+  MetricRow row = {
+      {"step", double(from)},   {"event", std::string("restart")},  {"attempt", double(attempt)},
+      {"rank", double(o.rank)}, {"steps_lost", double(steps_lost)}, {"cause", o.cause}};
+  if (!o.host.empty()) row.emplace_back("host", o.host);
+  log.append("event", row);
+  log.flush();
+}
+
+// After a restartable failure: the checkpoint to relaunch from ("" = the start), or the exit
+// code when restarting cannot help. `last_failed_at` is the checkpoint step the previous
+// attempt started from.
+std::variant<std::string, int> next_start(const Experiment& exp, const JobOutcome& o, int attempt,
+                                          int64_t* last_failed_at) {
+  const auto& ft = exp.fault_tolerance;
+  if (ft.max_restarts == 0) return o.code;
+  if (attempt >= ft.max_restarts) {
+    fmt::print(stderr, "error: gave up after {} restart(s) (fault_tolerance.max_restarts)\n",
+               attempt);
+    return int{kExitGaveUp};
+  }
+  std::vector<std::string> warnings;
+  auto latest = latest_good_checkpoint(exp.run_dir, &warnings);
+  for (const auto& w : warnings) fmt::print(stderr, "warning: {}\n", w);
+  const int64_t from = latest ? checkpoint_step(*latest) : 0;
+  if (from == *last_failed_at) {
+    fmt::print(stderr,
+               "error: the job failed again without getting past step {} (the newest "
+               "checkpoint): not restarting; fix the cause above, then trainrun --resume {}\n",
+               from, exp.run_dir);
+    return int{kExitGaveUp};
+  }
+  *last_failed_at = from;
+  return latest.value_or("");
+}
+
+}  // namespace
+
+int supervise(const RunRequest& request, const Experiment& exp, std::string resume_file) {
+  const auto& ft = exp.fault_tolerance;
+  double backoff = std::min(60.0, ft.restart_backoff);  // documented: at most 60 s
+  int64_t last_failed_at = -1;
+  for (int attempt = 0;; ++attempt) {
+    const LaunchPlan plan = attempt_plan(request, exp, resume_file, attempt);
+    if (request.dry_run) {
+      fmt::print("{}\n", render_command(plan));
+      return kExitOk;
+    }
+    const JobOutcome outcome = run_attempt(plan, exp.run_dir);
+    if (!restartable(outcome.code)) return outcome.code;
+    fmt::print(stderr, "error: {}\n", outcome.cause);
+    const auto next = next_start(exp, outcome, attempt, &last_failed_at);
+    if (const int* code = std::get_if<int>(&next)) return *code;
+    resume_file = std::get<std::string>(next);
+    const int64_t from = last_failed_at;
+    const int64_t lost = furthest_logged_step(exp.run_dir, from) - from;
+    log_restart(exp.run_dir, from, attempt + 1, outcome, lost);
+    fmt::print(stderr, "restart {}/{} in {:.0f} s from {} (lost {} step(s)): {}\n", attempt + 1,
+               ft.max_restarts, backoff, resume_file.empty() ? "the start" : resume_file, lost,
+               outcome.cause);
+    std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+    backoff = std::min(60.0, std::max(backoff * 2, 0.0));
+  }
+}
+
+}  // namespace trainrun
