@@ -43,4 +43,7 @@ std::vector<MetricRow> read_metrics_jsonl(const std::string& run_dir, const std:
 std::string format_metrics_line(const std::string& kind, const MetricRow& row);
 std::optional<MetricRow> parse_metrics_line(std::string_view line);
 
+// s as a JSON string literal, quotes included (the one escaper for every JSON trainrun writes).
+std::string json_quote(std::string_view s);
+
 }  // namespace trainrun

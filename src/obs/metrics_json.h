@@ -10,9 +10,6 @@
 
 namespace trainrun {
 
-// s as a JSON string literal, quotes included.
-std::string json_quote(std::string_view s);
-
 // format_metrics_line and parse_metrics_line are public (trainrun/metrics.h). The parser maps
 // null -> NaN and true/false -> 1/0, and refuses a line torn by a crash.
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <string>
 
-#include "metrics_json.h"
+#include "trainrun/metrics.h"
 #include "trainrun/plan.h"
 
 namespace trainrun {

@@ -1,0 +1,49 @@
+"""tests/check_layering.py fails on each kind of violation (meson's unit suite runs it on the
+tree itself)."""
+import shutil
+import subprocess
+import sys
+
+from conftest import REPO
+
+CHECK = REPO / "tests" / "check_layering.py"
+
+
+def check(root):
+    return subprocess.run([sys.executable, str(CHECK), "--root", str(root)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def copy_tree(tmp_path):
+    for top in ("src", "kernels", "include"):
+        shutil.copytree(REPO / top, tmp_path / top)
+    return tmp_path
+
+
+def test_a_back_reference_fails(tmp_path):
+    root = copy_tree(tmp_path)
+    params = root / "include" / "trainrun" / "params.h"
+    params.write_text(params.read_text().replace(
+        '#include "trainrun/param_entry.h"', '#include "trainrun/checkpoint.h"'))
+    p = check(root)
+    assert p.returncode == 1
+    assert "include/trainrun/params.h" in p.stdout
+    assert "model includes trainrun/checkpoint.h (checkpoint), which comes later" in p.stdout
+
+
+def test_a_private_header_from_another_folder_fails(tmp_path):
+    root = copy_tree(tmp_path)
+    src = root / "src" / "model" / "gpt.cpp"
+    src.write_text('#include "../config/schema.h"\n' + src.read_text())
+    p = check(root)
+    assert p.returncode == 1
+    assert "src/model/gpt.cpp:1: includes \"../config/schema.h\" from outside its own folder" \
+        in p.stdout
+
+
+def test_an_unlisted_public_header_fails(tmp_path):
+    root = copy_tree(tmp_path)
+    (root / "include" / "trainrun" / "newthing.h").write_text("#pragma once\n")
+    p = check(root)
+    assert p.returncode == 1
+    assert "newthing.h: public header not in PUBLIC" in p.stdout
