@@ -258,7 +258,8 @@ Command add_k8s(CLI::App& app) {
 Command add_help(CLI::App& app) {
   auto* sub = app.add_subcommand("help", "print this help");
   return {sub, [&app] {
-            fmt::print("{}", app.help());
+            // app.help() would describe the selected subcommand, this one.
+            fmt::print("{}", app.get_formatter()->make_help(&app, "", CLI::AppFormatMode::Normal));
             return kExitOk;
           }};
 }
