@@ -259,7 +259,8 @@ Command add_help(CLI::App& app) {
   auto* sub = app.add_subcommand("help", "print this help");
   return {sub, [&app] {
             // app.help() would describe the selected subcommand, this one.
-            fmt::print("{}", app.get_formatter()->make_help(&app, "", CLI::AppFormatMode::Normal));
+            fmt::print(
+                "{}", app.get_formatter()->make_help(&app, "trainrun", CLI::AppFormatMode::Normal));
             return kExitOk;
           }};
 }
