@@ -9,8 +9,8 @@
 # environment:
 #   1. runs scripts/quickstart.sh: it must exit 0 and print its final loss line;
 #   2. runs scripts/setup.sh --test and checks that every tool the test suite calls is there.
-# The chroot gets this machine's apt sources and its Acquire:: settings (how this machine reaches
-# its mirror), and nothing else from the host. No mirror reachable means the check fails.
+# The chroot gets this machine's apt sources, its Acquire:: settings and its site CA certificates
+# (how this machine reaches its mirror and PyPI), and nothing else from the host. No mirror reachable means the check fails.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 repo=$PWD
@@ -75,6 +75,12 @@ for f in /etc/apt/apt.conf.d/*; do
   grep -q '^Acquire::' "$f" 2>/dev/null && cp "$f" "$root/etc/apt/apt.conf.d/"
 done
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+# A site's own CA certificates (a TLS-inspecting proxy) are part of reaching the network too;
+# the ca-certificates package, which setup.sh pulls in, adds them when it installs.
+if [[ -d /usr/local/share/ca-certificates ]]; then
+  mkdir -p "$root/usr/local/share/ca-certificates"
+  cp -a /usr/local/share/ca-certificates/. "$root/usr/local/share/ca-certificates/"
+fi
 
 for m in "${mounts[@]}"; do
   mkdir -p "$root/$m"
