@@ -1,6 +1,9 @@
 // Checkpoint: one HDF5 file per checkpoint (docs/checkpoint-format.md), written atomically
-// (temp name, fsync, rename, fsync dir), checksummed (fletcher32), optionally by a background
-// thread. Rank 0 writes the full, gathered state, so a checkpoint resumes on any world size.
+// (temp name, fsync, rename, fsync dir), checksummed (fletcher32 on the data, and on a copy of
+// every root attribute and the parameter table), optionally by a background thread. Rank 0
+// writes the full, gathered state, so a checkpoint resumes on any world size. Only a usable
+// state becomes a checkpoint: every weight and moment finite, every counter plausible; readers
+// apply the same rules, so a file that fails them is never resumed from.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "trainrun/errors.h"
 #include "trainrun/param_entry.h"
 
 namespace trainrun {
@@ -33,19 +37,42 @@ struct CheckpointData {
   std::vector<float> adam_v;
 };
 
-inline constexpr int kCheckpointFormatVersion = 1;
+// Format 2 adds /metadata, the checksummed copy of the root attributes. Format 1 files (no
+// such copy) are still read: their data is verified, their metadata only checked for sense.
+inline constexpr int kCheckpointFormatVersion = 2;
+inline constexpr int kOldestCheckpointFormatVersion = 1;
 
-// Writes `path` atomically. Throws CheckpointError; never leaves a partial file at `path`.
+// A snapshot that must not become a checkpoint: a weight or optimizer moment is NaN or infinite
+// (the run has diverged). Nothing was written.
+struct NonFiniteCheckpoint : CheckpointError {
+  using CheckpointError::CheckpointError;
+};
+
+// "" when every weight and moment is finite; else the tensor holding the first non-finite
+// value and how many there are. One pass over the three buffers.
+std::string non_finite_reason(const CheckpointData& data);
+
+// Writes `path` atomically. Throws NonFiniteCheckpoint for a non-finite snapshot and
+// CheckpointError for anything else; never leaves a partial file at `path`.
 void write_checkpoint(const std::string& path, const CheckpointData& data);
-// Reads and verifies every dataset's checksum. Throws CheckpointError naming the file and why.
+// Reads and verifies the file (verify_checkpoint's checks, the same code). Throws
+// CheckpointError naming the file and why it cannot be used.
 CheckpointData read_checkpoint(const std::string& path);
 
 struct Verdict {
   bool ok = false;
+  // With !ok: the file is intact but its content must not be used (a non-finite weight or
+  // moment, an absurd value such as lr_scale inf); false for damage (checksums, truncation).
+  bool unusable = false;
   std::string reason;  // why not, when !ok
+  std::string note;    // a caveat of an ok file (format 1: metadata not checksummed)
   int64_t step = -1;
+  // How to say what is wrong, after "checkpoint FILE is".
+  const char* problem() const { return unusable ? "not usable" : "damaged"; }
 };
-// Full verification (opens, checks every checksum and shape) without keeping the data.
+// Full verification without keeping the data: every checksum (data and metadata), the layout,
+// sane metadata values, every weight and moment finite. `trainrun inspect`, --resume, rollback
+// and the supervisor all judge a file by this one function.
 Verdict verify_checkpoint(const std::string& path);
 // A human-readable listing for `trainrun inspect`: metadata, every dataset, and the verdict.
 std::string describe_checkpoint(const std::string& path);
@@ -54,7 +81,7 @@ std::string describe_checkpoint(const std::string& path);
 std::string checkpoint_path(const std::string& run_dir, int64_t step);
 // All checkpoint files of a run, newest step first.
 std::vector<std::string> list_checkpoints(const std::string& run_dir);
-// The newest checkpoint that verifies; damaged newer ones are reported in `warnings`.
+// The newest checkpoint that verifies; newer damaged or unusable ones are named in `warnings`.
 std::optional<std::string> latest_good_checkpoint(const std::string& run_dir,
                                                   std::vector<std::string>* warnings);
 
@@ -64,7 +91,9 @@ class Checkpointer {
  public:
   Checkpointer(std::string run_dir, int keep_last, bool async);
   ~Checkpointer();  // waits for the writer
-  // Takes ownership of the snapshot. Returns seconds the caller was blocked.
+  // Takes ownership of the snapshot. Returns seconds the caller was blocked. A non-finite
+  // snapshot is refused in the caller's thread, async or not: throws NonFiniteCheckpoint and
+  // writes and prunes nothing, so the newest checkpoint stays the newest.
   double save(CheckpointData&& data);
   void wait();  // rethrows a background write's error
  private:

@@ -1,5 +1,5 @@
 // The checkpoints of one run: RUN_DIR/checkpoints/step-NNNNNNN.h5, newest first, and the
-// newest one that still verifies.
+// newest one that still verifies (intact and usable).
 #include <fmt/format.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -78,23 +78,26 @@ int remove_stale_temp_files(const std::string& run_dir) {
 std::optional<std::string> latest_good_checkpoint(const std::string& run_dir,
                                                   std::vector<std::string>* warnings) {
   remove_stale_temp_files(run_dir);
-  std::vector<std::pair<std::string, std::string>> bad;  // path, reason
+  std::vector<std::pair<std::string, Verdict>> bad;
   std::optional<std::string> good;
   for (const std::string& path : list_checkpoints(run_dir)) {
     Verdict v = verify_checkpoint(path);
     if (v.ok) {
       good = path;
+      if (warnings && !v.note.empty())
+        warnings->push_back(fmt::format("checkpoint {}: {}", path, v.note));
       break;
     }
-    bad.emplace_back(path, v.reason);
+    bad.emplace_back(path, std::move(v));
   }
   if (warnings) {
-    for (const auto& [path, reason] : bad)
-      warnings->push_back(good ? fmt::format("checkpoint {} is damaged ({}); falling back to {}",
-                                             path, reason, *good)
-                               : fmt::format("checkpoint {} is damaged ({}); no older "
-                                             "checkpoint is left to fall back to",
-                                             path, reason));
+    for (const auto& [path, v] : bad)
+      warnings->push_back(
+          good ? fmt::format("checkpoint {} is {} ({}); falling back to {}", path, v.problem(),
+                             v.reason, *good)
+               : fmt::format("checkpoint {} is {} ({}); no older checkpoint is left to fall "
+                             "back to",
+                             path, v.problem(), v.reason));
   }
   return good;
 }

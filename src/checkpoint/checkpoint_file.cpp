@@ -1,5 +1,8 @@
 // One checkpoint = one HDF5 file (layout in docs/checkpoint-format.md): written under a temporary
-// name and renamed, every dataset checksummed, read back by parameter offsets.
+// name and renamed, every dataset checksummed, the root attributes copied into a checksummed
+// dataset, read back by parameter offsets. Reading and verifying are one function, load().
+#include "checkpoint_file.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -15,7 +18,11 @@
 #include <ctime>
 #include <filesystem>
 #include <functional>
+#include <limits>
+#include <optional>
 
+#include "checkpoint_metadata.h"
+#include "non_finite.h"
 #include "trainrun/checkpoint.h"
 #include "trainrun/errors.h"
 #include "trainrun/h5_handle.h"
@@ -29,6 +36,12 @@ namespace {
 
 using namespace h5;
 namespace fs = std::filesystem;
+
+// An intact file whose content must not be used: a non-finite value, an absurd attribute.
+// (Damage, i.e. a checksum or structure failure, is an H5Failure.)
+struct Unusable : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 // Chunks of up to 1M elements (4 MiB): large enough that the filter pipeline runs at disk
 // speed, small enough that one damaged chunk does not hide much, and a chunk bypasses
@@ -173,6 +186,77 @@ std::string iso_now() {
   return buf;
 }
 
+// --- metadata ---------------------------------------------------------------------------
+
+Header header_of(const CheckpointData& d) {
+  Header h;
+  h.state = d.state;
+  h.state.config_yaml.clear();
+  h.format_version = kCheckpointFormatVersion;
+  h.trainrun_version = TRAINRUN_VERSION;
+  h.created = iso_now();
+  h.flat_size = int64_t(d.weights.size());
+  h.param_count = int64_t(d.params.size());
+  return h;
+}
+
+Layout layout_of(const CheckpointData& d) {
+  Layout l;
+  l.params = d.params;
+  std::sort(l.params.begin(), l.params.end(),
+            [](const ParamEntry& a, const ParamEntry& b) { return a.offset < b.offset; });
+  l.has_optimizer = !d.adam_m.empty();
+  l.config_bytes = d.state.config_yaml.size();
+  return l;
+}
+
+void write_header(hid_t f, const Header& h) {
+  const TrainState& s = h.state;
+  put_attr<int64_t>(f, "format_version", H5T_NATIVE_INT64, h.format_version);
+  put_attr_str(f, "trainrun_version", h.trainrun_version);
+  put_attr<int64_t>(f, "step", H5T_NATIVE_INT64, s.step);
+  put_attr<int64_t>(f, "tokens_seen", H5T_NATIVE_INT64, s.tokens_seen);
+  put_attr<int64_t>(f, "samples_seen", H5T_NATIVE_INT64, s.samples_seen);
+  put_attr<uint64_t>(f, "seed", H5T_NATIVE_UINT64, s.seed);
+  put_attr<int64_t>(f, "bad_steps_total", H5T_NATIVE_INT64, s.bad_steps_total);
+  put_attr<int64_t>(f, "restarts", H5T_NATIVE_INT64, s.restarts);
+  put_attr<double>(f, "lr_scale", H5T_NATIVE_DOUBLE, s.lr_scale);
+  put_attr<int64_t>(f, "world_size", H5T_NATIVE_INT64, s.world_size);
+  put_attr_str(f, "created", h.created);
+  put_attr<int64_t>(f, "flat_size", H5T_NATIVE_INT64, h.flat_size);
+  put_attr<int64_t>(f, "param_count", H5T_NATIVE_INT64, h.param_count);
+}
+
+// Reads the root attributes as they are; judging them is load()'s business.
+Header read_header(hid_t f) {
+  Header h;
+  h.format_version = get_attr<int64_t>(f, "format_version", H5T_NATIVE_INT64);
+  if (h.format_version < kOldestCheckpointFormatVersion ||
+      h.format_version > kCheckpointFormatVersion)
+    throw H5Failure(fmt::format(
+        "format_version {} is not supported (this trainrun reads formats {} to {}); use the "
+        "trainrun version that wrote it",
+        h.format_version, kOldestCheckpointFormatVersion, kCheckpointFormatVersion));
+  h.trainrun_version = get_attr_str(f, "trainrun_version");
+  h.created = get_attr_str(f, "created");
+  TrainState& s = h.state;
+  s.step = get_attr<int64_t>(f, "step", H5T_NATIVE_INT64);
+  s.tokens_seen = get_attr<int64_t>(f, "tokens_seen", H5T_NATIVE_INT64);
+  s.samples_seen = get_attr<int64_t>(f, "samples_seen", H5T_NATIVE_INT64);
+  s.seed = get_attr<uint64_t>(f, "seed", H5T_NATIVE_UINT64);
+  s.bad_steps_total = get_attr<int64_t>(f, "bad_steps_total", H5T_NATIVE_INT64);
+  s.restarts = get_attr<int64_t>(f, "restarts", H5T_NATIVE_INT64);
+  s.lr_scale = get_attr<double>(f, "lr_scale", H5T_NATIVE_DOUBLE);
+  // Stored as int64: a value beyond int must not be silently cut to one that looks right.
+  const int64_t world = get_attr<int64_t>(f, "world_size", H5T_NATIVE_INT64);
+  s.world_size = int(std::clamp<int64_t>(world, -1, std::numeric_limits<int>::max()));
+  h.flat_size = get_attr<int64_t>(f, "flat_size", H5T_NATIVE_INT64);
+  h.param_count = get_attr<int64_t>(f, "param_count", H5T_NATIVE_INT64);
+  return h;
+}
+
+// --- writing ----------------------------------------------------------------------------
+
 void validate_for_write(const CheckpointData& d) {
   const size_t n = d.weights.size();
   if (!d.adam_m.empty() && d.adam_m.size() != n)
@@ -190,6 +274,15 @@ void validate_for_write(const CheckpointData& d) {
       throw H5Failure(fmt::format("parameter {} (offset {}, shape {}) lies outside the {} weights",
                                   p.name, p.offset, shape_str(p.shape), n));
   }
+  // A reader would refuse such a file: refuse to write it.
+  if (std::string why = absurd_value(header_of(d)); !why.empty()) throw H5Failure(why);
+}
+
+// A 1-D character dataset: checksummed, unlike an attribute.
+void write_text(hid_t f, const char* name, const std::string& text) {
+  Handle chr = type_h(H5Tcopy(H5T_C_S1), "copy char type");
+  check(H5Tset_size(chr, 1), "set char size");
+  write_dataset(f, name, chr, chr, {hsize_t(text.size())}, text.data(), 1);
 }
 
 void write_file(const std::string& file, const CheckpointData& d) {
@@ -197,25 +290,10 @@ void write_file(const std::string& file, const CheckpointData& d) {
   // Strong close: H5Fclose really closes (and reports write errors) even if an id leaked.
   check(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), "set close degree");
   Handle f = file_h(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), "create file");
-  const TrainState& s = d.state;
-  put_attr<int64_t>(f, "format_version", H5T_NATIVE_INT64, kCheckpointFormatVersion);
-  put_attr_str(f, "trainrun_version", TRAINRUN_VERSION);
-  put_attr<int64_t>(f, "step", H5T_NATIVE_INT64, s.step);
-  put_attr<int64_t>(f, "tokens_seen", H5T_NATIVE_INT64, s.tokens_seen);
-  put_attr<int64_t>(f, "samples_seen", H5T_NATIVE_INT64, s.samples_seen);
-  put_attr<uint64_t>(f, "seed", H5T_NATIVE_UINT64, s.seed);
-  put_attr<int64_t>(f, "bad_steps_total", H5T_NATIVE_INT64, s.bad_steps_total);
-  put_attr<int64_t>(f, "restarts", H5T_NATIVE_INT64, s.restarts);
-  put_attr<double>(f, "lr_scale", H5T_NATIVE_DOUBLE, s.lr_scale);
-  put_attr<int64_t>(f, "world_size", H5T_NATIVE_INT64, s.world_size);
-  put_attr_str(f, "created", iso_now());
-  put_attr<int64_t>(f, "flat_size", H5T_NATIVE_INT64, int64_t(d.weights.size()));
-  put_attr<int64_t>(f, "param_count", H5T_NATIVE_INT64, int64_t(d.params.size()));
-
-  // The YAML as a checksummed 1-D character dataset (attributes cannot be checksummed).
-  Handle chr = type_h(H5Tcopy(H5T_C_S1), "copy char type");
-  check(H5Tset_size(chr, 1), "set char size");
-  write_dataset(f, "config", chr, chr, {hsize_t(s.config_yaml.size())}, s.config_yaml.data(), 1);
+  const Header h = header_of(d);
+  write_header(f, h);
+  write_text(f, "metadata", metadata_record(h, layout_of(d)));
+  write_text(f, "config", d.state.config_yaml);
 
   Handle model = group_h(H5Gcreate2(f, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "model");
   for (const ParamEntry& p : d.params) write_floats(model, p, d.weights.data());
@@ -251,44 +329,24 @@ std::vector<int64_t> dataset_shape(hid_t ds) {
   return {dims.begin(), dims.end()};
 }
 
-struct Header {
-  TrainState state;
-  int64_t format_version = 0;
-  std::string trainrun_version, created;
-  int64_t flat_size = 0, param_count = 0;
-};
-
-Header read_header(hid_t f) {
-  Header h;
-  h.format_version = get_attr<int64_t>(f, "format_version", H5T_NATIVE_INT64);
-  if (h.format_version != kCheckpointFormatVersion)
-    throw H5Failure(fmt::format(
-        "format_version {} is not supported (this trainrun reads format {}); use the trainrun "
-        "version that wrote it",
-        h.format_version, kCheckpointFormatVersion));
-  h.trainrun_version = get_attr_str(f, "trainrun_version");
-  h.created = get_attr_str(f, "created");
-  TrainState& s = h.state;
-  s.step = get_attr<int64_t>(f, "step", H5T_NATIVE_INT64);
-  s.tokens_seen = get_attr<int64_t>(f, "tokens_seen", H5T_NATIVE_INT64);
-  s.samples_seen = get_attr<int64_t>(f, "samples_seen", H5T_NATIVE_INT64);
-  s.seed = get_attr<uint64_t>(f, "seed", H5T_NATIVE_UINT64);
-  s.bad_steps_total = get_attr<int64_t>(f, "bad_steps_total", H5T_NATIVE_INT64);
-  s.restarts = get_attr<int64_t>(f, "restarts", H5T_NATIVE_INT64);
-  s.lr_scale = get_attr<double>(f, "lr_scale", H5T_NATIVE_DOUBLE);
-  s.world_size = int(get_attr<int64_t>(f, "world_size", H5T_NATIVE_INT64));
-  h.flat_size = get_attr<int64_t>(f, "flat_size", H5T_NATIVE_INT64);
-  h.param_count = get_attr<int64_t>(f, "param_count", H5T_NATIVE_INT64);
-  if (h.flat_size < 0 || h.param_count < 0) throw H5Failure("negative flat_size or param_count");
-  return h;
+std::string read_text(hid_t f, const char* name) {
+  if (check(H5Lexists(f, name, H5P_DEFAULT), name) <= 0)
+    throw H5Failure(fmt::format("/{} is missing", name));
+  Handle ds = dset_h(H5Dopen2(f, name, H5P_DEFAULT), name);
+  std::vector<int64_t> shape = dataset_shape(ds);
+  if (shape.size() != 1) throw H5Failure(fmt::format("/{} is not a 1-D character dataset", name));
+  std::string text(size_t(shape[0]), '\0');
+  Handle chr = type_h(H5Tcopy(H5T_C_S1), "copy char type");
+  check(H5Tset_size(chr, 1), "set char size");
+  if (!text.empty())
+    check(H5Dread(ds, chr, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()),
+          fmt::format("read /{}", name).c_str());
+  return text;
 }
 
-// Where to read a dataset's data into: the flat buffer, or (when verifying) scratch space.
-using Sink = std::function<float*(const ParamEntry&)>;
-
-// Reads one group of per-parameter datasets; returns the entries sorted by offset after
-// checking they tile the flat buffer without overlap.
-std::vector<ParamEntry> read_group(hid_t f, const char* path, const Header& h, const Sink& sink) {
+// The parameter table of one group of per-parameter datasets, from their headers alone: the
+// entries sorted by offset, checked to lie inside the flat buffer without overlap.
+std::vector<ParamEntry> read_table(hid_t f, const char* path, const Header& h) {
   Handle g = group_h(H5Gopen2(f, path, H5P_DEFAULT), path);
   std::vector<ParamEntry> params;
   for (std::string& name : member_names(g)) {
@@ -302,9 +360,6 @@ std::vector<ParamEntry> read_group(hid_t f, const char* path, const Header& h, c
     if (p.offset < 0 || p.offset + numel(p.shape) > h.flat_size)
       throw H5Failure(fmt::format("{}/{} (offset {}, shape {}) lies outside the {} elements", path,
                                   p.name, p.offset, shape_str(p.shape), h.flat_size));
-    if (numel(p.shape) > 0)
-      check(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, sink(p)),
-            fmt::format("read {}/{}", path, p.name).c_str());
     params.push_back(std::move(p));
   }
   if (int64_t(params.size()) != h.param_count)
@@ -331,26 +386,69 @@ bool same_layout(const std::vector<ParamEntry>& a, const std::vector<ParamEntry>
   return true;
 }
 
-// Reads (keep == true) or only verifies the whole file; throws H5Failure.
-CheckpointData load(const std::string& path, bool keep) {
+// Where to read a dataset's data into: the flat buffer, or (when verifying) scratch space.
+using Sink = std::function<float*(const ParamEntry&)>;
+
+// Reads every tensor of a group (checking its checksums) and refuses a non-finite value.
+void read_data(hid_t f, const char* path, const std::vector<ParamEntry>& params, const Sink& sink) {
+  Handle g = group_h(H5Gopen2(f, path, H5P_DEFAULT), path);
+  for (const ParamEntry& p : params) {
+    const size_t n = size_t(numel(p.shape));
+    if (n == 0) continue;
+    Handle ds = dset_h(H5Dopen2(g, p.name.c_str(), H5P_DEFAULT), p.name.c_str());
+    float* out = sink(p);
+    check(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out),
+          fmt::format("read {}/{}", path, p.name).c_str());
+    if (std::optional<NonFinite> nf = find_non_finite(out, n))
+      throw Unusable(non_finite_message(fmt::format("{}/{}", path, p.name), *nf, n));
+  }
+}
+
+// Format 2: the attributes and parameter table must equal their checksummed copy. Returns a
+// caveat for a format 1 file, which has none.
+std::string check_metadata(hid_t f, const Header& h, const Layout& layout) {
+  if (h.format_version < 2)
+    return "format 1: the metadata (step, lr_scale, ...) is not covered by a checksum; the data "
+           "is";
+  const std::string stored = read_text(f, "metadata");
+  const std::string actual = metadata_record(h, layout);
+  if (stored != actual)
+    throw H5Failure(
+        "a root attribute or the parameter table does not match its checksummed "
+        "copy (/metadata): " +
+        first_difference(actual, stored));
+  return "";
+}
+
+struct Loaded {
+  CheckpointData data;
+  std::string note;  // check_metadata's caveat
+};
+
+// The one verification behind read_checkpoint and verify_checkpoint (and so inspect, resume,
+// rollback and the supervisor). Reads (keep == true) or only verifies the whole file: checksums
+// of the metadata first, then whether its values make sense, then every tensor's checksum and
+// finiteness. Throws H5Failure for damage, Unusable for an intact file that must not be used.
+Loaded load(const std::string& path, bool keep) {
   Handle fapl = plist_h(H5Pcreate(H5P_FILE_ACCESS), "create file access properties");
   check(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), "set close degree");
   Handle f = file_h(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "open");
-  Header h = read_header(f);
-  CheckpointData d;
+  const Header h = read_header(f);
+  if (h.flat_size < 0 || h.param_count < 0) throw H5Failure("negative flat_size or param_count");
+  Loaded out;
+  CheckpointData& d = out.data;
   d.state = h.state;
+  d.state.config_yaml = read_text(f, "config");
 
-  {
-    Handle ds = dset_h(H5Dopen2(f, "config", H5P_DEFAULT), "config");
-    std::vector<int64_t> shape = dataset_shape(ds);
-    if (shape.size() != 1) throw H5Failure("config is not a 1-D character dataset");
-    std::string text(size_t(shape[0]), '\0');
-    Handle chr = type_h(H5Tcopy(H5T_C_S1), "copy char type");
-    check(H5Tset_size(chr, 1), "set char size");
-    if (!text.empty())
-      check(H5Dread(ds, chr, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()), "read config");
-    d.state.config_yaml = std::move(text);
-  }
+  Layout layout;
+  layout.params = read_table(f, "model", h);
+  layout.has_optimizer = check(H5Lexists(f, "optimizer", H5P_DEFAULT), "look up optimizer") > 0;
+  layout.config_bytes = d.state.config_yaml.size();
+  if (layout.has_optimizer && (!same_layout(layout.params, read_table(f, "optimizer/m", h)) ||
+                               !same_layout(layout.params, read_table(f, "optimizer/v", h))))
+    throw H5Failure("optimizer moments do not match the model's parameters");
+  out.note = check_metadata(f, h, layout);
+  if (std::string why = absurd_value(h); !why.empty()) throw Unusable(why);
 
   std::vector<float> scratch;
   auto into = [&](std::vector<float>& flat) -> Sink {
@@ -363,25 +461,80 @@ CheckpointData load(const std::string& path, bool keep) {
       return scratch.data();
     };
   };
-  d.params = read_group(f, "model", h, into(d.weights));
-  htri_t has_opt = check(H5Lexists(f, "optimizer", H5P_DEFAULT), "look up optimizer");
-  if (has_opt > 0) {
-    std::vector<ParamEntry> m = read_group(f, "optimizer/m", h, into(d.adam_m));
-    std::vector<ParamEntry> v = read_group(f, "optimizer/v", h, into(d.adam_v));
-    if (!same_layout(d.params, m) || !same_layout(d.params, v))
-      throw H5Failure("optimizer moments do not match the model's parameters");
+  read_data(f, "model", layout.params, into(d.weights));
+  if (layout.has_optimizer) {
+    read_data(f, "optimizer/m", layout.params, into(d.adam_m));
+    read_data(f, "optimizer/v", layout.params, into(d.adam_v));
   }
+  d.params = std::move(layout.params);
   f.close("close");
-  return d;
+  return out;
 }
 
-std::string damaged(const std::string& path, const std::string& why) {
-  return fmt::format("checkpoint {} is damaged: {}", path, why);
+// load() with its failures turned into a verdict; the data into `data` when given.
+Verdict judge(const std::string& path, CheckpointData* data) {
+  Verdict v;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
+    v.reason = "file does not exist";
+    return v;
+  }
+  try {
+    Loaded l = load(path, data != nullptr);
+    v.ok = true;
+    v.step = l.data.state.step;
+    v.note = std::move(l.note);
+    if (data) *data = std::move(l.data);
+  } catch (const Unusable& e) {
+    v.unusable = true;
+    v.reason = e.what();
+  } catch (const H5Failure& e) {
+    v.reason = e.what();
+  } catch (const std::bad_alloc&) {
+    v.reason = "its sizes do not fit in memory";
+  }
+  return v;
+}
+
+// Everything the headers tell, which may survive damage to the data.
+std::string describe_headers(const std::string& path) {
+  Handle f = file_h(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "open");
+  Header h = read_header(f);
+  const TrainState& s = h.state;
+  std::string out = fmt::format("format_version: {}\ntrainrun_version: {}\ncreated: {}\n",
+                                h.format_version, h.trainrun_version, h.created);
+  out += fmt::format(
+      "step: {}\ntokens_seen: {}\nsamples_seen: {}\nseed: {}\nworld_size: {}\n"
+      "restarts: {}\nbad_steps_total: {}\nlr_scale: {}\n",
+      s.step, s.tokens_seen, s.samples_seen, s.seed, s.world_size, s.restarts, s.bad_steps_total,
+      s.lr_scale);
+  out += h.format_version >= 2
+             ? "metadata checksum: yes (a copy in /metadata, fletcher32)\n"
+             : "metadata checksum: none (format 1; only the data is checksummed)\n";
+  int64_t total = 0;
+  std::vector<std::string> lines;
+  for (const char* group : {"model", "optimizer/m", "optimizer/v"}) {
+    if (check(H5Lexists(f, group[0] == 'o' ? "optimizer" : group, H5P_DEFAULT), group) <= 0)
+      continue;
+    Handle g = group_h(H5Gopen2(f, group, H5P_DEFAULT), group);
+    for (const std::string& name : member_names(g)) {
+      Handle ds = dset_h(H5Dopen2(g, name.c_str(), H5P_DEFAULT), name.c_str());
+      std::vector<int64_t> shape = dataset_shape(ds);
+      if (group[0] == 'm') total += numel(shape);
+      lines.push_back(fmt::format("  /{}/{} {}", group, name, shape_str(shape)));
+    }
+  }
+  out += fmt::format("parameters: {} in {} tensors (flat size {})\n", total, h.param_count,
+                     h.flat_size);
+  out += "datasets (float32, chunked, fletcher32):\n  /config (resolved YAML)\n";
+  if (h.format_version >= 2) out += "  /metadata (the root attributes and parameter table)\n";
+  for (const std::string& l : lines) out += l + "\n";
+  return out;
 }
 
 }  // namespace
 
-void write_checkpoint(const std::string& path, const CheckpointData& data) {
+void write_checked_checkpoint(const std::string& path, const CheckpointData& data) {
   quiet();
   const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
   try {
@@ -405,38 +558,28 @@ void write_checkpoint(const std::string& path, const CheckpointData& data) {
   }
 }
 
+void write_checkpoint(const std::string& path, const CheckpointData& data) {
+  if (std::string why = non_finite_reason(data); !why.empty())
+    throw NonFiniteCheckpoint(fmt::format("not writing checkpoint {}: {}", path, why));
+  write_checked_checkpoint(path, data);
+}
+
 CheckpointData read_checkpoint(const std::string& path) {
   quiet();
   std::error_code ec;
   if (!fs::exists(path, ec))
     throw CheckpointError(fmt::format("checkpoint {} does not exist", path));
-  try {
-    return load(path, true);
-  } catch (const H5Failure& e) {
-    throw CheckpointError(damaged(path, e.what()));
-  } catch (const std::bad_alloc&) {
-    throw CheckpointError(damaged(path, "its sizes do not fit in memory"));
-  }
+  CheckpointData d;
+  Verdict v = judge(path, &d);
+  if (!v.ok)
+    throw CheckpointError(fmt::format("checkpoint {} is {}: {}", path, v.problem(), v.reason));
+  if (!v.note.empty()) spdlog::warn("checkpoint {}: {}", path, v.note);
+  return d;
 }
 
 Verdict verify_checkpoint(const std::string& path) {
   quiet();
-  Verdict v;
-  std::error_code ec;
-  if (!fs::exists(path, ec)) {
-    v.reason = "file does not exist";
-    return v;
-  }
-  try {
-    CheckpointData d = load(path, false);
-    v.ok = true;
-    v.step = d.state.step;
-  } catch (const H5Failure& e) {
-    v.reason = e.what();
-  } catch (const std::bad_alloc&) {
-    v.reason = "its sizes do not fit in memory";
-  }
-  return v;
+  return judge(path, nullptr);
 }
 
 std::string describe_checkpoint(const std::string& path) {
@@ -447,41 +590,18 @@ std::string describe_checkpoint(const std::string& path) {
   std::string out = fmt::format("checkpoint: {}\n", path);
   auto size = fs::file_size(path, ec);
   if (!ec) out += fmt::format("size: {:.1f} MiB ({} bytes)\n", double(size) / (1 << 20), size);
-  // Metadata and the dataset list come from the file's headers, which may survive damage to
-  // the data; the verdict then reads every byte.
   try {
-    Handle f = file_h(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "open");
-    Header h = read_header(f);
-    const TrainState& s = h.state;
-    out += fmt::format("format_version: {}\ntrainrun_version: {}\ncreated: {}\n", h.format_version,
-                       h.trainrun_version, h.created);
-    out += fmt::format(
-        "step: {}\ntokens_seen: {}\nsamples_seen: {}\nseed: {}\nworld_size: {}\n"
-        "restarts: {}\nbad_steps_total: {}\nlr_scale: {}\n",
-        s.step, s.tokens_seen, s.samples_seen, s.seed, s.world_size, s.restarts, s.bad_steps_total,
-        s.lr_scale);
-    int64_t total = 0;
-    std::vector<std::string> lines;
-    for (const char* group : {"model", "optimizer/m", "optimizer/v"}) {
-      if (check(H5Lexists(f, group[0] == 'o' ? "optimizer" : group, H5P_DEFAULT), group) <= 0)
-        continue;
-      Handle g = group_h(H5Gopen2(f, group, H5P_DEFAULT), group);
-      for (const std::string& name : member_names(g)) {
-        Handle ds = dset_h(H5Dopen2(g, name.c_str(), H5P_DEFAULT), name.c_str());
-        std::vector<int64_t> shape = dataset_shape(ds);
-        if (group[0] == 'm') total += numel(shape);
-        lines.push_back(fmt::format("  /{}/{} {}", group, name, shape_str(shape)));
-      }
-    }
-    out += fmt::format("parameters: {} in {} tensors (flat size {})\n", total, h.param_count,
-                       h.flat_size);
-    out += "datasets (float32, chunked, fletcher32):\n  /config (resolved YAML)\n";
-    for (const std::string& l : lines) out += l + "\n";
+    out += describe_headers(path);
   } catch (const H5Failure& e) {
     out += fmt::format("metadata unreadable: {}\n", e.what());
   }
+  // The verdict reads every byte, with the very checks resume and rollback make.
   Verdict v = verify_checkpoint(path);
-  out += v.ok ? "verdict: OK\n" : fmt::format("verdict: DAMAGED ({})\n", v.reason);
+  if (v.ok)
+    out += v.note.empty() ? "verdict: OK\n" : fmt::format("verdict: OK ({})\n", v.note);
+  else
+    out += fmt::format("verdict: {} ({}){}\n", v.unusable ? "UNUSABLE" : "DAMAGED", v.reason,
+                       v.unusable ? ": resume and rollback skip this file" : "");
   return out;
 }
 

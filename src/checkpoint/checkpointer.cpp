@@ -1,5 +1,6 @@
 // Checkpointer: saves a run's checkpoints (in the caller's thread or in one persistent writer
 // thread) and prunes old ones, never deleting the newest good file before a newer one exists.
+// A non-finite snapshot is refused before any of that.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "checkpoint_dir.h"
+#include "checkpoint_file.h"
 #include "trainrun/checkpoint.h"
 #include "trainrun/errors.h"
 
@@ -55,7 +57,7 @@ struct Checkpointer::Impl {
     if (v.ok)
       verified[path] = *key;
     else if (known_bad.insert(path).second)
-      spdlog::warn("checkpoint {} is damaged ({})", path, v.reason);
+      spdlog::warn("checkpoint {} is {} ({})", path, v.problem(), v.reason);
     return v.ok;
   }
 
@@ -82,7 +84,7 @@ struct Checkpointer::Impl {
 
   void write(const CheckpointData& data) {
     std::string path = checkpoint_path(run_dir, data.state.step);
-    write_checkpoint(path, data);
+    write_checked_checkpoint(path, data);  // save() made the finiteness pass
     verified.erase(path);
     if (std::optional<FileKey> key = key_of(path)) verified[path] = *key;
     known_bad.erase(path);
@@ -151,6 +153,10 @@ double Checkpointer::save(CheckpointData&& data) {
   auto seconds = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
+  // Here, in the caller's thread, so that the caller learns of a refusal at once.
+  if (std::string why = non_finite_reason(data); !why.empty())
+    throw NonFiniteCheckpoint(fmt::format("not writing checkpoint {}: {}",
+                                          checkpoint_path(impl_->run_dir, data.state.step), why));
   std::error_code ec;
   fs::path dir = fs::path(impl_->run_dir) / "checkpoints";
   fs::create_directories(dir, ec);
