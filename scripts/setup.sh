@@ -11,7 +11,7 @@ pkgs=(g++ meson ninja-build pkg-config libyaml-cpp-dev libcli11-dev libfmt-dev
       gnuplot-nox)
 if [[ "${1:-}" == "--test" ]]; then
   pkgs+=(python3 python3-pytest python3-yaml python3-h5py jq slurm-wlm munge clang-format debootstrap
-         python3-venv python3-pil chromium)
+         python3-venv python3-pil chromium clang)
 fi
 
 missing=()

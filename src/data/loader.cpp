@@ -1,12 +1,13 @@
 // DataLoader: sample j is the window at hash(seed, j), so batches do not depend on world size or
 // micro-batching; one persistent worker thread prepares the next request.
+// Threads: the step loop calls prefetch()/next(); the worker runs run(). The request flags and
+// error are shared under mu. The buffers x, y change hands by the flags: the worker writes them
+// only while requested && !ready, the step loop touches them only otherwise.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <exception>
-#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <utility>
@@ -15,6 +16,7 @@
 #include "hash.h"
 #include "trainrun/data.h"
 #include "trainrun/errors.h"
+#include "trainrun/thread_annotations.h"
 
 namespace trainrun {
 
@@ -24,15 +26,15 @@ struct DataLoader::Impl {
   int seq_len;
   int64_t starts;  // number of valid window starts: N - seq_len
 
-  std::mutex mu;
-  std::condition_variable cv;
-  bool stop = false;
-  bool requested = false;  // a request waits for the worker or is being prepared
-  bool ready = false;      // the worker finished it; next() may take it
-  int64_t first = 0;
-  int count = 0;
-  std::vector<int32_t> x, y;
-  std::exception_ptr error;
+  Mutex mu;
+  CondVar cv;
+  bool stop GUARDED_BY(mu) = false;
+  bool requested GUARDED_BY(mu) = false;  // a request waits for the worker or is being prepared
+  bool ready GUARDED_BY(mu) = false;      // the worker finished it; next() may take it
+  int64_t first GUARDED_BY(mu) = 0;
+  int count GUARDED_BY(mu) = 0;
+  std::vector<int32_t> x, y;  // handed over by requested/ready (above)
+  std::exception_ptr error GUARDED_BY(mu);
   std::thread worker;
 
   Impl(const TokenDataset& d, uint64_t s, int t) : ds(d), seed(s), seq_len(t) {}
@@ -52,21 +54,24 @@ struct DataLoader::Impl {
     }
   }
 
-  void run() {
-    std::unique_lock<std::mutex> lock(mu);
+  void run() EXCLUDES(mu) {
     for (;;) {
-      cv.wait(lock, [&] { return stop || (requested && !ready); });
-      if (stop) return;
-      const int64_t f = first;
-      const int n = count;
-      lock.unlock();
+      int64_t f = 0;
+      int n = 0;
+      {
+        MutexLock lock(mu);
+        while (!stop && !(requested && !ready)) cv.wait(mu);
+        if (stop) return;
+        f = first;
+        n = count;
+      }
       std::exception_ptr err;
       try {
         fetch(f, n, x.data(), y.data());
       } catch (...) {
         err = std::current_exception();
       }
-      lock.lock();
+      MutexLock lock(mu);
       error = err;
       ready = true;
       cv.notify_all();
@@ -89,7 +94,7 @@ DataLoader::DataLoader(const TokenDataset& ds, uint64_t seed, int seq_len)
 
 DataLoader::~DataLoader() {
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     impl_->stop = true;
   }
   impl_->cv.notify_all();
@@ -105,9 +110,9 @@ void DataLoader::fetch(int64_t first, int count, int32_t* x, int32_t* y) const {
 void DataLoader::prefetch(int64_t first, int count) {
   if (first < 0 || count < 0)
     throw std::invalid_argument(fmt::format("DataLoader::prefetch({}, {})", first, count));
-  std::unique_lock<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   // A request nobody took yet is superseded; wait until the worker is done touching the buffers.
-  impl_->cv.wait(lock, [&] { return !impl_->requested || impl_->ready; });
+  while (impl_->requested && !impl_->ready) impl_->cv.wait(impl_->mu);
   impl_->first = first;
   impl_->count = count;
   const auto size = static_cast<size_t>(count) * static_cast<size_t>(impl_->seq_len);
@@ -121,9 +126,9 @@ void DataLoader::prefetch(int64_t first, int count) {
 
 double DataLoader::next(int32_t* x, int32_t* y) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::unique_lock<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   if (!impl_->requested) throw std::logic_error("DataLoader::next() without a prefetch()");
-  impl_->cv.wait(lock, [&] { return impl_->ready; });
+  while (!impl_->ready) impl_->cv.wait(impl_->mu);
   const double waited =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   impl_->requested = false;

@@ -16,7 +16,7 @@ GradSync::GradSync(Communicator& comm, Tensor grads, int64_t bucket_elems)
 
 GradSync::~GradSync() {
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    MutexLock lk(mu_);
     stop_ = true;
   }
   cv_.notify_all();
@@ -40,7 +40,7 @@ void GradSync::ready(int64_t begin, int64_t end) {
 void GradSync::launch(int64_t begin, int64_t end) {
   if (end <= begin) return;
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    MutexLock lk(mu_);
     queue_.emplace_back(begin, end);
     ++in_flight_;
   }
@@ -50,15 +50,15 @@ void GradSync::launch(int64_t begin, int64_t end) {
 double GradSync::finish() {
   launch(pending_begin_, pending_end_);
   const double t0 = now();
-  std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait(lk, [this] { return in_flight_ == 0; });
+  MutexLock lk(mu_);
+  while (in_flight_ != 0) cv_.wait(mu_);
   pending_begin_ = pending_end_ = grads_.numel();
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   return now() - t0;
 }
 
 double GradSync::take_comm_seconds() {
-  std::lock_guard<std::mutex> lk(mu_);
+  MutexLock lk(mu_);
   return std::exchange(comm_seconds_, 0.0);
 }
 
@@ -66,8 +66,8 @@ void GradSync::loop() {
   for (;;) {
     std::pair<int64_t, int64_t> r;
     {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [this] { return stop_ || !queue_.empty(); });
+      MutexLock lk(mu_);
+      while (!stop_ && queue_.empty()) cv_.wait(mu_);
       if (queue_.empty()) return;
       r = queue_.front();
       queue_.pop_front();
@@ -76,11 +76,11 @@ void GradSync::loop() {
     try {
       comm_.allreduce_sum(grads_.slice(r.first, {r.second - r.first}));
     } catch (...) {
-      std::lock_guard<std::mutex> lk(mu_);
+      MutexLock lk(mu_);
       error_ = std::current_exception();
     }
     {
-      std::lock_guard<std::mutex> lk(mu_);
+      MutexLock lk(mu_);
       comm_seconds_ += now() - t0;
       --in_flight_;
     }
