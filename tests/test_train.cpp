@@ -5,17 +5,20 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "../src/train/checkpoint_policy.h"
 #include "../src/train/data_parallel.h"
+#include "../src/train/faults.h"
 #include "../src/train/health_monitor.h"
 #include "../src/train/step_reporter.h"
 #include "temp_dir.h"
 #include "trainrun/backend.h"
 #include "trainrun/comm.h"
+#include "trainrun/errors.h"
 #include "trainrun/metrics.h"
 
 using namespace trainrun;
@@ -63,6 +66,38 @@ TEST_CASE("health monitor: bad steps are skipped, then rolled back, then given u
   CHECK(h.observe(NAN, 1.0).bad_in_row == 1);
   CHECK(h.observe(NAN, 1.0).action == Action::skip);
   CHECK(h.observe(NAN, 1.0).action == Action::give_up);  // the one rollback is used up
+}
+
+TEST_CASE("health monitor: the bad-step count that keeps checkpoints from being written") {
+  HealthMonitor h(fault_config(3, 1, 0));
+  CHECK(h.bad_in_row() == 0);
+  h.observe(NAN, 1.0);
+  CHECK(h.bad_in_row() == 1);  // a streak has begun: no checkpoint now
+  h.observe(1.0, INFINITY);
+  CHECK(h.bad_in_row() == 2);
+  h.observe(2.0, 1.0);
+  CHECK(h.bad_in_row() == 0);  // a good step ends it
+  h.observe(NAN, 1.0);
+  h.observe(NAN, 1.0);
+  CHECK(h.observe(NAN, 1.0).action == Action::roll_back);
+  CHECK(h.bad_in_row() == 0);  // the rollback restores a good state
+}
+
+TEST_CASE("fault injection: inf sets the weights to +inf once, at its step") {
+  ::setenv("TRAINRUN_FAULTS", "inf:step=3,nan:step=5", 1);
+  Faults f = Faults::from_env(0, 0);
+  CHECK_FALSE(f.diverge(2));
+  CHECK(f.diverge(3));
+  CHECK_FALSE(f.diverge(3));  // a rollback replaying step 3 gets past it
+  CHECK(f.poison(5));
+  CHECK_FALSE(f.poison(3));
+  ::setenv("TRAINRUN_FAULTS", "inf:rank=1:step=3", 1);
+  CHECK_FALSE(Faults::from_env(0, 0).diverge(3));
+  CHECK(Faults::from_env(1, 0).diverge(3));
+  CHECK_FALSE(Faults::from_env(1, 1).diverge(3));  // first attempt only, as every fault
+  ::setenv("TRAINRUN_FAULTS", "infinity:step=3", 1);
+  CHECK_THROWS_AS(Faults::from_env(0, 0), ConfigError);
+  ::unsetenv("TRAINRUN_FAULTS");
 }
 
 TEST_CASE("health monitor: a loss spike is judged against the last 50 good losses") {
@@ -229,8 +264,12 @@ struct Params {
     return std::vector<float>(p, p + t.numel());
   }
   double grad_norm() const {
+    // Straight from the buffer: GCC 12 at -O3 warns (free-nonheap-object, a false positive)
+    // about a temporary vector here.
+    const Tensor grads = ps.grads();
+    const float* g = grads.as<float>();
     double s = 0;
-    for (float g : values(ps.grads())) s += double(g) * g;
+    for (int64_t i = 0; i < grads.numel(); ++i) s += double(g[i]) * g[i];
     return std::sqrt(s);
   }
 };

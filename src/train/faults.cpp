@@ -35,10 +35,10 @@ Faults Faults::from_env(int rank, int restart_count) {
     Fault x;
     x.kind = parts.at(0);
     if (x.kind != "kill" && x.kind != "exit" && x.kind != "stall" && x.kind != "slow" &&
-        x.kind != "nan")
+        x.kind != "nan" && x.kind != "inf")
       throw ConfigError(
           fmt::format("TRAINRUN_FAULTS: unknown fault '{}' in '{}' (kill, exit, "
-                      "stall, slow, nan)",
+                      "stall, slow, nan, inf)",
                       x.kind, spec));
     for (size_t i = 1; i < parts.size(); ++i) {
       auto eq = parts[i].find('=');
@@ -105,6 +105,17 @@ void Faults::at_step_start(int64_t step) const {
 bool Faults::poison(int64_t step) const {
   for (const auto& f : faults_)
     if (f.kind == "nan" && (f.step == step || (f.from >= 0 && step >= f.from))) return true;
+  return false;
+}
+
+bool Faults::diverge(int64_t step) {
+  if (diverged_) return false;
+  for (const auto& f : faults_)
+    if (f.kind == "inf" && f.step == step) {
+      spdlog::warn("TRAINRUN_FAULTS: rank {} sets every weight to +inf after step {}", rank_, step);
+      diverged_ = true;
+      return true;
+    }
   return false;
 }
 

@@ -8,6 +8,8 @@
 //   stall:rank=R:step=S       rank R sleeps forever at step S (the watchdog must catch it)
 //   slow:rank=R:ms=D          rank R sleeps D ms every step (a straggler)
 //   nan:step=S | nan:from=S   poison the gradients with NaN at step S / every step >= S
+//   inf:step=S                after step S's update every weight is +inf (a diverged update),
+//                             once per process: a rollback that replays step S gets past it
 // rank defaults to every rank. A fault fires only on the first attempt of a job (so a restarted
 // job gets past it) unless attempt=N (only the Nth relaunch) or attempts=all is given.
 #pragma once
@@ -36,11 +38,14 @@ class Faults {
   void at_step_start(int64_t step) const;
   // True when this step's gradients should be poisoned with NaN.
   bool poison(int64_t step) const;
+  // True when the weights should become +inf after this step's update (the first time only).
+  bool diverge(int64_t step);
   std::string describe() const;
 
  private:
   std::vector<Fault> faults_;
   int rank_ = 0;
+  bool diverged_ = false;
 };
 
 }  // namespace trainrun

@@ -40,6 +40,9 @@ class HealthMonitor {
   // Whether a step's update may be applied at all.
   static bool finite(double loss, double grad_norm);
   Verdict observe(double loss, double grad_norm);
+  // Bad steps in a row so far (0 after a good step or a rollback verdict). While it is
+  // non-zero the run may be diverging, so no checkpoint is written (docs/fault-tolerance.md).
+  int bad_in_row() const { return bad_in_row_; }
   // The caller restored a checkpoint after a roll_back verdict.
   void rolled_back() { ++rollbacks_; }
   int rollbacks() const { return rollbacks_; }

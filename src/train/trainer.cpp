@@ -97,10 +97,12 @@ class Trainer {
   bool rollback(int64_t* step);
   void advance(int64_t* step, double seconds);
   double evaluate();
-  void save_checkpoint(int64_t step, double* seconds);
+  std::string save_checkpoint(int64_t step, double* seconds);
+  std::string try_checkpoint(int64_t step);
   std::optional<CheckpointData> snapshot(int64_t step);
   void restore(const std::string& file);
-  int stopped(int64_t step) const;
+  int stopped(int64_t step, bool saved) const;
+  int end_code(int64_t step, double loss, const std::string& unsaved) const;
   void finish(int64_t step, double loss, int exit_code, double t_run);
   uint64_t parameter_checksum();
 
@@ -139,6 +141,7 @@ class Trainer {
   int64_t targets_per_step_ = 0;
   std::vector<int32_t> x_, y_;
   TrainState state_;
+  std::string newest_checkpoint_;  // the newest this run wrote or restored; "" for none
 };
 
 int Trainer::run() {
@@ -150,12 +153,15 @@ int Trainer::run() {
   prefetch(step, 0);
   const double t_run = now();
   double loss = NAN;
+  bool trained = false;  // some step ran here (not a resume at or past the end)
+  std::string unsaved;   // why the last checkpoint due was not written; "" when it was
   int exit_code = kExitOk;
   spdlog::info("training steps {}..{}", step, total);
   while (step < total) {
     const double lr = learning_rate(exp_.optimizer, step, total) * state_.lr_scale;
     StepResult r = train_step(step, lr);
     loss = r.loss;
+    trained = true;
     const HealthMonitor::Action health = judge(step, r);
     if (health == HealthMonitor::Action::roll_back && rollback(&step)) continue;
     if (health == HealthMonitor::Action::roll_back || health == HealthMonitor::Action::give_up) {
@@ -169,14 +175,16 @@ int Trainer::run() {
     // it is the one agreed in this step's stats allreduce (a signal arriving later is seen at
     // the next step); alone, the latest one.
     const bool stop = world_ > 1 ? r.stop : stop_signal() != 0;
-    if (checkpoint_policy_.save_after(step, stop)) save_checkpoint(step, &r.times.checkpoint);
+    if (checkpoint_policy_.save_after(step, stop))
+      unsaved = save_checkpoint(step, &r.times.checkpoint);
     if (reporter_->due(step))
       reporter_->report(step, {loss, lr, r.grad_norm, r.times, state_.tokens_seen});
     if (stop) {
-      exit_code = stopped(step);
+      exit_code = stopped(step, unsaved.empty());
       break;
     }
   }
+  if (exit_code == kExitOk && trained) exit_code = end_code(step, loss, unsaved);
   finish(step, loss, exit_code, t_run);
   return exit_code;
 }
@@ -328,6 +336,7 @@ StepResult Trainer::train_step(int64_t step, double lr) {
   phase("optimizer", step);
   const double t_opt = now();
   if (HealthMonitor::finite(r.loss, r.grad_norm)) dp_->update(lr, step + 1, r.grad_norm, t);
+  if (faults_.diverge(step)) be_->fill(model_->params().params(), INFINITY);
   be_->synchronize();
   t.optimizer = now() - t_opt;
   t.total = now() - t_start;
@@ -411,6 +420,13 @@ bool Trainer::rollback(int64_t* step) {
   }
   const int64_t bad_total = state_.bad_steps_total;
   const double scale = state_.lr_scale * exp_.fault_tolerance.rollback_lr_factor;
+  if (!(scale > 0)) {  // a learning rate of 0 learns nothing, and no checkpoint may hold it
+    spdlog::error(
+        "rolling back would scale the learning rate by {} (fault_tolerance.rollback_lr_factor "
+        "{}): giving up",
+        scale, exp_.fault_tolerance.rollback_lr_factor);
+    return false;
+  }
   train_loader_->next(x_.data(), y_.data());  // drain the pending prefetch
   restore(*file);
   state_.bad_steps_total = bad_total;
@@ -456,18 +472,57 @@ double Trainer::evaluate() {
   return v;
 }
 
-// Collective: every rank takes part in the snapshot, rank 0 writes it.
-void Trainer::save_checkpoint(int64_t step, double* seconds) {
+// Collective: every rank takes part in the snapshot, rank 0 writes it. Never during a streak
+// of bad steps, nor with a non-finite weight or moment: the newest checkpoint must always be
+// one a rollback or a resume can go on from. Returns why it was not written ("" when it was);
+// empty on every rank or on none.
+std::string Trainer::save_checkpoint(int64_t step, double* seconds) {
   phase("checkpoint", step);
-  reporter_->flush();  // metrics.h5 holds every row up to the checkpoint
   const double t0 = now();
-  std::optional<CheckpointData> ck = snapshot(step);
-  if (ck) {
-    ckpt_->save(std::move(*ck));
-    if (!exp_.checkpoint.async) ckpt_->wait();
+  const std::string refused = try_checkpoint(step);
+  *seconds += now() - t0;
+  if (refused.empty()) {
+    newest_checkpoint_ = checkpoint_path(exp_.run_dir, step);
+    return refused;
+  }
+  spdlog::warn("step {}: {}; {}", step, refused,
+               newest_checkpoint_.empty() ? "there is no earlier checkpoint"
+                                          : "the newest checkpoint stays " + newest_checkpoint_);
+  reporter_->event(step, "checkpoint_skipped", {{"reason", refused}});
+  return refused;
+}
+
+// Saves the checkpoint of `step` unless the state is not fit to be one; returns why not ("" when
+// saved). Rank 0 names the tensor at fault; the others learn only that it refused.
+std::string Trainer::try_checkpoint(int64_t step) {
+  const std::string path = checkpoint_path(exp_.run_dir, step);
+  // Every rank judged the same allreduced values: all skip the snapshot together.
+  if (health_.bad_in_row() > 0)
+    return fmt::format(
+        "not writing checkpoint {}: the last {} step(s) had a non-finite loss or "
+        "gradient norm",
+        path, health_.bad_in_row());
+  reporter_->flush();  // metrics.h5 holds every row up to the checkpoint
+  std::string refused;
+  if (std::optional<CheckpointData> ck = snapshot(step)) {
+    try {
+      ckpt_->save(std::move(*ck));  // checks finiteness on the host copy, before writing
+      if (!exp_.checkpoint.async) ckpt_->wait();
+    } catch (const NonFiniteCheckpoint& e) {
+      refused = e.what();
+    }
+  }
+  if (world_ > 1) {  // only rank 0 saw the snapshot
+    char bad = refused.empty() ? 0 : 1;
+    comm_->broadcast_bytes(&bad, 1, 0);
+    if (bad && refused.empty())
+      refused = fmt::format(
+          "not writing checkpoint {}: rank 0 found a non-finite weight or "
+          "optimizer moment",
+          path);
   }
   comm_->barrier();
-  *seconds += now() - t0;
+  return refused;
 }
 
 // The full state on rank 0, the writing rank; the other ranks only send their optimizer shards.
@@ -505,19 +560,46 @@ void Trainer::restore(const std::string& file) {
   be_->copy(ps.params(), Tensor(ck.weights.data(), DType::f32, Device::cpu, {ps.numel()}));
   dp_->restore_optimizer_state(ck);
   state_ = ck.state;
+  newest_checkpoint_ = file;
   spdlog::info("resumed from {} at step {} ({} tokens seen, written by {} ranks)", file,
                state_.step, state_.tokens_seen, state_.world_size);
 }
 
-// The checkpoint of `step` is saved: tell the user how to go on, and the launcher what happened.
-int Trainer::stopped(int64_t step) const {
+// A stop at `step` (its checkpoint written when `saved`): tell the user how to go on, and the
+// launcher what happened.
+int Trainer::stopped(int64_t step, bool saved) const {
   const int sig = stop_signal();
   reporter_->end_line();
-  spdlog::warn(
-      "stop requested (signal {}): checkpoint saved at step {}; resume with "
-      "`trainrun --resume {}`",
-      sig ? sig : SIGTERM, step, exp_.run_dir);
+  if (saved)
+    spdlog::warn(
+        "stop requested (signal {}): checkpoint saved at step {}; resume with "
+        "`trainrun --resume {}`",
+        sig ? sig : SIGTERM, step, exp_.run_dir);
+  else
+    spdlog::warn(
+        "stop requested (signal {}) at step {}, where the state was not fit for a checkpoint; "
+        "`trainrun --resume {}` goes on from {}",
+        sig ? sig : SIGTERM, step, exp_.run_dir,
+        newest_checkpoint_.empty() ? "nothing (no checkpoint was written)" : newest_checkpoint_);
   return sig == SIGINT ? kExitInterrupted : kExitResumeMe;
+}
+
+// The exit code of a run that trained to its last step: 0 only when the final loss is finite
+// and the final checkpoint was written (`unsaved` says why not), so a diverged run never passes
+// for a finished one. Every rank has the same loss and an equally empty `unsaved`, so every
+// rank ends alike.
+int Trainer::end_code(int64_t step, double loss, const std::string& unsaved) const {
+  if (std::isfinite(loss) && unsaved.empty()) return kExitOk;
+  const std::string what = std::isfinite(loss) ? "no final checkpoint (" + unsaved + ")"
+                                               : fmt::format("a non-finite loss ({})", loss);
+  spdlog::error(
+      "the run ended at step {} with {}: its final state is not usable; {} (exit {}, gave up)",
+      step, what,
+      newest_checkpoint_.empty() ? "no checkpoint was written"
+                                 : "the newest good checkpoint is " + newest_checkpoint_,
+      int(kExitGaveUp));
+  reporter_->event(step, "gave_up", {{"reason", what}});
+  return kExitGaveUp;
 }
 
 void Trainer::finish(int64_t step, double loss, int exit_code, double t_run) {
