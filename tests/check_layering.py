@@ -30,7 +30,7 @@ PUBLIC = {
     "model/mlp.h": "model",
     "optimizer.h": "optim",
     "config.h": "config", "schema.h": "config",
-    "data.h": "data", "markov.h": "data",
+    "data.h": "data", "markov.h": "data", "tokenizer.h": "data",
     "checkpoint.h": "checkpoint", "h5_handle.h": "checkpoint",
     "metrics.h": "obs", "trace.h": "obs", "stragglers.h": "obs", "tensorboard.h": "obs",
     "tb_events.h": "obs", "crc32c.h": "obs",

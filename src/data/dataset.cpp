@@ -15,6 +15,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "manifest.h"
 #include "shard.h"
 #include "trainrun/data.h"
 #include "trainrun/errors.h"
@@ -287,12 +288,16 @@ std::unique_ptr<TokenDataset> open_dataset(const DataConfig& data, Split split, 
     const bool val = split == Split::val;
     const std::string& spec = val ? data.val : data.train;
     const char* key = val ? "data.val" : "data.train";
-    auto ds = std::make_unique<ShardStream>(resolve_files(spec, key), vocab_size);
+    const auto files = resolve_files(spec, key);
+    check_shard_manifests(files, vocab_size);
+    auto ds = std::make_unique<ShardStream>(files, vocab_size);
     if (ds->num_tokens() == 0)
       throw DataError(fmt::format("{}='{}': the shards hold no tokens", key, spec));
     return ds;
   }
-  auto train = std::make_shared<ShardStream>(resolve_files(data.train, "data.train"), vocab_size);
+  const auto files = resolve_files(data.train, "data.train");
+  check_shard_manifests(files, vocab_size);
+  auto train = std::make_shared<ShardStream>(files, vocab_size);
   if (train->num_tokens() == 0)
     throw DataError(fmt::format("data.train='{}': the shards hold no tokens", data.train));
   // No data.val: hold out the tail of the train stream.
@@ -320,6 +325,7 @@ std::string prepare_text_shards(const std::string& text_path, const std::string&
   const std::vector<int32_t> val(tokens.begin() + ntrain, tokens.end());
   write_token_shard(train_path, train, 256);
   write_token_shard(val_path, val, 256);
+  fs::remove(fs::path(out_dir) / kManifestName, ec);  // a tokenized run's, no longer true
   return fmt::format("wrote {} ({} tokens) and val.bin ({} tokens)", train_path, train.size(),
                      val.size());
 }

@@ -208,55 +208,87 @@ void MappedShard::read(int64_t pos, int64_t n, int32_t* out) const {
 namespace {
 
 template <typename T>
-void write_tokens(std::FILE* f, const std::vector<int32_t>& tokens) {
-  std::vector<T> buf;
-  constexpr size_t kChunk = 1 << 16;
-  for (size_t i = 0; i < tokens.size(); i += kChunk) {
-    const size_t n = std::min(kChunk, tokens.size() - i);
-    buf.resize(n);
+bool write_tokens(std::FILE* f, const int32_t* tokens, size_t count) {
+  T buf[1 << 14];
+  constexpr size_t kChunk = sizeof buf / sizeof buf[0];
+  for (size_t i = 0; i < count; i += kChunk) {
+    const size_t n = std::min(kChunk, count - i);
     for (size_t j = 0; j < n; ++j) buf[j] = static_cast<T>(tokens[i + j]);
-    if (std::fwrite(buf.data(), sizeof(T), n, f) != n) return;  // ferror() reports it
+    if (std::fwrite(buf, sizeof(T), n, f) != n) return false;
   }
+  return true;
+}
+
+ShardHeader header_for(int width, uint64_t count, int vocab_size) {
+  ShardHeader h{};
+  std::memcpy(h.magic, kShardMagic, 8);
+  h.version = kShardVersion;
+  h.dtype = static_cast<uint32_t>(width);
+  h.count = count;
+  h.vocab_size = static_cast<uint32_t>(vocab_size);
+  return h;
 }
 
 }  // namespace
 
-void write_token_shard(const std::string& path, const std::vector<int32_t>& tokens,
-                       int vocab_size) {
+ShardWriter::ShardWriter(std::string path, int vocab_size)
+    : path_(std::move(path)), vocab_size_(vocab_size), width_(width_for_vocab(vocab_size)) {
   if (vocab_size < 1)
-    throw DataError(fmt::format("{}: cannot write a shard for vocab_size {}", path, vocab_size));
-  for (size_t i = 0; i < tokens.size(); ++i)
-    if (tokens[i] < 0 || tokens[i] >= vocab_size)
-      throw DataError(fmt::format("{}: token {} at position {} is outside [0, vocab_size {})", path,
-                                  tokens[i], i, vocab_size));
-  ShardHeader h{};
-  std::memcpy(h.magic, kShardMagic, 8);
-  h.version = kShardVersion;
-  h.dtype = static_cast<uint32_t>(width_for_vocab(vocab_size));
-  h.count = tokens.size();
-  h.vocab_size = static_cast<uint32_t>(vocab_size);
-
-  // Write beside the target and rename, so a reader never sees half a shard.
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f)
+    throw DataError(fmt::format("{}: cannot write a shard for vocab_size {}", path_, vocab_size));
+  tmp_ = fmt::format("{}.tmp.{}", path_, ::getpid());
+  f_ = std::fopen(tmp_.c_str(), "wb");
+  if (!f_)
     throw DataError(
         fmt::format("cannot write {} ({}); check that the directory exists and is "
                     "writable",
-                    tmp, std::strerror(errno)));
-  std::fwrite(&h, sizeof h, 1, f);
-  if (h.dtype == 1) write_tokens<uint8_t>(f, tokens);
-  if (h.dtype == 2) write_tokens<uint16_t>(f, tokens);
-  if (h.dtype == 4) write_tokens<uint32_t>(f, tokens);
-  bool ok = !std::ferror(f) && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+                    tmp_, std::strerror(errno)));
+  const ShardHeader h = header_for(width_, 0, vocab_size_);
+  std::fwrite(&h, sizeof h, 1, f_);  // the count is filled in by commit()
+}
+
+ShardWriter::~ShardWriter() {
+  if (f_) {
+    std::fclose(f_);
+    std::remove(tmp_.c_str());
+  }
+}
+
+void ShardWriter::append(const int32_t* tokens, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (tokens[i] < 0 || tokens[i] >= vocab_size_)
+      throw DataError(fmt::format("{}: token {} at position {} is outside [0, vocab_size {})",
+                                  path_, tokens[i], count_ + i, vocab_size_));
+  bool ok = true;
+  if (width_ == 1) ok = write_tokens<uint8_t>(f_, tokens, n);
+  if (width_ == 2) ok = write_tokens<uint16_t>(f_, tokens, n);
+  if (width_ == 4) ok = write_tokens<uint32_t>(f_, tokens, n);
+  if (!ok)
+    throw DataError(fmt::format("cannot write {} ({}); check free space and permissions", path_,
+                                std::strerror(errno)));
+  count_ += n;
+}
+
+void ShardWriter::commit() {
+  const ShardHeader h = header_for(width_, count_, vocab_size_);
+  bool ok = !std::ferror(f_) && std::fseek(f_, 0, SEEK_SET) == 0 &&
+            std::fwrite(&h, sizeof h, 1, f_) == 1 && std::fflush(f_) == 0 &&
+            ::fsync(::fileno(f_)) == 0;
   const int err = errno;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+  ok = (std::fclose(f_) == 0) && ok;
+  f_ = nullptr;
+  if (!ok || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const int e = ok ? errno : err;
-    std::remove(tmp.c_str());
-    throw DataError(fmt::format("cannot write {} ({}); check free space and permissions", path,
+    std::remove(tmp_.c_str());
+    throw DataError(fmt::format("cannot write {} ({}); check free space and permissions", path_,
                                 std::strerror(e)));
   }
+}
+
+void write_token_shard(const std::string& path, const std::vector<int32_t>& tokens,
+                       int vocab_size) {
+  ShardWriter w(path, vocab_size);
+  w.append(tokens.data(), tokens.size());
+  w.commit();
 }
 
 }  // namespace trainrun

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 namespace trainrun {
@@ -46,6 +47,30 @@ class MappedShard {
   const unsigned char* tokens_ = nullptr;
   int width_ = 0;
   int64_t count_ = 0;
+};
+
+// Streams a shard in trainrun's format to PATH.tmp.PID; commit() fills in the count and renames
+// it to PATH, so a reader never sees half a shard. Destroyed uncommitted, it removes the
+// temporary file. Not thread-safe.
+class ShardWriter {
+ public:
+  // The token width is the smallest that holds vocab_size; throws DataError if it cannot open.
+  ShardWriter(std::string path, int vocab_size);
+  ~ShardWriter();
+  ShardWriter(const ShardWriter&) = delete;
+  ShardWriter& operator=(const ShardWriter&) = delete;
+
+  // Throws DataError for a token outside [0, vocab_size).
+  void append(const int32_t* tokens, size_t n);
+  uint64_t count() const { return count_; }
+  int width() const { return width_; }
+  void commit();
+
+ private:
+  std::string path_, tmp_;
+  std::FILE* f_ = nullptr;
+  int vocab_size_, width_;
+  uint64_t count_ = 0;
 };
 
 }  // namespace trainrun

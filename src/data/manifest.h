@@ -1,0 +1,39 @@
+// manifest.json: what `trainrun data prepare --tokenizer` wrote into a shard directory (inputs,
+// token counts, the tokenizer and its SHA-256), read back to check a model against the shards.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace trainrun {
+
+struct ManifestInput {
+  std::string path;
+  uint64_t bytes = 0, tokens = 0;
+};
+
+struct ShardManifest {
+  std::string dir;             // where manifest.json is
+  std::string tokenizer_file;  // relative to dir
+  std::string tokenizer_sha256;
+  std::string tokenizer_source;  // the file it was copied from
+  int vocab_size = 0;
+  int dtype = 0;
+  double val_fraction = 0;
+  std::vector<ManifestInput> inputs;
+  uint64_t train_tokens = 0, val_tokens = 0;
+};
+
+inline constexpr const char* kManifestName = "manifest.json";
+
+std::string manifest_json(const ShardManifest& m);
+// The manifest in dir, if there is one; throws DataError for one that does not parse.
+std::optional<ShardManifest> read_manifest(const std::string& dir);
+
+// Refuses shards (files from data.train/data.val) whose manifest says their tokenizer's
+// vocabulary does not fit model.vocab_size. Throws DataError with the fix.
+void check_shard_manifests(const std::vector<std::string>& files, int vocab_size);
+
+}  // namespace trainrun

@@ -1,0 +1,285 @@
+// Tokenizer <-> Hugging Face's tokenizer.json: what trainrun reads, what it refuses, and the
+// file it writes (docs/data-format.md).
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+#include <unordered_map>
+
+#include "bpe_model.h"
+#include "byte_level.h"
+#include "json.h"
+#include "trainrun/errors.h"
+#include "trainrun/tokenizer.h"
+
+namespace trainrun {
+
+namespace {
+
+using Kind = Json::Kind;
+
+class Reader {
+ public:
+  explicit Reader(const std::string& what) : what_(what) {}
+
+  [[noreturn]] void unsupported(const std::string& msg) const {
+    throw DataError(fmt::format(
+        "{}: {}; trainrun reads byte-level BPE tokenizers (model BPE, ByteLevel pre-tokenizer "
+        "with GPT-2's split, no normalizer), as `trainrun data tokenizer train` or tokenizers' "
+        "ByteLevelBPETokenizer write them",
+        what_, msg));
+  }
+  [[noreturn]] void bad(const std::string& msg) const {
+    throw DataError(fmt::format("{}: {}", what_, msg));
+  }
+  bool flag(const Json& obj, const char* key, bool dflt) const {
+    const Json* v = obj.get(key);
+    if (!v || v->is_null()) return dflt;
+    if (v->kind != Kind::kBool) bad(fmt::format("'{}' is not true or false", key));
+    return v->boolean;
+  }
+  std::string type_of(const Json* v) const {
+    if (!v || v->kind != Kind::kObject) return "";
+    const Json* t = v->get("type");
+    return t && t->kind == Kind::kString ? t->str : "";
+  }
+  int32_t id(const Json& v, const std::string& of) const {
+    if (v.kind != Kind::kNumber || v.number < 0 || v.number >= (1u << 31) ||
+        v.number != static_cast<double>(static_cast<int32_t>(v.number)))
+      bad(fmt::format("the id of {} is not a non-negative integer", of));
+    return static_cast<int32_t>(v.number);
+  }
+
+  void read_pipeline(const Json& root, BpeModel& m) const {
+    if (const Json* n = root.get("normalizer"); n && !n->is_null())
+      unsupported(fmt::format("the normalizer '{}' is not supported", type_of(n)));
+    const Json* pre = root.get("pre_tokenizer");
+    if (type_of(pre) != "ByteLevel")
+      unsupported(fmt::format("the pre_tokenizer is '{}', not ByteLevel",
+                              pre && !pre->is_null() ? type_of(pre) : "null"));
+    if (!flag(*pre, "use_regex", true))
+      unsupported("the ByteLevel pre_tokenizer has use_regex: false (no GPT-2 split)");
+    m.add_prefix_space = flag(*pre, "add_prefix_space", true);
+    const Json* dec = root.get("decoder");
+    if (dec && !dec->is_null() && type_of(dec) != "ByteLevel")
+      unsupported(fmt::format("the decoder is '{}', not ByteLevel", type_of(dec)));
+  }
+
+  void read_model(const Json& model, BpeModel& m) const {
+    if (model.kind != Kind::kObject) bad("no \"model\" object");
+    if (const std::string t = type_of(&model); !t.empty() && t != "BPE")
+      unsupported(fmt::format("the model is '{}', not BPE", t));
+    if (const Json* d = model.get("dropout"); d && !d->is_null())
+      unsupported("BPE dropout is not supported");
+    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
+      if (const Json* v = model.get(key); v && !v->is_null() && !v->str.empty())
+        unsupported(fmt::format("'{}' is not supported", key));
+    if (flag(model, "byte_fallback", false)) unsupported("byte_fallback is not supported");
+    m.ignore_merges = flag(model, "ignore_merges", false);
+    const Json* vocab = model.get("vocab");
+    if (!vocab || vocab->kind != Kind::kObject) bad("the model has no \"vocab\" object");
+    for (const auto& [text, idv] : vocab->props) {
+      const int32_t i = id(idv, fmt::format("token '{}'", text));
+      if (static_cast<size_t>(i) >= m.tokens.size()) m.tokens.resize(static_cast<size_t>(i) + 1);
+      if (!from_byte_level(text, m.tokens[static_cast<size_t>(i)]))
+        unsupported(fmt::format("the token '{}' (id {}) is not byte-level text", text, i));
+    }
+    std::unordered_map<std::string, int32_t> ids;  // byte-level text -> id
+    for (const auto& [text, idv] : vocab->props)
+      ids.emplace(text, static_cast<int32_t>(idv.number));
+    const Json* merges = model.get("merges");
+    if (!merges || merges->kind != Kind::kArray) bad("the model has no \"merges\" array");
+    for (const Json& mg : merges->items) m.merges.push_back(merge(mg, ids));
+  }
+
+  // "a b" (the older format) or ["a", "b"].
+  std::pair<int32_t, int32_t> merge(const Json& mg,
+                                    const std::unordered_map<std::string, int32_t>& ids) const {
+    std::string a, b;
+    if (mg.kind == Kind::kString) {
+      const size_t sp = mg.str.find(' ');
+      if (sp == std::string::npos || mg.str.find(' ', sp + 1) != std::string::npos)
+        bad(fmt::format("the merge '{}' is not two tokens separated by one space", mg.str));
+      a = mg.str.substr(0, sp);
+      b = mg.str.substr(sp + 1);
+    } else if (mg.kind == Kind::kArray && mg.items.size() == 2 &&
+               mg.items[0].kind == Kind::kString && mg.items[1].kind == Kind::kString) {
+      a = mg.items[0].str;
+      b = mg.items[1].str;
+    } else {
+      bad("a merge is neither \"a b\" nor [\"a\", \"b\"]");
+    }
+    return {token_id(a, ids), token_id(b, ids)};
+  }
+  int32_t token_id(const std::string& text,
+                   const std::unordered_map<std::string, int32_t>& ids) const {
+    const auto it = ids.find(text);
+    if (it == ids.end())
+      bad(fmt::format("a merge names '{}', which is not in the vocabulary", text));
+    return it->second;
+  }
+
+  void read_added(const Json& root, BpeModel& m) const {
+    const Json* added = root.get("added_tokens");
+    if (!added || added->is_null()) return;
+    if (added->kind != Kind::kArray) bad("\"added_tokens\" is not an array");
+    for (const Json& t : added->items) {
+      const Json* content = t.get("content");
+      if (!content || content->kind != Kind::kString || content->str.empty())
+        bad("an added token has no content");
+      for (const char* key : {"single_word", "lstrip", "rstrip"})
+        if (flag(t, key, false))
+          unsupported(fmt::format("the added token '{}' sets {}", content->str, key));
+      const Json* idv = t.get("id");
+      if (!idv) bad(fmt::format("the added token '{}' has no id", content->str));
+      m.added.push_back({id(*idv, content->str), content->str, flag(t, "special", false)});
+    }
+  }
+
+ private:
+  const std::string& what_;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw DataError(
+        fmt::format("{}: cannot read it ({}); check the path", path, std::strerror(errno)));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(std::shared_ptr<const BpeModel> model) : m_(std::move(model)) {}
+
+Tokenizer Tokenizer::parse(std::string_view text, const std::string& what) {
+  const Json root = parse_json(text, what);
+  const Reader r(what);
+  if (root.kind != Kind::kObject) r.bad("not a tokenizer.json object");
+  auto m = std::make_shared<BpeModel>();
+  r.read_pipeline(root, *m);
+  const Json* model = root.get("model");
+  if (!model) r.bad("no \"model\"");
+  r.read_model(*model, *m);
+  r.read_added(root, *m);
+  m->index(what);
+  return Tokenizer(std::move(m));
+}
+
+Tokenizer Tokenizer::load(const std::string& path) {
+  return parse(read_file(path), path);
+}
+
+std::string Tokenizer::to_json() const {
+  const BpeModel& m = *m_;
+  std::string out = "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n";
+  out += "  \"added_tokens\": [";
+  for (size_t i = 0; i < m.added.size(); ++i)
+    out += fmt::format(
+        "{}\n    {{\"id\": {}, \"content\": {}, \"single_word\": false, \"lstrip\": false, "
+        "\"rstrip\": false, \"normalized\": false, \"special\": {}}}",
+        i ? "," : "", m.added[i].id, json_literal(m.added[i].content), m.added[i].special);
+  out += m.added.empty() ? "],\n" : "\n  ],\n";
+  const std::string byte_level = fmt::format(
+      "{{\"type\": \"ByteLevel\", \"add_prefix_space\": {}, \"trim_offsets\": true, "
+      "\"use_regex\": true}}",
+      m.add_prefix_space);
+  out += "  \"normalizer\": null,\n  \"pre_tokenizer\": " + byte_level + ",\n";
+  out +=
+      "  \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
+      "\"trim_offsets\": false, \"use_regex\": true},\n";
+  out +=
+      "  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": "
+      "true, \"use_regex\": true},\n";
+  out += fmt::format(
+      "  \"model\": {{\n    \"type\": \"BPE\",\n    \"dropout\": null,\n    \"unk_token\": null,\n"
+      "    \"continuing_subword_prefix\": null,\n    \"end_of_word_suffix\": null,\n"
+      "    \"fuse_unk\": false,\n    \"byte_fallback\": false,\n    \"ignore_merges\": {},\n"
+      "    \"vocab\": {{",
+      m.ignore_merges);
+  bool first = true;
+  for (size_t i = 0; i < m.tokens.size(); ++i) {
+    if (m.tokens[i].empty()) continue;
+    out += fmt::format("{}\n      {}: {}", first ? "" : ",",
+                       json_literal(to_byte_level(m.tokens[i])), i);
+    first = false;
+  }
+  out += "\n    },\n    \"merges\": [";
+  for (size_t r = 0; r < m.merges.size(); ++r) {
+    const auto [a, b] = m.merges[r];
+    out += fmt::format("{}\n      {}", r ? "," : "",
+                       json_literal(to_byte_level(m.tokens[static_cast<size_t>(a)]) + " " +
+                                    to_byte_level(m.tokens[static_cast<size_t>(b)])));
+  }
+  out += "\n    ]\n  }\n}\n";
+  return out;
+}
+
+void Tokenizer::save(const std::string& path) const {
+  const std::string text = to_json();
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw DataError(fmt::format("cannot write {} ({})", tmp, std::strerror(errno)));
+  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    throw DataError(fmt::format("cannot write {} ({}); check free space and permissions", path,
+                                std::strerror(err)));
+  }
+}
+
+void Tokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
+  m_->encode(text, out);
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> out;
+  m_->encode(text, out);
+  return out;
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  return m_->decode(ids);
+}
+
+int Tokenizer::vocab_size() const {
+  return m_->vocab_size();
+}
+
+std::vector<int32_t> encode_file(const Tokenizer& tok, const std::string& path) {
+  return tok.encode(read_file(path));
+}
+
+std::string decode_ids_text(const Tokenizer& tok, const std::string& ids_path) {
+  std::istringstream in(ids_path.empty() ? std::string(std::istreambuf_iterator<char>(std::cin), {})
+                                         : read_file(ids_path));
+  std::vector<int32_t> ids;
+  std::string word;
+  while (in >> word) {
+    char* end = nullptr;
+    const long v = std::strtol(word.c_str(), &end, 10);
+    if (*end != '\0' || v < 0 || v > INT32_MAX)
+      throw DataError(fmt::format("'{}' is not a token id", word));
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return tok.decode(ids);
+}
+
+int Tokenizer::num_merges() const {
+  return static_cast<int>(m_->merges.size());
+}
+
+}  // namespace trainrun
