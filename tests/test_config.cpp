@@ -11,6 +11,7 @@
 
 #include "trainrun/config.h"
 #include "trainrun/errors.h"
+#include "trainrun/experiment.h"
 #include "trainrun/schema.h"
 
 using namespace trainrun;
@@ -105,14 +106,14 @@ slurm:
     - "--gres=gpu:8"
 )");
   CHECK(e.seed == 18446744073709551615ull);
-  CHECK(e.device == "auto");
-  CHECK(e.model.type == "mlp");
+  CHECK(e.device == DeviceChoice::automatic);
+  CHECK(e.model.type == ModelType::mlp);
   CHECK(e.model.hidden == std::vector<int>{64, 32});
-  CHECK(e.model.activation == "relu");
+  CHECK(e.model.activation == ActivationKind::relu);
   CHECK(e.model.dropout == 0.25);
   CHECK(e.data.train == "shards/train_*.bin");
   CHECK(e.train.steps == 20);
-  CHECK(e.train.precision == "bf16");
+  CHECK(e.train.precision == Precision::bf16);
   CHECK(e.optimizer.lr == 3e-4);
   CHECK(e.optimizer.betas == std::vector<double>{0.8, 0.95});
   CHECK(e.checkpoint.async);
@@ -229,6 +230,75 @@ TEST_CASE("out-of-range values say what is allowed") {
   }
 }
 
+namespace {
+
+// An enum key: its allowed values are its enum's names, in order, each parsing to its value and
+// printing back as itself.
+template <class E, class Get>
+void check_enum_key(const std::string& key, Get get, std::vector<std::string> extra = {}) {
+  CAPTURE(key);
+  const auto names = enum_names<E>();
+  std::string joined;
+  for (auto n : names) joined += (joined.empty() ? "" : ", ") + std::string(n);
+  int listed = 0;
+  for (const auto& k : config_keys()) {
+    if (k.key != key) continue;
+    ++listed;
+    CHECK(k.type == "enum");
+    CHECK(k.allowed == joined);
+  }
+  CHECK(listed == 1);
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto value = static_cast<E>(i);
+    std::vector<std::string> set = extra;
+    set.push_back(key + "=" + std::string(names[i]));
+    const Experiment e = parse(kMinimal, set);
+    CHECK(get(e) == value);
+    CHECK(config_value(e, key) == names[i]);
+    CHECK(enum_name(value) == names[i]);
+    CHECK(enum_from_name<E>(names[i]) == value);
+    CHECK(fmt::format("{}", value) == names[i]);
+    CHECK(has(to_yaml(e), ": " + std::string(names[i]) + "\n"));
+  }
+  CHECK_FALSE(enum_from_name<E>(std::string(names[0]) + "x").has_value());
+  CHECK_FALSE(enum_from_name<E>("").has_value());
+}
+
+}  // namespace
+
+TEST_CASE("enum keys: the enums' names are the schema's allowed values") {
+  check_enum_key<DeviceChoice>("device", [](const Experiment& e) { return e.device; });
+  check_enum_key<ModelType>("model.type", [](const Experiment& e) { return e.model.type; });
+  check_enum_key<ActivationKind>("model.activation",
+                                 [](const Experiment& e) { return e.model.activation; });
+  check_enum_key<Precision>("train.precision",
+                            [](const Experiment& e) { return e.train.precision; }, {"device=cuda"});
+  check_enum_key<LrSchedule>("optimizer.schedule",
+                             [](const Experiment& e) { return e.optimizer.schedule; });
+  // The defaults are the enums' own defaults.
+  const Experiment d = parse(kMinimal);
+  CHECK(d.device == DeviceChoice::cpu);
+  CHECK(d.model.type == ModelType::gpt);
+  CHECK(d.model.activation == ActivationKind::gelu);
+  CHECK(d.train.precision == Precision::fp32);
+  CHECK(d.optimizer.schedule == LrSchedule::cosine);
+}
+
+TEST_CASE("enum keys: a word outside the enum is refused as a string key would be") {
+  auto msg = error_of("data: {synthetic: markov}\ndevice: gpu\n");
+  CHECK(has(msg, "exp.yaml:2:9: device='gpu' is not allowed: must be one of cpu, cuda, auto"));
+  msg = error_of(kMinimal, {"optimizer.schedule=cosin"});
+  CHECK(has(msg,
+            "--set optimizer.schedule=cosin: optimizer.schedule='cosin' is not allowed: must be "
+            "one of cosine, linear, constant (did you mean 'cosine'?)"));
+  msg = error_of(kMinimal, {"model.type="});
+  CHECK(has(msg, "model.type='' is not allowed: must be one of gpt, mlp"));
+  msg = error_of(kMinimal, {"model.activation=[relu]"});
+  CHECK(has(msg, "model.activation: expected a string, found a list of 1"));
+  msg = error_of(kMinimal, {"train.precision=BF16"});
+  CHECK(has(msg, "train.precision='BF16' is not allowed"));  // exact spelling only
+}
+
 TEST_CASE("YAML syntax errors and missing files") {
   auto msg = error_of("data: {synthetic: markov}\nmodel:\n  hidden: [64, 64\n  n_layer: 2\n");
   CHECK(has(msg, "exp.yaml:"));
@@ -323,7 +393,7 @@ distributed: {nproc: 2}
     auto msg = error_of("data: {synthetic: markov}\ntrain: {precision: bf16}\n");
     CHECK(has(msg, "train.precision=bf16 needs device cuda or auto"));
     CHECK(parse("device: cuda\ndata: {synthetic: markov}\ntrain: {precision: bf16}")
-              .train.precision == "bf16");
+              .train.precision == Precision::bf16);
   }
   SUBCASE("held-out data to evaluate on") {
     auto msg = error_of("data: {synthetic: markov, val_fraction: 0}\n");

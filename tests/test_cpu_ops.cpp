@@ -7,14 +7,19 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
 #include "trainrun/backend.h"
 #include "trainrun/errors.h"
+
+using trainrun::testing::TempDir;
 
 using namespace trainrun;
 
@@ -747,4 +752,39 @@ TEST_CASE("measure_gemm_peak_gflops returns a finite positive rate") {
   const double g = measure_gemm_peak_gflops(be(), 128);
   CHECK(std::isfinite(g));
   CHECK(g > 0);
+}
+
+TEST_CASE(
+    "gemm_peak keeps the best rate seen on this machine, so a busy start cannot inflate MFU") {
+  TempDir tmp;
+  const std::string cache = tmp / "sub/gemm-peak.tsv";
+  // No cache yet: this run's measurement, written down.
+  const GemmPeak first = gemm_peak(be(), 128, cache);
+  CHECK(first.gflops > 0);
+  CHECK(first.source.find("measured now") != std::string::npos);
+  REQUIRE(std::filesystem::exists(cache));
+
+  // A better rate recorded earlier (an idle machine) wins over a low measurement now.
+  std::string text;
+  {
+    std::ifstream in(cache);
+    std::getline(in, text);
+  }
+  const auto tab = text.rfind('\t');
+  REQUIRE(tab != std::string::npos);
+  const std::string key = text.substr(0, tab);
+  CHECK(key.find(be().describe()) != std::string::npos);
+  std::ofstream(cache) << key << "\t1e6\n"
+                       << "other key\t5\n";
+  const GemmPeak cached = gemm_peak(be(), 128, cache);
+  CHECK(cached.gflops == doctest::Approx(1e6));
+  CHECK(cached.source.find("best measured on this machine") != std::string::npos);
+
+  // Another size is another key; a damaged file is ignored, not fatal.
+  std::ofstream(cache) << "garbage without a tab\n" << key << "\tnot-a-number\n";
+  const GemmPeak fresh = gemm_peak(be(), 128, cache);
+  CHECK(fresh.gflops < 1e6);
+  CHECK(fresh.source.find("measured now") != std::string::npos);
+  // No cache file at all: measured, nothing written.
+  CHECK(gemm_peak(be(), 64, "").source == "measured now, 64 GEMM");
 }

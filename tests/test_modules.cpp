@@ -280,7 +280,7 @@ void check_model(const ModelConfig& cfg, int batch) {
 
 TEST_CASE("gradcheck: whole GPT (tied head, 2 layers, dropout)") {
   ModelConfig cfg;
-  cfg.type = "gpt";
+  cfg.type = ModelType::gpt;
   cfg.vocab_size = 11;
   cfg.seq_len = 5;
   cfg.n_layer = 2;
@@ -292,12 +292,12 @@ TEST_CASE("gradcheck: whole GPT (tied head, 2 layers, dropout)") {
 
 TEST_CASE("gradcheck: whole MLP model") {
   ModelConfig cfg;
-  cfg.type = "mlp";
+  cfg.type = ModelType::mlp;
   cfg.vocab_size = 9;
   cfg.seq_len = 3;
   cfg.d_model = 4;
   cfg.hidden = {6, 5};
-  for (const char* act : {"gelu", "relu"}) {
+  for (ActivationKind act : {ActivationKind::gelu, ActivationKind::relu}) {
     cfg.activation = act;
     check_model(cfg, 3);
   }
@@ -327,7 +327,7 @@ TEST_CASE("GPT: same seed gives bit-identical forward; parameter count matches t
   // An untrained model predicts close to uniform: loss near log(vocab).
   CHECK(la == doctest::Approx(std::log(32.0)).epsilon(0.05));
   CHECK(parameter_count(cfg) == a->params().numel());
-  cfg.type = "mlp";
+  cfg.type = ModelType::mlp;
   cfg.hidden = {20, 10};
   CHECK(parameter_count(cfg) == build_model(cfg, *be, 2)->params().numel());
 }

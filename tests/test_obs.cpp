@@ -82,7 +82,7 @@ DevicePeak fake_peak(const std::string& name, double memory = 1e12) {
 
 Experiment gpt(int L, int C, int H, int T, int V, int batch) {
   Experiment e;
-  e.model.type = "gpt";
+  e.model.type = ModelType::gpt;
   e.model.n_layer = L;
   e.model.d_model = C;
   e.model.n_head = H;
@@ -94,7 +94,7 @@ Experiment gpt(int L, int C, int H, int T, int V, int batch) {
 
 Experiment mlp(int C, int T, int V, std::vector<int> hidden, int batch) {
   Experiment e;
-  e.model.type = "mlp";
+  e.model.type = ModelType::mlp;
   e.model.d_model = C;
   e.model.seq_len = T;
   e.model.vocab_size = V;
@@ -224,8 +224,8 @@ TEST_CASE("plan: memory, ZeRO-1 shards and communication") {
 
   SUBCASE("bf16 on a GPU adds a bf16 weight copy and halves activations") {
     Experiment g = gpt(2, 64, 4, 32, 64, 8);
-    g.device = "cuda";
-    g.train.precision = "bf16";
+    g.device = DeviceChoice::cuda;
+    g.train.precision = Precision::bf16;
     const Plan f = make_plan(g, fake_peak("H100 SXM"));
     CHECK(f.bytes_params == 6.0 * static_cast<double>(f.params));
     CHECK(f.bytes_activations < solo.bytes_activations);
@@ -240,7 +240,7 @@ TEST_CASE("plan: memory, ZeRO-1 shards and communication") {
 
 TEST_CASE("plan: warnings and fit") {
   Experiment e = gpt(12, 768, 12, 1024, 50257, 8);
-  e.device = "cuda";
+  e.device = DeviceChoice::cuda;
   const Plan odd = make_plan(e, fake_peak("H100 SXM", 80e9));
   CHECK(warned(odd, "pad to 50304"));
   CHECK(odd.fits);
@@ -264,7 +264,7 @@ TEST_CASE("plan: warnings and fit") {
   CHECK(warned(make_plan(longseq, fake_peak("cpu (test)")), "attention is"));
 
   Experiment huge = gpt(96, 12288, 96, 2048, 50304, 8);
-  huge.device = "cuda";
+  huge.device = DeviceChoice::cuda;
   const Plan h = make_plan(huge, fake_peak("H100 SXM", 80e9));
   CHECK_FALSE(h.fits);
   CHECK(warned(h, "per rank but H100 SXM has"));
@@ -285,13 +285,13 @@ TEST_CASE("plan: text and JSON") {
 
 TEST_CASE("device_peak: the GPU table and the measured CPU") {
   Experiment e = gpt(2, 64, 4, 32, 64, 8);
-  e.device = "cuda";
-  e.train.precision = "bf16";
+  e.device = DeviceChoice::cuda;
+  e.train.precision = Precision::bf16;
   CHECK(device_peak(e, "H100").flops == 989e12);
   CHECK(device_peak(e, "h200").memory == 141e9);
   CHECK(device_peak(e, "A100").flops == 312e12);
   CHECK(device_peak(e).name == "H100 SXM");  // device cuda without --gpu
-  e.train.precision = "fp32";
+  e.train.precision = Precision::fp32;
   CHECK(device_peak(e, "A100").flops == 19.5e12);
   CHECK_THROWS_AS(device_peak(e, "V100"), ConfigError);
   e.distributed.nodes = 2;

@@ -14,16 +14,16 @@ TEST_CASE("learning rate: warmup, cosine, linear, constant") {
   c.lr = 1.0;
   c.min_lr = 0.1;
   c.warmup_steps = 10;
-  c.schedule = "cosine";
+  c.schedule = LrSchedule::cosine;
   CHECK(learning_rate(c, 0, 110) == doctest::Approx(0.1));
   CHECK(learning_rate(c, 9, 110) == doctest::Approx(1.0));
   CHECK(learning_rate(c, 10, 110) == doctest::Approx(1.0));
   CHECK(learning_rate(c, 60, 110) == doctest::Approx(0.55));  // halfway: mean of lr and min_lr
   CHECK(learning_rate(c, 110, 110) == doctest::Approx(0.1));
-  c.schedule = "linear";
+  c.schedule = LrSchedule::linear;
   CHECK(learning_rate(c, 60, 110) == doctest::Approx(0.55));
   CHECK(learning_rate(c, 35, 110) == doctest::Approx(1.0 - 0.25 * 0.9));
-  c.schedule = "constant";
+  c.schedule = LrSchedule::constant;
   CHECK(learning_rate(c, 100, 110) == doctest::Approx(1.0));
 }
 

@@ -3,10 +3,14 @@
 // strategies on a one-rank communicator (tests/test_comm_mpi.cpp and the integration tests cover
 // several ranks).
 #include <doctest/doctest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -337,4 +341,35 @@ TEST_CASE("data parallel: no clipping below the limit, none when it is off") {
     opt.step(1e-2, 1);
     CHECK(a.values(a.ps.params()) == ref.values(ref.ps.params()));
   }
+}
+
+TEST_CASE("step reporter: an MFU above 100% is called a wrong peak, once") {
+  std::ostringstream captured;
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured)));
+  auto comm = make_local_communicator();
+  StepReporterConfig cfg;
+  cfg.total_steps = 10;
+  cfg.log_every = 1;
+  cfg.console = true;
+  Throughput tp;
+  tp.flops_per_step = 4e9;
+  tp.tokens_per_step = 64;
+  tp.peak_gflops = 1;  // 4 GFLOP in 1 s on a 1 GFLOP/s peak: MFU 400%
+  tp.peak_source = "measured now, 1024 GEMM";
+  StepReporter r(cfg, tp, *comm);
+  StepSummary s;
+  s.times.total = 1.0;
+  r.report(1, s);
+  r.report(2, s);
+  spdlog::set_default_logger(previous);
+  const std::string out = captured.str();
+  const std::string warning =
+      "MFU 400% is above 100%: the sgemm peak it divides by (1.0 GFLOP/s, measured now, 1024 "
+      "GEMM) is too low";
+  const auto first = out.find(warning);
+  CHECK(first != std::string::npos);
+  CHECK(out.find(warning, first + 1) == std::string::npos);  // once, not every step
+  CHECK(out.find("MFU 400.0%") != std::string::npos);        // the line itself still shows it
 }

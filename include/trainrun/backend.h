@@ -205,4 +205,17 @@ std::unique_ptr<Backend> make_cuda_backend(int ordinal, std::string* why_not);
 // size (CPU: oneDNN sgemm on the current OpenMP threads). Used for MFU and `trainrun plan`.
 double measure_gemm_peak_gflops(Backend& be, int size);
 
+// The peak MFU divides by. A short measurement reads low when the machine is busy (and MFU then
+// reads high), so the best rate ever measured on this machine for the same backend, thread count
+// and CPU is kept in `cache_file` ("" = none), and the peak is the higher of that and this run's
+// measurement. `source` says which, for the run's header. A missing or unreadable cache is
+// ignored; writing it is best effort (atomic rename) and never fails a run.
+struct GemmPeak {
+  double gflops = 0;
+  std::string source;
+};
+GemmPeak gemm_peak(Backend& be, int size, const std::string& cache_file);
+// $XDG_CACHE_HOME/trainrun/gemm-peak.tsv, else $HOME/.cache/trainrun/gemm-peak.tsv, else "".
+std::string default_gemm_peak_cache();
+
 }  // namespace trainrun

@@ -1,24 +1,68 @@
 // Experiment: the resolved configuration as plain structs. Produced by config/ (parse, defaults,
 // overrides, validation) and read by everything downstream; nothing writes back into it.
-// Field names match the YAML keys exactly (model.n_layer <-> Experiment::model.n_layer).
+// Field names match the YAML keys exactly (model.n_layer <-> Experiment::model.n_layer). Keys
+// with a fixed set of values are enums, parsed once by config/; their names are the YAML words
+// (the EnumNames tables below are also the schema's allowed values).
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
+#include "trainrun/enum_names.h"
+
 namespace trainrun {
 
+// Where to train: cpu, cuda, or auto (cuda when a GPU is usable, else cpu).
+enum class DeviceChoice : uint8_t { cpu, cuda, automatic };
+template <>
+struct EnumNames<DeviceChoice> {
+  static constexpr std::string_view names[] = {"cpu", "cuda", "auto"};
+  static_assert(std::size(names) == 1 + static_cast<size_t>(DeviceChoice::automatic));
+};
+
+// The model family (model_spec.h holds what each family is).
+enum class ModelType : uint8_t { gpt, mlp };
+template <>
+struct EnumNames<ModelType> {
+  static constexpr std::string_view names[] = {"gpt", "mlp"};
+  static_assert(std::size(names) == 1 + static_cast<size_t>(ModelType::mlp));
+};
+
+// The MLP's hidden activation.
+enum class ActivationKind : uint8_t { gelu, relu };
+template <>
+struct EnumNames<ActivationKind> {
+  static constexpr std::string_view names[] = {"gelu", "relu"};
+  static_assert(std::size(names) == 1 + static_cast<size_t>(ActivationKind::relu));
+};
+
+enum class Precision : uint8_t { fp32, bf16 };
+template <>
+struct EnumNames<Precision> {
+  static constexpr std::string_view names[] = {"fp32", "bf16"};
+  static_assert(std::size(names) == 1 + static_cast<size_t>(Precision::bf16));
+};
+
+// The learning-rate decay after warmup.
+enum class LrSchedule : uint8_t { cosine, linear, constant };
+template <>
+struct EnumNames<LrSchedule> {
+  static constexpr std::string_view names[] = {"cosine", "linear", "constant"};
+  static_assert(std::size(names) == 1 + static_cast<size_t>(LrSchedule::constant));
+};
+
 struct ModelConfig {
-  std::string type = "gpt";  // gpt | mlp
+  ModelType type = ModelType::gpt;
   int vocab_size = 256;
   int seq_len = 64;
   int n_layer = 4;
   int n_head = 4;
   int d_model = 128;
   double dropout = 0.0;
-  std::vector<int> hidden = {512};  // mlp only
-  std::string activation = "gelu";  // mlp only: gelu | relu
+  std::vector<int> hidden = {512};                   // mlp only
+  ActivationKind activation = ActivationKind::gelu;  // mlp only
 };
 
 struct DataConfig {
@@ -37,14 +81,14 @@ struct TrainConfig {
   int micro_batch_size = 0;  // per rank per micro-step; 0 = batch_size / world
   int64_t eval_every = 100;  // 0 = never
   int eval_steps = 10;
-  std::string precision = "fp32";  // fp32 | bf16 (bf16 on CUDA only)
+  Precision precision = Precision::fp32;  // bf16 on CUDA only
 };
 
 struct OptimizerConfig {
   double lr = 1e-3;
   double min_lr = 1e-4;
   int64_t warmup_steps = 100;
-  std::string schedule = "cosine";  // cosine | linear | constant
+  LrSchedule schedule = LrSchedule::cosine;
   std::vector<double> betas = {0.9, 0.99};
   double eps = 1e-8;
   double weight_decay = 0.1;
@@ -92,8 +136,8 @@ struct SlurmConfig {
 struct Experiment {
   std::string name = "run";
   uint64_t seed = 1337;
-  std::string run_dir;         // default: runs/<name>
-  std::string device = "cpu";  // cpu | cuda | auto
+  std::string run_dir;  // default: runs/<name>
+  DeviceChoice device = DeviceChoice::cpu;
   ModelConfig model;
   DataConfig data;
   TrainConfig train;
@@ -108,5 +152,12 @@ struct Experiment {
   std::string source_path;  // the YAML file it came from (not a key)
   int world_size() const { return distributed.nproc * distributed.nodes; }
 };
+
+// TRANSITIONAL: src/train/trainer.cpp still compares these enums with their words; this goes
+// as soon as it compares enums. Do not use it anywhere else.
+template <NamedEnum E>
+constexpr bool operator==(E e, std::string_view name) {
+  return enum_name(e) == name;
+}
 
 }  // namespace trainrun

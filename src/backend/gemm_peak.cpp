@@ -5,7 +5,14 @@
 // are noisy (~15%) and the peak, not the average interference, is what MFU divides by.
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <stdexcept>
 
 #include "trainrun/backend.h"
@@ -49,6 +56,77 @@ double measure_gemm_peak_gflops(Backend& be, int size) {
   be.release(b);
   be.release(c);
   return best;
+}
+
+namespace {
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      return colon == std::string::npos ? line : line.substr(colon + 2);
+    }
+  return "unknown cpu";
+}
+
+// One line per key: "KEY\tGFLOPS". Keys hold no tabs or newlines (describe() and a CPU name).
+std::map<std::string, double> read_cache(const std::string& file) {
+  std::map<std::string, double> out;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    const auto tab = line.rfind('\t');
+    if (tab == std::string::npos) continue;
+    char* end = nullptr;
+    const double v = std::strtod(line.c_str() + tab + 1, &end);
+    if (end != line.c_str() + tab + 1 && v > 0 && v < 1e9) out[line.substr(0, tab)] = v;
+  }
+  return out;
+}
+
+void write_cache(const std::string& file, const std::map<std::string, double>& entries) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(file).parent_path(), ec);
+  const std::string tmp = fmt::format("{}.tmp.{}", file, ::getpid());
+  {
+    std::ofstream out(tmp);
+    for (const auto& [key, v] : entries) out << key << '\t' << fmt::format("{:.3f}", v) << '\n';
+    if (!out) {
+      std::filesystem::remove(tmp, ec);
+      return;
+    }
+  }
+  std::filesystem::rename(tmp, file, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
+}
+
+}  // namespace
+
+GemmPeak gemm_peak(Backend& be, int size, const std::string& cache_file) {
+  const double now_gflops = measure_gemm_peak_gflops(be, size);
+  GemmPeak p{now_gflops, fmt::format("measured now, {} GEMM", size)};
+  if (cache_file.empty()) return p;
+  std::string key = fmt::format("{} | {} | {}^3", be.describe(), cpu_model(), size);
+  std::replace(key.begin(), key.end(), '\t', ' ');
+  auto entries = read_cache(cache_file);
+  const auto it = entries.find(key);
+  if (it != entries.end() && it->second > now_gflops) {
+    p = {it->second,
+         fmt::format("best measured on this machine ({}; now {:.1f})", cache_file, now_gflops)};
+  } else {
+    entries[key] = now_gflops;
+    write_cache(cache_file, entries);
+    p.source += fmt::format(", the best so far here (kept in {})", cache_file);
+  }
+  return p;
+}
+
+std::string default_gemm_peak_cache() {
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    return (std::filesystem::path(x) / "trainrun" / "gemm-peak.tsv").string();
+  if (const char* h = std::getenv("HOME"); h && *h)
+    return (std::filesystem::path(h) / ".cache" / "trainrun" / "gemm-peak.tsv").string();
+  return "";
 }
 
 }  // namespace trainrun

@@ -1,6 +1,9 @@
 #include "schema.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -24,8 +27,27 @@ auto& sub(Experiment& e) {
 constexpr bool kResumable = true;
 constexpr bool kFixed = false;  // part of what the checkpoint is: changing it means a new run
 
+// An enum member's allowed values are its EnumNames (experiment.h), never written here: the
+// words YAML accepts, the docs list and the enum's values are one table.
+std::vector<Field> with_enum_names(std::vector<Field> fields) {
+  for (auto& f : fields) {
+    std::visit(
+        [&f](auto m) {
+          using T = std::remove_cvref_t<decltype(m(std::declval<Experiment&>()))>;
+          if constexpr (NamedEnum<T>) {
+            if (!f.allowed.empty())
+              throw std::logic_error(std::string(f.key) + ": an enum key lists no allowed values");
+            const auto names = enum_names<T>();
+            f.allowed.assign(names.begin(), names.end());
+          }
+        },
+        f.ref);
+  }
+  return fields;
+}
+
 std::vector<Field> make_schema() {
-  return {
+  return with_enum_names({
       {TOP(name), .description = "Run name; names the run directory. Letters, digits, . _ -",
        .resumable = kFixed, .file_name = true},
       {TOP(seed), .description = "Seed for initialisation, data order and dropout",
@@ -33,10 +55,13 @@ std::vector<Field> make_schema() {
       {TOP(run_dir), .description = "Run directory: resolved config, checkpoints, metrics, logs",
        .resumable = kFixed, .default_note = "runs/<name>"},
       {TOP(device), .description = "Where to train; auto picks cuda when a GPU is usable",
-       .resumable = kResumable, .allowed = {"cpu", "cuda", "auto"}},
+       .resumable = kResumable},
 
-      {KEY(model, type), .description = "Model family", .resumable = kFixed,
-       .allowed = {"gpt", "mlp"}},
+      {
+          KEY(model, type),
+          .description = "Model family",
+          .resumable = kFixed,
+      },
       {KEY(model, vocab_size), .description = "Token vocabulary size", .resumable = kFixed,
        .min = 2, .max = 2147483647},
       {KEY(model, seq_len), .description = "Context length in tokens", .resumable = kFixed,
@@ -50,8 +75,11 @@ std::vector<Field> make_schema() {
        .max = 1, .max_open = true},
       {KEY(model, hidden), .description = "Hidden layer widths (mlp)", .resumable = kFixed,
        .min = 1},
-      {KEY(model, activation), .description = "Hidden activation (mlp)", .resumable = kFixed,
-       .allowed = {"gelu", "relu"}},
+      {
+          KEY(model, activation),
+          .description = "Hidden activation (mlp)",
+          .resumable = kFixed,
+      },
 
       {KEY(data, train), .description = "Training token shards: a file, directory or glob",
        .resumable = kFixed},
@@ -83,7 +111,7 @@ std::vector<Field> make_schema() {
       {KEY(train, eval_steps), .description = "Batches per evaluation", .resumable = kResumable,
        .min = 1},
       {KEY(train, precision), .description = "Compute precision; bf16 needs device cuda or auto",
-       .resumable = kResumable, .allowed = {"fp32", "bf16"}},
+       .resumable = kResumable},
 
       {KEY(optimizer, lr), .description = "Peak learning rate", .resumable = kResumable, .min = 0,
        .min_open = true},
@@ -92,7 +120,7 @@ std::vector<Field> make_schema() {
       {KEY(optimizer, warmup_steps), .description = "Linear warmup steps (may exceed steps)",
        .resumable = kResumable, .min = 0},
       {KEY(optimizer, schedule), .description = "Decay from lr to min_lr after warmup",
-       .resumable = kResumable, .allowed = {"cosine", "linear", "constant"}},
+       .resumable = kResumable},
       {KEY(optimizer, betas), .description = "AdamW beta1, beta2", .resumable = kResumable,
        .min = 0, .max = 1, .max_open = true, .list_len = 2},
       {KEY(optimizer, eps), .description = "AdamW epsilon", .resumable = kResumable, .min = 0,
@@ -157,7 +185,7 @@ std::vector<Field> make_schema() {
        .resumable = kResumable, .min = 0},
 
       {KEY(slurm, extra), .description = "Extra #SBATCH lines", .resumable = kResumable},
-  };
+  });
 }
 
 #undef TOP
@@ -182,10 +210,20 @@ std::string_view Field::leaf() const {
 
 std::string Field::type_name() const {
   if (is_enum()) return "enum";
-  static constexpr const char* kNames[] = {"int",       "int",          "uint",
-                                           "double",    "bool",         "string",
-                                           "list<int>", "list<double>", "list<string>"};
-  return kNames[ref.index()];
+  return std::visit(
+      [](auto m) -> std::string {
+        using T = std::remove_cvref_t<decltype(m(std::declval<Experiment&>()))>;
+        if constexpr (std::is_same_v<T, uint64_t>) return "uint";
+        if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) return "int";
+        if constexpr (std::is_same_v<T, double>) return "double";
+        if constexpr (std::is_same_v<T, bool>) return "bool";
+        if constexpr (std::is_same_v<T, std::string>) return "string";
+        if constexpr (std::is_same_v<T, std::vector<int>>) return "list<int>";
+        if constexpr (std::is_same_v<T, std::vector<double>>) return "list<double>";
+        if constexpr (std::is_same_v<T, std::vector<std::string>>) return "list<string>";
+        return "enum";
+      },
+      ref);
 }
 
 std::string Field::allowed_text() const {

@@ -16,17 +16,22 @@ namespace trainrun::config {
 // Where a key lives inside an Experiment: a function returning a reference to the member.
 template <class T>
 using Member = T& (*)(Experiment&);
-using Ref = std::variant<Member<int>, Member<int64_t>, Member<uint64_t>, Member<double>,
-                         Member<bool>, Member<std::string>, Member<std::vector<int>>,
-                         Member<std::vector<double>>, Member<std::vector<std::string>>>;
+// An enum member (DeviceChoice, ModelType, ...) is a key whose allowed values are its EnumNames.
+using Ref =
+    std::variant<Member<int>, Member<int64_t>, Member<uint64_t>, Member<double>, Member<bool>,
+                 Member<std::string>, Member<std::vector<int>>, Member<std::vector<double>>,
+                 Member<std::vector<std::string>>, Member<DeviceChoice>, Member<ModelType>,
+                 Member<ActivationKind>, Member<Precision>, Member<LrSchedule>>;
 
 struct Field {
   std::string_view key;  // "model.n_layer"; top-level keys have no dot
   Ref ref;
   std::string_view description;
-  bool resumable = false;                   // may change when resuming from a checkpoint
-  std::vector<std::string_view> allowed{};  // non-empty: a string enum
-  std::optional<double> min{};              // numbers, and each element of a list
+  bool resumable = false;  // may change when resuming from a checkpoint
+  // Non-empty: an enum. Filled from EnumNames for an enum member; given only for a string key
+  // with a fixed set of values (data.synthetic).
+  std::vector<std::string_view> allowed{};
+  std::optional<double> min{};  // numbers, and each element of a list
   std::optional<double> max{};
   bool min_open = false;  // min itself is not allowed
   bool max_open = false;

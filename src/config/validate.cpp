@@ -19,7 +19,7 @@ void fail(Fail& out, std::vector<std::string_view> keys, std::string message) {
 
 void heads_divide_width(const Experiment& e, int, Fail& out) {
   const auto& m = e.model;
-  if (m.type == "gpt" && m.n_head > 0 && m.d_model % m.n_head != 0) {
+  if (m.type == ModelType::gpt && m.n_head > 0 && m.d_model % m.n_head != 0) {
     fail(out, {"model.d_model", "model.n_head"},
          fmt::format("model.d_model={} is not divisible by model.n_head={}: each head gets "
                      "d_model / n_head channels; pick d_model a multiple of n_head",
@@ -28,7 +28,7 @@ void heads_divide_width(const Experiment& e, int, Fail& out) {
 }
 
 void mlp_has_hidden(const Experiment& e, int, Fail& out) {
-  if (e.model.type == "mlp" && e.model.hidden.empty()) {
+  if (e.model.type == ModelType::mlp && e.model.hidden.empty()) {
     fail(out, {"model.hidden", "model.type"},
          "model.hidden is empty: an mlp needs at least one hidden layer width, e.g. [512]");
   }
@@ -101,7 +101,7 @@ void sizes_fit(const Experiment& e, int, Fail& out) {
   };
   std::vector<Tensor> tensors = {{"token embedding (vocab_size x d_model)", V * C},
                                  {"logits (batch_size x seq_len x vocab_size)", B * T * V}};
-  if (m.type == "gpt") {
+  if (m.type == ModelType::gpt) {
     tensors.push_back({"attention scores (batch_size x n_head x seq_len^2)", B * m.n_head * T * T});
     tensors.push_back({"MLP weight (4 d_model x d_model)", 4 * C * C});
   } else {
@@ -143,7 +143,7 @@ void batch_splits_over_ranks(const Experiment& e, int world, Fail& out) {
 }
 
 void bf16_on_gpu(const Experiment& e, int, Fail& out) {
-  if (e.train.precision == "bf16" && e.device == "cpu") {
+  if (e.train.precision == Precision::bf16 && e.device == DeviceChoice::cpu) {
     fail(out, {"train.precision", "device"},
          "train.precision=bf16 needs device cuda or auto (device is cpu): use fp32 on CPU");
   }

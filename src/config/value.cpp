@@ -89,11 +89,24 @@ std::string range_text(const Field& f, double lo, double hi) {
   return must_be(g.allowed_text());
 }
 
+// The message for a value outside an enum key's allowed words.
+std::string not_allowed(const Field& f, const std::string& v) {
+  std::string hint;
+  if (auto s = suggest_word(v, f.allowed)) hint = fmt::format(" (did you mean '{}'?)", *s);
+  return fmt::format("{}='{}' is not allowed: must be one of {}{}", f.key, v, f.allowed_text(),
+                     hint);
+}
+
 // Scalars of one element type: where they come from in YAML and how they print.
 template <class T>
 T decode_scalar(const Field& f, const YAML::Node& n, const std::string& where,
                 const std::string& path) {
-  if constexpr (std::is_same_v<T, std::string>) {
+  if constexpr (NamedEnum<T>) {
+    // Read as the word it is written as, then looked up: the same messages as a string key.
+    const auto word = decode_scalar<std::string>(f, n, where, path);
+    if (auto v = enum_from_name<T>(word)) return *v;
+    throw ConfigError(fmt::format("{}: {}", where, not_allowed(f, word)));
+  } else if constexpr (std::is_same_v<T, std::string>) {
     if (n.IsNull()) return "";
     if (!n.IsScalar()) wrong_type(where, path, "a string", n);
     return n.Scalar();
@@ -171,7 +184,9 @@ void decode_into(const Field& f, T& out, const YAML::Node& n, const YAML::Mark& 
 
 template <class T>
 std::string render_one(const T& v, bool quote_strings) {
-  if constexpr (std::is_same_v<T, std::string>) {
+  if constexpr (NamedEnum<T>) {
+    return render_one(std::string(enum_name(v)), quote_strings);
+  } else if constexpr (std::is_same_v<T, std::string>) {
     return quote_strings && needs_quotes(v) ? fmt::format("\"{}\"", v) : v;
   } else if constexpr (std::is_same_v<T, bool>) {
     return v ? "true" : "false";
@@ -184,7 +199,9 @@ std::string render_one(const T& v, bool quote_strings) {
 
 template <class T>
 void emit_one(const T& v, YAML::Emitter& out) {
-  if constexpr (std::is_same_v<T, std::string>) {
+  if constexpr (NamedEnum<T>) {
+    emit_one(std::string(enum_name(v)), out);
+  } else if constexpr (std::is_same_v<T, std::string>) {
     if (needs_quotes(v)) out << YAML::DoubleQuoted;
     out << v;
   } else if constexpr (std::is_same_v<T, bool>) {
@@ -289,16 +306,14 @@ std::optional<std::string> check_value(const Field& f, const Experiment& exp) {
       [&](auto m) -> std::optional<std::string> {
         const auto& v = access(m, exp);
         using T = std::decay_t<decltype(v)>;
-        if constexpr (std::is_same_v<T, std::string>) {
+        if constexpr (NamedEnum<T>) {
+          return std::nullopt;  // an enum holds one of its names by construction
+        } else if constexpr (std::is_same_v<T, std::string>) {
           if (f.is_enum()) {
             for (auto a : f.allowed) {
               if (a == v) return std::nullopt;
             }
-            std::string hint;
-            if (auto s = suggest_word(v, f.allowed))
-              hint = fmt::format(" (did you mean '{}'?)", *s);
-            return fmt::format("{}='{}' is not allowed: must be one of {}{}", f.key, v,
-                               f.allowed_text(), hint);
+            return not_allowed(f, v);
           }
           if (f.file_name && !safe_file_name(v)) {
             return fmt::format(

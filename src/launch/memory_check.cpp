@@ -12,7 +12,7 @@ namespace trainrun {
 
 void check_memory(const Experiment& exp) {
   constexpr double kGiB = 1073741824.0;
-  const bool gpu = exp.device == "cuda";
+  const bool gpu = exp.device == DeviceChoice::cuda;
   std::string where = "this machine";
   double available = 0;
   if (gpu) {

@@ -4,7 +4,7 @@ namespace trainrun {
 
 int64_t parameter_count(const ModelConfig& m) {
   const int64_t C = m.d_model, V = m.vocab_size, T = m.seq_len;
-  if (m.type == "mlp") {
+  if (m.type == ModelType::mlp) {
     int64_t n = V * C, in = T * C;
     for (int h : m.hidden) {
       n += in * h + h;
@@ -20,7 +20,7 @@ int64_t parameter_count(const ModelConfig& m) {
 
 double forward_flops_per_token(const ModelConfig& m) {
   const double C = m.d_model, V = m.vocab_size, T = m.seq_len, L = m.n_layer;
-  if (m.type == "mlp") {
+  if (m.type == ModelType::mlp) {
     double f = 0, in = T * C;
     for (int h : m.hidden) {
       f += 2 * in * h;
@@ -37,7 +37,7 @@ double train_flops_per_token(const ModelConfig& m) {
 }
 
 int64_t targets_per_sequence(const ModelConfig& m) {
-  return m.type == "mlp" ? 1 : m.seq_len;
+  return m.type == ModelType::mlp ? 1 : m.seq_len;
 }
 
 }  // namespace trainrun

@@ -21,7 +21,7 @@ class MlpModel final : public Model {
         batch_(batch),
         ps_(be, dt),
         emb_(ps_, "wte", cfg.vocab_size, cfg.d_model, 0.02f),
-        act_(be, Activation::parse(cfg.activation)),
+        act_(be, cfg.activation),
         acts_(be),
         scratch_(be),
         host_targets_(static_cast<size_t>(batch)) {

@@ -8,10 +8,10 @@ namespace trainrun {
 double learning_rate(const OptimizerConfig& cfg, int64_t step, int64_t total) {
   if (cfg.warmup_steps > 0 && step < cfg.warmup_steps)
     return cfg.lr * static_cast<double>(step + 1) / static_cast<double>(cfg.warmup_steps);
-  if (cfg.schedule == "constant") return cfg.lr;
+  if (cfg.schedule == LrSchedule::constant) return cfg.lr;
   const int64_t span = std::max<int64_t>(1, total - cfg.warmup_steps);
   const double r = std::clamp(static_cast<double>(step - cfg.warmup_steps) / span, 0.0, 1.0);
-  if (cfg.schedule == "linear") return cfg.lr - r * (cfg.lr - cfg.min_lr);
+  if (cfg.schedule == LrSchedule::linear) return cfg.lr - r * (cfg.lr - cfg.min_lr);
   // cosine
   return cfg.min_lr + 0.5 * (1.0 + std::cos(M_PI * r)) * (cfg.lr - cfg.min_lr);
 }

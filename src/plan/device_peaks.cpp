@@ -89,7 +89,7 @@ double measure_copy_bandwidth() {
 DevicePeak gpu_peak(const GpuSpec& g, const Experiment& exp, const std::string& how) {
   DevicePeak p;
   p.name = g.name;
-  p.flops = exp.train.precision == "bf16" ? g.bf16 : g.fp32;
+  p.flops = exp.train.precision == Precision::bf16 ? g.bf16 : g.fp32;
   p.mem_bw = g.mem_bw;
   p.memory = g.memory;
   const bool multi_node = exp.distributed.nodes > 1;
@@ -133,8 +133,8 @@ DevicePeak device_peak(const Experiment& exp, const std::string& gpu) {
       throw ConfigError(fmt::format("--gpu '{}' is not in the table: use A100, H100 or H200", gpu));
     return gpu_peak(*g, exp, fmt::format("--gpu {}", gpu));
   }
-  if (exp.device == "cuda") return gpu_peak(kGpus[1], exp, "device cuda, default H100");
-  if (exp.device == "auto") {
+  if (exp.device == DeviceChoice::cuda) return gpu_peak(kGpus[1], exp, "device cuda, default H100");
+  if (exp.device == DeviceChoice::automatic) {
     std::string why;
     if (auto be = make_cuda_backend(0, &why)) {
       const std::string here = be->describe();

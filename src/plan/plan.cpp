@@ -55,7 +55,7 @@ std::vector<std::pair<std::string, int64_t>> params_by_module(const ModelConfig&
   const int64_t C = m.d_model, V = m.vocab_size, T = m.seq_len;
   std::vector<std::pair<std::string, int64_t>> out;
   out.emplace_back("wte", V * C);
-  if (m.type == "mlp") {
+  if (m.type == ModelType::mlp) {
     int64_t in = T * C;
     for (size_t i = 0; i < m.hidden.size(); ++i) {
       out.emplace_back(fmt::format("hidden.{}", i), in * m.hidden[i] + m.hidden[i]);
@@ -90,7 +90,7 @@ int micro_batch_of(const Experiment& exp) {
 MemoryPlan plan_memory(const Experiment& exp, bool gpu) {
   MemoryPlan mem;
   const ModelConfig& m = exp.model;
-  const bool bf16 = gpu && exp.train.precision == "bf16";
+  const bool bf16 = gpu && exp.train.precision == Precision::bf16;
   const int world = std::max(1, exp.world_size());
   const int micro_batch = micro_batch_of(exp);
   const int64_t params = parameter_count(m);
@@ -103,9 +103,9 @@ MemoryPlan plan_memory(const Experiment& exp, bool gpu) {
   // ZeRO-1: each rank keeps the moments of its shard; shards differ by at most one element.
   mem.optimizer_zero1 = 8 * static_cast<double>((params + world - 1) / world);
   const int64_t act_dtype = bf16 ? 2 : 4;
-  mem.activations =
-      static_cast<double>(m.type == "mlp" ? mlp_activation_bytes(m, micro_batch, act_dtype)
-                                          : gpt_activation_bytes(m, micro_batch, act_dtype));
+  mem.activations = static_cast<double>(m.type == ModelType::mlp
+                                            ? mlp_activation_bytes(m, micro_batch, act_dtype)
+                                            : gpt_activation_bytes(m, micro_batch, act_dtype));
   // Workspace. GPU: the cuBLASLt workspace (32 MiB) plus about 512 MiB for the CUDA context and
   // library handles. CPU: the host copy of weights and both moments that a checkpoint takes
   // (12 bytes per parameter) plus the token buffers.
@@ -159,7 +159,7 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
   const double busy = std::max(compute, traffic);
   const double comm = p.comm_bytes_per_step / std::max(peak.link_bw, 1.0);
   double exposed = comm;
-  if (!zero && p.world > 1 && m.type == "gpt") {
+  if (!zero && p.world > 1 && m.type == ModelType::gpt) {
     // Gradient buckets go out during backward (2/3 of compute); the embeddings are final last.
     const double last = static_cast<double>(m.vocab_size + m.seq_len) * m.d_model / n;
     exposed = std::max(comm * last, comm - busy * 2.0 / 3.0 / p.accum);
@@ -177,12 +177,12 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
         fmt::format("model.vocab_size {} is not a multiple of 64: pad to {} for faster GEMMs",
                     m.vocab_size, padded));
   }
-  if (m.type == "gpt" && gpu && m.n_head > 0 && (m.d_model / m.n_head) % 8 != 0)
+  if (m.type == ModelType::gpt && gpu && m.n_head > 0 && (m.d_model / m.n_head) % 8 != 0)
     p.warnings.push_back(fmt::format(
         "head_dim {} (d_model {} / n_head {}) is not a multiple of 8: tensor cores want "
         "multiples of 8 (64 or 128 is best)",
         m.d_model / m.n_head, m.d_model, m.n_head));
-  if (m.type == "gpt") {
+  if (m.type == ModelType::gpt) {
     const double attention = static_cast<double>(m.n_layer) * 4.0 * m.seq_len * m.d_model;
     const double share = attention / forward_flops_per_token(m);
     if (share > 0.3)

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "trainrun/errors.h"
+#include "trainrun/experiment.h"
 
 namespace fs = std::filesystem;
 
@@ -200,9 +201,11 @@ RunConfig read_config(const std::string& run_dir) {
     c.name = y["name"] ? y["name"].as<std::string>() : "";
     if (y["train"] && y["train"]["steps"]) c.steps = y["train"]["steps"].as<int64_t>();
     if (const YAML::Node m = y["model"]) {
-      const std::string type = m["type"] ? m["type"].as<std::string>() : "gpt";
+      // A run directory may come from another version: a word this one does not know is
+      // summarised as a gpt, the default family.
+      const auto type = enum_from_name<ModelType>(m["type"] ? m["type"].as<std::string>() : "");
       c.summary =
-          type == "mlp"
+          type == ModelType::mlp
               ? fmt::format("mlp d_model {} seq_len {} vocab {}", m["d_model"].as<int>(),
                             m["seq_len"].as<int>(), m["vocab_size"].as<int>())
               : fmt::format("gpt {} layers d_model {} heads {} seq_len {} vocab {}",

@@ -51,7 +51,7 @@ std::string sample_text(const std::string& run_dir_or_file, const std::string& p
   std::vector<float> logits(static_cast<size_t>(model->targets_per_batch()) * V);
   Rng rng(seed);
   std::string out;
-  const bool gpt = exp.model.type == "gpt";
+  const bool gpt = exp.model.type == ModelType::gpt;
   for (int i = 0; i < tokens; ++i) {
     const int n = std::min<int>(T, static_cast<int>(ctx.size()));
     // GPT: the window at positions 0..n-1 (causal, so the padding after it is never seen);

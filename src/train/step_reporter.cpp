@@ -140,6 +140,13 @@ void StepReporter::report(int64_t step, const StepSummary& s) {
                    {"tokens_seen", double(s.tokens_seen)}});
   if (step % cfg_.log_every == 0) check_stragglers(step);
   if (!cfg_.console) return;
+  if (step_mfu > 1.0 && !warned_mfu_) {
+    warned_mfu_ = true;
+    spdlog::warn(
+        "MFU {:.0f}% is above 100%: the sgemm peak it divides by ({:.1f} GFLOP/s, {}) is too low, "
+        "most likely measured while the machine was busy; MFU figures of this run read high",
+        100.0 * step_mfu, tp_.peak_gflops, tp_.peak_source);
+  }
   const std::string line = progress_line(step, s, step_mfu);
   if (cfg_.tty) {
     fmt::print(stderr, "\r\033[K{}", line);

@@ -35,7 +35,8 @@ struct StepReporterConfig {
 // What MFU and tokens/s are measured against.
 struct Throughput {
   double flops_per_step = 0;  // model FLOPs of one optimizer step over all ranks
-  double peak_gflops = 0;     // one rank's measured sgemm peak
+  double peak_gflops = 0;     // one rank's sgemm peak (gemm_peak: measured or best seen here)
+  std::string peak_source;    // where that peak came from, for the run's header
   int world = 1;
   int64_t tokens_per_step = 0;  // predicted tokens of one optimizer step over all ranks
   // Model FLOPs utilisation of a step that took `seconds`, as a fraction of all ranks' peak.
@@ -114,6 +115,7 @@ class StepReporter {
   StragglerWindow window_;
   double ema_step_ = 0;  // seconds per step, for the ETA
   double last_val_loss_ = NAN;
+  bool warned_mfu_ = false;  // an MFU above 100% is said once: the peak is wrong, not the run
 };
 
 }  // namespace trainrun

@@ -268,7 +268,9 @@ void Trainer::setup_reporter() {
   cfg.console = console_;
   cfg.tty = tty_;
   Throughput tp;
-  tp.peak_gflops = measure_gemm_peak_gflops(*be_, 1024);
+  const GemmPeak peak = gemm_peak(*be_, 1024, default_gemm_peak_cache());
+  tp.peak_gflops = peak.gflops;
+  tp.peak_source = peak.source;
   tp.flops_per_step = train_flops_per_token(exp_.model) * static_cast<double>(targets_per_step_);
   tp.world = world_;
   tp.tokens_per_step = targets_per_step_;
@@ -290,8 +292,8 @@ void Trainer::log_setup() const {
     spdlog::info("data entropy rate {:.4f} nats/token: the lowest loss any model can reach",
                  train_data_->entropy_rate());
   const Throughput& tp = reporter_->throughput();
-  spdlog::info("peak {:.1f} GFLOP/s per rank (measured sgemm) | {:.3g} FLOP per step",
-               tp.peak_gflops, tp.flops_per_step);
+  spdlog::info("peak {:.1f} GFLOP/s per rank (sgemm: {}) | {:.3g} FLOP per step", tp.peak_gflops,
+               tp.peak_source, tp.flops_per_step);
 }
 
 // A resumed run restores its checkpoint; a fresh one starts from rank 0's initial weights.

@@ -1,17 +1,17 @@
 // Pointwise activations (GELU, tanh approximation as in GPT-2; ReLU).
 #pragma once
 
-#include <string>
-
 #include "trainrun/backend.h"
+#include "trainrun/experiment.h"
 
 namespace trainrun {
 
 class Activation {
  public:
-  enum Kind { gelu, relu };
+  // The config's model.activation; Activation::gelu and Activation::relu name its values.
+  using Kind = ActivationKind;
+  using enum ActivationKind;
   Activation(Backend& be, Kind kind) : be_(be), kind_(kind) {}
-  static Kind parse(const std::string& name);  // "gelu" | "relu"
   void forward(Tensor out, Tensor in) const;
   void backward(Tensor din, Tensor dout, Tensor in) const;
 
