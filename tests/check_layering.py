@@ -24,7 +24,7 @@ PUBLIC = {
     "rng.h": "core", "shard.h": "core", "tensor.h": "core", "thread_annotations.h": "core",
     "comm.h": "comm",
     "backend.h": "backend", "cuda_plugin.h": "backend",
-    "model.h": "model", "params.h": "model", "flops.h": "model",
+    "model.h": "model", "params.h": "model", "flops.h": "model", "model_spec.h": "model",
     "model/activation.h": "model", "model/attention.h": "model", "model/block.h": "model",
     "model/embedding.h": "model", "model/layernorm.h": "model", "model/linear.h": "model",
     "model/mlp.h": "model",

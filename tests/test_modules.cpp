@@ -22,6 +22,7 @@
 #include "trainrun/model/layernorm.h"
 #include "trainrun/model/linear.h"
 #include "trainrun/model/mlp.h"
+#include "trainrun/model_spec.h"
 #include "trainrun/rng.h"
 
 using namespace trainrun;
@@ -330,4 +331,175 @@ TEST_CASE("GPT: same seed gives bit-identical forward; parameter count matches t
   cfg.type = ModelType::mlp;
   cfg.hidden = {20, 10};
   CHECK(parameter_count(cfg) == build_model(cfg, *be, 2)->params().numel());
+}
+
+namespace {
+
+ModelConfig gpt_config(int L, int C, int H, int T, int V) {
+  ModelConfig cfg;
+  cfg.type = ModelType::gpt;
+  cfg.n_layer = L;
+  cfg.d_model = C;
+  cfg.n_head = H;
+  cfg.seq_len = T;
+  cfg.vocab_size = V;
+  return cfg;
+}
+
+ModelConfig mlp_config(int C, int T, int V, std::vector<int> hidden) {
+  ModelConfig cfg;
+  cfg.type = ModelType::mlp;
+  cfg.d_model = C;
+  cfg.seq_len = T;
+  cfg.vocab_size = V;
+  cfg.hidden = std::move(hidden);
+  return cfg;
+}
+
+std::vector<ModelConfig> spec_zoo() {
+  return {gpt_config(2, 16, 2, 8, 32), gpt_config(0, 8, 2, 5, 11), gpt_config(3, 24, 3, 7, 50),
+          mlp_config(4, 3, 9, {6, 5}), mlp_config(8, 4, 13, {})};
+}
+
+}  // namespace
+
+TEST_CASE("ModelSpec: every model type has its spec, complete") {
+  for (size_t i = 0; i < enum_names<ModelType>().size(); ++i) {
+    const auto type = static_cast<ModelType>(i);
+    CAPTURE(enum_name(type));
+    const ModelSpec& spec = model_spec(type);
+    CHECK(spec.type == type);
+    CHECK_MESSAGE(static_cast<bool>(spec.build), "build");
+    CHECK_MESSAGE(static_cast<bool>(spec.measure), "measure");
+    CHECK_MESSAGE(static_cast<bool>(spec.forward_flops_per_token), "forward_flops_per_token");
+    CHECK_MESSAGE(static_cast<bool>(spec.targets_per_sequence), "targets_per_sequence");
+    CHECK_MESSAGE(static_cast<bool>(spec.advise), "advise");
+    CHECK_MESSAGE(static_cast<bool>(spec.place_context), "place_context");
+  }
+}
+
+TEST_CASE("ModelSpec: the measuring pass is what the build allocates, fp32 and bf16") {
+  auto be = make_cpu_backend();
+  for (const ModelConfig& cfg : spec_zoo()) {
+    for (int batch : {1, 3}) {
+      for (DType dt : {DType::f32, DType::bf16}) {
+        CAPTURE(enum_name(cfg.type));
+        CAPTURE(cfg.d_model);
+        CAPTURE(batch);
+        CAPTURE(dtype_name(dt));
+        const ModelSpec& spec = model_spec(cfg.type);
+        const ModelShape shape = spec.measure(cfg, batch, dt);
+        auto model = spec.build(cfg, *be, batch, dt);
+        CHECK(shape.params == model->params().numel());
+        CHECK(shape.activation_bytes == static_cast<int64_t>(model->activation_bytes()));
+        // Modules in declaration order; each parameter sits under the module it is counted in.
+        size_t module = 0;
+        int64_t in_module = 0;
+        for (const auto& info : model->params().infos()) {
+          CAPTURE(info.name);
+          REQUIRE(module < shape.params_by_module.size());
+          if (info.name.rfind(shape.params_by_module[module].first + ".", 0) != 0) {
+            CHECK(in_module == shape.params_by_module[module].second);
+            ++module;
+            in_module = 0;
+            REQUIRE(module < shape.params_by_module.size());
+          }
+          CHECK(info.name.rfind(shape.params_by_module[module].first + ".", 0) == 0);
+          in_module += info.numel;
+        }
+        CHECK(module + 1 == shape.params_by_module.size());
+        CHECK(in_module == shape.params_by_module.back().second);
+      }
+    }
+  }
+  const ModelShape gpt =
+      model_spec(ModelType::gpt).measure(gpt_config(2, 16, 2, 8, 32), 1, DType::f32);
+  std::vector<std::string> names;
+  for (const auto& [name, n] : gpt.params_by_module) names.push_back(name);
+  CHECK(names == std::vector<std::string>{"wte", "wpe", "blocks.0", "blocks.1", "ln_f"});
+  // bf16 halves every float buffer; the token ids stay int32.
+  const ModelConfig big = gpt_config(2, 64, 4, 32, 64);
+  const auto f32 = model_spec(ModelType::gpt).measure(big, 4, DType::f32).activation_bytes;
+  const auto bf16 = model_spec(ModelType::gpt).measure(big, 4, DType::bf16).activation_bytes;
+  CHECK(bf16 < f32);
+  CHECK(bf16 > f32 * 45 / 100);
+}
+
+TEST_CASE("ModelSpec: parameter counts match the closed forms") {
+  // gpt, per block: ln1 (2C) + qkv (3C^2 + 3C) + proj (C^2 + C) + ln2 (2C) + fc (4C^2 + 4C)
+  // + proj2 (4C^2 + C); plus wte, wpe and ln_f (the head is tied to wte).
+  for (const ModelConfig& cfg : spec_zoo()) {
+    CAPTURE(enum_name(cfg.type));
+    CAPTURE(cfg.d_model);
+    const int64_t C = cfg.d_model, V = cfg.vocab_size, T = cfg.seq_len;
+    int64_t expected = 0;
+    if (cfg.type == ModelType::gpt) {
+      expected = V * C + T * C + cfg.n_layer * (12 * C * C + 13 * C) + 2 * C;
+    } else {
+      int64_t in = T * C;
+      expected = V * C;
+      for (int h : cfg.hidden) {
+        expected += in * h + h;
+        in = h;
+      }
+      expected += in * V + V;
+    }
+    CHECK(parameter_count(cfg) == expected);
+    CHECK(model_spec(cfg.type).measure(cfg, 2, DType::f32).params == expected);
+  }
+}
+
+TEST_CASE("ModelSpec: last_ready_params is what backward reports final last") {
+  auto be = make_cpu_backend();
+  for (const ModelConfig& cfg : spec_zoo()) {
+    CAPTURE(enum_name(cfg.type));
+    CAPTURE(cfg.d_model);
+    const ModelSpec& spec = model_spec(cfg.type);
+    auto model = spec.build(cfg, *be, 2, DType::f32);
+    model->params().initialize(5);
+    const size_t n = static_cast<size_t>(2 * cfg.seq_len);
+    std::vector<int32_t> x(n), y(n);
+    for (size_t i = 0; i < n; ++i) {
+      x[i] = static_cast<int32_t>((i * 3) % static_cast<size_t>(cfg.vocab_size));
+      y[i] = static_cast<int32_t>((i * 5 + 1) % static_cast<size_t>(cfg.vocab_size));
+    }
+    model->set_batch(x.data(), y.data());
+    model->forward(true, 1);
+    int64_t last = -1;
+    model->backward(1.0f, 1, [&](int64_t begin, int64_t end) { last = end - begin; });
+    CHECK(last == spec.measure(cfg, 2, DType::f32).last_ready_params);
+  }
+  const ModelConfig gpt = gpt_config(2, 16, 2, 8, 32);
+  CHECK(model_spec(ModelType::gpt).measure(gpt, 1, DType::f32).last_ready_params ==
+        (32 + 8) * 16);  // wte and wpe
+}
+
+TEST_CASE("ModelSpec: how sampling places a context in the window") {
+  const std::vector<int32_t> shorter = {7, 8, 9}, longer = {1, 2, 3, 4, 5, 6, 7};
+  std::vector<int32_t> window(5, -1);
+  SUBCASE("gpt: from position 0, padding after it; the row of the last context token") {
+    const ModelSpec& gpt = model_spec(ModelType::gpt);
+    CHECK(gpt.place_context(shorter, window) == 2);
+    CHECK(window == std::vector<int32_t>{7, 8, 9, 0, 0});
+    CHECK(gpt.place_context(longer, window) == 4);
+    CHECK(window == std::vector<int32_t>{3, 4, 5, 6, 7});
+  }
+  SUBCASE("mlp: right-aligned after newlines; one prediction per window") {
+    const ModelSpec& mlp = model_spec(ModelType::mlp);
+    CHECK(mlp.place_context(shorter, window) == 0);
+    CHECK(window == std::vector<int32_t>{'\n', '\n', 7, 8, 9});
+    CHECK(mlp.place_context(longer, window) == 0);
+    CHECK(window == std::vector<int32_t>{3, 4, 5, 6, 7});
+  }
+}
+
+TEST_CASE("ModelSpec: FLOPs and targets per family") {
+  const ModelConfig gpt = gpt_config(3, 48, 6, 16, 97);
+  // matmuls per layer 24 C^2 and attention 4 T C per token, head 2 C V.
+  CHECK(forward_flops_per_token(gpt) == 3 * (24.0 * 48 * 48 + 4.0 * 16 * 48) + 2.0 * 48 * 97);
+  CHECK(train_flops_per_token(gpt) == 3 * forward_flops_per_token(gpt));
+  CHECK(targets_per_sequence(gpt) == 16);
+  const ModelConfig mlp = mlp_config(10, 3, 27, {33, 17});
+  CHECK(forward_flops_per_token(mlp) == 2.0 * 30 * 33 + 2.0 * 33 * 17 + 2.0 * 17 * 27);
+  CHECK(targets_per_sequence(mlp) == 1);
 }

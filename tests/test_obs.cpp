@@ -307,6 +307,49 @@ TEST_CASE("device_peak: the GPU table and the measured CPU") {
   CHECK(cpu.source.find("measured") != std::string::npos);
 }
 
+TEST_CASE("plan: bf16 activation bytes equal a bf16 model's arenas") {
+  auto be = make_cpu_backend();
+  for (const Experiment& e : model_zoo()) {
+    Experiment x = e;
+    x.device = DeviceChoice::cuda;
+    x.train.precision = Precision::bf16;
+    x.train.micro_batch_size = 2;
+    x.train.batch_size = 2;
+    CAPTURE(x.model.type);
+    CAPTURE(x.model.d_model);
+    const Plan p = make_plan(x, fake_peak("H100 SXM"));
+    auto model = build_model(x.model, *be, 2, DType::bf16);
+    CHECK(p.bytes_activations == static_cast<double>(model->activation_bytes()));
+    CHECK(p.bytes_params == 6.0 * static_cast<double>(p.params));
+  }
+}
+
+TEST_CASE("plan: only gradients final before backward ends hide behind it") {
+  // The prediction's parts, from the plan's own figures: data-parallel without ZeRO.
+  auto parts = [](const Plan& p, double exposed_share) {
+    const double compute = p.flops_per_step / p.world / p.peak.flops;
+    const double traffic = 3 * p.bytes_activations * p.accum / p.peak.mem_bw;
+    const double comm = p.comm_bytes_per_step / p.peak.link_bw;
+    const double optimizer = 28 * static_cast<double>(p.params) / p.peak.mem_bw;
+    return std::max(compute, traffic) + exposed_share * comm + optimizer;
+  };
+  // Seconds here are microseconds: compare relatively (Approx's default is absolute there).
+  auto near = [](double x) { return doctest::Approx(x).scale(0); };
+  Experiment m = mlp(16, 8, 64, {128}, 8);
+  m.distributed.nproc = 2;
+  const Plan pm = make_plan(m, fake_peak("cpu (test)"));
+  REQUIRE(pm.comm_bytes_per_step > 0);
+  CHECK(pm.predicted_step_seconds == near(parts(pm, 1.0)));  // all at the end
+
+  Experiment g = gpt(2, 64, 4, 32, 64, 8);
+  g.distributed.nproc = 2;
+  const Plan pg = make_plan(g, fake_peak("cpu (test)"));
+  // Compute covers the blocks' reduction; the embeddings (wte, wpe) are final last.
+  const double embeddings = (64.0 + 32.0) * 64 / static_cast<double>(pg.params);
+  CHECK(pg.predicted_step_seconds == near(parts(pg, embeddings)));
+  CHECK(pg.predicted_step_seconds < parts(pg, 1.0));
+}
+
 TEST_CASE("tracer: spans only inside the window, one file per rank") {
   TempDir d;
   const fs::path file = d.path / "trace" / "rank-3.json";

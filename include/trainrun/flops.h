@@ -1,7 +1,8 @@
 // The FLOPs model shared by the trainer's MFU and `trainrun plan` (stated in
 // docs/observability.md): a matmul of [M,K] x [K,N] costs 2MNK forward and 4MNK backward; attention
 // adds its QK^T and PV matmuls (causal: half of the T x T square, counted in full as is customary:
-// 12 L T C per token for forward+backward). Elementwise ops are not counted.
+// 12 L T C per token for forward+backward). Elementwise ops are not counted. Each family states
+// its counts in its ModelSpec (model_spec.h); these look the family up.
 #pragma once
 
 #include <cstdint>

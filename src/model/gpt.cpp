@@ -1,10 +1,15 @@
 // GPT: token + position embeddings, n_layer pre-LN transformer blocks, final LayerNorm and a
 // head tied to the token embedding (GPT-2). Parameters are declared in forward order, so the
 // blocks' gradients become final in decreasing offset order during backward, which is what the
-// trainer's gradient buckets rely on.
+// trainer's gradient buckets rely on. The family's spec (FLOPs, measuring pass, sampling, plan
+// advice) follows the model.
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <memory>
 #include <vector>
 
+#include "families.h"
 #include "trainrun/model.h"
 #include "trainrun/model/block.h"
 #include "trainrun/model/embedding.h"
@@ -16,7 +21,7 @@ namespace {
 
 class Gpt final : public Model {
  public:
-  Gpt(const ModelConfig& cfg, Backend& be, int batch, DType dt)
+  Gpt(const ModelConfig& cfg, Backend& be, int batch, DType dt, Bind mode)
       : cfg_(cfg),
         batch_(batch),
         ps_(be, dt),
@@ -30,14 +35,12 @@ class Gpt final : public Model {
       blocks_.push_back(std::make_unique<TransformerBlock>(ps_, "blocks." + std::to_string(l),
                                                            cfg.d_model, cfg.n_head, cfg.n_layer));
     lnf_ = std::make_unique<LayerNorm>(ps_, "ln_f", cfg.d_model);
-    ps_.allocate();
-    for (int pass = 0; pass < 2; ++pass) {
-      bind();
-      if (pass == 0) {
-        acts_.allocate();
-        scratch_.allocate();
-      }
-    }
+    if (mode == Bind::allocate) ps_.allocate();
+    bind();  // the measuring pass
+    if (mode == Bind::measure_only) return;
+    acts_.allocate();
+    scratch_.allocate();
+    bind();  // the real views
     // Position ids are the same for every batch: fill them once.
     std::vector<int32_t> pos(static_cast<size_t>(rows()));
     for (int64_t i = 0; i < rows(); ++i)
@@ -97,6 +100,8 @@ class Gpt final : public Model {
   size_t activation_bytes() const override { return acts_.bytes() + scratch_.bytes(); }
   int batch() const override { return batch_; }
   int seq_len() const override { return cfg_.seq_len; }
+  // The embeddings' parameters: their gradients are final last (see backward).
+  int64_t embed_params() const { return embed_end_; }
 
  private:
   int64_t rows() const { return static_cast<int64_t>(batch_) * cfg_.seq_len; }
@@ -142,10 +147,54 @@ class Gpt final : public Model {
   size_t top_end_ = 0;
 };
 
+// matmuls: qkv 6C^2, proj 2C^2, fc 8C^2, fc proj 8C^2 per layer; head 2CV; attention 4TC.
+double forward_flops(const ModelConfig& m) {
+  const double C = m.d_model, V = m.vocab_size, T = m.seq_len, L = m.n_layer;
+  return L * (24 * C * C + 4 * T * C) + 2 * C * V;
+}
+
+void advise(const ModelConfig& m, bool gpu, std::vector<std::string>& out) {
+  if (gpu && m.n_head > 0 && (m.d_model / m.n_head) % 8 != 0)
+    out.push_back(fmt::format(
+        "head_dim {} (d_model {} / n_head {}) is not a multiple of 8: tensor cores want "
+        "multiples of 8 (64 or 128 is best)",
+        m.d_model / m.n_head, m.d_model, m.n_head));
+  const double attention = static_cast<double>(m.n_layer) * 4.0 * m.seq_len * m.d_model;
+  const double share = attention / forward_flops(m);
+  if (share > 0.3)
+    out.push_back(fmt::format(
+        "attention is {:.0f}% of the FLOPs at seq_len {}: the T^2 term dominates; a shorter "
+        "model.seq_len or a wider model.d_model uses the device better",
+        100 * share, m.seq_len));
+}
+
+// The context at positions 0..n-1: causal, so the padding after it is never seen.
+int64_t place_context(std::span<const int32_t> ctx, std::span<int32_t> window) {
+  const size_t n = std::min(ctx.size(), window.size());
+  std::fill(window.begin(), window.end(), 0);
+  std::copy(ctx.end() - static_cast<std::ptrdiff_t>(n), ctx.end(), window.begin());
+  return static_cast<int64_t>(n) - 1;
+}
+
 }  // namespace
 
-std::unique_ptr<Model> make_gpt(const ModelConfig& cfg, Backend& be, int batch, DType dt) {
-  return std::make_unique<Gpt>(cfg, be, batch, dt);
-}
+constinit const ModelSpec kGptSpec = {
+    .type = ModelType::gpt,
+    .build = [](const ModelConfig& cfg, Backend& be, int batch,
+                DType dt) -> std::unique_ptr<Model> {
+      return std::make_unique<Gpt>(cfg, be, batch, dt, Bind::allocate);
+    },
+    .measure =
+        [](const ModelConfig& cfg, int batch, DType dt) {
+          Gpt g(cfg, measuring_backend(), batch, dt, Bind::measure_only);
+          ModelShape s = shape_of(g.params(), g.activation_bytes());
+          s.last_ready_params = g.embed_params();
+          return s;
+        },
+    .forward_flops_per_token = forward_flops,
+    .targets_per_sequence = [](const ModelConfig& cfg) -> int64_t { return cfg.seq_len; },
+    .advise = advise,
+    .place_context = place_context,
+};
 
 }  // namespace trainrun

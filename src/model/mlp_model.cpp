@@ -1,10 +1,13 @@
 // MLP language model (Bengio et al. 2003): embed the last seq_len tokens, concatenate them,
 // hidden layers with an activation, predict the next token. The concatenation is free: the
 // embedding rows of one window are already contiguous, so [B*T, C] is viewed as [B, T*C].
+// The family's spec (FLOPs, measuring pass, sampling) follows the model.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
 
+#include "families.h"
 #include "trainrun/model.h"
 #include "trainrun/model/activation.h"
 #include "trainrun/model/embedding.h"
@@ -16,7 +19,7 @@ namespace {
 
 class MlpModel final : public Model {
  public:
-  MlpModel(const ModelConfig& cfg, Backend& be, int batch, DType dt)
+  MlpModel(const ModelConfig& cfg, Backend& be, int batch, DType dt, Bind mode)
       : cfg_(cfg),
         batch_(batch),
         ps_(be, dt),
@@ -32,14 +35,12 @@ class MlpModel final : public Model {
       in = cfg.hidden[i];
     }
     layers_.emplace_back(ps_, "head", in, cfg.vocab_size, true, 0.02f);
-    ps_.allocate();
-    for (int pass = 0; pass < 2; ++pass) {
-      bind();
-      if (pass == 0) {
-        acts_.allocate();
-        scratch_.allocate();
-      }
-    }
+    if (mode == Bind::allocate) ps_.allocate();
+    bind();  // the measuring pass
+    if (mode == Bind::measure_only) return;
+    acts_.allocate();
+    scratch_.allocate();
+    bind();  // the real views
   }
 
   void set_batch(const int32_t* x, const int32_t* y) override {
@@ -133,10 +134,43 @@ class MlpModel final : public Model {
   std::vector<Tensor> pre_, post_, dpre_, dpost_;
 };
 
+double forward_flops(const ModelConfig& m) {
+  double f = 0, in = static_cast<double>(m.seq_len) * m.d_model;
+  for (int h : m.hidden) {
+    f += 2 * in * h;
+    in = h;
+  }
+  return f + 2 * in * m.vocab_size;
+}
+
+// Exactly seq_len tokens of context, left-padded with newlines; one prediction per window.
+int64_t place_context(std::span<const int32_t> ctx, std::span<int32_t> window) {
+  const size_t n = std::min(ctx.size(), window.size());
+  std::fill(window.begin(), window.end(), '\n');
+  const auto d = static_cast<std::ptrdiff_t>(n);
+  std::copy(ctx.end() - d, ctx.end(), window.end() - d);
+  return 0;
+}
+
 }  // namespace
 
-std::unique_ptr<Model> make_mlp_model(const ModelConfig& cfg, Backend& be, int batch, DType dt) {
-  return std::make_unique<MlpModel>(cfg, be, batch, dt);
-}
+constinit const ModelSpec kMlpSpec = {
+    .type = ModelType::mlp,
+    .build = [](const ModelConfig& cfg, Backend& be, int batch,
+                DType dt) -> std::unique_ptr<Model> {
+      return std::make_unique<MlpModel>(cfg, be, batch, dt, Bind::allocate);
+    },
+    .measure =
+        [](const ModelConfig& cfg, int batch, DType dt) {
+          MlpModel m(cfg, measuring_backend(), batch, dt, Bind::measure_only);
+          ModelShape s = shape_of(m.params(), m.activation_bytes());
+          s.last_ready_params = s.params;  // backward reports every gradient at its end
+          return s;
+        },
+    .forward_flops_per_token = forward_flops,
+    .targets_per_sequence = [](const ModelConfig&) -> int64_t { return 1; },
+    .advise = [](const ModelConfig&, bool, std::vector<std::string>&) {},
+    .place_context = place_context,
+};
 
 }  // namespace trainrun

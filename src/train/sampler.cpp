@@ -3,6 +3,7 @@
 // for the small byte-level models this is for.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "trainrun/config.h"
 #include "trainrun/errors.h"
 #include "trainrun/model.h"
+#include "trainrun/model_spec.h"
 #include "trainrun/rng.h"
 #include "trainrun/trainer.h"
 
@@ -21,6 +23,12 @@ namespace trainrun {
 
 std::string sample_text(const std::string& run_dir_or_file, const std::string& prompt, int tokens,
                         double temperature, uint64_t seed) {
+  // NaN compares false with everything: it would sample garbage instead of failing.
+  if (!std::isfinite(temperature) || temperature < 0)
+    throw ConfigError(fmt::format(
+        "--temperature {}: use a finite number >= 0 (0 = greedy, 1 = the model's own "
+        "distribution)",
+        temperature));
   std::string file = run_dir_or_file;
   if (fs::is_directory(run_dir_or_file)) {
     std::vector<std::string> warnings;
@@ -35,7 +43,8 @@ std::string sample_text(const std::string& run_dir_or_file, const std::string& p
   CheckpointData ck = read_checkpoint(file);
   Experiment exp = parse_experiment(ck.state.config_yaml, file + ":/config", {});
   auto be = make_cpu_backend();
-  auto model = build_model(exp.model, *be, 1);
+  const ModelSpec& spec = model_spec(exp.model.type);
+  auto model = spec.build(exp.model, *be, 1, DType::f32);
   ParamStore& ps = model->params();
   be->copy(ps.params(), Tensor(ck.weights.data(), DType::f32, Device::cpu, {ps.numel()}));
 
@@ -51,19 +60,13 @@ std::string sample_text(const std::string& run_dir_or_file, const std::string& p
   std::vector<float> logits(static_cast<size_t>(model->targets_per_batch()) * V);
   Rng rng(seed);
   std::string out;
-  const bool gpt = exp.model.type == ModelType::gpt;
   for (int i = 0; i < tokens; ++i) {
-    const int n = std::min<int>(T, static_cast<int>(ctx.size()));
-    // GPT: the window at positions 0..n-1 (causal, so the padding after it is never seen);
-    // MLP: exactly T tokens of context, left-padded with newlines.
-    std::fill(x.begin(), x.end(), gpt ? 0 : '\n');
-    const size_t off = gpt ? 0 : static_cast<size_t>(T - n);
-    std::copy(ctx.end() - n, ctx.end(), x.begin() + static_cast<std::ptrdiff_t>(off));
+    const int64_t next_row = spec.place_context(ctx, x);
     model->set_batch(x.data(), y.data());
     model->forward(false, 0);
     be->copy(Tensor(logits.data(), DType::f32, Device::cpu, {static_cast<int64_t>(logits.size())}),
              model->logits());
-    const float* row = logits.data() + (gpt ? static_cast<size_t>(n - 1) * V : 0);
+    const float* row = logits.data() + static_cast<size_t>(next_row) * V;
     int next = 0;
     if (temperature <= 0) {
       next = static_cast<int>(std::max_element(row, row + V) - row);

@@ -1,0 +1,54 @@
+// The registry of model families, and what their specs share.
+#include "trainrun/model_spec.h"
+
+#include <cctype>
+#include <iterator>
+
+#include "families.h"
+
+namespace trainrun {
+
+namespace {
+
+// "blocks.3.attn.qkv.weight" -> "blocks.3"; "wte.weight" -> "wte".
+std::string module_of(const std::string& param) {
+  const size_t dot = param.find('.');
+  if (dot == std::string::npos) return param;
+  size_t end = dot + 1;
+  while (end < param.size() && std::isdigit(static_cast<unsigned char>(param[end]))) ++end;
+  const bool numbered = end > dot + 1 && (end == param.size() || param[end] == '.');
+  return param.substr(0, numbered ? end : dot);
+}
+
+}  // namespace
+
+const ModelSpec& model_spec(ModelType type) {
+  // One entry per family, in ModelType order.
+  static const ModelSpec* const kFamilies[] = {&kGptSpec, &kMlpSpec};
+  static_assert(std::size(kFamilies) == std::size(EnumNames<ModelType>::names));
+  return *kFamilies[static_cast<size_t>(type)];
+}
+
+std::unique_ptr<Model> build_model(const ModelConfig& cfg, Backend& be, int batch, DType dtype) {
+  return model_spec(cfg.type).build(cfg, be, batch, dtype);
+}
+
+Backend& measuring_backend() {
+  static const std::unique_ptr<Backend> be = make_cpu_backend();
+  return *be;
+}
+
+ModelShape shape_of(const ParamStore& ps, size_t activation_bytes) {
+  ModelShape s;
+  s.params = ps.numel();
+  s.activation_bytes = static_cast<int64_t>(activation_bytes);
+  for (const auto& p : ps.infos()) {
+    std::string module = module_of(p.name);
+    if (s.params_by_module.empty() || s.params_by_module.back().first != module)
+      s.params_by_module.emplace_back(std::move(module), 0);
+    s.params_by_module.back().second += p.numel;
+  }
+  return s;
+}
+
+}  // namespace trainrun
