@@ -61,8 +61,12 @@ struct PrepareRequest {
   double val_fraction = 0.1;       // the split: the piece boundary after this share of bytes
   int threads = 0;                 // <= 0: all cores
   size_t block_bytes = 64 << 20;   // read at a time (memory is a few times this)
-  bool progress = false;           // a progress line on stderr
+  bool progress = true;            // a progress line on stderr when it is a terminal
 };
+
+// `trainrun data prepare`: prepare_token_shards with a tokenizer, else prepare_text_shards
+// (bytes, one file).
+std::string prepare_shards(const PrepareRequest& req);
 
 // `trainrun data prepare --tokenizer`: tokenizes the texts in parallel, streaming, into token
 // shards and a manifest (docs/data-format.md). Returns a one-line summary.

@@ -22,6 +22,7 @@
 #include "trainrun/plan.h"
 #include "trainrun/report.h"
 #include "trainrun/run_command.h"
+#include "trainrun/tokenizer.h"
 #include "trainrun/trainer.h"
 
 namespace fs = std::filesystem;
@@ -137,21 +138,59 @@ Command add_report(CLI::App& app) {
 }
 
 Command add_data_prepare(CLI::App& app) {
-  struct Args {
-    std::string text, out;
-    double val_fraction = 0.1;
-  };
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<PrepareRequest>();
   auto* data = app.add_subcommand("data", "data tools");
   data->require_subcommand(1);
-  auto* sub = data->add_subcommand("prepare", "turn a text file into byte-level token shards");
-  sub->add_option("text", a->text, "input text file")->required();
-  sub->add_option("--out", a->out, "output directory for train.bin and val.bin")->required();
+  auto* sub = data->add_subcommand(
+      "prepare", "turn text files into token shards (byte-level, or with --tokenizer)");
+  sub->add_option("text", a->texts, "input text files")->required();
+  sub->add_option("--out", a->out_dir, "output directory for train.bin and val.bin")->required();
+  sub->add_option("--tokenizer", a->tokenizer,
+                  "tokenizer.json to encode with (also writes manifest.json)");
+  sub->add_option("--threads", a->threads, "encoding threads (default: all cores)");
   sub->add_option("--val-fraction", a->val_fraction, "fraction held out for validation")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.9));
   return {sub, [a] {
-            fmt::print("{}\n", prepare_text_shards(a->text, a->out, a->val_fraction));
+            fmt::print("{}\n", prepare_shards(*a));
+            return kExitOk;
+          }};
+}
+
+// `data tokenizer train|encode|decode` (add_data_prepare makes the `data` node).
+Command add_data_tokenizer(CLI::App& app) {
+  struct Args {
+    std::vector<std::string> texts;
+    std::string tokenizer, out, ids_file;
+    int vocab_size = 0, threads = 0;
+  };
+  auto a = std::make_shared<Args>();
+  auto* sub = app.get_subcommand("data")->add_subcommand("tokenizer", "byte-level BPE tokenizers");
+  sub->require_subcommand(1);
+  auto* train = sub->add_subcommand("train", "learn a byte-level BPE tokenizer from text files");
+  train->add_option("text", a->texts, "input text files")->required();
+  train->add_option("--vocab-size", a->vocab_size, "tokens, the 256 bytes included")->required();
+  train->add_option("--out", a->out, "tokenizer.json to write")->required();
+  train->add_option("--threads", a->threads, "threads (default: all cores)");
+  auto* enc = sub->add_subcommand("encode", "print the token ids of a text file");
+  enc->add_option("tokenizer", a->tokenizer, "tokenizer.json")->required();
+  enc->add_option("text", a->out, "text file")->required();
+  auto* dec = sub->add_subcommand("decode", "write the bytes of token ids (whitespace-separated)");
+  dec->add_option("tokenizer", a->tokenizer, "tokenizer.json")->required();
+  dec->add_option("ids", a->ids_file, "file of ids (default: standard input)");
+  return {sub, [a, train, enc] {
+            if (*train) {
+              const Tokenizer t = train_tokenizer(a->texts, a->vocab_size, a->threads);
+              t.save(a->out);
+              fmt::print("wrote {}: {} tokens ({} merges)\n", a->out, t.vocab_size(),
+                         t.num_merges());
+            } else if (*enc) {
+              const auto ids = encode_file(Tokenizer::load(a->tokenizer), a->out);
+              fmt::print("{}\n", fmt::join(ids, " "));
+            } else {
+              const std::string text = decode_ids_text(Tokenizer::load(a->tokenizer), a->ids_file);
+              std::fwrite(text.data(), 1, text.size(), stdout);
+            }
             return kExitOk;
           }};
 }
@@ -299,8 +338,10 @@ int cli_main(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer("Run `trainrun SUBCOMMAND --help` for each command's options.");
   const std::vector<Command> commands = {
-      add_run(app),    add_validate(app), add_plan(app),  add_report(app), add_data_prepare(app),
-      add_sample(app), add_inspect(app),  add_slurm(app), add_k8s(app),    add_help(app)};
+      add_run(app),    add_validate(app),     add_plan(app),
+      add_report(app), add_data_prepare(app), add_data_tokenizer(app),
+      add_sample(app), add_inspect(app),      add_slurm(app),
+      add_k8s(app),    add_help(app)};
 
   const std::vector<std::string> args = with_default_command(argc, argv);
   try {

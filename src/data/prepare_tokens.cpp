@@ -18,6 +18,7 @@
 #include "sha256.h"
 #include "shard.h"
 #include "text_blocks.h"
+#include "trainrun/data.h"
 #include "trainrun/errors.h"
 #include "trainrun/tokenizer.h"
 
@@ -160,6 +161,15 @@ std::string prepare_token_shards(const PrepareRequest& req) {
       "wrote {} ({} tokens) and val.bin ({} tokens), {} bit tokens, vocab {}; manifest {}",
       (out / "train.bin").string(), man.train_tokens, man.val_tokens, 8 * man.dtype, man.vocab_size,
       (out / kManifestName).string());
+}
+
+std::string prepare_shards(const PrepareRequest& req) {
+  if (!req.tokenizer.empty()) return prepare_token_shards(req);
+  if (req.texts.size() != 1)
+    throw ConfigError(fmt::format(
+        "byte-level prepare takes one text file (got {}); pass --tokenizer to prepare several",
+        req.texts.size()));
+  return prepare_text_shards(req.texts[0], req.out_dir, req.val_fraction);
 }
 
 }  // namespace trainrun

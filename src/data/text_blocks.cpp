@@ -19,7 +19,7 @@ TextBlocks::TextBlocks(const std::string& path, size_t block_bytes, size_t segme
                        uint64_t cut_at)
     : path_(path),
       block_(std::max<size_t>(block_bytes, 1)),
-      segment_(std::max<size_t>(segment_bytes, 1)),
+      segment_(std::clamp<size_t>(segment_bytes, 1, std::max<size_t>(block_bytes / 2, 1))),
       cut_at_(cut_at) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd_ < 0)
