@@ -153,11 +153,4 @@ struct Experiment {
   int world_size() const { return distributed.nproc * distributed.nodes; }
 };
 
-// TRANSITIONAL: src/train/trainer.cpp still compares these enums with their words; this goes
-// as soon as it compares enums. Do not use it anywhere else.
-template <NamedEnum E>
-constexpr bool operator==(E e, std::string_view name) {
-  return enum_name(e) == name;
-}
-
 }  // namespace trainrun

@@ -25,6 +25,7 @@
 #include "health_monitor.h"
 #include "logging.h"
 #include "signals.h"
+#include "step_phase.h"
 #include "step_reporter.h"
 #include "trainrun/backend.h"
 #include "trainrun/checkpoint.h"
@@ -49,11 +50,11 @@ namespace trainrun {
 namespace {
 
 std::unique_ptr<Backend> choose_backend(const Experiment& exp, int local_rank) {
-  if (exp.device == "cpu") return make_cpu_backend();
+  if (exp.device == DeviceChoice::cpu) return make_cpu_backend();
   std::string why;
   auto be = make_cuda_backend(local_rank, &why);
   if (be) return be;
-  if (exp.device == "cuda")
+  if (exp.device == DeviceChoice::cuda)
     throw DeviceError(
         "device: cuda was requested but CUDA is not usable here: " + why +
         "\n  fix: run on a machine with an NVIDIA GPU, or --set device=cpu (or auto)");
@@ -113,8 +114,8 @@ class Trainer {
   void prefetch(int64_t step, int micro) {
     train_loader_->prefetch(first_sample(step, micro), micro_);
   }
-  void phase(const char* name, int64_t step) {
-    if (watchdog_) watchdog_->enter(name, step);
+  void phase(Phase p, int64_t step) {
+    if (watchdog_) watchdog_->enter(p, step);
   }
   Communicator& dcomm() { return dcomm_ ? *dcomm_ : *comm_; }
 
@@ -224,7 +225,7 @@ void Trainer::setup() {
 
 void Trainer::setup_device() {
   be_ = choose_backend(exp_, comm_->local_rank());
-  if (exp_.train.precision == "bf16")
+  if (exp_.train.precision == Precision::bf16)
     throw ConfigError(
         "train.precision=bf16 is not supported by the trainer yet (the CUDA plugin has bf16 "
         "kernels, but the modules run fp32 only): use --set train.precision=fp32");
@@ -275,7 +276,7 @@ void Trainer::setup_reporter() {
   tp.world = world_;
   tp.tokens_per_step = targets_per_step_;
   reporter_ = std::make_unique<StepReporter>(cfg, tp, *comm_);
-  reporter_->on_collective([this](int64_t step) { phase("comm", step); });
+  reporter_->on_collective([this](int64_t step) { phase(Phase::comm, step); });
 }
 
 void Trainer::log_setup() const {
@@ -315,7 +316,7 @@ void Trainer::start() {
 }
 
 StepResult Trainer::train_step(int64_t step, double lr) {
-  phase("data", step);
+  phase(Phase::data, step);
   tracer_->set_step(step);
   const double t_iter = now();
   faults_.at_step_start(step);
@@ -326,7 +327,7 @@ StepResult Trainer::train_step(int64_t step, double lr) {
   const Tensor grads = model_->params().grads();
   be_->fill(grads, 0.0);
   const double loss_sum = accumulate_gradients(step, t);
-  phase("comm", step);
+  phase(Phase::comm, step);
   dp_->reduce_grads(t);
   if (faults_.poison(step)) be_->fill(grads, NAN);
   // Every micro-batch's loss is a mean over the same number of targets, so the global loss is
@@ -335,7 +336,7 @@ StepResult Trainer::train_step(int64_t step, double lr) {
   r.loss = stats.loss;
   r.grad_norm = stats.grad_norm;
   r.stop = stats.stop;
-  phase("optimizer", step);
+  phase(Phase::optimizer, step);
   const double t_opt = now();
   if (HealthMonitor::finite(r.loss, r.grad_norm)) dp_->update(lr, step + 1, r.grad_norm, t);
   if (faults_.diverge(step)) be_->fill(model_->params().params(), INFINITY);
@@ -355,7 +356,7 @@ double Trainer::accumulate_gradients(int64_t step, StepTimes& t) {
   const float scale = 1.0f / static_cast<float>(targets_per_step_);
   double loss = 0;
   for (int m = 0; m < accum_; ++m) {
-    phase("data", step);
+    phase(Phase::data, step);
     t.data += train_loader_->next(x_.data(), y_.data());
     // Keep the next micro-batch (or the next step's first) loading while this one computes.
     if (m + 1 < accum_)
@@ -364,18 +365,18 @@ double Trainer::accumulate_gradients(int64_t step, StepTimes& t) {
       prefetch(step + 1, 0);
     model_->set_batch(x_.data(), y_.data());
     const uint64_t seed = hash_combine(exp_.seed, static_cast<uint64_t>(first_sample(step, m)));
-    phase("forward", step);
+    phase(Phase::forward, step);
     const double t0 = now();
     {
-      Tracer::Scope span(tracer_.get(), "forward", "phase");
+      Tracer::Scope span(tracer_.get(), phase_name(Phase::forward), "phase");
       loss += model_->forward(true, seed);
     }
     const double t1 = now();
     t.forward += t1 - t0;
-    phase("backward", step);
+    phase(Phase::backward, step);
     {
       // The last micro-batch's gradients are final as backward produces them: reduce them now.
-      Tracer::Scope span(tracer_.get(), "backward", "phase");
+      Tracer::Scope span(tracer_.get(), phase_name(Phase::backward), "phase");
       model_->backward(scale, seed, m + 1 == accum_ ? grad_ready_ : GradReadyFn{});
     }
     t.backward += now() - t1;
@@ -409,7 +410,7 @@ HealthMonitor::Action Trainer::judge(int64_t step, const StepResult& r) {
 // Too many non-finite steps in a row: go back to the newest good checkpoint with a lower
 // learning rate instead of training on garbage. False when there is nothing to go back to.
 bool Trainer::rollback(int64_t* step) {
-  phase("checkpoint", *step);
+  phase(Phase::checkpoint, *step);
   if (ckpt_) ckpt_->wait();
   comm_->barrier();
   std::vector<std::string> warnings;
@@ -455,7 +456,7 @@ void Trainer::advance(int64_t* step, double seconds) {
 
 double Trainer::evaluate() {
   if (exp_.train.eval_steps <= 0) return NAN;
-  phase("eval", state_.step);
+  phase(Phase::eval, state_.step);
   double sum = 0;
   for (int e = 0; e < exp_.train.eval_steps; ++e) {
     for (int m = 0; m < accum_; ++m) {
@@ -466,7 +467,7 @@ double Trainer::evaluate() {
     }
   }
   double v = sum / (exp_.train.eval_steps * accum_);
-  phase("comm", state_.step);
+  phase(Phase::comm, state_.step);
   if (world_ > 1) {
     Tensor t(&v, DType::f64, Device::cpu, {1});
     comm_->allreduce_avg(t);
@@ -479,7 +480,7 @@ double Trainer::evaluate() {
 // one a rollback or a resume can go on from. Returns why it was not written ("" when it was);
 // empty on every rank or on none.
 std::string Trainer::save_checkpoint(int64_t step, double* seconds) {
-  phase("checkpoint", step);
+  phase(Phase::checkpoint, step);
   const double t0 = now();
   const std::string refused = try_checkpoint(step);
   *seconds += now() - t0;
@@ -606,11 +607,11 @@ int Trainer::end_code(int64_t step, double loss, const std::string& unsaved) con
 
 void Trainer::finish(int64_t step, double loss, int exit_code, double t_run) {
   reporter_->end_line();
-  phase("checkpoint", step);
+  phase(Phase::checkpoint, step);
   if (ckpt_) ckpt_->wait();
   // No rank may exit before rank 0's last (possibly background) write is on disk: under mpirun
   // the first rank to exit with 75 ends the job.
-  phase("sync", step);
+  phase(Phase::sync, step);
   comm_->barrier();
   // Every rank must end with the same weights; the logs let a test (or a person) check it.
   tracer_->flush();

@@ -5,7 +5,6 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -24,14 +23,6 @@ double now() {
 }
 double wall() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-bool collective(const char* phase) {
-  return std::strcmp(phase, "comm") == 0 || std::strcmp(phase, "sync") == 0;
-}
-// Phases that may legitimately take long (writing a big checkpoint, evaluating, starting up).
-bool slow_phase(const char* phase) {
-  return std::strcmp(phase, "startup") == 0 || std::strcmp(phase, "checkpoint") == 0 ||
-         std::strcmp(phase, "eval") == 0;
 }
 }  // namespace
 
@@ -53,11 +44,11 @@ Watchdog::~Watchdog() {
   fs::remove(fs::path(run_dir_) / "logs" / fmt::format("heartbeat-rank-{}", comm_.rank()), ec);
 }
 
-void Watchdog::enter(const char* phase, int64_t step) {
+void Watchdog::enter(Phase phase, int64_t step) {
   phase_.store(phase, std::memory_order_relaxed);
   step_.store(step, std::memory_order_relaxed);
   since_.store(now(), std::memory_order_release);
-  note_phase(phase, step);  // for this rank's failure record, should it fail
+  note_phase(phase_name(phase), step);  // for this rank's failure record, should it fail
 }
 
 void Watchdog::step_done(double seconds) {
@@ -79,7 +70,7 @@ void Watchdog::write_heartbeat() {
     std::ofstream f(tmp);
     f << fmt::format("{} {} {} {:.3f} {:.3f}\n", comm_.rank(), comm_.host(), step_.load(), wall(),
                      now() - since_.load())
-      << phase_.load() << "\n";
+      << phase_name(phase_.load()) << "\n";
   }
   std::error_code ec;
   fs::rename(tmp, final_path, ec);
@@ -94,9 +85,8 @@ void Watchdog::loop() {
       write_heartbeat();
       last_beat = t;
     }
-    const char* phase = phase_.load();
     double limit = timeout();
-    if (slow_phase(phase)) limit = std::max(limit, 600.0);
+    if (may_take_long(phase_.load())) limit = std::max(limit, 600.0);
     const double stuck = t - since_.load(std::memory_order_acquire);
     if (stuck > limit) fire(stuck);
   }
@@ -126,7 +116,8 @@ void Watchdog::fire(double stuck_for) {
     dump.push_back(
         fmt::format("rank {} on {}: step {} phase {} for {:.1f} s (heartbeat {:.1f} s ago)", r,
                     host, step, phase, in_phase + age, age));
-    if (step == my_step && collective(phase.c_str())) {
+    const auto known = enum_from_name<Phase>(phase);
+    if (step == my_step && known && collective(*known)) {
       arrived.push_back(std::to_string(r));
     } else {
       missing.push_back(fmt::format("{} on {} (step {}, {})", r, host, step, phase));

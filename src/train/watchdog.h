@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "step_phase.h"
 #include "trainrun/comm.h"
 
 namespace trainrun {
@@ -26,8 +27,8 @@ class Watchdog {
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  // `phase` must be a string literal. Collective phases are named "comm" or "sync".
-  void enter(const char* phase, int64_t step);
+  // The step loop enters `phase` of `step` (collective(phase): waiting for the other ranks).
+  void enter(Phase phase, int64_t step);
   void step_done(double seconds);
   double timeout() const;
 
@@ -39,7 +40,7 @@ class Watchdog {
   Communicator& comm_;
   std::string run_dir_;
   double fixed_timeout_;
-  std::atomic<const char*> phase_{"startup"};
+  std::atomic<Phase> phase_{Phase::startup};
   std::atomic<int64_t> step_{0};
   std::atomic<double> since_{0};
   std::atomic<double> step_ema_{0};
