@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <stdlib.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../src/train/step_phase.h"
 #include "temp_dir.h"
 #include "trainrun/backend.h"
 #include "trainrun/errors.h"
@@ -348,6 +351,31 @@ TEST_CASE("plan: only gradients final before backward ends hide behind it") {
   const double embeddings = (64.0 + 32.0) * 64 / static_cast<double>(pg.params);
   CHECK(pg.predicted_step_seconds == near(parts(pg, embeddings)));
   CHECK(pg.predicted_step_seconds < parts(pg, 1.0));
+}
+
+TEST_CASE("step phases: one word each, read back by name; which wait and which may be long") {
+  const auto names = enum_names<Phase>();
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto p = static_cast<Phase>(i);
+    CAPTURE(names[i]);
+    CHECK(enum_from_name<Phase>(names[i]) == p);
+    CHECK(std::string(phase_name(p)) == names[i]);  // NUL-terminated where the view ends
+    // Heartbeat files and failure records carry the word: letters and '_' only, no spaces.
+    CHECK(std::all_of(names[i].begin(), names[i].end(), [](char c) {
+      return std::islower(static_cast<unsigned char>(c)) || c == '_';
+    }));
+    for (size_t j = 0; j < i; ++j) CHECK(names[j] != names[i]);
+  }
+  std::vector<std::string> waiting, long_ones;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (collective(static_cast<Phase>(i))) waiting.emplace_back(names[i]);
+    if (may_take_long(static_cast<Phase>(i))) long_ones.emplace_back(names[i]);
+  }
+  CHECK(waiting == std::vector<std::string>{"comm", "sync"});
+  CHECK(long_ones == std::vector<std::string>{"startup", "checkpoint", "eval"});
+  CHECK_FALSE(enum_from_name<Phase>("other").has_value());
+  // The straggler report's timed phases are step phases too.
+  for (const char* timed : kPhaseNames) CHECK(enum_from_name<Phase>(timed).has_value());
 }
 
 TEST_CASE("tracer: spans only inside the window, one file per rank") {
