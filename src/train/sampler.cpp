@@ -15,6 +15,7 @@
 #include "trainrun/model.h"
 #include "trainrun/model_spec.h"
 #include "trainrun/rng.h"
+#include "trainrun/tokenizer.h"
 #include "trainrun/trainer.h"
 
 namespace fs = std::filesystem;
@@ -49,17 +50,23 @@ std::string sample_text(const std::string& run_dir_or_file, const std::string& p
   be->copy(ps.params(), Tensor(ck.weights.data(), DType::f32, Device::cpu, {ps.numel()}));
 
   const int T = exp.model.seq_len, V = exp.model.vocab_size;
+  // The run's tokenizer when its shards were prepared with one (their manifest), else bytes.
+  const std::unique_ptr<Tokenizer> tok = data_tokenizer(exp.data);
   std::vector<int32_t> ctx;
-  for (unsigned char c : prompt) {
-    if (c >= V)
-      throw ConfigError(fmt::format("prompt byte {} is outside the model's vocab {}", c, V));
-    ctx.push_back(c);
+  if (tok) {
+    ctx = tok->encode(prompt.empty() ? "\n" : prompt);
+  } else {
+    for (unsigned char c : prompt) ctx.push_back(c);
   }
+  for (const int32_t c : ctx)
+    if (c >= V)
+      throw ConfigError(fmt::format("prompt {} {} is outside the model's vocab {}",
+                                    tok ? "token" : "byte", c, V));
   if (ctx.empty()) ctx.push_back('\n');
   std::vector<int32_t> x(static_cast<size_t>(T)), y(static_cast<size_t>(T), 0);
   std::vector<float> logits(static_cast<size_t>(model->targets_per_batch()) * V);
   Rng rng(seed);
-  std::string out;
+  std::vector<int32_t> out;
   for (int i = 0; i < tokens; ++i) {
     const int64_t next_row = spec.place_context(ctx, x);
     model->set_batch(x.data(), y.data());
@@ -82,9 +89,9 @@ std::string sample_text(const std::string& run_dir_or_file, const std::string& p
       }
     }
     ctx.push_back(next);
-    out.push_back(static_cast<char>(next));
+    out.push_back(next);
   }
-  return out;
+  return tok ? tok->decode(out) : std::string(out.begin(), out.end());
 }
 
 }  // namespace trainrun
