@@ -9,7 +9,8 @@ import struct
 import subprocess
 import time
 
-from conftest import REPO, TINY, TRAINRUN, losses, metrics, run, sets
+from conftest import (REPO, TINY, TRAINRUN, is_tiny_shakespeare, losses, metrics, run, sets,
+                      unigram_entropy)
 
 
 def test_quickstart_shortened(quickstart, tmp_path):
@@ -44,7 +45,8 @@ def test_same_seed_bit_identical(quickstart, tmp_path):
 
 # Shortened shakespeare-char: the full recipe (2000 steps) is in configs/; here 250 steps of the
 # same model must bring the validation loss below 2.5 nats/char (uniform over bytes is 5.55,
-# the unigram entropy of the text is about 3.3).
+# the unigram entropy of the text is about 3.3). Any text (the fallback prose in a clone without
+# tiny Shakespeare): at least 0.5 nats below what byte frequencies alone give on the val split.
 def test_shakespeare_char_learns(shakespeare, tmp_path):
     rd = tmp_path / "sc"
     run([str(REPO / "configs/shakespeare-char.yaml"),
@@ -52,7 +54,11 @@ def test_shakespeare_char_learns(shakespeare, tmp_path):
                "train.eval_steps=8", "checkpoint.every=0", "logging.every=50"),
          "--run-dir", str(rd)], check=0, timeout=600)
     val = metrics(rd, "eval")[-1]["val_loss"]
-    assert val < 2.5, f"val loss {val} after 250 steps"
+    text = pathlib.Path(shakespeare).read_bytes()
+    h1 = unigram_entropy(text[int(len(text) * 0.9):])  # data.val_fraction 0.1: the tail
+    assert val < h1 - 0.5, f"val loss {val} after 250 steps; unigram entropy {h1}"
+    if is_tiny_shakespeare(shakespeare):
+        assert val < 2.5, f"val loss {val} after 250 steps"
     p = run(["sample", str(rd), "--prompt", "ROMEO:", "--tokens", "40", "--seed", "3"], check=0)
     assert p.stdout.startswith("ROMEO:") and len(p.stdout) >= 40
 
@@ -94,7 +100,9 @@ def test_data_prepare_then_train_on_shards(shakespeare, tmp_path):
     out = tmp_path / "shards"
     p = run(["data", "prepare", shakespeare, "--out", str(out)], check=0)
     assert "train.bin" in p.stdout
-    assert (out / "train.bin").stat().st_size > 900_000 and (out / "val.bin").exists()
+    # One byte per token (vocabulary 256); train holds 90% of the text.
+    text_bytes = pathlib.Path(shakespeare).stat().st_size
+    assert (out / "train.bin").stat().st_size > 0.85 * text_bytes and (out / "val.bin").exists()
     rd = tmp_path / "r"
     run([str(REPO / "configs/quickstart.yaml"),
          *sets(*TINY, "model.vocab_size=256", "data.synthetic=''", f"data.train={out}/train.bin",
