@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <thread>
@@ -688,6 +689,35 @@ TEST_CASE("a flipped bit in any root attribute is detected") {
       CHECK((std::string(c.name) == "flat_size" || std::string(c.name) == "param_count"));
     CHECK_FALSE(describe_checkpoint(path).find("verdict: OK") != std::string::npos);
   }
+}
+
+TEST_CASE("a flipped bit in the stored bytes of an attribute fails HDF5's own checksum") {
+  // Damage on disk, below HDF5: the object header's checksum (file format 1.10) catches it
+  // before the /metadata comparison could.
+  TempDir dir;
+  const std::string path = (dir.path / "c.h5").string();
+  CheckpointData d = fake_state(9);
+  d.state.lr_scale = 1.0;
+  write_checkpoint(path, d);
+  std::string bytes;
+  {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const size_t name = bytes.find("lr_scale");
+  REQUIRE(name != std::string::npos);
+  const double one = 1.0;
+  const size_t value = bytes.find(std::string(reinterpret_cast<const char*>(&one), 8), name);
+  REQUIRE(value != std::string::npos);
+  REQUIRE(value - name < 256);
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(std::streamoff(value + 7));
+  f.put(char(0x3f ^ 0x40));  // 1.0 -> inf
+  f.close();
+  Verdict v = judged(path);
+  CHECK_FALSE(v.ok);
+  CHECK_FALSE(v.unusable);
+  CHECK_MESSAGE(v.reason.find("checksum") != std::string::npos, v.reason);
 }
 
 TEST_CASE("the parameter table and the format version are covered too") {

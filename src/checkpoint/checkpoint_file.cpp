@@ -229,6 +229,10 @@ void write_header(hid_t f, const Header& h) {
 
 // Reads the root attributes as they are; judging them is load()'s business.
 Header read_header(hid_t f) {
+  // Loads the root object header, so that damage to it is reported as what it is rather than
+  // under the name of the first attribute read.
+  H5G_info_t root{};
+  check(H5Gget_info(f, &root), "read the root group's header (its attributes and links)");
   Header h;
   h.format_version = get_attr<int64_t>(f, "format_version", H5T_NATIVE_INT64);
   if (h.format_version < kOldestCheckpointFormatVersion ||
@@ -289,7 +293,14 @@ void write_file(const std::string& file, const CheckpointData& d) {
   Handle fapl = plist_h(H5Pcreate(H5P_FILE_ACCESS), "create file access properties");
   // Strong close: H5Fclose really closes (and reports write errors) even if an id leaked.
   check(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), "set close degree");
-  Handle f = file_h(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), "create file");
+  // The 1.10 file format checksums HDF5's own metadata (superblock, object headers with the
+  // attributes and links in them, chunk indices): a flipped bit anywhere but in unused space
+  // fails the open or the read. Attributes stay in the root's object header (compact), under
+  // its checksum, rather than in a separate heap.
+  check(H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_LATEST), "set format bounds");
+  Handle fcpl = plist_h(H5Pcreate(H5P_FILE_CREATE), "create file creation properties");
+  check(H5Pset_attr_phase_change(fcpl, 64, 32), "keep attributes compact");
+  Handle f = file_h(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, fcpl, fapl), "create file");
   const Header h = header_of(d);
   write_header(f, h);
   write_text(f, "metadata", metadata_record(h, layout_of(d)));
