@@ -1,9 +1,12 @@
 """Checkpoints and exact resume: bitwise on the same world size, within 1e-5 across world sizes,
 damaged files detected with a fallback, SIGTERM saves and exits 75, a writer killed mid-write
-never costs the previous checkpoint, and model changes are refused on resume."""
+never costs the previous checkpoint, and model changes are refused on resume. A flipped bit in
+a root attribute or a non-finite weight makes a file unusable for resume and inspect alike;
+format 1 files (no metadata checksum) still resume."""
 import os
 import pathlib
 import signal
+import struct
 import subprocess
 import time
 
@@ -178,3 +181,113 @@ def test_writer_killed_mid_write_keeps_previous_checkpoint(tmp_path):
         assert "resumed from" in p.stderr
         leftovers = [f for f in (rd / "checkpoints").iterdir() if ".tmp" in f.name]
         assert not leftovers or all(not f.name.endswith(".h5") for f in leftovers)
+
+
+# --- poisoned or unverifiable checkpoints: never resumed from, and inspect agrees -------------
+
+def flip_lr_scale(path, byte, mask):
+    """Flips bits in the stored lr_scale (1.0) of a checkpoint's bytes, as a bad disk would."""
+    data = bytearray(path.read_bytes())
+    name = data.find(b"lr_scale")
+    at = data.find(struct.pack("<d", 1.0), name)
+    assert name >= 0 and 0 < at - name < 256, "lr_scale's value not found"
+    data[at + byte] ^= mask
+    path.write_bytes(bytes(data))
+
+
+def poison(path):
+    """An infinite weight written through HDF5 (checksums stay right): what a writer without
+    the finiteness rule would have left."""
+    with h5py.File(path, "r+") as f:
+        ds = f["model/wte.weight"]
+        ds[0, 0] = float("inf")
+
+
+def flip_data(path):
+    """Flips a byte in the middle of a tensor's stored data (not in the file's slack space)."""
+    with h5py.File(path, "r") as f:
+        info = f["optimizer/v/blocks.0.mlp.fc.weight"].id.get_chunk_info(0)
+    flip_byte(path, (info.byte_offset + info.size // 2) / path.stat().st_size)
+
+
+def make_format_1(path):
+    """A checkpoint as trainrun wrote them before /metadata existed."""
+    with h5py.File(path, "r+") as f:
+        del f["metadata"]
+        f.attrs.modify("format_version", 1)
+
+
+def rewrite_lr_scale(path, value):
+    """lr_scale changed through HDF5 itself (HDF5's own checksums stay right), as a tool or a
+    bit flip in memory before the write would."""
+    with h5py.File(path, "r+") as f:
+        f.attrs.modify("lr_scale", value)
+
+
+@pytest.mark.parametrize("how", ["disk-inf", "disk-half", "rewrite-inf", "rewrite-half"])
+def test_flipped_lr_scale_bit_is_detected(tmp_path, full_run, how):
+    rd = tmp_path / "r"
+    start_interrupted(rd, fault="exit:step=17:code=9")
+    newest = rd / "checkpoints" / "step-0000015.h5"
+    value = float("inf") if how.endswith("inf") else 0.5
+    if how.startswith("disk"):  # 1.0 -> inf (exponent's top bit) or 0.5 (its lowest bit)
+        flip_lr_scale(newest, *((7, 0x40) if value == float("inf") else (6, 0x10)))
+        why = "incorrect metadata checksum"  # the root object header's checksum
+    else:
+        rewrite_lr_scale(newest, value)
+        why = "`lr_scale=%s`, /metadata says `lr_scale=1`" % ("inf" if value > 1 else "0.5")
+    p = run(["inspect", str(newest)], check=4)
+    assert "DAMAGED" in p.stdout and why in p.stdout, p.stdout
+    p = run(["--resume", str(rd)], check=0)
+    assert "step-0000015.h5 is damaged" in p.stderr and why in p.stderr  # named, and why
+    assert "resumed from" in p.stderr and "step-0000010.h5" in p.stderr
+    assert losses(rd) == full_run  # the learning rate never saw the flipped value
+
+
+def test_non_finite_checkpoint_is_unusable_and_skipped(tmp_path, full_run):
+    rd = tmp_path / "r"
+    start_interrupted(rd, fault="exit:step=17:code=9")
+    newest = rd / "checkpoints" / "step-0000015.h5"
+    poison(newest)
+    p = run(["inspect", str(newest)], check=4)
+    assert "UNUSABLE" in p.stdout and "model/wte.weight holds 1 non-finite value" in p.stdout
+    p = run(["--resume", str(rd)], check=0)
+    assert "step-0000015.h5 is not usable" in p.stderr
+    assert "falling back to" in p.stderr and "step-0000010.h5" in p.stderr
+    assert losses(rd) == full_run
+
+
+def test_format_1_checkpoint_still_resumes(tmp_path, full_run):
+    rd = tmp_path / "r"
+    start_interrupted(rd)
+    ckpt = rd / "checkpoints" / "step-0000010.h5"
+    make_format_1(ckpt)
+    p = run(["inspect", str(ckpt)], check=0)
+    assert "metadata checksum: none (format 1" in p.stdout
+    assert "verdict: OK (format 1" in p.stdout
+    p = run(["--resume", str(rd)], check=0)
+    assert "format 1" in p.stderr and "resumed from" in p.stderr
+    assert losses(rd) == full_run
+
+
+def test_inspect_agrees_with_resume_on_every_file(tmp_path):
+    """Each kind of file, good or not: `inspect` exits 0 exactly when --resume FILE can start."""
+    rd = tmp_path / "r"
+    start_interrupted(rd, ["checkpoint.every=2"], fault="exit:step=15:code=9", expect=14)
+    ck = sorted((rd / "checkpoints").glob("step-*.h5"))
+    assert len(ck) == 7
+    damage = [lambda p: None, lambda p: flip_lr_scale(p, 7, 0x40),
+              lambda p: rewrite_lr_scale(p, 0.5), poison, make_format_1, flip_data,
+              lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])]
+    for spoil, path in zip(damage, ck):
+        spoil(path)
+    for i, path in enumerate(ck[: len(damage)]):
+        step = int(path.stem.split("-")[1])
+        inspected = run(["inspect", str(path)]).returncode
+        copy = tmp_path / f"copy{i}"
+        subprocess.run(["cp", "-a", str(rd), str(copy)], check=True)
+        resumed = run(["--resume", str(copy / "checkpoints" / path.name),
+                       *sets(f"train.steps={step + 1}")])
+        assert inspected in (0, 4) and resumed.returncode in (0, 4), resumed.stderr
+        assert (inspected == 0) == (resumed.returncode == 0), (path.name, resumed.stderr[-2000:])
+    assert [run(["inspect", str(p)]).returncode for p in ck[: len(damage)]] == [0, 4, 4, 4, 0, 4, 4]

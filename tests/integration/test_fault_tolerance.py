@@ -1,13 +1,18 @@
 """Fault tolerance: a killed rank is relaunched from the newest checkpoint and the run ends
 exactly as if nothing happened; a stalled rank is caught by the watchdog and named; NaN steps
-are skipped, and endless NaNs roll back and finally give up; max_restarts is honoured."""
+are skipped, and endless NaNs roll back and finally give up; max_restarts is honoured. No
+checkpoint is written with non-finite weights or during a streak of bad steps, so a rollback
+lands on a finite one, and a run that ends non-finite exits 7."""
+import os
 import random
 import re
+import signal
+import subprocess
 import time
 
 import pytest
 
-from conftest import REPO, TINY, losses, metrics, run, sets
+from conftest import REPO, TINY, TRAINRUN, losses, metrics, run, sets
 
 QS = str(REPO / "configs/quickstart.yaml")
 BASE = [*TINY, "train.steps=24", "optimizer.warmup_steps=3", "checkpoint.every=4",
@@ -116,3 +121,81 @@ def test_single_rank_supervised_restart(tmp_path):
     run([QS, *sets(*base), "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": "kill:step=6"}, check=0)
     assert losses(rd) == losses(clean)
     assert len(events(rd, "restart")) == 1
+
+
+# --- no poisoned checkpoints: none written in a bad state, a diverged run never exits 0 -------
+
+def checkpoint_steps(rd):
+    return sorted(int(p.stem.split("-")[1]) for p in (rd / "checkpoints").glob("step-*.h5"))
+
+
+@pytest.mark.parametrize("every,nproc,zero,lands", [(1, 1, 0, 7), (5, 1, 0, 5), (5, 2, 1, 5)])
+def test_inf_weights_are_never_checkpointed_and_rollback_lands_on_finite(tmp_path, every, nproc,
+                                                                         zero, lands):
+    # After step 7's update every weight is +inf (once): the checkpoint right after it (bad
+    # counter still 0) is refused for its non-finite weights, the ones during the NaN streak
+    # for the streak; the rollback lands on the last finite checkpoint and the run finishes.
+    rd = tmp_path / "r"
+    p = run([QS, *sets(*TINY, "train.steps=20", f"checkpoint.every={every}",
+                       "checkpoint.keep_last=30", "fault_tolerance.max_bad_steps=3",
+                       f"distributed.nproc={nproc}", f"distributed.zero={zero}"),
+             "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": "inf:step=7"}, check=0, timeout=300)
+    rollbacks = events(rd, "rollback")
+    assert [r["step"] for r in rollbacks] == [lands], p.stderr[-3000:]
+    # (The rollback drops the metrics rows after step `lands`, checkpoint_skipped events too.)
+    skipped = re.findall(r"step (\d+): not writing checkpoint \S+step-(\d+)\.h5: (.*?); the "
+                         r"newest checkpoint stays \S+step-(\d+)\.h5", p.stderr)
+    want = [8, 9, 10] if every == 1 else [10]
+    assert [int(s[0]) for s in skipped] == want, p.stderr[-3000:]
+    assert all(int(s[1]) == int(s[0]) and int(s[3]) == lands for s in skipped)
+    if every == 1:  # weights inf after a step that was itself fine: the finiteness rule
+        assert "model/wte.weight holds 1024 non-finite values" in skipped[0][2]
+    assert "non-finite loss or gradient norm" in skipped[-1][2]  # the streak rule
+    for step in checkpoint_steps(rd):  # every file written is finite and verifies
+        run(["inspect", str(rd / "checkpoints" / f"step-{step:07d}.h5")], check=0)
+    assert metrics(rd)[-1]["step"] == 20
+    assert all(r["loss"] == r["loss"] for r in metrics(rd) if r["step"] > 11)
+
+
+@pytest.mark.parametrize("fault,why", [
+    ("nan:from=11", "no final checkpoint"),       # last step bad: the streak rule
+    ("inf:step=11", "no final checkpoint"),       # last update diverged: the finiteness rule
+    ("inf:step=10", "a non-finite loss"),         # last loss NaN
+])
+def test_a_run_ending_non_finite_exits_7(tmp_path, fault, why):
+    rd = tmp_path / "r"
+    p = run([QS, *sets(*TINY, "train.steps=12", "checkpoint.every=5"), "--run-dir", str(rd)],
+            env={"TRAINRUN_FAULTS": fault}, check=7)
+    assert why in p.stderr and "gave up" in p.stderr
+    assert "the newest good checkpoint is" in p.stderr and "step-0000010.h5" in p.stderr
+    assert checkpoint_steps(rd) == [5, 10]  # the previous good checkpoint stays the newest
+    assert events(rd, "gave_up")
+
+
+def test_a_supervised_run_ending_non_finite_exits_7(tmp_path):
+    # Through the supervisor and mpirun, 2 ranks: every rank ends 7, and 7 is never restarted.
+    rd = tmp_path / "r"
+    p = run([QS, *sets(*BASE, "fault_tolerance.max_restarts=2"), "--run-dir", str(rd)],
+            env={"TRAINRUN_FAULTS": "nan:from=23:attempts=all"}, check=7, timeout=300)
+    assert not events(rd, "restart"), p.stderr[-3000:]
+    assert checkpoint_steps(rd)[-1] == 20
+
+
+def test_stop_during_a_bad_streak_keeps_the_good_checkpoint(tmp_path):
+    rd = tmp_path / "r"
+    env = dict(os.environ, OMP_NUM_THREADS="2", TRAINRUN_FAULTS="nan:from=3")
+    proc = subprocess.Popen(
+        [TRAINRUN, QS, *sets(*TINY, "train.steps=100000", "checkpoint.every=2",
+                             "fault_tolerance.max_bad_steps=1000000"), "--run-dir", str(rd)],
+        env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while time.time() < deadline and len(events(rd, "bad_step") if (rd / "metrics.jsonl").exists()
+                                         else []) < 3:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 75, err[-3000:]
+    assert "not fit for a checkpoint" in err and "step-0000002.h5" in err
+    assert checkpoint_steps(rd) == [2]
+    p = run(["--resume", str(rd), *sets("train.steps=6")], check=0)
+    assert "resumed from" in p.stderr and "step-0000002.h5" in p.stderr
