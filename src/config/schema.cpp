@@ -36,7 +36,8 @@ std::vector<Field> with_enum_names(std::vector<Field> fields) {
           using T = std::remove_cvref_t<decltype(m(std::declval<Experiment&>()))>;
           if constexpr (NamedEnum<T>) {
             if (!f.allowed.empty())
-              throw std::logic_error(std::string(f.key) + ": an enum key lists no allowed values");
+              throw std::logic_error(std::string(f.key) +
+                                     ": an enum key's allowed values are its EnumNames; list none");
             const auto names = enum_names<T>();
             f.allowed.assign(names.begin(), names.end());
           }
