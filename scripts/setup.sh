@@ -44,18 +44,22 @@ if [[ ${#missing[@]} -gt 0 ]]; then
     "${missing[@]}" >"$log" 2>&1 || fail "apt-get install ${missing[*]}" "$apt_hint"
 fi
 
-# The TensorBoard tests read the event files with the real reader and server, which only PyPI
-# has. Debian's python3 is externally managed (PEP 668), so it goes into a venv of its own
-# (build/ holds what is built, not the source); --system-site-packages lets it use Debian's
-# numpy. The tests find it there (tests/integration/test_tensorboard.py).
+# The TensorBoard tests read the event files with the real reader and server, and the tokenizer
+# tests cross-check trainrun's BPE against Hugging Face's tokenizers; only PyPI has them.
+# Debian's python3 is externally managed (PEP 668), so they go into a venv of their own (build/
+# holds what is built, not the source); --system-site-packages lets it use Debian's numpy. The
+# tests find it there (tests/integration/test_tensorboard.py, test_tokenizer.py).
 if [[ "${1:-}" == "--test" ]]; then
   venv=$root/build/test-venv
   tensorboard=tensorboard==2.21.0
-  if ! "$venv/bin/python" -c "import tensorboard" 2>/dev/null; then
-    echo "installing: $tensorboard (PyPI) into $venv"
+  tokenizers=tokenizers==0.23.3
+  if ! "$venv/bin/python" -c "import tensorboard, tokenizers
+assert tokenizers.__version__ == '${tokenizers#*==}'" 2>/dev/null; then
+    echo "installing: $tensorboard $tokenizers (PyPI) into $venv"
     mkdir -p "$root/build"
     /usr/bin/python3 -m venv --system-site-packages "$venv" >"$log" 2>&1 || fail "python3 -m venv" ""
-    "$venv/bin/pip" install -q --disable-pip-version-check "$tensorboard" >"$log" 2>&1 ||
-      fail "pip install $tensorboard" "Check that PyPI is reachable, then run $0 --test again."
+    "$venv/bin/pip" install -q --disable-pip-version-check "$tensorboard" "$tokenizers" \
+      >"$log" 2>&1 || fail "pip install $tensorboard $tokenizers" \
+      "Check that PyPI is reachable, then run $0 --test again."
   fi
 fi

@@ -116,7 +116,7 @@ missing=$(in_root 'for t in meson ninja mpirun gnuplot jq clang-format slurmctld
                      command -v $t >/dev/null || echo $t; done
                    python3 -c "import pytest, h5py, yaml, PIL" 2>/dev/null ||
                      echo "python3: pytest/h5py/yaml/PIL"
-                   build/test-venv/bin/python -c "import tensorboard" 2>/dev/null ||
-                     echo "build/test-venv: tensorboard"')
+                   build/test-venv/bin/python -c "import tensorboard, tokenizers" 2>/dev/null ||
+                     echo "build/test-venv: tensorboard/tokenizers"')
 [[ -z $missing ]] || die "scripts/setup.sh --test left these missing: $missing"
 echo "fresh: PASS (quick start and the test command's install step on a pristine Debian 12)"
