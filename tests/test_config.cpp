@@ -621,3 +621,9 @@ TEST_CASE("sizes that would overflow int64 arithmetic are refused up front (exit
   CHECK_NOTHROW(parse(kMinimal, {"model.vocab_size=50304", "model.d_model=768", "model.n_head=12",
                                  "model.seq_len=1024"}));
 }
+
+TEST_CASE("a rollback may not zero the learning rate") {
+  const std::string msg = error_of(kMinimal, {"fault_tolerance.rollback_lr_factor=0"});
+  CHECK(msg.find("fault_tolerance.rollback_lr_factor") != std::string::npos);
+  CHECK_NOTHROW(parse(kMinimal, {"fault_tolerance.rollback_lr_factor=0.5"}));
+}

@@ -177,7 +177,7 @@ std::vector<Field> make_schema() {
        .resumable = kResumable, .min = 0},
       {KEY(fault_tolerance, rollback_lr_factor),
        .description = "Learning-rate multiplier applied at each rollback", .resumable = kResumable,
-       .min = 0, .max = 1},
+       .min = 0, .max = 1, .min_open = true},
       {KEY(fault_tolerance, restart_backoff),
        .description = "Seconds before the first relaunch; doubles each time, at most 60",
        .resumable = kResumable, .min = 0},
