@@ -1,4 +1,5 @@
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -11,12 +12,15 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../src/launch/run_dir.h"
+#include "../src/launch/stop_relay.h"
 #include "temp_dir.h"
 #include "trainrun/checkpoint.h"
 #include "trainrun/comm.h"
@@ -723,12 +727,12 @@ TEST_CASE("resolve_run: a config, or what --resume points at") {
   }
   SUBCASE("a fresh run from a config; --run-dir wins") {
     r.config = write_config(dir, run_dir);
-    auto [exp, file] = resolve_run(r);
+    auto [exp, file, step, use, notes] = resolve_run(r);
     CHECK(exp.name == "resume-test");
     CHECK(exp.run_dir == run_dir);
     CHECK(file.empty());
     r.run_dir = dir / "elsewhere";
-    CHECK(resolve_run(r).first.run_dir == dir / "elsewhere");
+    CHECK(resolve_run(r).exp.run_dir == dir / "elsewhere");
   }
   SUBCASE("--resume of a path that is not there") {
     r.resume = dir / "nope";
@@ -740,37 +744,37 @@ TEST_CASE("resolve_run: a config, or what --resume points at") {
     CHECK_THROWS_AS(resolve_run(r), CheckpointError);
     r.config = write_config(dir, run_dir);
     r.resume = "";  // `trainrun CONFIG --resume`: the config's run directory
-    auto [exp, file] = resolve_run(r);
+    auto [exp, file, step, use, notes] = resolve_run(r);
     CHECK(file.empty());
     CHECK(exp.run_dir == run_dir);
   }
   SUBCASE("a run directory: its newest good checkpoint and the config stored in it") {
     r.config = write_config(dir, run_dir);
-    const Experiment original = resolve_run(r).first;
+    const Experiment original = resolve_run(r).exp;
     save_checkpoint(original, 4);
     const std::string newest = save_checkpoint(original, 8);
     RunRequest resume;
     resume.resume = run_dir;
     resume.sets = {"train.steps=20"};
-    auto [exp, file] = resolve_run(resume);
+    auto [exp, file, step, use, notes] = resolve_run(resume);
     CHECK(file == newest);
     CHECK(exp.name == "resume-test");
     CHECK(exp.train.steps == 20);
     CHECK(fs::equivalent(exp.run_dir, run_dir));
     // A damaged newest checkpoint is passed over for the one before it.
     std::ofstream(newest, std::ios::trunc) << "not hdf5";
-    CHECK(resolve_run(resume).second == checkpoint_path(run_dir, 4));
+    CHECK(resolve_run(resume).resume_file == checkpoint_path(run_dir, 4));
   }
   SUBCASE("a checkpoint file: that file; the run directory is the one holding it") {
     r.config = write_config(dir, run_dir);
-    const std::string file = save_checkpoint(resolve_run(r).first, 4);
+    const std::string file = save_checkpoint(resolve_run(r).exp, 4);
     RunRequest resume;
     resume.resume = file;
-    auto [exp, got] = resolve_run(resume);
+    auto [exp, got, step, use, notes] = resolve_run(resume);
     CHECK(got == file);
     CHECK(fs::equivalent(exp.run_dir, run_dir));
     resume.run_dir = dir / "other";
-    CHECK(resolve_run(resume).first.run_dir == dir / "other");
+    CHECK(resolve_run(resume).exp.run_dir == dir / "other");
     // A damaged file given by name is an error, not a silent fresh start.
     std::ofstream(file, std::ios::trunc) << "not hdf5";
     CHECK_THROWS_AS(resolve_run(resume), CheckpointError);
@@ -794,4 +798,326 @@ TEST_CASE("check_memory refuses what cannot fit, with the numbers") {
     CHECK(what.find("this machine") != std::string::npos);
     CHECK(what.find("trainrun plan") != std::string::npos);
   }
+}
+
+// --- The run directory: one run, one process
+// ------------------------------------------------------
+
+namespace {
+
+void touch(const fs::path& p, const std::string& text = "x") {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << text;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const RunDirError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("inspect_run_dir tells trainrun's directories from a user's") {
+  TempDir dir;
+  CHECK(inspect_run_dir(dir / "nope").kind == RunDirKind::missing);
+  fs::create_directories(dir / "empty");
+  CHECK(inspect_run_dir(dir / "empty").kind == RunDirKind::empty);
+  touch(dir.path / "failed" / "config.yaml");
+  touch(dir.path / "failed" / "logs" / "rank-0.log");
+  CHECK(inspect_run_dir(dir / "failed").kind == RunDirKind::unused);
+  touch(dir.path / "ran" / "metrics.jsonl");
+  CHECK(inspect_run_dir(dir / "ran").kind == RunDirKind::run);
+  Experiment e;
+  e.run_dir = dir / "ckpt";
+  save_checkpoint(e, 40);
+  const RunDirState ran = inspect_run_dir(dir / "ckpt");
+  CHECK(ran.kind == RunDirKind::run);
+  CHECK(ran.what == "checkpoints up to step 40");
+  // A user's files, even beside a config.yaml: not trainrun's.
+  touch(dir.path / "mine" / "config.yaml");
+  CHECK(inspect_run_dir(dir / "mine").kind == RunDirKind::foreign);
+  touch(dir.path / "mine" / "notes.txt");
+  touch(dir.path / "mine" / "logs" / "x");
+  const RunDirState mine = inspect_run_dir(dir / "mine");
+  CHECK(mine.kind == RunDirKind::foreign);
+  CHECK(mine.what == "notes.txt");
+  touch(dir / "afile");
+  CHECK(error_of([&] { inspect_run_dir(dir / "afile"); }).find("is a file") != std::string::npos);
+}
+
+TEST_CASE("check_run_dir_use: a new run never lands on another run or a user's files") {
+  const RunDirState run{RunDirKind::run, "checkpoints up to step 8"};
+  const RunDirState foreign{RunDirKind::foreign, "notes.txt"};
+  for (RunDirKind ok : {RunDirKind::missing, RunDirKind::empty, RunDirKind::unused})
+    CHECK_NOTHROW(check_run_dir_use("d", {ok, ""}, RunDirUse::start, false));
+  const std::string taken = error_of([&] { check_run_dir_use("d", run, RunDirUse::start, false); });
+  CHECK(taken.find("already holds a run (checkpoints up to step 8)") != std::string::npos);
+  CHECK(taken.find("--resume d") != std::string::npos);
+  CHECK(taken.find("--new") != std::string::npos);
+  CHECK_NOTHROW(check_run_dir_use("d", run, RunDirUse::start, true));
+  CHECK_NOTHROW(check_run_dir_use("d", run, RunDirUse::restart, false));  // a requeued job
+  CHECK_NOTHROW(check_run_dir_use("d", run, RunDirUse::resume, false));
+  const std::string user =
+      error_of([&] { check_run_dir_use("d", foreign, RunDirUse::start, false); });
+  CHECK(user.find("trainrun did not make it (it holds notes.txt)") != std::string::npos);
+  CHECK_FALSE(
+      error_of([&] { check_run_dir_use("d", foreign, RunDirUse::restart, false); }).empty());
+  CHECK_NOTHROW(check_run_dir_use("d", foreign, RunDirUse::start, true));
+}
+
+TEST_CASE("RunDirLock: one holder at a time, named; the kernel releases a dead holder's") {
+  TempDir dir;
+  const std::string d = dir / "run";
+  {
+    RunDirLock lock = RunDirLock::take(d);  // creates the directory
+    CHECK(lock.held());
+    CHECK(fs::is_directory(d));
+    const std::string holder = run_dir_lock_holder(d);
+    CHECK(holder.find(fmt::format("pid {} on ", getpid())) != std::string::npos);
+    // A second open file description conflicts, in this process as in any other.
+    const std::string second = error_of([&] { RunDirLock::take(d); });
+    CHECK(second.find("in use by another trainrun: pid " + std::to_string(getpid())) !=
+          std::string::npos);
+    CHECK_FALSE(error_of([&] { check_run_dir(d, RunDirUse::resume, false); }).empty());
+    RunDirLock moved = std::move(lock);
+    CHECK(moved.held());
+    CHECK_FALSE(lock.held());
+    CHECK_FALSE(run_dir_lock_holder(d).empty());
+  }
+  CHECK(run_dir_lock_holder(d).empty());
+  // A holder killed with SIGKILL leaves the lock file, not the lock.
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    RunDirLock held = RunDirLock::take(d);
+    char c = 1;
+    if (write(ready[1], &c, 1) != 1) std::_Exit(1);
+    pause();
+    std::_Exit(0);
+  }
+  char c = 0;
+  REQUIRE(read(ready[0], &c, 1) == 1);
+  CHECK(run_dir_lock_holder(d).find(fmt::format("pid {} on ", child)) != std::string::npos);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  close(ready[0]);
+  close(ready[1]);
+  CHECK(run_dir_lock_holder(d).empty());
+  CHECK(RunDirLock::take(d).held());
+}
+
+TEST_CASE("RunDirLock: unusable directories say why") {
+  TempDir dir;
+  touch(dir / "afile");
+  CHECK(error_of([&] { RunDirLock::take(dir / "afile"); }).find("is a file") != std::string::npos);
+  CHECK(error_of([&] { RunDirLock::take(dir.path / "afile" / "run"); }).find("is a file") !=
+        std::string::npos);
+  const std::string long_name = dir / std::string(300, 'x');
+  CHECK(error_of([&] { RunDirLock::take(long_name); }).find("longer than the file system") !=
+        std::string::npos);
+}
+
+TEST_CASE("claim_run_dir --new archives trainrun's files only; the lock file stays") {
+  TempDir dir;
+  const std::string d = dir / "run";
+  Experiment e;
+  e.run_dir = d;
+  save_checkpoint(e, 4);
+  touch(fs::path(d) / "config.yaml", "old");
+  touch(fs::path(d) / "metrics.jsonl");
+  touch(fs::path(d) / "slurm-17.out");
+  touch(fs::path(d) / "notes.txt", "mine");
+  CHECK_THROWS_AS(claim_run_dir(d, RunDirUse::start, false), RunDirError);
+  CHECK(fs::exists(fs::path(d) / "config.yaml"));  // refused before anything moved
+  CHECK_FALSE(fs::exists(fs::path(d) / kRunDirLockFile));
+  {
+    RunDirLock lock = claim_run_dir(d, RunDirUse::start, true);
+    CHECK(lock.held());
+  }
+  std::vector<std::string> archives;
+  for (const auto& entry : fs::directory_iterator(d))
+    if (entry.path().filename().string().rfind("archive-", 0) == 0)
+      archives.push_back(entry.path().string());
+  REQUIRE(archives.size() == 1);
+  const fs::path a = archives[0];
+  CHECK(fs::exists(a / "checkpoints" / "step-0000004.h5"));
+  CHECK(fs::exists(a / "config.yaml"));
+  CHECK(fs::exists(a / "metrics.jsonl"));
+  CHECK(fs::exists(a / "slurm-17.out"));
+  CHECK(fs::exists(fs::path(d) / "notes.txt"));  // the user's file stays where it was
+  CHECK(fs::exists(fs::path(d) / kRunDirLockFile));
+  CHECK_FALSE(fs::exists(fs::path(d) / "checkpoints"));
+  // Now an unused directory of trainrun's (with a user's file: foreign without --new).
+  CHECK(inspect_run_dir(d).kind == RunDirKind::foreign);
+  fs::remove(fs::path(d) / "notes.txt");
+  CHECK(inspect_run_dir(d).kind == RunDirKind::unused);
+  CHECK(claim_run_dir(d, RunDirUse::start, false).held());
+}
+
+TEST_CASE("run_dir_of_checkpoint: only a checkpoints/ folder of trainrun's own directory") {
+  TempDir dir;
+  Experiment e;
+  e.run_dir = dir / "run";
+  const std::string inside = save_checkpoint(e, 4);
+  CHECK(run_dir_of_checkpoint(inside) == fs::absolute(e.run_dir).lexically_normal().string());
+  fs::create_directories(dir / "loose");
+  fs::copy_file(inside, dir.path / "loose" / "step-0000004.h5");
+  CHECK_FALSE(run_dir_of_checkpoint(dir.path / "loose" / "step-0000004.h5"));
+  // A checkpoints/ folder among a user's own files is not a run directory either.
+  e.run_dir = dir / "project";
+  const std::string theirs = save_checkpoint(e, 4);
+  touch(dir.path / "project" / "paper.tex");
+  CHECK_FALSE(run_dir_of_checkpoint(theirs));
+}
+
+TEST_CASE("resolve_run: a checkpoint from outside a run directory starts a new one") {
+  TempDir dir;
+  RunRequest r;
+  r.config = write_config(dir, dir / "run");
+  const Experiment original = resolve_run(r).exp;
+  const std::string inside = save_checkpoint(original, 4);
+  fs::create_directories(dir / "elsewhere");
+  const fs::path outside = dir.path / "elsewhere" / "ckpt.h5";
+  fs::copy_file(inside, outside);
+
+  RunRequest resume;
+  resume.resume = outside.string();
+  ResolvedRun got = resolve_run(resume);
+  CHECK(got.use == RunDirUse::start);
+  CHECK(got.resume_file == outside.string());
+  CHECK(got.resume_step == 4);
+  CHECK(got.exp.run_dir == fs::path(dir / "run").lexically_normal().string() + "-from-step-4");
+  REQUIRE(got.notes.size() == 1);
+  CHECK(got.notes[0].find("outside a run directory") != std::string::npos);
+  CHECK(got.notes[0].find(got.exp.run_dir) != std::string::npos);
+  resume.run_dir = dir / "mine";
+  got = resolve_run(resume);
+  CHECK(got.use == RunDirUse::start);
+  CHECK(got.exp.run_dir == dir / "mine");
+
+  // A relative path works; inside its run directory it continues that run.
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir.path);
+  RunRequest relative;
+  relative.resume = "run/checkpoints/step-0000004.h5";
+  got = resolve_run(relative);
+  fs::current_path(cwd);
+  CHECK(got.use == RunDirUse::resume);
+  CHECK(fs::equivalent(got.exp.run_dir, dir / "run"));
+  fs::current_path(dir / "elsewhere");
+  relative.resume = "ckpt.h5";
+  ResolvedRun loose;
+  CHECK_NOTHROW(loose = resolve_run(relative));
+  fs::current_path(cwd);
+  CHECK(loose.use == RunDirUse::start);
+  CHECK(loose.exp.run_dir.find("-from-step-4") != std::string::npos);
+}
+
+TEST_CASE("resolve_run: a CONFIG given with --resume must describe the resumed run") {
+  TempDir dir;
+  RunRequest r;
+  r.config = write_config(dir, dir / "run");
+  save_checkpoint(resolve_run(r).exp, 4);
+  RunRequest resume;
+  resume.config = r.config;
+  resume.resume = "";
+  ResolvedRun same = resolve_run(resume);
+  CHECK(same.resume_file == checkpoint_path(dir / "run", 4));
+  CHECK(same.notes.empty());
+  // A key a resume may change is taken from CONFIG, and said.
+  resume.sets = {"train.steps=30"};
+  ResolvedRun more = resolve_run(resume);
+  CHECK(more.exp.train.steps == 30);
+  resume.sets.clear();
+  std::ofstream(dir / "other.yaml") << "name: resume-test\nrun_dir: " << (dir / "run")
+                                    << "\ntrain:\n  steps: 25\ndata:\n  synthetic: markov\n";
+  resume.config = dir / "other.yaml";
+  more = resolve_run(resume);
+  CHECK(more.exp.train.steps == 25);
+  REQUIRE(more.notes.size() == 1);
+  CHECK(more.notes[0].find("train.steps=25") != std::string::npos);
+  // Any other difference: refused, naming the key.
+  std::ofstream(dir / "other.yaml", std::ios::trunc)
+      << "name: resume-test\nrun_dir: " << (dir / "run")
+      << "\nmodel:\n  d_model: 32\ntrain:\n  steps: 10\ndata:\n  synthetic: markov\n";
+  CHECK_THROWS_WITH_AS(resolve_run(resume), doctest::Contains("model.d_model"), ConfigError);
+}
+
+// --- Exit codes and stop signals
+// ------------------------------------------------------------------
+
+TEST_CASE("job_code: the man page's table, 128+N, and 6 for everything else") {
+  for (int code : std::vector<int>{kExitOk, kExitFailure, kExitUsage, kExitData, kExitCheckpoint,
+                                   kExitDevice, kExitLaunch, kExitGaveUp, kExitHang, kExitRunDir,
+                                   kExitResumeMe, kExitInterrupted, 128 + SIGKILL, 128 + SIGSEGV})
+    CHECK(job_code(code) == code);
+  for (int code : {9, 42, 205, 213, 255}) CHECK(job_code(code) == kExitLaunch);
+  // Open MPI's own failure is a launch failure, not "a rank exited with code 255".
+  const JobOutcome o = judge_job(255, {}, MpirunFailure{});
+  CHECK(o.code == kExitLaunch);
+  CHECK_FALSE(restartable(kExitRunDir));
+  CHECK(exit_code_meaning(kExitRunDir) == "run directory unusable");
+}
+
+TEST_CASE("relayed_signal: stops reach ranks as what mpirun forwards unchanged") {
+  for (int sig : {SIGTERM, SIGHUP, SIGUSR1}) CHECK(relayed_signal(sig, 1, SIGTERM) == SIGUSR1);
+  CHECK(relayed_signal(SIGINT, 1, SIGTERM) == SIGUSR2);
+  CHECK(relayed_signal(SIGINT, 2, SIGTERM) == SIGUSR2);  // ranks stop at once
+  CHECK(relayed_signal(SIGINT, 3, SIGTERM) == SIGTERM);  // mpirun kills them
+  CHECK(relayed_signal(SIGUSR2, 3, SIGKILL) == SIGKILL);
+}
+
+TEST_CASE("StopRelay: remembers the first stop, nests, and restores the handlers") {
+  const int status = in_child([] {
+    struct sigaction before {};
+    sigaction(SIGTERM, nullptr, &before);
+    {
+      StopRelay outer;
+      {
+        StopRelay inner;
+        if (StopRelay::requested() != 0) std::_Exit(1);
+        raise(SIGTERM);
+        raise(SIGINT);
+        if (StopRelay::requested() != SIGTERM || StopRelay::stop_code() != kExitResumeMe)
+          std::_Exit(2);
+      }
+      if (StopRelay::requested() != SIGTERM) std::_Exit(3);  // the inner one left it in place
+      if (!StopRelay::sleep_unless_stopped(10)) std::_Exit(4);
+    }
+    struct sigaction after {};
+    sigaction(SIGTERM, nullptr, &after);
+    if (after.sa_handler != before.sa_handler) std::_Exit(5);
+    StopRelay again;
+    raise(SIGUSR2);
+    std::_Exit(StopRelay::stop_code() == kExitInterrupted ? 0 : 6);
+  });
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("printable: control characters from configs never reach the terminal raw") {
+  CHECK(printable("plain text\n\tand more") == "plain text\n\tand more");
+  CHECK(printable("a\x1b[31mred\r") == "a\\x1b[31mred\\x0d");
+  CHECK(printable(std::string("nul\0x", 5)) == "nul\\x00x");
+  CHECK(printable("\x7f") == "\\x7f");
+  CHECK(printable("csi \xc2\x9b and \xc3\xa9") == "csi \\u009b and \xc3\xa9");  // UTF-8 kept
+}
+
+TEST_CASE("run_launch: a supervised single rank's failure is rank 0's, on this host") {
+  LaunchPlan plan;
+  plan.argv = {"/bin/sh", "-c", "kill -9 $$"};
+  plan.single_rank = true;
+  MpirunFailure f;
+  CHECK(run_launch(plan, &f) == 128 + SIGKILL);
+  CHECK(f.rank == 0);
+  CHECK(f.host == host());
+  CHECK(f.text == "rank 0 on " + host() + " killed by signal 9 (Killed)");
+  plan.argv = {"/bin/sh", "-c", "exit 3"};
+  CHECK(run_launch(plan, &f) == 3);
+  CHECK(f.text == "rank 0 on " + host() + " exited with code 3");
 }

@@ -17,6 +17,7 @@ enum ExitCode : int {
   kExitLaunch = 6,         // mpirun missing, not enough slots, or a rank failed
   kExitGaveUp = 7,         // fault tolerance gave up (restarts exhausted, repeated bad steps)
   kExitHang = 8,           // the watchdog aborted a hung job (a rank stalled or a collective hung)
+  kExitRunDir = 73,        // the run directory is unusable: another run's, in use (EX_CANTCREAT)
   kExitResumeMe = 75,      // stopped by SIGTERM/SIGUSR1 after a checkpoint: resume me (EX_TEMPFAIL)
   kExitInterrupted = 130,  // stopped by SIGINT (after saving a checkpoint when enabled)
 };
@@ -45,6 +46,9 @@ struct DeviceError : Error {
 };
 struct LaunchError : Error {
   explicit LaunchError(const std::string& w) : Error(kExitLaunch, w) {}
+};
+struct RunDirError : Error {
+  explicit RunDirError(const std::string& w) : Error(kExitRunDir, w) {}
 };
 
 }  // namespace trainrun

@@ -21,6 +21,9 @@ struct LaunchPlan {
   std::vector<std::string> argv;  // the full mpirun command
   std::vector<std::string> env;   // KEY=VALUE added to mpirun's environment
   int omp_threads_per_rank = 1;
+  // The command is one trainrun rank itself, not mpirun (a supervised single-rank job): its
+  // failure is rank 0's, on this host.
+  bool single_rank = false;
 };
 
 // self_argv: the trainrun command line the ranks run (argv[0] resolved to an absolute path).
@@ -30,10 +33,11 @@ LaunchPlan plan_launch(const Experiment& exp, const std::vector<std::string>& se
 // A shell-quoted, copy-pasteable rendering (for --dry-run).
 std::string render_command(const LaunchPlan& plan);
 
-// Runs the plan and waits, forwarding SIGINT, SIGTERM, SIGUSR1, SIGUSR2 and SIGHUP to it. Returns
-// the job's exit code (128+N when killed by signal N); when it is not 0, `failure` holds what
-// mpirun said of the first rank to fail (rank and host when it named them), else what the exit
-// status tells. Not thread-safe: one launch per process at a time.
+// Runs the plan and waits, relaying SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 to it as
+// requests to checkpoint and stop (SIGUSR1 or SIGUSR2: see stop_relay.h). Returns the job's
+// exit code (128+N when killed by signal N); when it is not 0, `failure` holds what mpirun said
+// of the first rank to fail (rank and host when it named them), else what the exit status
+// tells. Not thread-safe: one launch per process at a time.
 int run_launch(const LaunchPlan& plan, MpirunFailure* failure);
 // The same, with failure's text only.
 int run_launch(const LaunchPlan& plan, std::string* failure);

@@ -4,6 +4,7 @@
 // the code says a relaunch can help. Single-threaded; runs in the launching process only.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,9 +28,14 @@ struct JobOutcome {
 // said. In order: the earliest record of a failure (not a stop); else mpirun's report when it
 // names a rank that wrote no record (it was killed, its host was lost); else the earliest stop
 // record (75/130: every rank stopped on purpose, whatever mpirun's own code); else the
-// launcher's code and words.
+// launcher's code and words. The code is one of man trainrun's table (job_code).
 JobOutcome judge_job(int launcher_code, const std::vector<FailureRecord>& records,
                      const MpirunFailure& launcher);
+
+// A job's exit code as man trainrun documents it: trainrun's own codes and 128+N (killed by
+// signal N) as they are; any other code (a rank's stray exit code, mpirun's own failures such
+// as a lost host) is 6, a launch failure.
+int job_code(int code);
 
 // False for the codes a relaunch cannot fix, or that mean "done" or "stopped on purpose".
 bool restartable(int code);
@@ -37,8 +43,12 @@ bool restartable(int code);
 // What an exit code means, in a few words ("bad data", "stopped by SIGINT", ...).
 std::string exit_code_meaning(int code);
 
-// Runs the job and relaunches it as fault_tolerance asks; returns the final exit code. With
-// request.dry_run, prints the first launch command instead.
-int supervise(const RunRequest& request, const Experiment& exp, std::string resume_file);
+// Runs the job and relaunches it as fault_tolerance asks; returns the final exit code. `claim`
+// runs once, after the first launch command is known to be valid and before it starts: it
+// takes the run directory (run_command.h). Stop signals become requests to the job
+// (stop_relay.h); after one, the job is never relaunched. With request.dry_run, prints the
+// first launch command instead (and claims nothing).
+int supervise(const RunRequest& request, const Experiment& exp, std::string resume_file,
+              const std::function<void()>& claim);
 
 }  // namespace trainrun

@@ -38,7 +38,8 @@ const char* kDescription =
     "  trainrun --resume RUN_DIR|CHECKPOINT         continue a run where it stopped\n\n"
     "Exit codes: 0 ok, 1 internal error, 2 bad usage or config, 3 bad data, 4 no usable\n"
     "checkpoint, 5 device unavailable, 6 launch failure, 7 gave up, 8 the watchdog aborted a\n"
-    "hang, 75 stopped by SIGTERM/SIGUSR1 after a checkpoint (resume me), 130 interrupted.\n"
+    "hang, 73 run directory unusable (holds another run, in use, not writable), 75 stopped by\n"
+    "SIGTERM/SIGUSR1 after a checkpoint (resume me), 130 interrupted, 128+N killed by signal N.\n"
     "See man trainrun.";
 
 // One subcommand: the CLI11 node that says whether it was given, and what it runs. Each add_*
@@ -68,11 +69,17 @@ Command add_run(CLI::App& app) {
       ->type_name("KEY=VALUE")
       ->allow_extra_args(false);
   sub->add_option("--run-dir", a->run_dir, "run directory (default: run_dir, or runs/NAME)");
-  sub->add_option("--resume", a->resume,
-                  "resume from RUN_DIR (newest good checkpoint) or a checkpoint FILE; with CONFIG "
-                  "and no value, the config's run directory (started fresh when it has none)")
-      ->expected(0, 1)
-      ->type_name("[RUN_DIR|FILE]");
+  auto* resume =
+      sub->add_option("--resume", a->resume,
+                      "resume from RUN_DIR (newest good checkpoint) or a checkpoint FILE; with "
+                      "CONFIG and no value, the config's run directory (started fresh when it "
+                      "has none)")
+          ->expected(0, 1)
+          ->type_name("[RUN_DIR|FILE]");
+  sub->add_flag("--new", a->renew,
+                "start a new run in a run directory that holds an earlier run (its files move "
+                "into RUN_DIR/archive-TIME/) or other files (left alone)")
+      ->excludes(resume);
   sub->add_flag("--dry-run", a->dry_run,
                 "validate and print what would run (the mpirun command, or the resolved config)");
   sub->add_option("--profile", a->profile, "write Chrome traces for steps A:B into RUN_DIR/trace/")
@@ -94,8 +101,14 @@ Command add_validate(CLI::App& app) {
   return {sub, [a] {
             Experiment exp = a->load();
             validate_for_world(exp, exp.world_size());
+            check_memory(exp);
+            check_data(exp);
             fmt::print("{}", to_yaml(exp));
-            fmt::print(stderr, "{}: OK ({} rank(s))\n", a->config, exp.world_size());
+            fmt::print(stderr,
+                       "{}: OK ({} rank(s); data opened, memory fits this machine; not checked: "
+                       "the device; `trainrun {} --dry-run` also checks mpirun, its slots and "
+                       "the run directory)\n",
+                       a->config, exp.world_size(), a->config);
             return kExitOk;
           }};
 }
@@ -321,10 +334,10 @@ int run_given(const std::vector<Command>& commands) {
     for (const Command& c : commands)
       if (*c.app) return c.run();
   } catch (const Error& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
+    print_error(e.what());
     return e.code();
   } catch (const std::exception& e) {
-    fmt::print(stderr, "internal error: {}\n", e.what());
+    print_error(fmt::format("internal error (a bug: please report it): {}", e.what()));
     return kExitFailure;
   }
   return kExitUsage;

@@ -238,27 +238,35 @@ std::string slurm_submit(const Experiment& exp_in, SlurmOptions opts) {
   const SlurmOptions shape = resolve(exp, opts);  // refuse bad options before writing anything
   exp.distributed.nodes = shape.nodes;
   exp.distributed.nproc = shape.ntasks_per_node;
+  // Everything that can refuse goes first: the script (its options, the world size) and
+  // sbatch itself. Only then are the files written.
+  const std::string script_text = slurm_script(exp, opts);
+  const std::string config_text = to_yaml(exp);
+  bool found = false;
+  const auto probe = cluster_detail::run_capture({"sbatch", "--version"}, &found);
+  if (!found)
+    throw LaunchError(fmt::format(
+        "cannot run sbatch ({}): install slurm-client or run on a login node; nothing was "
+        "written (`trainrun slurm` without --submit prints the script)",
+        probe.err));
 
   std::error_code ec;
   fs::create_directories(exp.run_dir, ec);
   if (ec)
-    throw ConfigError(fmt::format("cannot create run directory {}: {}", exp.run_dir, ec.message()));
+    throw RunDirError(fmt::format("cannot create run directory {}: {}", exp.run_dir, ec.message()));
   auto write = [](const fs::path& p, const std::string& text) {
     std::ofstream f(p, std::ios::binary | std::ios::trunc);
     f << text;
     f.close();
-    if (!f) throw ConfigError(fmt::format("cannot write {}: check the run directory", p.string()));
+    if (!f) throw RunDirError(fmt::format("cannot write {}: check the run directory", p.string()));
   };
-  write(config, to_yaml(exp));
-  write(script, slurm_script(exp, opts));
+  write(config, config_text);
+  write(script, script_text);
 
-  bool found = false;
   const auto r = cluster_detail::run_capture({"sbatch", "--parsable", script.string()}, &found);
   if (!found)
-    throw LaunchError(fmt::format(
-        "cannot run sbatch ({}): install slurm-client or run on a login node; the script is "
-        "in {}",
-        r.err, script.string()));
+    throw LaunchError(
+        fmt::format("cannot run sbatch ({}); the script is in {}", r.err, script.string()));
   auto trim = [](std::string t) {
     const auto b = t.find_first_not_of(" \t\r\n");
     const auto e = t.find_last_not_of(" \t\r\n");

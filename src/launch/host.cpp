@@ -61,6 +61,12 @@ std::string find_on_path(const std::string& name) {
   }
 }
 
+std::string host_name() {
+  char buf[256] = {};
+  return gethostname(buf, sizeof buf - 1) == 0 && buf[0] ? std::string(buf)
+                                                         : std::string("localhost");
+}
+
 std::string self_executable() {
   std::error_code ec;
   auto p = std::filesystem::read_symlink("/proc/self/exe", ec);

@@ -12,4 +12,7 @@ int available_cores();
 // The first executable `name` in $PATH's directories (an empty entry is "."); "" if none.
 std::string find_on_path(const std::string& name);
 
+// This host's name as the ranks report it (gethostname), "localhost" when it has none.
+std::string host_name();
+
 }  // namespace trainrun

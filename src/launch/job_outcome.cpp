@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <csignal>
 
 #include "trainrun/errors.h"
 #include "trainrun/supervisor.h"
@@ -26,7 +27,7 @@ std::string where(const FailureRecord& r) {
 
 JobOutcome from_record(const FailureRecord& r) {
   JobOutcome o;
-  o.code = r.exit_code;
+  o.code = job_code(r.exit_code);
   o.rank = r.culprit_rank;
   o.host = r.culprit_host;
   o.from_record = true;
@@ -63,14 +64,34 @@ JobOutcome judge_job(int launcher_code, const std::vector<FailureRecord>& record
       std::any_of(records.begin(), records.end(),
                   [&](const FailureRecord& x) { return x.rank == launcher.rank; });
   if (launcher.rank >= 0 && !named_wrote_one)
-    return {launcher_code, launcher.text, launcher.rank, launcher.host, false};
+    return {job_code(launcher_code), launcher.text, launcher.rank, launcher.host, false};
   if (const FailureRecord* r =
           earliest(records, [](const FailureRecord& x) { return stopped_on_purpose(x.exit_code); }))
     return from_record(*r);
   const std::string text = launcher.text.empty()
                                ? fmt::format("the job exited with code {}", launcher_code)
                                : launcher.text;
-  return {launcher_code, text, launcher.rank, launcher.host, false};
+  return {job_code(launcher_code), text, launcher.rank, launcher.host, false};
+}
+
+int job_code(int code) {
+  switch (code) {
+    case kExitOk:
+    case kExitFailure:
+    case kExitUsage:
+    case kExitData:
+    case kExitCheckpoint:
+    case kExitDevice:
+    case kExitLaunch:
+    case kExitGaveUp:
+    case kExitHang:
+    case kExitRunDir:
+    case kExitResumeMe:
+    case kExitInterrupted:
+      return code;
+    default:
+      return code > 128 && code < 128 + NSIG ? code : int{kExitLaunch};
+  }
 }
 
 bool restartable(int code) {
@@ -81,6 +102,7 @@ bool restartable(int code) {
     case kExitCheckpoint:
     case kExitDevice:
     case kExitGaveUp:
+    case kExitRunDir:
     case kExitResumeMe:
     case kExitInterrupted:
       return false;
@@ -109,13 +131,15 @@ std::string exit_code_meaning(int code) {
       return "gave up";
     case kExitHang:
       return "the watchdog aborted a hang";
+    case kExitRunDir:
+      return "run directory unusable";
     case kExitResumeMe:
       return "stopped by SIGTERM or SIGUSR1 after a checkpoint";
     case kExitInterrupted:
       return "stopped by SIGINT";
     default:
-      return code > 128 && code < 128 + 65 ? fmt::format("killed by signal {}", code - 128)
-                                           : fmt::format("exit code {}", code);
+      return code > 128 && code < 128 + NSIG ? fmt::format("killed by signal {}", code - 128)
+                                             : fmt::format("exit code {}", code);
   }
 }
 

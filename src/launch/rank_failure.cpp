@@ -17,6 +17,7 @@
 #include <string>
 
 #include "failure_record_json.h"
+#include "host.h"
 #include "trainrun/failure_record.h"
 
 namespace trainrun {
@@ -37,11 +38,6 @@ std::atomic<bool> g_written{false};
 // Until the trainer names a phase, a rank is starting up.
 std::atomic<const char*> g_phase{"startup"};
 std::atomic<int64_t> g_step{0};
-
-std::string hostname() {
-  char buf[256] = {};
-  return gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string("localhost");
-}
 
 FailureRecord base_record(const Identity& id, int exit_code, const std::string& cause,
                           const std::string& message) {
@@ -156,7 +152,7 @@ void arm_failure_record(const std::string& run_dir, int rank) {
   auto* id = new Identity;
   id->run_dir = run_dir;
   id->rank = rank;
-  id->host = hostname();
+  id->host = host_name();
   id->path = failure_record_path(run_dir, rank);
   id->logs_dir = std::filesystem::path(id->path).parent_path().string();
   id->tmp_path = fmt::format("{}/.failure-rank-{}.json.{}.tmp", id->logs_dir, rank, getpid());

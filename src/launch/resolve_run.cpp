@@ -1,14 +1,17 @@
 // What `trainrun run` runs: a config as given, or the checkpoint a --resume points at (a run
-// directory's newest good one, or a file) with the config stored inside it.
+// directory's newest good one, or a file) with the config stored inside it, and how the run
+// uses its directory (run_command.h, RunDirUse).
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <filesystem>
 
+#include "run_dir.h"
 #include "trainrun/checkpoint.h"
 #include "trainrun/config.h"
 #include "trainrun/errors.h"
 #include "trainrun/run_command.h"
+#include "trainrun/schema.h"
 
 namespace fs = std::filesystem;
 
@@ -34,25 +37,83 @@ std::optional<std::string> checkpoint_of(const std::string& target) {
       fmt::format("--resume {}: no such run directory or checkpoint file", target));
 }
 
-std::pair<Experiment, std::string> resume_from(const RunRequest& r, const std::string& file) {
+bool same_dir(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return fs::equivalent(a, b, ec) ||
+         fs::absolute(a).lexically_normal() == fs::absolute(b).lexically_normal();
+}
+
+// A CONFIG given with --resume must describe the run being resumed: the keys a resume may
+// change are taken from it (and said), any other difference is refused.
+void reconcile(ResolvedRun& run, const Experiment& configured, const std::string& config_path) {
+  std::vector<std::string> taken, refused;
+  for (const ConfigKey& k : config_keys()) {
+    if (k.key == "run_dir") continue;  // resolved separately
+    const std::string mine = config_value(configured, k.key);
+    const std::string stored = config_value(run.exp, k.key);
+    if (mine == stored) continue;
+    if (k.resumable)
+      taken.push_back(fmt::format("{}={}", k.key, mine));
+    else
+      refused.push_back(fmt::format("{} is {} there, {} in {}", k.key, stored, mine, config_path));
+  }
+  if (!refused.empty()) {
+    std::string list;
+    for (const auto& s : refused) list += "\n  " + s;
+    throw ConfigError(fmt::format(
+        "{} does not describe the run in {}:{}\n--resume continues a run with the model, data "
+        "and seed it started with: start a new run without --resume (in another --run-dir, or "
+        "with --new), or resume without CONFIG (trainrun --resume {})",
+        config_path, run.exp.run_dir, list, run.exp.run_dir));
+  }
+  if (taken.empty()) return;
+  apply_overrides(run.exp, taken, /*resume=*/true);
+  std::string list;
+  for (const auto& s : taken) list += (list.empty() ? "" : ", ") + s;
+  run.notes.push_back(fmt::format("resume: taking {} from {} (the checkpoint had other values)",
+                                  list, config_path));
+}
+
+ResolvedRun resume_from(const RunRequest& r, const std::string& file) {
   Verdict v = verify_checkpoint(file);
-  if (!v.ok) throw CheckpointError(fmt::format("checkpoint {} is damaged: {}", file, v.reason));
+  if (!v.ok)
+    throw CheckpointError(fmt::format("checkpoint {} is {}: {}", file, v.problem(), v.reason));
   CheckpointData ck = read_checkpoint(file);
-  Experiment exp = parse_experiment(ck.state.config_yaml, file + ":/config", {});
-  apply_overrides(exp, r.sets, /*resume=*/true);
-  // The run directory is the one holding the checkpoint.
-  exp.run_dir = fs::path(file).parent_path().parent_path().string();
-  if (!r.run_dir.empty()) exp.run_dir = r.run_dir;
-  return {exp, file};
+  ResolvedRun run;
+  run.exp = parse_experiment(ck.state.config_yaml, file + ":/config", {});
+  apply_overrides(run.exp, r.sets, /*resume=*/true);
+  run.resume_file = file;
+  run.resume_step = ck.state.step;
+  const std::optional<std::string> home = run_dir_of_checkpoint(file);
+  if (home && (r.run_dir.empty() || same_dir(r.run_dir, *home))) {
+    run.exp.run_dir = *home;  // continue the run that wrote it
+    run.use = RunDirUse::resume;
+    return run;
+  }
+  // A checkpoint from elsewhere (or a branch into another --run-dir) starts a new run directory
+  // instead of adopting whatever directory the file happens to lie in.
+  run.use = RunDirUse::start;
+  if (!r.run_dir.empty()) {
+    run.exp.run_dir = r.run_dir;
+  } else {
+    const std::string from = run.exp.run_dir.empty() ? "runs/" + run.exp.name : run.exp.run_dir;
+    run.exp.run_dir =
+        fmt::format("{}-from-step-{}", fs::path(from).lexically_normal().string(), run.resume_step);
+    run.notes.push_back(fmt::format(
+        "{} lies outside a run directory: starting the new run directory {} from it (choose "
+        "another with --run-dir)",
+        file, run.exp.run_dir));
+  }
+  return run;
 }
 
 }  // namespace
 
-std::pair<Experiment, std::string> resolve_run(const RunRequest& r) {
+ResolvedRun resolve_run(const RunRequest& r) {
   if (!r.resume) {
     if (r.config.empty())
       throw ConfigError("no config given: trainrun CONFIG.yaml (or --resume RUN_DIR)");
-    return {from_config(r), ""};
+    return {from_config(r), "", 0, RunDirUse::start, {}};
   }
   // --resume [RUN_DIR|FILE]; with a CONFIG and no value, the config's run directory.
   std::string target = *r.resume;
@@ -62,13 +123,19 @@ std::pair<Experiment, std::string> resolve_run(const RunRequest& r) {
     if (target.empty()) target = configured->run_dir;
   }
   if (target.empty()) throw ConfigError("--resume needs a run directory or a checkpoint file");
-  const std::optional<std::string> file = checkpoint_of(target);
-  if (file) return resume_from(r, *file);
+  if (const std::optional<std::string> file = checkpoint_of(target)) {
+    ResolvedRun run = resume_from(r, *file);
+    if (configured) reconcile(run, *configured, r.config);
+    return run;
+  }
   // `trainrun CONFIG --resume` on a run that never checkpointed starts it: what a requeued
   // batch job needs. A bare `--resume DIR` has nothing to start from.
   if (configured) {
-    fmt::print(stderr, "no checkpoint in {} yet: starting the run\n", target);
-    return {*configured, ""};
+    if (!r.resume->empty() && r.run_dir.empty()) configured->run_dir = target;
+    ResolvedRun run{*configured, "", 0, RunDirUse::restart, {}};
+    run.notes.push_back(
+        fmt::format("no checkpoint in {} yet: starting the run", configured->run_dir));
+    return run;
   }
   throw CheckpointError(
       fmt::format("no usable checkpoint in {}/checkpoints: nothing to resume (start it with "

@@ -1,12 +1,19 @@
-// `trainrun run` from resolved arguments to an exit code: the launching process supervises;
-// a rank (started by mpirun, srun, or a supervising trainrun) runs the trainer and, if it fails,
-// leaves a failure record for the supervisor.
+// `trainrun run` from resolved arguments to an exit code: the job's owner checks the data and
+// claims the run directory; the launching process supervises; a rank (started by mpirun, srun,
+// or a supervising trainrun) runs the trainer and, if it fails, leaves a failure record for the
+// supervisor.
 #include "trainrun/run_command.h"
 
 #include <fmt/format.h>
+#include <pthread.h>
 
+#include <csignal>
 #include <cstdlib>
+#include <cstring>
+#include <optional>
 
+#include "run_dir.h"
+#include "stop_relay.h"
 #include "trainrun/config.h"
 #include "trainrun/errors.h"
 #include "trainrun/failure_record.h"
@@ -16,6 +23,30 @@
 
 namespace trainrun {
 namespace {
+
+// A rank a launching trainrun started (through mpirun, or as its one supervised child): the
+// launcher owns the run directory and relays stop signals as SIGUSR1/SIGUSR2.
+bool launched_by_trainrun() {
+  const char* v = std::getenv("TRAINRUN_LAUNCHED_BY");
+  return v && std::strcmp(v, "trainrun") == 0;
+}
+
+// The process that owns the job's run directory: the launching trainrun, or rank 0 of a job
+// that srun or a user's mpirun started.
+bool owns_run_dir(const RankEnv& env) {
+  if (launched_by_trainrun()) return false;
+  return !env.is_rank || env.rank == 0;
+}
+
+// A rank holds back the signals a launcher relays (SIGUSR1, and SIGUSR2 from trainrun) until
+// the trainer takes them: their default action would end a rank still starting up.
+void hold_relayed_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGUSR1);
+  if (launched_by_trainrun()) sigaddset(&set, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
 
 // Runs rank_main, recording how it failed: a thrown error, or a non-zero exit code (gave up,
 // stopped by a signal: the supervisor takes 75/130 from the ranks, not from mpirun).
@@ -39,34 +70,62 @@ int run_recorded(const Experiment& exp, const std::string& resume_file, int rank
   return code;
 }
 
-int run_rank(const RunRequest& request, const Experiment& exp, const std::string& resume_file,
-             const RankEnv& env, bool supervised, const RankMain& rank_main) {
-  validate_for_world(exp, env.is_rank ? env.size : 1);
+int run_rank(const RunRequest& request, const ResolvedRun& run, const RankEnv& env, bool supervised,
+             bool owner, const RankMain& rank_main) {
+  const Experiment& exp = run.exp;
   if (request.dry_run) {
     fmt::print("# dry run: {} rank(s), run directory {}\n{}", env.is_rank ? env.size : 1,
                exp.run_dir, to_yaml(exp));
-    if (!resume_file.empty()) fmt::print("# would resume from {}\n", resume_file);
+    if (!run.resume_file.empty()) fmt::print("# would resume from {}\n", run.resume_file);
     return kExitOk;
   }
+  std::optional<RunDirLock> lock;  // held until the rank is done
+  if (owner) lock = claim_run_dir(exp.run_dir, run.use, request.renew);
   // Alone and unsupervised, nobody reads a record: the error on the terminal is the report.
-  if (!env.is_rank && !supervised) return rank_main(exp, resume_file);
-  return run_recorded(exp, resume_file, env.is_rank ? env.rank : 0, rank_main);
+  if (!env.is_rank && !supervised) return rank_main(exp, run.resume_file);
+  return run_recorded(exp, run.resume_file, env.is_rank ? env.rank : 0, rank_main);
+}
+
+// A resume whose checkpoint is already at or past train.steps has nothing to train.
+bool nothing_to_train(const ResolvedRun& run) {
+  return !run.resume_file.empty() && run.exp.train.steps <= run.resume_step;
 }
 
 }  // namespace
 
 int run_command(const RunRequest& request, const RankMain& rank_main) {
-  Tracer check_profile("", 0, request.profile);  // a bad --profile fails before anything starts
-  auto [exp, resume_file] = resolve_run(request);
-  check_memory(exp);
   const RankEnv env = detect_rank_env();
   const bool supervised = std::getenv("TRAINRUN_SUPERVISED") != nullptr;  // our child
-  const int world = exp.world_size();
-  if (!env.is_rank && !supervised && (world > 1 || exp.fault_tolerance.max_restarts > 0)) {
-    validate_for_world(exp, world);
-    return supervise(request, exp, resume_file);
+  if (env.is_rank || supervised) hold_relayed_signals();
+  Tracer check_profile("", 0, request.profile);  // a bad --profile fails before anything starts
+  const ResolvedRun run = resolve_run(request);
+  const Experiment& exp = run.exp;
+  const bool owner = owns_run_dir(env);
+  if (owner)
+    for (const std::string& note : run.notes) fmt::print(stderr, "{}\n", printable(note));
+  if (nothing_to_train(run)) {
+    if (owner)
+      fmt::print(stderr,
+                 "resumed from {} at step {}, which is already at or past train.steps={}: "
+                 "nothing to train (--set train.steps=N above {} trains further)\n",
+                 run.resume_file, run.resume_step, exp.train.steps, run.resume_step);
+    return kExitOk;
   }
-  return run_rank(request, exp, resume_file, env, supervised, rank_main);
+  check_memory(exp);
+  const int world = exp.world_size();
+  const bool supervising =
+      !env.is_rank && !supervised && (world > 1 || exp.fault_tolerance.max_restarts > 0);
+  validate_for_world(exp, supervising ? world : (env.is_rank ? env.size : 1));
+  std::optional<StopRelay> relay;  // the launcher takes stop signals from here on
+  if (supervising) relay.emplace();
+  if (owner) {
+    check_data(exp);  // before anything is written in the run directory
+    if (request.dry_run) check_run_dir(exp.run_dir, run.use, request.renew);
+  }
+  if (!supervising) return run_rank(request, run, env, supervised, owner, rank_main);
+  std::optional<RunDirLock> lock;  // held for the life of the job, across restarts
+  return supervise(request, exp, run.resume_file,
+                   [&] { lock = claim_run_dir(exp.run_dir, run.use, request.renew); });
 }
 
 }  // namespace trainrun

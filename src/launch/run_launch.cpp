@@ -1,5 +1,5 @@
-// Runs mpirun (or one child rank), forwards the signals a user or scheduler sends us, and reads
-// its stderr for the fallback account of which rank failed.
+// Runs mpirun (or one child rank), relays the stop signals a user or scheduler sends us
+// (stop_relay.h), and reads its stderr for the fallback account of which rank failed.
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
@@ -8,7 +8,6 @@
 
 #include <fmt/format.h>
 
-#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -16,26 +15,16 @@
 #include <vector>
 
 #include "host.h"
+#include "stop_relay.h"
 #include "trainrun/errors.h"
 #include "trainrun/launch.h"
 #include "trainrun/mpirun_failure.h"
+#include "trainrun/supervisor.h"
 
 extern char** environ;
 
 namespace trainrun {
 namespace {
-
-// Open MPI forwards SIGUSR1/SIGUSR2 to the ranks as they are, and turns SIGINT/SIGTERM into
-// SIGTERM for every rank (then SIGKILL after a grace period).
-constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGHUP};
-
-std::atomic<pid_t> g_child{0};
-
-void forward_signal(int sig) {
-  const int saved = errno;
-  if (pid_t p = g_child.load(); p > 0) kill(p, sig);
-  errno = saved;
-}
 
 // mpirun's failure report comes last; a bounded tail keeps a chatty job from growing memory.
 constexpr size_t kTailBytes = 256 * 1024;
@@ -89,42 +78,26 @@ class ExecArgs {
   std::vector<std::string> env_store;
 };
 
-// While alive, the forwarded signals go to the child (g_child). Constructed with them blocked,
-// so none arrives before the child's pid is known; unblock() once it is.
-class SignalForwarding {
+// Blocks the relay's signals until the child's pid is known (unblock()), so that none is lost
+// between fork and set_child; the destructor restores the mask in any case.
+class BlockedSignals {
  public:
-  SignalForwarding() {
-    sigset_t forwarded;
-    sigemptyset(&forwarded);
-    for (int s : kForwarded) sigaddset(&forwarded, s);
-    pthread_sigmask(SIG_BLOCK, &forwarded, &old_mask);
-    struct sigaction sa {};
-    sa.sa_handler = forward_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    for (size_t i = 0; i < std::size(kForwarded); ++i)
-      sigaction(kForwarded[i], &sa, &old_actions[i]);
-  }
-  ~SignalForwarding() {
-    g_child.store(0);
-    for (size_t i = 0; i < std::size(kForwarded); ++i)
-      sigaction(kForwarded[i], &old_actions[i], nullptr);
-  }
-  SignalForwarding(const SignalForwarding&) = delete;
-  SignalForwarding& operator=(const SignalForwarding&) = delete;
-  void unblock() const { pthread_sigmask(SIG_SETMASK, &old_mask, nullptr); }
+  BlockedSignals() { pthread_sigmask(SIG_BLOCK, &StopRelay::signals(), &old_mask_); }
+  ~BlockedSignals() { unblock(); }
+  BlockedSignals(const BlockedSignals&) = delete;
+  BlockedSignals& operator=(const BlockedSignals&) = delete;
+  void unblock() const { pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr); }
 
  private:
-  sigset_t old_mask;
-  struct sigaction old_actions[std::size(kForwarded)];
+  sigset_t old_mask_;
 };
 
 // The child's side of fork: async-signal-safe calls only.
 [[noreturn]] void exec_child(const ExecArgs& args, int err_fd, pid_t parent,
-                             const SignalForwarding& signals) {
-  // Its own process group: a terminal's Ctrl-C reaches only us, and we forward it once
-  // (mpirun takes a second SIGINT as "kill everything now"). stdin from /dev/null, since a
-  // background process group reading the terminal would be stopped.
+                             const BlockedSignals& signals) {
+  // Its own process group: a terminal's Ctrl-C reaches only us, and the relay decides what the
+  // job sees (stop_relay.h). stdin from /dev/null, since a background process group reading
+  // the terminal would be stopped.
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGTERM);  // if the launcher dies, so does the job
   if (getppid() != parent) _exit(127);
@@ -133,7 +106,8 @@ class SignalForwarding {
   dup2(err_fd, 2);
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
-  for (int s : kForwarded) sigaction(s, &dfl, nullptr);
+  for (int s = 1; s < NSIG; ++s)
+    if (sigismember(&StopRelay::signals(), s) == 1) sigaction(s, &dfl, nullptr);
   signals.unblock();
   execve(args.exe.c_str(), args.argv.data(), args.envp.data());
   const char msg[] = "trainrun: cannot execute mpirun\n";
@@ -175,7 +149,14 @@ int pump_until_exit(pid_t pid, int err_fd, std::string* tail) {
 }
 
 // mpirun's account of the first rank to fail, or failing that what its exit status tells.
-MpirunFailure explain(int status, int code, const std::string& tail) {
+MpirunFailure explain(const LaunchPlan& plan, int status, int code, const std::string& tail) {
+  if (plan.single_rank) {  // no mpirun: the child is rank 0, here
+    MpirunFailure f{"", 0, host_name()};
+    f.text = WIFSIGNALED(status) ? fmt::format("rank 0 on {} killed by signal {} ({})", f.host,
+                                               WTERMSIG(status), strsignal(WTERMSIG(status)))
+                                 : fmt::format("rank 0 on {} exited with code {}", f.host, code);
+    return f;
+  }
   MpirunFailure f = read_mpirun_failure(tail);
   if (!f.text.empty()) return f;
   // Open MPI 4.1 sometimes drops its report (its help-message aggregation races with job
@@ -186,8 +167,13 @@ MpirunFailure explain(int status, int code, const std::string& tail) {
   else if (code > 128 && code < 128 + NSIG)
     f.text = fmt::format("a rank was killed by signal {} ({}); mpirun did not name it", code - 128,
                          strsignal(code - 128));
-  else
+  else if (job_code(code) == code)
     f.text = fmt::format("a rank exited with code {}; mpirun did not name it", code);
+  else
+    f.text = fmt::format(
+        "mpirun exited with code {} without naming a rank: Open MPI's own failure (a host lost "
+        "or unreachable, a process it could not start; its messages are above)",
+        code);
   return f;
 }
 
@@ -204,12 +190,13 @@ int run_launch(const LaunchPlan& plan, MpirunFailure* failure) {
   std::string tail;
   int status = 0;
   {
-    const SignalForwarding signals;
+    const StopRelay relay;
+    const BlockedSignals signals;
     const pid_t parent = getpid();
     const pid_t pid = fork();
     if (pid == 0) exec_child(args, err_pipe[1], parent, signals);
     const int fork_errno = errno;
-    if (pid > 0) g_child.store(pid);
+    if (pid > 0) StopRelay::set_child(pid, plan.single_rank ? SIGKILL : SIGTERM);
     signals.unblock();
     close(err_pipe[1]);
     if (pid < 0) {
@@ -218,6 +205,7 @@ int run_launch(const LaunchPlan& plan, MpirunFailure* failure) {
           fmt::format("cannot start mpirun: fork failed: {}", std::strerror(fork_errno)));
     }
     status = pump_until_exit(pid, err_pipe[0], &tail);
+    StopRelay::set_child(0, SIGTERM);
   }
   close(err_pipe[0]);
 
@@ -226,7 +214,7 @@ int run_launch(const LaunchPlan& plan, MpirunFailure* failure) {
     code = WEXITSTATUS(status);
   else if (WIFSIGNALED(status))
     code = 128 + WTERMSIG(status);
-  if (failure && code != 0) *failure = explain(status, code, tail);
+  if (failure && code != 0) *failure = explain(plan, status, code, tail);
   return code;
 }
 

@@ -6,13 +6,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <optional>
-#include <thread>
 #include <variant>
 
+#include "stop_relay.h"
 #include "trainrun/checkpoint.h"
 #include "trainrun/errors.h"
 #include "trainrun/launch.h"
@@ -45,7 +46,8 @@ LaunchPlan attempt_plan(const RunRequest& r, const Experiment& exp, const std::s
     plan = plan_launch(exp, rank_argv(r, exp, resume_file));
   } else {
     plan.argv = rank_argv(r, exp, resume_file);
-    plan.env.push_back("TRAINRUN_SUPERVISED=1");
+    plan.env = {"TRAINRUN_SUPERVISED=1", "TRAINRUN_LAUNCHED_BY=trainrun"};
+    plan.single_rank = true;
   }
   plan.env.push_back(fmt::format("TRAINRUN_RESTART_COUNT={}", attempt));
   return plan;
@@ -116,21 +118,49 @@ std::variant<std::string, int> next_start(const Experiment& exp, const JobOutcom
   return latest.value_or("");
 }
 
+// A stop request that came while no job was running: nothing to checkpoint, the newest
+// checkpoint on disk is where a resume goes on.
+int stopped_between_attempts(const Experiment& exp) {
+  fmt::print(stderr,
+             "stopped by signal {} between attempts, before relaunching; resume with `trainrun "
+             "--resume {}`\n",
+             StopRelay::requested(), exp.run_dir);
+  return StopRelay::stop_code();
+}
+
+// How a job ends that was asked to stop: never restarted. Finished is finished; a rank the
+// relayed signal killed before it could handle it (during its start) stopped too.
+int after_stop(const JobOutcome& o) {
+  if (o.code == kExitOk || o.code == kExitResumeMe || o.code == kExitInterrupted) return o.code;
+  if (o.code == 128 + SIGUSR1 || o.code == 128 + SIGUSR2) return StopRelay::stop_code();
+  print_error(o.cause);
+  return o.code;
+}
+
 }  // namespace
 
-int supervise(const RunRequest& request, const Experiment& exp, std::string resume_file) {
+int supervise(const RunRequest& request, const Experiment& exp, std::string resume_file,
+              const std::function<void()>& claim) {
   const auto& ft = exp.fault_tolerance;
   double backoff = std::min(60.0, ft.restart_backoff);  // documented: at most 60 s
   int64_t last_failed_at = -1;
+  const StopRelay relay;  // from here to the end, stop signals are requests to the job
   for (int attempt = 0;; ++attempt) {
     const LaunchPlan plan = attempt_plan(request, exp, resume_file, attempt);
     if (request.dry_run) {
       fmt::print("{}\n", render_command(plan));
       return kExitOk;
     }
+    if (attempt == 0) claim();  // the first command is known to be valid: take the directory
+    if (StopRelay::requested()) return stopped_between_attempts(exp);
     const JobOutcome outcome = run_attempt(plan, exp.run_dir);
-    if (!restartable(outcome.code)) return outcome.code;
-    fmt::print(stderr, "error: {}\n", outcome.cause);
+    if (StopRelay::requested()) return after_stop(outcome);
+    if (!restartable(outcome.code)) {
+      if (outcome.code != kExitOk && !outcome.cause.empty() && !outcome.from_record)
+        print_error(outcome.cause);  // a rank that recorded its failure printed it already
+      return outcome.code;
+    }
+    print_error(outcome.cause);
     const auto next = next_start(exp, outcome, attempt, &last_failed_at);
     if (const int* code = std::get_if<int>(&next)) return *code;
     resume_file = std::get<std::string>(next);
@@ -139,8 +169,8 @@ int supervise(const RunRequest& request, const Experiment& exp, std::string resu
     log_restart(exp.run_dir, from, attempt + 1, outcome, lost);
     fmt::print(stderr, "restart {}/{} in {:.0f} s from {} (lost {} step(s)): {}\n", attempt + 1,
                ft.max_restarts, backoff, resume_file.empty() ? "the start" : resume_file, lost,
-               outcome.cause);
-    std::this_thread::sleep_for(std::chrono::duration<double>(backoff));
+               printable(outcome.cause));
+    if (StopRelay::sleep_unless_stopped(backoff)) return stopped_between_attempts(exp);
     backoff = std::min(60.0, std::max(backoff * 2, 0.0));
   }
 }

@@ -26,10 +26,10 @@ std::string sample_text(const std::string& run_dir_or_file, const std::string& p
                         double temperature, uint64_t seed) {
   // NaN compares false with everything: it would sample garbage instead of failing.
   if (!std::isfinite(temperature) || temperature < 0)
-    throw ConfigError(fmt::format(
-        "--temperature {}: use a finite number >= 0 (0 = greedy, 1 = the model's own "
-        "distribution)",
-        temperature));
+    throw ConfigError(
+        fmt::format("--temperature {}: use a finite number >= 0 (0 = greedy, 1 = the model's own "
+                    "distribution)",
+                    temperature));
   std::string file = run_dir_or_file;
   if (fs::is_directory(run_dir_or_file)) {
     std::vector<std::string> warnings;

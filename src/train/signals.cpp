@@ -1,25 +1,65 @@
 // Stop signals are blocked in every thread and taken by one thread with sigwait(): a handler
 // may otherwise run on any thread, in the middle of MPI, OpenMP or malloc, and libraries
-// started later (MPI's progress threads) inherit the blocked mask too.
+// started later (MPI's progress threads) inherit the blocked mask too. That thread also acts on
+// a second SIGINT itself, so it works wherever the step loop is (setup, evaluation, checkpoint).
 #include "signals.h"
 
 #include <pthread.h>
+#include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <thread>
+
+#include "trainrun/errors.h"
+#include "trainrun/failure_record.h"
 
 namespace trainrun {
 
 namespace {
 std::atomic<int> g_signal{0};
 
+// A launching trainrun relays SIGINT to its ranks as SIGUSR2: mpirun would turn SIGINT into a
+// kill (launch: stop_relay.h).
+bool relayed_by_trainrun() {
+  const char* v = std::getenv("TRAINRUN_LAUNCHED_BY");
+  return v && std::strcmp(v, "trainrun") == 0;
+}
+
 sigset_t stop_set() {
   sigset_t set;
   sigemptyset(&set);
   for (int s : {SIGINT, SIGTERM, SIGUSR1}) sigaddset(&set, s);
+  if (relayed_by_trainrun()) sigaddset(&set, SIGUSR2);
   return set;
+}
+
+// A second interrupt: the user means now. No checkpoint (one may be half written: it stays a
+// temporary file, never a checkpoint), no destructors (they would wait for the writer).
+[[noreturn]] void stop_now() {
+  const char* msg =
+      "second interrupt: stopping at once, without a checkpoint; the newest checkpoint "
+      "written before stays the one to resume from";
+  spdlog::warn("{}", msg);
+  spdlog::default_logger()->flush();
+  record_failure(kExitInterrupted, "stopped", msg);
+  std::_Exit(kExitInterrupted);
+}
+
+void take(int sig) {
+  if (sig == SIGUSR2) sig = SIGINT;
+  int expected = 0;
+  if (g_signal.compare_exchange_strong(expected, sig)) {
+    if (sig == SIGINT)
+      spdlog::warn(
+          "interrupt: stopping after this step with a checkpoint; interrupt again to stop at "
+          "once, without one");
+    return;
+  }
+  if (sig == SIGINT) stop_now();
 }
 }  // namespace
 
@@ -31,9 +71,7 @@ void install_stop_signals() {
     std::thread([set] {
       for (;;) {
         int sig = 0;
-        if (sigwait(&set, &sig) != 0) continue;
-        int expected = 0;
-        g_signal.compare_exchange_strong(expected, sig);
+        if (sigwait(&set, &sig) == 0) take(sig);
       }
     }).detach();
   });
