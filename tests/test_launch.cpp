@@ -1048,6 +1048,41 @@ TEST_CASE("resolve_run: a CONFIG given with --resume must describe the resumed r
   CHECK_THROWS_WITH_AS(resolve_run(resume), doctest::Contains("model.d_model"), ConfigError);
 }
 
+TEST_CASE("checkpoints: trainrun removes only files it can tell are its own") {
+  TempDir dir;
+  const fs::path ck = dir.path / "checkpoints";
+  touch(ck / "step-0000001.h5", "a user's file, not HDF5");  // older than everything saved
+  touch(ck / "step-1.h5", "not a name trainrun writes");
+  touch(ck / "notes.tmp-1", "mine");
+  // A checkpoint write's temporary whose writer is dead is trainrun's, and goes.
+  const pid_t dead = fork();
+  if (dead == 0) std::_Exit(0);
+  waitpid(dead, nullptr, 0);
+  const fs::path stale = ck / fmt::format("step-0000002.h5.tmp-{}", dead);
+  touch(stale, "half a checkpoint");
+  {
+    Checkpointer writer(dir.str(), 1, false);
+    for (int64_t step : {3, 4}) {
+      CheckpointData d;
+      d.state.step = step;
+      d.state.config_yaml = "name: x\n";
+      d.params.push_back({"w", {2, 3}, 0});
+      d.weights.assign(6, 0.5f);
+      d.adam_m.assign(6, 0.0f);
+      d.adam_v.assign(6, 0.0f);
+      writer.save(std::move(d));
+    }
+  }
+  CHECK(list_checkpoints(dir.str()) ==
+        std::vector<std::string>{checkpoint_path(dir.str(), 4), checkpoint_path(dir.str(), 1)});
+  CHECK(latest_good_checkpoint(dir.str(), nullptr) == checkpoint_path(dir.str(), 4));
+  CHECK(fs::exists(ck / "step-0000001.h5"));  // damaged or not, it is not trainrun's
+  CHECK(fs::exists(ck / "step-1.h5"));
+  CHECK(fs::exists(ck / "notes.tmp-1"));
+  CHECK_FALSE(fs::exists(stale));
+  CHECK_FALSE(fs::exists(checkpoint_path(dir.str(), 3)));  // pruned: keep_last 1
+}
+
 // --- Exit codes and stop signals
 // ------------------------------------------------------------------
 

@@ -11,13 +11,15 @@
 
 #include "checkpoint_dir.h"
 #include "trainrun/checkpoint.h"
+#include "trainrun/h5_handle.h"
 
 namespace trainrun {
 namespace fs = std::filesystem;
 
 namespace {
 
-// "step-0000123.h5" -> 123; anything else (temp files, other names) -> -1.
+// "step-0000123.h5" -> 123; anything else (temp files, other names, "step-123.h5", which
+// checkpoint_path never writes) -> -1: only names trainrun writes are its checkpoints.
 int64_t step_of(const std::string& name) {
   constexpr std::string_view prefix = "step-", suffix = ".h5";
   if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) ||
@@ -27,7 +29,8 @@ int64_t step_of(const std::string& name) {
   const char* e = name.data() + name.size() - suffix.size();
   int64_t step = -1;
   auto [p, ec] = std::from_chars(b, e, step);
-  return (ec == std::errc() && p == e) ? step : -1;
+  if (ec != std::errc() || p != e || step < 0) return -1;
+  return name == fmt::format("step-{:07d}.h5", step) ? step : -1;
 }
 
 bool pid_alive(long pid) {
@@ -35,6 +38,19 @@ bool pid_alive(long pid) {
 }
 
 }  // namespace
+
+bool is_trainrun_checkpoint(const std::string& path) {
+  h5::quiet();
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return false;
+  }
+  const bool ours = H5Aexists(f, "format_version") > 0 && H5Aexists(f, "step") > 0;
+  H5Fclose(f);
+  H5Eclear2(H5E_DEFAULT);
+  return ours;
+}
 
 std::string checkpoint_path(const std::string& run_dir, int64_t step) {
   return (fs::path(run_dir) / "checkpoints" / fmt::format("step-{:07d}.h5", step)).string();
@@ -59,7 +75,8 @@ int remove_stale_temp_files(const std::string& run_dir) {
   for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec)) {
     std::string name = entry.path().filename().string();
     size_t at = name.rfind(".tmp-");
-    if (at == std::string::npos) continue;
+    // Only a checkpoint write's own temporary (step-NNNNNNN.h5.tmp-PID) is trainrun's to remove.
+    if (at == std::string::npos || step_of(name.substr(0, at)) < 0) continue;
     long pid = 0;
     const char* b = name.data() + at + 5;
     const char* e = name.data() + name.size();

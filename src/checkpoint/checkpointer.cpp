@@ -62,7 +62,8 @@ struct Checkpointer::Impl {
   }
 
   // Keeps the newest keep_last good checkpoints (all when keep_last <= 0). Damaged files
-  // older than the newest good one are deleted too: nothing would ever resume from them.
+  // older than the newest good one are deleted too (nothing would ever resume from them), but
+  // only when they are recognisably trainrun's: a stranger's file is never ours to delete.
   void prune() {
     if (keep_last <= 0) return;
     int good_seen = 0;
@@ -73,6 +74,7 @@ struct Checkpointer::Impl {
         continue;
       }
       if (good_seen == 0) continue;  // a damaged file newer than every good one: leave it
+      if (!good && !is_trainrun_checkpoint(path)) continue;
       std::error_code ec;
       if (fs::remove(path, ec))
         spdlog::debug("pruned checkpoint {}", path);

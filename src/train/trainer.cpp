@@ -203,10 +203,7 @@ void Trainer::setup() {
   // Under mpirun stdout is often a pty, but the lines go to a log: plain lines there.
   tty_ = console_ && stdout_is_terminal() && !env.is_rank;
 
-  if (rank_ == 0) {
-    fs::create_directories(exp_.run_dir);
-    std::ofstream(fs::path(exp_.run_dir) / "config.yaml") << to_yaml(exp_);
-  }
+  if (rank_ == 0) fs::create_directories(exp_.run_dir);
   comm_->barrier();
   setup_logging(exp_.run_dir, rank_, console_);
 
@@ -215,6 +212,9 @@ void Trainer::setup() {
   setup_device();
   setup_model();
   setup_data();
+  // Written once the device, model and data are set up: a start that fails before (say, a
+  // moved data file on resume) leaves the run's config.yaml as it was.
+  if (rank_ == 0) std::ofstream(fs::path(exp_.run_dir) / "config.yaml") << to_yaml(exp_);
   faults_ = Faults::from_env(rank_, restart_count());
   if (faults_.any())
     spdlog::warn("TEST FAULT INJECTION ACTIVE on rank {} (TRAINRUN_FAULTS): {}", rank_,

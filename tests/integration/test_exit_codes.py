@@ -42,15 +42,21 @@ def checkpoints(rd):
     return sorted(p.name for p in d.glob("step-*.h5")) if d.exists() else []
 
 
-@pytest.mark.parametrize("nproc", [1, 2])
+# direct: one process, no launcher; supervised: the supervisor and one child rank; mpirun: the
+# supervisor, mpirun and 2 ranks.
+LAUNCH = {"direct": ["distributed.nproc=1"],
+          "supervised": ["distributed.nproc=1", "fault_tolerance.max_restarts=2"],
+          "mpirun": ["distributed.nproc=2"]}
+
+
+@pytest.mark.parametrize("launch", list(LAUNCH))
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 75), (signal.SIGINT, 130),
                                       (signal.SIGHUP, 75), (signal.SIGUSR1, 75)])
-def test_a_stop_to_the_launcher_checkpoints_and_ends_with_its_code(tmp_path, nproc, sig, code):
-    if nproc == 1 and sig == signal.SIGHUP:
+def test_a_stop_to_the_launcher_checkpoints_and_ends_with_its_code(tmp_path, launch, sig, code):
+    if launch == "direct" and sig == signal.SIGHUP:
         pytest.skip("a lone process is not a launcher: SIGHUP keeps its default meaning")
     rd = tmp_path / "r"
-    proc = start([*sets(*TINY, "train.steps=100000", "checkpoint.every=0",
-                        f"distributed.nproc={nproc}")], rd)
+    proc = start([*sets(*TINY, "train.steps=100000", "checkpoint.every=0", *LAUNCH[launch])], rd)
     assert wait_for(lambda: steps_logged(rd))
     t0 = time.time()
     proc.send_signal(sig)
