@@ -408,8 +408,8 @@ TEST_CASE("prepare: streamed, parallel shards hold the ids of each file encoded 
 
 TEST_CASE("open_dataset refuses shards whose tokenizer does not fit model.vocab_size") {
   TempDir dir;
-  const Tokenizer t = train_tokenizer_on_text(corpus(), 300);
-  t.save(dir / "tok.json");
+  // 401 ids, of which the text uses only bytes: the tokens fit 256, the vocabulary does not.
+  write(dir / "tok.json", tokenizer_json({}, {}, R"({"id": 400, "content": "<|x|>"})"));
   write(dir / "a.txt", corpus());
   PrepareRequest req;
   req.texts = {dir / "a.txt"};
@@ -418,12 +418,18 @@ TEST_CASE("open_dataset refuses shards whose tokenizer does not fit model.vocab_
   prepare_token_shards(req);
   DataConfig dc;
   dc.train = dir / "out/train.bin";
-  CHECK(open_dataset(dc, Split::train, 300, 1)->num_tokens() > 0);
-  // Even when every token present happens to be small enough: the vocabulary decides.
-  CHECK_THROWS_WITH_AS(open_dataset(dc, Split::train, 299, 1),
-                       doctest::Contains("model.vocab_size >= 300"), DataError);
+  CHECK(open_dataset(dc, Split::train, 401, 1)->num_tokens() > 0);
+  CHECK_THROWS_WITH_AS(open_dataset(dc, Split::train, 256, 1),
+                       doctest::Contains("model.vocab_size >= 401 (e.g. --set "
+                                         "model.vocab_size=448)"),
+                       DataError);
   dc.train = dir / "out";  // a directory of shards: the same check
-  CHECK_THROWS_AS(open_dataset(dc, Split::val, 256, 1), DataError);
+  CHECK_THROWS_AS(open_dataset(dc, Split::val, 400, 1), DataError);
+  // Another tool's manifest.json beside shards is none of trainrun's business.
+  write(dir / "out/manifest.json", R"({"format": "webdataset", "tokenizer": {"vocab_size": 9}})");
+  CHECK(open_dataset(dc, Split::val, 256, 1)->num_tokens() > 0);
+  write(dir / "out/manifest.json", "not json");
+  CHECK(open_dataset(dc, Split::val, 256, 1)->num_tokens() > 0);
 }
 
 TEST_CASE("prepare writes 4-byte tokens when the vocabulary passes 65536") {

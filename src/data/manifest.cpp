@@ -38,7 +38,7 @@ std::string as_str(const Json* v) {
 }  // namespace
 
 std::string manifest_json(const ShardManifest& m) {
-  std::string out = "{\n  \"format\": \"trainrun token shards\",\n  \"version\": 1,\n";
+  std::string out = fmt::format("{{\n  \"format\": \"{}\",\n  \"version\": 1,\n", kManifestFormat);
   out += fmt::format(
       "  \"tokenizer\": {{\"file\": {}, \"sha256\": {}, \"vocab_size\": {}, \"source\": {}}},\n",
       json_literal(m.tokenizer_file), json_literal(m.tokenizer_sha256), m.vocab_size,
@@ -59,7 +59,11 @@ std::optional<ShardManifest> read_manifest(const std::string& dir) {
   const fs::path path = fs::path(dir) / kManifestName;
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return std::nullopt;
-  const Json j = parse_json(slurp(path.string()), path.string());
+  // A manifest.json of some other tool's (a dataset's own) is not ours to judge the shards by.
+  const std::string text = slurp(path.string());
+  if (text.find(kManifestFormat) == std::string::npos) return std::nullopt;
+  const Json j = parse_json(text, path.string());
+  if (as_str(j.get("format")) != kManifestFormat) return std::nullopt;
   const Json* tok = j.get("tokenizer");
   if (!tok || tok->kind != Json::Kind::kObject || as_u64(tok->get("vocab_size")) == 0)
     throw DataError(fmt::format(

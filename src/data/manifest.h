@@ -27,9 +27,11 @@ struct ShardManifest {
 };
 
 inline constexpr const char* kManifestName = "manifest.json";
+inline constexpr const char* kManifestFormat = "trainrun token shards";  // its "format" field
 
 std::string manifest_json(const ShardManifest& m);
-// The manifest in dir, if there is one; throws DataError for one that does not parse.
+// The manifest in dir, if there is one (a manifest.json without trainrun's "format" is not);
+// throws DataError for one of ours that does not parse.
 std::optional<ShardManifest> read_manifest(const std::string& dir);
 
 // Refuses shards (files from data.train/data.val) whose manifest says their tokenizer's
