@@ -6,4 +6,6 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 echo "building trainrun (the first time takes a few minutes)..."
 scripts/build.sh
-exec ./build/trainrun configs/quickstart.yaml "$@"
+# --new: running the quick start again starts over (the previous run moves to
+# runs/quickstart/archive-TIME/) instead of being refused as a second run in the same directory.
+exec ./build/trainrun configs/quickstart.yaml --new "$@"
