@@ -1156,3 +1156,17 @@ TEST_CASE("run_launch: a supervised single rank's failure is rank 0's, on this h
   CHECK(run_launch(plan, &f) == 3);
   CHECK(f.text == "rank 0 on " + host() + " exited with code 3");
 }
+
+TEST_CASE("run_launch: mpirun's own failure is not called a rank's exit") {
+  LaunchPlan plan;  // stands in for an mpirun that lost a host: it exits 255 and names nobody
+  plan.argv = {"/bin/sh", "-c",
+               "echo 'ORTE has lost communication with a remote daemon' >&2; "
+               "exit 255"};
+  MpirunFailure f;
+  CHECK(run_launch(plan, &f) == 255);
+  CHECK(f.rank == -1);
+  CHECK(f.text.find("mpirun exited with code 255 without naming a rank") != std::string::npos);
+  const JobOutcome o = judge_job(255, {}, f);
+  CHECK(o.code == kExitLaunch);
+  CHECK(o.cause == f.text);
+}

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 
 #include "run_dir.h"
@@ -86,6 +87,14 @@ int run_rank(const RunRequest& request, const ResolvedRun& run, const RankEnv& e
   return run_recorded(exp, run.resume_file, env.is_rank ? env.rank : 0, rank_main);
 }
 
+// `--resume RUN_DIR` of a run that is going on: say so before reading checkpoints that its
+// owner may be writing and pruning right now.
+void refuse_a_run_in_use(const RunRequest& r) {
+  std::error_code ec;
+  if (r.resume && !r.resume->empty() && std::filesystem::is_directory(*r.resume, ec))
+    check_not_in_use(*r.resume);
+}
+
 // A resume whose checkpoint is already at or past train.steps has nothing to train.
 bool nothing_to_train(const ResolvedRun& run) {
   return !run.resume_file.empty() && run.exp.train.steps <= run.resume_step;
@@ -98,9 +107,10 @@ int run_command(const RunRequest& request, const RankMain& rank_main) {
   const bool supervised = std::getenv("TRAINRUN_SUPERVISED") != nullptr;  // our child
   if (env.is_rank || supervised) hold_relayed_signals();
   Tracer check_profile("", 0, request.profile);  // a bad --profile fails before anything starts
+  const bool owner = owns_run_dir(env);
+  if (owner) refuse_a_run_in_use(request);
   const ResolvedRun run = resolve_run(request);
   const Experiment& exp = run.exp;
-  const bool owner = owns_run_dir(env);
   if (owner)
     for (const std::string& note : run.notes) fmt::print(stderr, "{}\n", printable(note));
   if (nothing_to_train(run)) {

@@ -266,10 +266,14 @@ RunDirLock claim_run_dir(const std::string& dir, RunDirUse use, bool renew) {
   return lock;
 }
 
-void check_run_dir(const std::string& dir, RunDirUse use, bool renew) {
-  check_run_dir_use(dir, inspect_run_dir(dir), use, renew);
+void check_not_in_use(const std::string& dir) {
   if (const std::string holder = run_dir_lock_holder(dir); !holder.empty())
     throw_in_use(dir, holder);
+}
+
+void check_run_dir(const std::string& dir, RunDirUse use, bool renew) {
+  check_run_dir_use(dir, inspect_run_dir(dir), use, renew);
+  check_not_in_use(dir);
 }
 
 std::optional<std::string> run_dir_of_checkpoint(const std::string& file) {

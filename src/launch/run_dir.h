@@ -65,6 +65,8 @@ class RunDirLock {
 
 // Who holds the lock on `dir` ("pid 12 on host7 since ..."), or "" when nobody does. Reads only.
 std::string run_dir_lock_holder(const std::string& dir);
+// Throws RunDirError naming the holder when another process holds the lock on `dir`.
+void check_not_in_use(const std::string& dir);
 
 // Moves every file trainrun writes in `dir` into dir/archive-YYYYmmdd-HHMMSS/ and returns that
 // path ("" when there was nothing to move). Other files stay where they are.
