@@ -3,6 +3,9 @@
 // no non-finite value in or out, every root attribute checksummed, absurd values refused, and
 // format 1 files still read.
 #include <doctest/doctest.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
 #include <hdf5.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -714,7 +717,16 @@ TEST_CASE("a flipped bit in the stored bytes of an attribute fails HDF5's own ch
   f.seekp(std::streamoff(value + 7));
   f.put(char(0x3f ^ 0x40));  // 1.0 -> inf
   f.close();
-  Verdict v = judged(path);
+  Verdict v;
+  {
+    // HDF5 1.10's error path for an object header that fails its checksum leaks a few hundred
+    // bytes inside the library (nothing of ours is open then); LeakSanitizer is told to ignore
+    // allocations made during this one deliberate read of a damaged file, and nothing else.
+#if defined(__SANITIZE_ADDRESS__)
+    __lsan::ScopedDisabler hdf5_error_path;
+#endif
+    v = judged(path);
+  }
   CHECK_FALSE(v.ok);
   CHECK_FALSE(v.unusable);
   CHECK_MESSAGE(v.reason.find("checksum") != std::string::npos, v.reason);
