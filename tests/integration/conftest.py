@@ -5,6 +5,7 @@ import math
 import os
 import pathlib
 import subprocess
+import time
 
 import pytest
 
@@ -102,3 +103,13 @@ def unigram_entropy(data):
 @pytest.fixture(scope="session")
 def shakespeare(tmp_path_factory):
     return english_text(tmp_path_factory.mktemp("text"))
+
+
+def wait_for(pred, timeout=60):
+    """Polls pred() until it is true (True) or timeout seconds pass (False)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return False

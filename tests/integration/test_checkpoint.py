@@ -13,7 +13,7 @@ import time
 import h5py
 import pytest
 
-from conftest import REPO, TINY, TRAINRUN, losses, metrics, run, sets
+from conftest import REPO, TINY, TRAINRUN, losses, metrics, run, sets, wait_for
 
 STEPS = 20
 BASE = [*TINY, f"train.steps={STEPS}", "checkpoint.every=5", "checkpoint.keep_last=10",
@@ -133,14 +133,6 @@ def popen(args, rd, env=None):
     return subprocess.Popen([TRAINRUN, *args, "--run-dir", str(rd)], env=e, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
-
-def wait_for(pred, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_sigterm_checkpoints_and_exits_75(tmp_path):

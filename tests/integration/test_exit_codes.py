@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import REPO, TINY, TRAINRUN, losses, run, sets
+from conftest import REPO, TINY, TRAINRUN, losses, run, sets, wait_for
 
 QS = str(REPO / "configs/quickstart.yaml")
 
@@ -22,14 +22,6 @@ def start(args, rd, **env):
     return subprocess.Popen([TRAINRUN, QS, *args, "--run-dir", str(rd)], env=e, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
-
-def wait_for(pred, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def steps_logged(rd):

@@ -7,9 +7,8 @@ import os
 import signal
 import socket
 import subprocess
-import time
 
-from conftest import REPO, TINY, TRAINRUN, losses, metrics, run, sets
+from conftest import REPO, TINY, TRAINRUN, losses, metrics, run, sets, wait_for
 
 QS = str(REPO / "configs/quickstart.yaml")
 BASE = [*TINY, "train.steps=8", "checkpoint.every=4", "checkpoint.keep_last=5"]
@@ -58,14 +57,6 @@ def test_new_archives_the_earlier_run_and_resume_uses_the_new_one(tmp_path):
     p = run([QS, *sets(*BASE), "--run-dir", str(rd), "--new", "--resume"], check=2)
     assert "excludes" in p.stderr
 
-
-def wait_for(pred, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def start(args, **env):
