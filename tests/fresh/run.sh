@@ -114,8 +114,8 @@ in_root "scripts/setup.sh --test" || die "scripts/setup.sh --test failed on a pr
 missing=$(in_root 'for t in meson ninja mpirun gnuplot jq clang-format slurmctld slurmd munged \
                      mungekey sbatch srun scancel debootstrap chromium clang++; do
                      command -v $t >/dev/null || echo $t; done
-                   python3 -c "import pytest, h5py, yaml, PIL" 2>/dev/null ||
-                     echo "python3: pytest/h5py/yaml/PIL"
+                   python3 -c "import pytest, h5py, numpy, yaml, PIL" 2>/dev/null ||
+                     echo "python3: pytest/h5py/numpy/yaml/PIL"
                    build/test-venv/bin/python -c "import tensorboard, tokenizers" 2>/dev/null ||
                      echo "build/test-venv: tensorboard/tokenizers"')
 [[ -z $missing ]] || die "scripts/setup.sh --test left these missing: $missing"
