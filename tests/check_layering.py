@@ -33,7 +33,7 @@ PUBLIC = {
     "data.h": "data", "markov.h": "data", "tokenizer.h": "data",
     "checkpoint.h": "checkpoint", "h5_handle.h": "checkpoint",
     "metrics.h": "obs", "trace.h": "obs", "stragglers.h": "obs", "tensorboard.h": "obs",
-    "tb_events.h": "obs", "crc32c.h": "obs",
+    "tb_events.h": "obs", "crc32c.h": "obs", "prometheus.h": "obs", "metrics_server.h": "obs",
     "plan.h": "plan", "report.h": "plan",
     "launch.h": "launch", "failure_record.h": "launch", "mpirun_failure.h": "launch",
     "run_command.h": "launch", "supervisor.h": "launch",
