@@ -432,6 +432,43 @@ TEST_CASE("open_dataset refuses shards whose tokenizer does not fit model.vocab_
   CHECK(open_dataset(dc, Split::val, 256, 1)->num_tokens() > 0);
 }
 
+TEST_CASE("data.tokenizer: shards made with another tokenizer are refused; it is the run's") {
+  TempDir dir;
+  const Tokenizer mine = train_tokenizer_on_text(corpus(), 300);
+  const Tokenizer other = train_tokenizer_on_text(corpus() + awkward_text(3000, 5), 300);
+  mine.save(dir / "mine.json");
+  other.save(dir / "other.json");
+  write(dir / "a.txt", corpus());
+  PrepareRequest req;
+  req.texts = {dir / "a.txt"};
+  req.tokenizer = dir / "mine.json";
+  req.out_dir = dir / "out";
+  prepare_token_shards(req);
+  DataConfig dc;
+  dc.train = dir / "out/train.bin";
+  dc.val = dir / "out/val.bin";
+  dc.tokenizer = dir / "mine.json";
+  CHECK(open_dataset(dc, Split::val, 300, 1)->num_tokens() > 0);
+  CHECK(data_tokenizer(dc)->to_json() == mine.to_json());
+  dc.tokenizer = dir / "other.json";
+  for (const Split split : {Split::train, Split::val})
+    CHECK_THROWS_WITH_AS(open_dataset(dc, split, 300, 1),
+                         doctest::Contains("made with another tokenizer than data.tokenizer"),
+                         DataError);
+  CHECK_THROWS_AS(data_tokenizer(dc), DataError);  // sample would print the wrong text
+  dc.tokenizer = dir / "missing.json";
+  CHECK_THROWS_WITH_AS(open_dataset(dc, Split::train, 300, 1), doctest::Contains("no such file"),
+                       DataError);
+
+  // Shards without a manifest (llm.c's, say): data.tokenizer decodes them and must fit.
+  fs::remove(dir / "out/manifest.json");
+  dc.tokenizer = dir / "other.json";
+  CHECK(open_dataset(dc, Split::train, 300, 1)->num_tokens() > 0);
+  CHECK(data_tokenizer(dc)->to_json() == other.to_json());
+  CHECK_THROWS_WITH_AS(open_dataset(dc, Split::train, 299, 1),
+                       doctest::Contains("data.tokenizer='"), DataError);
+}
+
 TEST_CASE("prepare writes 4-byte tokens when the vocabulary passes 65536") {
   TempDir dir;
   write(dir / "tok.json", tokenizer_json({}, {}, R"({"id": 70000, "content": "<|x|>"})"));

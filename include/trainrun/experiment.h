@@ -70,6 +70,7 @@ struct DataConfig {
   std::string val;                     // token shard file, directory or glob
   std::string text;                    // a text file, byte-tokenized on the fly
   std::string synthetic;               // built-in source: "markov" (or empty)
+  std::string tokenizer;               // tokenizer.json data.train was made with; "" = its own
   double val_fraction = 0.1;           // for data.text and data.synthetic: tail fraction held out
   int markov_order = 1;                // for data.synthetic: markov
   int64_t synthetic_tokens = 1 << 20;  // length of the built-in stream

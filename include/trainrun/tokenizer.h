@@ -72,8 +72,9 @@ std::string prepare_shards(const PrepareRequest& req);
 // shards and a manifest (docs/data-format.md). Returns a one-line summary.
 std::string prepare_token_shards(const PrepareRequest& req);
 
-// The tokenizer whose manifest sits beside data.train's shards (checked against the hash the
-// manifest records), or nullptr when there is none (byte-level shards, text, synthetic data).
+// The run's tokenizer: data.tokenizer when set (checked against the manifest beside
+// data.train's shards, if any), else the one that manifest names (checked against the hash it
+// records), or nullptr when there is none (byte-level shards, text, synthetic data).
 std::unique_ptr<Tokenizer> data_tokenizer(const DataConfig& data);
 
 }  // namespace trainrun

@@ -90,6 +90,10 @@ std::vector<Field> make_schema() {
        .resumable = kFixed},
       {KEY(data, synthetic), .description = "A built-in token stream", .resumable = kFixed,
        .allowed = {"", "markov"}},
+      {KEY(data, tokenizer),
+       .description = "tokenizer.json data.train was made with: checked against the shards' "
+                      "manifest.json, used by sample",
+       .resumable = kFixed},
       {KEY(data, val_fraction),
        .description = "data.text / data.synthetic: tail fraction held out for evaluation",
        .resumable = kFixed, .min = 0, .max = 1, .max_open = true},

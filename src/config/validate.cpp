@@ -53,6 +53,11 @@ void one_data_source(const Experiment& e, int, Fail& out) {
          "data.val is set without data.train: data.val holds validation shards for data.train; "
          "data.text and data.synthetic hold out data.val_fraction instead");
   }
+  if (!d.tokenizer.empty() && d.train.empty()) {
+    fail(out, {"data.tokenizer"},
+         "data.tokenizer is set without data.train: it names the tokenizer token shards were "
+         "made with; data.text is bytes and data.synthetic its own symbols");
+  }
 }
 
 void something_to_evaluate(const Experiment& e, int, Fail& out) {
@@ -166,8 +171,8 @@ struct Rule {
 };
 
 const Rule kRules[] = {
-    {"exactly one of `data.train`, `data.text`, `data.synthetic`; `data.val` only with "
-     "`data.train`",
+    {"exactly one of `data.train`, `data.text`, `data.synthetic`; `data.val` and "
+     "`data.tokenizer` only with `data.train`",
      one_data_source},
     {"gpt: `model.d_model` divisible by `model.n_head`", heads_divide_width},
     {"mlp: `model.hidden` not empty", mlp_has_hidden},

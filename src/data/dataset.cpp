@@ -289,14 +289,14 @@ std::unique_ptr<TokenDataset> open_dataset(const DataConfig& data, Split split, 
     const std::string& spec = val ? data.val : data.train;
     const char* key = val ? "data.val" : "data.train";
     const auto files = resolve_files(spec, key);
-    check_shard_manifests(files, vocab_size);
+    check_shard_manifests(files, vocab_size, data.tokenizer);
     auto ds = std::make_unique<ShardStream>(files, vocab_size);
     if (ds->num_tokens() == 0)
       throw DataError(fmt::format("{}='{}': the shards hold no tokens", key, spec));
     return ds;
   }
   const auto files = resolve_files(data.train, "data.train");
-  check_shard_manifests(files, vocab_size);
+  check_shard_manifests(files, vocab_size, data.tokenizer);
   auto train = std::make_shared<ShardStream>(files, vocab_size);
   if (train->num_tokens() == 0)
     throw DataError(fmt::format("data.train='{}': the shards hold no tokens", data.train));

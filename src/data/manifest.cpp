@@ -35,6 +35,42 @@ std::string as_str(const Json* v) {
   return v && v->kind == Json::Kind::kString ? v->str : std::string();
 }
 
+// data.tokenizer as read once: what the manifest's hash is compared with, and the tokenizer.
+struct ConfiguredTokenizer {
+  std::string path, sha256;
+  Tokenizer tok;
+};
+
+ConfiguredTokenizer read_configured(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    throw DataError(fmt::format(
+        "data.tokenizer='{}': no such file (the tokenizer.json the shards were made with)", path));
+  const std::string bytes = slurp(path);
+  return {path, sha256_hex(bytes), Tokenizer::parse(bytes, path)};
+}
+
+std::string shown(const std::string& dir) {
+  return dir.empty() ? "." : dir;
+}
+
+// The same tokenizer is the same bytes: the manifest records the SHA-256 of the file.
+void check_same_tokenizer(const ShardManifest& m, const ConfiguredTokenizer& conf) {
+  if (conf.sha256 == m.tokenizer_sha256) return;
+  const std::string theirs = (fs::path(m.dir) / m.tokenizer_file).string();
+  throw DataError(fmt::format(
+      "{}/{}: these shards were made with another tokenizer than data.tokenizer='{}' (its "
+      "sha256 is {}, the manifest records {}, copied from {}): set data.tokenizer={} (or leave "
+      "it unset), or prepare the data again with --tokenizer {}",
+      m.dir, kManifestName, conf.path, conf.sha256, m.tokenizer_sha256, m.tokenizer_source, theirs,
+      conf.path));
+}
+
+// A multiple of 64 keeps the output layer's matmuls aligned.
+int suggested_vocab(int vocab) {
+  return (vocab + 63) / 64 * 64;
+}
+
 }  // namespace
 
 std::string manifest_json(const ShardManifest& m) {
@@ -88,20 +124,31 @@ std::optional<ShardManifest> read_manifest(const std::string& dir) {
   return m;
 }
 
-void check_shard_manifests(const std::vector<std::string>& files, int vocab_size) {
+void check_shard_manifests(const std::vector<std::string>& files, int vocab_size,
+                           const std::string& tokenizer) {
+  std::optional<ConfiguredTokenizer> conf;
+  if (!tokenizer.empty()) {
+    conf = read_configured(tokenizer);
+    const int v = conf->tok.vocab_size();
+    if (v > vocab_size)
+      throw DataError(
+          fmt::format("data.tokenizer='{}' has {} tokens but model.vocab_size is {}: set "
+                      "model.vocab_size >= {} (e.g. --set model.vocab_size={})",
+                      tokenizer, v, vocab_size, v, suggested_vocab(v)));
+  }
   std::set<std::string> dirs;
   for (const std::string& f : files) dirs.insert(fs::path(f).parent_path().string());
   for (const std::string& d : dirs) {
-    const auto m = read_manifest(d.empty() ? "." : d);
-    if (!m || m->vocab_size <= vocab_size) continue;
-    // A multiple of 64 keeps the output layer's matmuls aligned.
-    const int suggest = (m->vocab_size + 63) / 64 * 64;
+    const auto m = read_manifest(shown(d));
+    if (!m) continue;
+    if (conf) check_same_tokenizer(*m, *conf);
+    if (m->vocab_size <= vocab_size) continue;
     throw DataError(fmt::format(
         "{}/{}: these shards were tokenized with {} ({} tokens) but model.vocab_size is {}; set "
         "model.vocab_size >= {} (e.g. --set model.vocab_size={}), or prepare the data with a "
         "smaller tokenizer",
-        d.empty() ? "." : d, kManifestName, m->tokenizer_file, m->vocab_size, vocab_size,
-        m->vocab_size, suggest));
+        shown(d), kManifestName, m->tokenizer_file, m->vocab_size, vocab_size, m->vocab_size,
+        suggested_vocab(m->vocab_size)));
   }
 }
 
@@ -111,7 +158,12 @@ std::unique_ptr<Tokenizer> data_tokenizer(const DataConfig& data) {
   // data.train is a directory, a file or a glob whose directory part has no wildcard.
   const fs::path spec(data.train);
   const fs::path dir = fs::is_directory(spec, ec) ? spec : spec.parent_path();
-  const auto m = read_manifest(dir.empty() ? "." : dir.string());
+  const auto m = read_manifest(shown(dir.string()));
+  if (!data.tokenizer.empty()) {
+    ConfiguredTokenizer conf = read_configured(data.tokenizer);
+    if (m) check_same_tokenizer(*m, conf);
+    return std::make_unique<Tokenizer>(std::move(conf.tok));
+  }
   if (!m) return nullptr;
   const std::string path = (fs::path(m->dir) / m->tokenizer_file).string();
   const std::string bytes = slurp(path);

@@ -34,8 +34,11 @@ std::string manifest_json(const ShardManifest& m);
 // throws DataError for one of ours that does not parse.
 std::optional<ShardManifest> read_manifest(const std::string& dir);
 
-// Refuses shards (files from data.train/data.val) whose manifest says their tokenizer's
-// vocabulary does not fit model.vocab_size. Throws DataError with the fix.
-void check_shard_manifests(const std::vector<std::string>& files, int vocab_size);
+// Refuses shards (files from data.train/data.val) whose manifest says they were made with
+// another tokenizer than `tokenizer` (data.tokenizer; "" checks none), or whose tokenizer's
+// vocabulary does not fit model.vocab_size; and a data.tokenizer whose own vocabulary does not
+// fit, manifest or not. Throws DataError with the fix.
+void check_shard_manifests(const std::vector<std::string>& files, int vocab_size,
+                           const std::string& tokenizer);
 
 }  // namespace trainrun

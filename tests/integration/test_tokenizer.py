@@ -224,3 +224,47 @@ def test_prepare_train_and_sample(venv_py, shakespeare, tmp_path):
     assert p.stdout.startswith(b"ROMEO:")
     # 20 BPE tokens are more than 20 bytes of text (a byte model prints exactly 20).
     assert len(p.stdout) > len("ROMEO:") + 20 + 1
+
+
+def test_data_tokenizer_names_the_shards_tokenizer(shakespeare, tmp_path):
+    """data.tokenizer: shards whose manifest records another tokenizer are refused before
+    training; the same tokenizer (any copy of it) trains, and `sample` decodes with it, also
+    when the shards carry no manifest (made by another tool)."""
+    tok, other = tmp_path / "tok.json", tmp_path / "other.json"
+    for path, vocab in [(tok, "512"), (other, "384")]:
+        run(["data", "tokenizer", "train", shakespeare, "--vocab-size", vocab, "--out", str(path)],
+            check=0)
+    out = tmp_path / "shards"
+    run(["data", "prepare", shakespeare, "--tokenizer", str(tok), "--out", str(out)], check=0)
+    qs = str(REPO / "configs" / "quickstart.yaml")
+    base = [qs, *sets(*TINY, "data.synthetic=", f"data.train={out}/train.bin",
+                      f"data.val={out}/val.bin", "model.vocab_size=512")]
+    # other's 384 ids fit the model: the refusal is about which tokenizer, not its size.
+    p = run([*base, *sets(f"data.tokenizer={other}", f"run_dir={tmp_path / 'no'}")], check=3)
+    assert "made with another tokenizer than data.tokenizer" in p.stderr, p.stderr
+    assert str(tok) in p.stderr  # the manifest's source: the fix names the right file
+    p = run(["validate", qs, *sets(f"data.tokenizer={tok}")], check=2)
+    assert "data.tokenizer is set without data.train" in p.stderr, p.stderr
+
+    copy = tmp_path / "copy.json"
+    copy.write_bytes(tok.read_bytes())
+    rd = tmp_path / "run"
+    run([*base, *sets(f"data.tokenizer={copy}", f"run_dir={rd}", "train.steps=200",
+                      "logging.every=50")], check=0)
+    (out / "manifest.json").unlink()  # now only data.tokenizer knows how the ids read
+
+    def sample():
+        return subprocess.run([TRAINRUN, "sample", str(rd), "--tokens", "40", "--prompt", "KING"],
+                              capture_output=True, timeout=120)
+    p = sample()
+    assert p.returncode == 0, p.stderr
+    text = p.stdout.decode("utf-8")  # whole BPE tokens of English: valid UTF-8
+    assert text.startswith("KING")
+    # Readable text, not ids or raw bytes: printable characters, more letters than the 40 tokens
+    # (a byte-level reading prints at most 40 characters), and words between spaces.
+    assert all(c.isprintable() or c.isspace() for c in text), repr(text)
+    assert sum(c.isalpha() for c in text) > len("KING") + 40, repr(text)
+    assert len(text.split()) >= 5, repr(text)
+    copy.unlink()
+    p = sample()
+    assert p.returncode == 3 and b"data.tokenizer" in p.stderr, p.stderr
