@@ -395,3 +395,36 @@ TEST_CASE("k8s manifest: an existing claim, no GPUs, bad options") {
   CHECK_THROWS_WITH_AS(k8s_manifest(tiny({"name=___"}), K8sOptions{}),
                        doctest::Contains("no letter or digit"), ConfigError);
 }
+
+TEST_CASE("k8s manifest: the metrics endpoint is annotated for Prometheus on the workers") {
+  const auto off = YAML::LoadAll(k8s_manifest(tiny(), K8sOptions{}));
+  const YAML::Node plain = off[2]["spec"]["mpiReplicaSpecs"]["Worker"]["template"];
+  CHECK_FALSE(plain["metadata"]);
+  CHECK_FALSE(plain["spec"]["containers"][0]["ports"]);
+
+  const auto docs = YAML::LoadAll(k8s_manifest(tiny({"logging.prometheus_port=9500"}), {}));
+  const YAML::Node worker = docs[2]["spec"]["mpiReplicaSpecs"]["Worker"]["template"];
+  const YAML::Node a = worker["metadata"]["annotations"];
+  CHECK(a["prometheus.io/scrape"].as<std::string>() == "true");
+  CHECK(a["prometheus.io/port"].as<std::string>() == "9500");
+  CHECK(a["prometheus.io/path"].as<std::string>() == "/metrics");
+  CHECK(a["prometheus.io/port"].Tag() == "!");  // annotation values must be strings
+  const YAML::Node port = worker["spec"]["containers"][0]["ports"][0];
+  CHECK(port["name"].as<std::string>() == "metrics");
+  CHECK(port["containerPort"].as<int>() == 9500);
+  CHECK(port["protocol"].as<std::string>() == "TCP");
+  // The launcher only runs mpirun: no endpoint there.
+  CHECK_FALSE(docs[2]["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"]);
+  const Experiment in_pod =
+      parse_experiment(docs[0]["data"]["config.yaml"].as<std::string>(), "configmap", {});
+  CHECK(in_pod.logging.prometheus_port == 9500);
+}
+
+TEST_CASE("slurm script: says where the metrics endpoint is") {
+  const std::string off = slurm_script(tiny(), base_opts());
+  CHECK(off.find("/metrics") == std::string::npos);
+  const std::string s = slurm_script(tiny({"logging.prometheus_port=9500"}), base_opts());
+  CHECK(has_line(s,
+                 "echo \"trainrun: metrics for Prometheus at http://$(hostname):9500/metrics (rank "
+                 "0 runs on this node, the allocation's first)\""));
+}

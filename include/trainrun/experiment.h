@@ -106,6 +106,8 @@ struct LoggingConfig {
   int64_t every = 10;
   double straggler_margin = 0.2;  // a rank this much slower than the median is named
   bool tensorboard = true;        // event files in RUN_DIR/tb
+  int prometheus_port = 0;        // rank 0 serves /metrics here; 0 = off
+  std::string prometheus_address = "0.0.0.0";
 };
 
 struct DistributedConfig {

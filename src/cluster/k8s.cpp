@@ -105,8 +105,21 @@ struct Replica {
   int replicas;
   std::vector<std::string> command;
   std::vector<std::pair<std::string, std::string>> env;
-  bool limits;  // the worker's cpu/memory/GPU limits
+  bool limits;           // the worker's cpu/memory/GPU limits
+  int metrics_port = 0;  // logging.prometheus_port, on the pods that may hold rank 0
 };
+
+// Prometheus's customary pod annotations (the kubernetes_sd_configs example relabelling reads
+// them) and the named container port of the endpoint.
+void metrics_annotations(YAML::Emitter& e, int port) {
+  e << YAML::Key << "metadata" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "annotations" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "prometheus.io/scrape" << YAML::Value << YAML::DoubleQuoted << "true";
+  e << YAML::Key << "prometheus.io/port" << YAML::Value << YAML::DoubleQuoted
+    << std::to_string(port);
+  e << YAML::Key << "prometheus.io/path" << YAML::Value << YAML::DoubleQuoted << "/metrics";
+  e << YAML::EndMap << YAML::EndMap;
+}
 
 void replica_spec(YAML::Emitter& e, const Replica& r, const K8sOptions& o,
                   const std::string& config_map, const std::string& claim) {
@@ -114,6 +127,7 @@ void replica_spec(YAML::Emitter& e, const Replica& r, const K8sOptions& o,
   e << YAML::Key << "replicas" << YAML::Value << r.replicas;
   e << YAML::Key << "restartPolicy" << YAML::Value << "OnFailure";
   e << YAML::Key << "template" << YAML::Value << YAML::BeginMap;
+  if (r.metrics_port > 0) metrics_annotations(e, r.metrics_port);
   e << YAML::Key << "spec" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "containers" << YAML::Value << YAML::BeginSeq << YAML::BeginMap;
   std::string container = r.role;
@@ -124,6 +138,11 @@ void replica_spec(YAML::Emitter& e, const Replica& r, const K8sOptions& o,
   e << YAML::Key << "imagePullPolicy" << YAML::Value << "IfNotPresent";
   e << YAML::Key << "command" << YAML::Value;
   string_list(e, r.command);
+  if (r.metrics_port > 0)
+    e << YAML::Key << "ports" << YAML::Value << YAML::BeginSeq << YAML::BeginMap << YAML::Key
+      << "name" << YAML::Value << "metrics" << YAML::Key << "containerPort" << YAML::Value
+      << r.metrics_port << YAML::Key << "protocol" << YAML::Value << "TCP" << YAML::EndMap
+      << YAML::EndSeq;
   if (!r.env.empty()) {
     e << YAML::Key << "env" << YAML::Value << YAML::BeginSeq;
     for (const auto& [k, v] : r.env)
@@ -232,8 +251,11 @@ std::string k8s_manifest(const Experiment& exp_in, const K8sOptions& o) {
                   root_env,
                   false},
                  o, config_map, claim);
-    // Workers only host the ranks mpirun starts over ssh.
-    replica_spec(e, {"Worker", r.nodes, {"/usr/sbin/sshd", "-De"}, {}, true}, o, config_map, claim);
+    // Workers only host the ranks mpirun starts over ssh; rank 0, and with it the metrics
+    // endpoint, runs on the first of them.
+    replica_spec(
+        e, {"Worker", r.nodes, {"/usr/sbin/sshd", "-De"}, {}, true, exp.logging.prometheus_port}, o,
+        config_map, claim);
     e << YAML::EndMap;  // mpiReplicaSpecs
     e << YAML::EndMap << YAML::EndMap;
     out += finish(e);

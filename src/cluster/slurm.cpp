@@ -146,6 +146,11 @@ std::string slurm_script(const Experiment& exp, const SlurmOptions& in) {
   line(
       "echo \"trainrun: job ${SLURM_JOB_ID} restart ${SLURM_RESTART_COUNT:-0} on $(hostname) at "
       "$(date '+%F %T')\"");
+  if (exp.logging.prometheus_port > 0)
+    line(fmt::format(
+        "echo \"trainrun: metrics for Prometheus at http://$(hostname):{}/metrics (rank 0 runs "
+        "on this node, the allocation's first)\"",
+        exp.logging.prometheus_port));
   line("");
   line("# One OpenMP thread per core Slurm gave each rank: more threads than cores makes every");
   line("# rank spin against the others. Since Slurm 22.05 srun no longer inherits --cpus-per-task");

@@ -153,6 +153,14 @@ std::vector<Field> make_schema() {
        .description = "Write TensorBoard event files to RUN_DIR/tb (on by default: where "
                       "researchers look, at a few hundred bytes per logged step)",
        .resumable = kResumable},
+      {KEY(logging, prometheus_port),
+       .description = "Rank 0 serves Prometheus metrics on this TCP port at /metrics; 0 = off",
+       .resumable = kResumable, .min = 0, .max = 65535},
+      // All interfaces by default: Prometheus scrapes from another host.
+      {KEY(logging, prometheus_address),
+       .description = "Address the Prometheus endpoint binds (0.0.0.0: every interface; "
+                      "127.0.0.1: this host only)",
+       .resumable = kResumable},
 
       {KEY(distributed, nproc), .description = "Ranks per node", .resumable = kResumable, .min = 1,
        .max = 4096},

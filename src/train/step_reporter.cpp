@@ -68,6 +68,14 @@ StepReporter::StepReporter(StepReporterConfig cfg, Throughput tp, Communicator& 
   comm_.all_gather_bytes(mine, kHostBytes, all.data());
   for (int r = 0; r < comm_.size(); ++r)
     hosts_.emplace_back(all.data() + kHostBytes * static_cast<size_t>(r));
+  live_.run = cfg_.run_name;
+  live_.world = comm_.size();
+  live_.total_steps = cfg_.total_steps;
+  live_.restarts = cfg_.restarts;
+  if (comm_.rank() != 0 || cfg_.prometheus_port == 0) return;
+  server_ = MetricsServer::start(cfg_.prometheus_address, cfg_.prometheus_port);
+  publish();
+  spdlog::info("metrics for Prometheus: http://{}:{}/metrics", hosts_[0], server_->port());
 }
 
 StepReporter::~StepReporter() = default;
@@ -90,7 +98,17 @@ void StepReporter::append(const std::string& kind, const MetricRow& row) {
   metrics_->flush();
 }
 
+void StepReporter::checkpoint(int64_t step, const std::string& path) {
+  live_.checkpoint_step = step;
+  live_.checkpoint_path = path;
+  publish();
+}
+
 void StepReporter::event(int64_t step, const std::string& name, const MetricRow& extra) {
+  if (name == "bad_step") ++live_.bad_steps;
+  if (name == "rollback") ++live_.rollbacks;
+  if (name == "loss_spike") ++live_.loss_spikes;
+  publish();
   if (!metrics_) return;
   MetricRow row = {{"step", double(step)}, {"event", name}};
   row.insert(row.end(), extra.begin(), extra.end());
@@ -118,10 +136,29 @@ std::string StepReporter::progress_line(int64_t step, const StepSummary& s, doub
       100.0 * step_mfu, secs * 1e3, format_duration(eta_seconds(step)));
 }
 
+// The endpoint's step metrics: the same figures as the train row.
+void StepReporter::live(int64_t step, const StepSummary& s, double step_mfu) {
+  const StepTimes& t = s.times;
+  live_.reported = true;
+  live_.step = step;
+  live_.loss = s.loss;
+  live_.lr = s.lr;
+  live_.grad_norm = s.grad_norm;
+  live_.tokens_per_sec = static_cast<double>(tp_.tokens_per_step) / t.total;
+  live_.mfu = step_mfu;
+  live_.step_time = t.total;
+  const double phases[kLivePhaseCount] = {t.data,      t.forward,   t.backward,  t.comm_total,
+                                          t.comm_wait, t.optimizer, t.checkpoint};
+  std::copy(std::begin(phases), std::end(phases), live_.phases);
+  live_.tokens_seen = s.tokens_seen;
+  publish();
+}
+
 void StepReporter::report(int64_t step, const StepSummary& s) {
   const StepTimes& t = s.times;
   const double step_mfu = mfu(t.total);
   const double hidden = t.comm_total > 0 ? std::max(0.0, 1.0 - t.comm_wait / t.comm_total) : 0.0;
+  live(step, s, step_mfu);
   append("train", {{"step", double(step)},
                    {"loss", s.loss},
                    {"lr", s.lr},
@@ -158,6 +195,9 @@ void StepReporter::report(int64_t step, const StepSummary& s) {
 
 void StepReporter::eval(int64_t step, double val_loss) {
   last_val_loss_ = val_loss;
+  live_.val_step = step;
+  live_.val_loss = val_loss;
+  publish();
   append("eval", {{"step", double(step)}, {"val_loss", val_loss}});
   if (!cfg_.console) return;
   if (cfg_.tty) fmt::print(stderr, "\r\033[K");
@@ -201,7 +241,13 @@ void StepReporter::check_stragglers(int64_t step) {
     x.step = w[0];
     std::copy(w + 1, w + kTimingDoubles, x.phases);
   }
-  for (const Straggler& s : find_stragglers(ranks, cfg_.straggler_margin)) {
+  const std::vector<Straggler> named = find_stragglers(ranks, cfg_.straggler_margin);
+  live_.stragglers.assign(static_cast<size_t>(world), {});
+  for (int r = 0; r < world; ++r)
+    live_.stragglers[static_cast<size_t>(r)] = {r, hosts_[static_cast<size_t>(r)], false};
+  for (const Straggler& s : named) live_.stragglers[static_cast<size_t>(s.rank)].flagged = true;
+  publish();
+  for (const Straggler& s : named) {
     spdlog::warn(
         "straggler: rank {} on {} takes {:.1f} ms per step outside collectives, {:.0f}% "
         "above the other ranks' median {:.1f} ms (mostly {})",

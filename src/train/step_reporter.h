@@ -2,8 +2,9 @@
 // RUN_DIR/metrics.{h5,jsonl} (train, eval and event rows) and the console: a progress line with
 // throughput, MFU and ETA, redrawn in place on a terminal. On every rank, every logging.every
 // steps, the straggler check: each rank's median step and phase times are gathered, and rank 0
-// names the ranks well slower than the others. MFU, the ETA and those medians are computed here
-// and nowhere else.
+// names the ranks well slower than the others. With logging.prometheus_port, rank 0 also serves
+// the latest of all this at /metrics (trainrun/metrics_server.h), publishing a copy after each
+// report, eval and event. MFU, the ETA and those medians are computed here and nowhere else.
 //
 // Thread safety: none; the step loop's thread only. Collectives: the constructor, and report()
 // on steps that are multiples of logging.every; every rank makes the same calls.
@@ -19,6 +20,8 @@
 #include "step_times.h"
 #include "trainrun/comm.h"
 #include "trainrun/metrics.h"
+#include "trainrun/metrics_server.h"
+#include "trainrun/prometheus.h"
 #include "trainrun/stragglers.h"
 
 namespace trainrun {
@@ -30,6 +33,10 @@ struct StepReporterConfig {
   double straggler_margin = 0.2;
   bool console = false;  // this rank prints progress (rank 0)
   bool tty = false;      // ... onto a terminal, where the progress line redraws in place
+  std::string run_name;
+  int64_t restarts = 0;     // relaunches of this job so far
+  int prometheus_port = 0;  // rank 0 serves /metrics on it; 0 = no endpoint
+  std::string prometheus_address = "0.0.0.0";
 };
 
 // What MFU and tokens/s are measured against.
@@ -69,7 +76,8 @@ class StragglerWindow {
 
 class StepReporter {
  public:
-  // Collective: gathers every rank's host name for the straggler warnings.
+  // Collective: gathers every rank's host name for the straggler warnings. Rank 0 then starts
+  // the metrics endpoint when configured (throws ConfigError when its port cannot be bound).
   StepReporter(StepReporterConfig cfg, Throughput tp, Communicator& comm);
   ~StepReporter();
   StepReporter(const StepReporter&) = delete;
@@ -80,6 +88,8 @@ class StepReporter {
   // After a rollback to `step`: drops the rows past it, when the files are open.
   void reopen_metrics(int64_t step);
   void flush();  // every row so far readable by another process (before a checkpoint, say)
+  // The newest checkpoint, written or restored (the endpoint's checkpoint step, age and size).
+  void checkpoint(int64_t step, const std::string& path);
   void event(int64_t step, const std::string& name, const MetricRow& extra = {});
   // Runs just before the straggler check's collective (the watchdog marks it as such).
   void on_collective(std::function<void(int64_t step)> fn) { on_collective_ = std::move(fn); }
@@ -97,6 +107,7 @@ class StepReporter {
   void summary(int64_t step, double seconds, double final_loss, double entropy_rate) const;
 
   const Throughput& throughput() const { return tp_; }
+  int metrics_port() const { return server_ ? server_->port() : 0; }  // 0: no endpoint
   double mfu(double seconds) const { return tp_.mfu(seconds); }
   double eta_seconds(int64_t step) const;
   // The console's line for a reported step whose MFU is `step_mfu`.
@@ -105,6 +116,10 @@ class StepReporter {
  private:
   void append(const std::string& kind, const MetricRow& row);
   void check_stragglers(int64_t step);
+  void live(int64_t step, const StepSummary& s, double step_mfu);
+  void publish() {
+    if (server_) server_->publish(live_);
+  }
 
   StepReporterConfig cfg_;
   Throughput tp_;
@@ -116,6 +131,8 @@ class StepReporter {
   double ema_step_ = 0;  // seconds per step, for the ETA
   double last_val_loss_ = NAN;
   bool warned_mfu_ = false;  // an MFU above 100% is said once: the peak is wrong, not the run
+  LiveMetrics live_;         // what the endpoint serves, as of the last publish()
+  std::unique_ptr<MetricsServer> server_;  // rank 0 with logging.prometheus_port only
 };
 
 }  // namespace trainrun

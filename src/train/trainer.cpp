@@ -268,6 +268,10 @@ void Trainer::setup_reporter() {
   cfg.straggler_margin = exp_.logging.straggler_margin;
   cfg.console = console_;
   cfg.tty = tty_;
+  cfg.run_name = exp_.name;
+  cfg.restarts = restart_count();
+  cfg.prometheus_port = exp_.logging.prometheus_port;
+  cfg.prometheus_address = exp_.logging.prometheus_address;
   Throughput tp;
   const GemmPeak peak = gemm_peak(*be_, 1024, default_gemm_peak_cache());
   tp.peak_gflops = peak.gflops;
@@ -486,6 +490,7 @@ std::string Trainer::save_checkpoint(int64_t step, double* seconds) {
   *seconds += now() - t0;
   if (refused.empty()) {
     newest_checkpoint_ = checkpoint_path(exp_.run_dir, step);
+    reporter_->checkpoint(step, newest_checkpoint_);
     return refused;
   }
   spdlog::warn("step {}: {}; {}", step, refused,
@@ -564,6 +569,7 @@ void Trainer::restore(const std::string& file) {
   dp_->restore_optimizer_state(ck);
   state_ = ck.state;
   newest_checkpoint_ = file;
+  reporter_->checkpoint(state_.step, file);
   spdlog::info("resumed from {} at step {} ({} tokens seen, written by {} ranks)", file,
                state_.step, state_.tokens_seen, state_.world_size);
 }

@@ -95,6 +95,24 @@ def test_cpu_workers_on_an_existing_claim():
     assert launcher_c["command"][:3] == ["mpirun", "-np", "2"]
 
 
+def test_metrics_endpoint_is_annotated_for_prometheus():
+    objs, _ = manifest()
+    worker, _, worker_c = pod(objs["MPIJob"], "Worker")
+    assert "metadata" not in worker["template"] and "ports" not in worker_c
+
+    objs, _ = manifest("--set", "logging.prometheus_port=9500")
+    assert yaml.safe_load(objs["ConfigMap"]["data"]["config.yaml"])["logging"][
+        "prometheus_port"] == 9500
+    worker, _, worker_c = pod(objs["MPIJob"], "Worker")
+    # Rank 0 runs on the first worker: the usual kubernetes_sd relabelling finds it by these.
+    assert worker["template"]["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true", "prometheus.io/port": "9500",
+        "prometheus.io/path": "/metrics"}
+    assert worker_c["ports"] == [{"name": "metrics", "containerPort": 9500, "protocol": "TCP"}]
+    launcher, _, launcher_c = pod(objs["MPIJob"], "Launcher")
+    assert "metadata" not in launcher["template"] and "ports" not in launcher_c
+
+
 @pytest.mark.parametrize("args,message", [
     (["--gpus-per-node", "1", "--ranks-per-node", "2"], "each rank drives its own GPU"),
     (["--namespace", "Team_A"], "--namespace"),

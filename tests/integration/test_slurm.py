@@ -127,14 +127,14 @@ echo "scontrol $*" >> "$FAKE_LOG"
 """
 
 
-def run_script_with_fakes(tmp_path, mode, extra_env=None, signal_after_ready=None):
+def run_script_with_fakes(tmp_path, mode, extra_env=None, signal_after_ready=None, sets=()):
     bindir = tmp_path / "fakebin"
     bindir.mkdir(exist_ok=True)
     for name, text in [("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)]:
         (bindir / name).write_text(text)
         (bindir / name).chmod(0o755)
     script = trainrun("slurm", QUICKSTART, "--set", f"run_dir={tmp_path}/run",
-                      "--ntasks-per-node", "2").stdout
+                      "--ntasks-per-node", "2", *[w for kv in sets for w in ("--set", kv)]).stdout
     (tmp_path / "job.sbatch").write_text(script)
     log, ready = tmp_path / "fake.log", tmp_path / "ready"
     for f in (log, ready):
@@ -169,6 +169,14 @@ def test_script_finishes_and_fails(tmp_path):
     rc, out, log = run_script_with_fakes(tmp_path, "fail")
     assert rc == 3, out
     assert not any(l.startswith("scontrol") for l in log)
+
+
+def test_script_says_where_the_metrics_endpoint_is(tmp_path):
+    _, out, _ = run_script_with_fakes(tmp_path, "finish")
+    assert "/metrics" not in out
+    _, out, _ = run_script_with_fakes(tmp_path, "finish", sets=["logging.prometheus_port=9500"])
+    host = subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
+    assert f"trainrun: metrics for Prometheus at http://{host}:9500/metrics" in out, out
 
 
 def test_script_threads(tmp_path):
