@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Is the data loader ever the bottleneck? The trainer's own step-time breakdown (t_data, the
+# wait for the prefetched batch, against step_time, in metrics.jsonl) for configs/llama-small.yaml
+# and configs/shakespeare-char.yaml on tiny Shakespeare, read two ways: as bytes (data.text, as
+# shipped) and as BPE token shards (`data prepare --tokenizer`, vocab 4096, memory-mapped).
+# Steady state: the first SKIP steps and the last (it checkpoints) are dropped. Figures only.
+#   BUILD=build bench/data_share.sh [STEPS] [SKIP]
+# shellcheck source=bench/lib.sh
+source "$(dirname "$0")/lib.sh"
+need_shakespeare
+ensure_built trainrun
+steps=${1:-80}
+skip=${2:-5}
+dir="$RUNS/data_share"
+mkdir -p "$dir"
+
+echo "## data_share: data time as a share of the step (1 rank, CPU, fp32)"
+load_line
+"$TRAINRUN" data tokenizer train "$SHAKESPEARE" --vocab-size 4096 --out "$dir/tok.json" >/dev/null
+"$TRAINRUN" data prepare "$SHAKESPEARE" --tokenizer "$dir/tok.json" --out "$dir/shards" >/dev/null
+bytes=(--set data.text="$SHAKESPEARE")
+bpe=(--set data.text= --set data.train="$dir/shards/train.bin" --set data.val="$dir/shards/val.bin"
+     --set data.tokenizer="$dir/tok.json" --set model.vocab_size=4096)
+
+echo
+echo "| config | data | step ms (median) | data ms (mean) | data ms (max) | data share |"
+echo "| --- | --- | --- | --- | --- | --- |"
+for config in llama-small shakespeare-char; do
+  for source in bytes bpe; do
+    declare -n extra=$source
+    name="ds-$config-$source"
+    train "$name" "configs/$config.yaml" "${extra[@]}" --set train.steps="$steps" \
+      --set checkpoint.every=0 --set logging.every=1
+    python3 - "$RUNS/$name/metrics.jsonl" "$skip" "$config" "$source" <<'PY'
+import json, statistics, sys
+rows = [r for r in map(json.loads, open(sys.argv[1])) if r.get("kind") == "train"]
+last = max(r["step"] for r in rows)
+rows = [r for r in rows if int(sys.argv[2]) < r["step"] < last]
+step = statistics.median(r["step_time"] for r in rows)
+data = statistics.fmean(r["t_data"] for r in rows)
+share = data / statistics.fmean(r["step_time"] for r in rows)
+print(f"| {sys.argv[3]} | {sys.argv[4]} | {step * 1e3:.1f} | {data * 1e3:.4f} | "
+      f"{max(r['t_data'] for r in rows) * 1e3:.4f} | {100 * share:.3f}% |")
+PY
+    unset -n extra
+  done
+done
+load_line
