@@ -70,6 +70,13 @@ class CudaBackend final : public Backend {
       case Op::copy:
       case Op::fill:
         return true;
+      case Op::rmsnorm:
+      case Op::rmsnorm_backward:
+      case Op::rope:
+      case Op::rope_backward:
+      case Op::swiglu:
+      case Op::swiglu_backward:
+        return false;
       case Op::embedding_backward:  // the table gradient accumulates with f32 atomics
       case Op::adamw:               // f32 master weights and moments
         return dt == DType::f32;
@@ -197,19 +204,34 @@ class CudaBackend final : public Backend {
   }
 
   // ---- attention ----
-  void attention_impl(Tensor out, Tensor lse, Tensor qkv, int n_head) override {
+  void attention_impl(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head) override {
+    if (n_kv_head != n_head) not_yet("grouped-query attention");
     on_device();
     cuda::attention_forward(qkv.dtype, lse.dtype, out.data, lse.data, qkv.data, qkv.dim(0),
                             qkv.dim(1), qkv.dim(2) / 3, n_head);
   }
 
   void attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
-                               int n_head) override {
+                               int n_head, int n_kv_head) override {
+    if (n_kv_head != n_head) not_yet("grouped-query attention_backward");
     on_device();
     const int64_t B = qkv.dim(0), T = qkv.dim(1);
     cuda::attention_backward(qkv.dtype, lse.dtype, dqkv.data, dout.data, qkv.data, out.data,
                              lse.data, B, T, qkv.dim(2) / 3, n_head,
                              scratch(attention_backward_scratch_bytes(B, T, n_head)));
+  }
+
+  // ---- the Llama ops: refused by supports() until their kernels land ----
+  void rmsnorm_impl(Tensor, Tensor, Tensor, Tensor) override { not_yet("rmsnorm"); }
+  void rmsnorm_backward_impl(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override {
+    not_yet("rmsnorm_backward");
+  }
+  void rope_impl(Tensor, Tensor, int, int, float) override { not_yet("rope"); }
+  void rope_backward_impl(Tensor, Tensor, int, int, float) override { not_yet("rope_backward"); }
+  void swiglu_impl(Tensor, Tensor) override { not_yet("swiglu"); }
+  void swiglu_backward_impl(Tensor, Tensor, Tensor) override { not_yet("swiglu_backward"); }
+  [[noreturn]] static void not_yet(const char* what) {
+    throw DeviceError(std::string(what) + ": not implemented by the CUDA backend yet");
   }
 
   // ---- embedding and loss: the ops that read token ids ----

@@ -68,10 +68,18 @@ class FakeBackend final : public Backend {
   void add_impl(Tensor, Tensor, Tensor) override { ++calls["add"]; }
   void accumulate_impl(Tensor, Tensor) override { ++calls["accumulate"]; }
   void scale_impl(Tensor, double) override { ++calls["scale"]; }
-  void attention_impl(Tensor, Tensor, Tensor, int) override { ++calls["attention"]; }
-  void attention_backward_impl(Tensor, Tensor, Tensor, Tensor, Tensor, int) override {
+  void attention_impl(Tensor, Tensor, Tensor, int, int) override { ++calls["attention"]; }
+  void attention_backward_impl(Tensor, Tensor, Tensor, Tensor, Tensor, int, int) override {
     ++calls["attention_backward"];
   }
+  void rmsnorm_impl(Tensor, Tensor, Tensor, Tensor) override { ++calls["rmsnorm"]; }
+  void rmsnorm_backward_impl(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override {
+    ++calls["rmsnorm_backward"];
+  }
+  void rope_impl(Tensor, Tensor, int, int, float) override { ++calls["rope"]; }
+  void rope_backward_impl(Tensor, Tensor, int, int, float) override { ++calls["rope_backward"]; }
+  void swiglu_impl(Tensor, Tensor) override { ++calls["swiglu"]; }
+  void swiglu_backward_impl(Tensor, Tensor, Tensor) override { ++calls["swiglu_backward"]; }
   void embedding_impl(Tensor, Tensor ids, Tensor) override {
     ++calls["embedding"];
     if (on_embedding) on_embedding(ids);

@@ -17,8 +17,8 @@
 //    gradients once per step, so gradient accumulation over micro-batches is free.
 //  - Every tensor of a call lives on the backend's device (copy() alone also takes host
 //    tensors). All float tensors of one call share a dtype, except saved statistics (layernorm
-//    mean/rstd, attention lse, cross-entropy losses/lse), which may be f32 under bf16
-//    activations. Index tensors are i32. Which dtypes a backend computes: supports().
+//    mean/rstd, rmsnorm rstd, attention lse, cross-entropy losses/lse), which may be f32 under
+//    bf16 activations. Index tensors are i32. Which dtypes a backend computes: supports().
 //  - A token id outside [0, rows) throws DataError naming the first bad position, on every
 //    backend (the CPU checks the ids before the kernel, the CUDA kernels flag them).
 //
@@ -68,6 +68,12 @@ enum class Op : uint8_t {
   embedding_backward,
   cross_entropy,
   cross_entropy_backward,
+  rmsnorm,
+  rmsnorm_backward,
+  rope,
+  rope_backward,
+  swiglu,
+  swiglu_backward,
   sum,
   sum_squares,
   adamw,
@@ -110,6 +116,10 @@ class Backend {
   void layernorm(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b);
   void layernorm_backward(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
                           Tensor mean, Tensor rstd);
+  // RMSNorm over the last dim: out = in * rstd * w; rstd [rows] = 1 / sqrt(mean(in^2) + 1e-5),
+  // saved for backward. din [rows,C] += ; dw [C] += .
+  void rmsnorm(Tensor out, Tensor rstd, Tensor in, Tensor w);
+  void rmsnorm_backward(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd);
   // GELU, tanh approximation (GPT-2's)
   void gelu(Tensor out, Tensor in);
   void gelu_backward(Tensor din, Tensor dout, Tensor in);
@@ -129,8 +139,26 @@ class Backend {
   // Causal multi-head self-attention. qkv: [B,T,3C] laid out as (q | k | v), each [B,T,NH,hd].
   // out: [B,T,C]; lse: [B,NH,T] row log-sum-exp of the scaled scores, saved so backward can
   // recompute probabilities without storing a T x T matrix.
-  void attention(Tensor out, Tensor lse, Tensor qkv, int n_head);
-  void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head);
+  // Grouped-query attention: n_kv_head (0 = n_head, the layout above) k and v heads, shared by
+  // n_head / n_kv_head query heads each (n_kv_head divides n_head; 1 = multi-query).
+  // qkv [B,T,(n_head + 2*n_kv_head)*hd] = (q | k | v); q head h reads kv head
+  // h / (n_head / n_kv_head); out [B,T,n_head*hd]; lse [B,n_head,T].
+  void attention(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head = 0);
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head,
+                          int n_kv_head = 0);
+  // Rotary position embedding on the q and k heads of qkv [B,T,(n_head + 2*n_kv_head)*hd]
+  // (n_kv_head 0 = n_head). Position t is the index along T. Within each q or k head the pair
+  // (x[i], x[i + hd/2]), i < hd/2, turns by angle t * theta^(-2i/hd) (GPT-NeoX / Hugging Face
+  // Llama "rotate_half"): x'[i] = x[i] cos - x[i+hd/2] sin, x'[i+hd/2] = x[i+hd/2] cos + x[i] sin.
+  // v is copied unchanged. out may alias in. hd must be even, theta > 0.
+  void rope(Tensor out, Tensor in, int n_head, int n_kv_head, float theta);
+  // din += R^T dout on the q and k heads (rotation by -angle), din += dout on v.
+  void rope_backward(Tensor din, Tensor dout, int n_head, int n_kv_head, float theta);
+
+  // ---- gated MLP ----
+  // SwiGLU: in [N,2H] = (gate | up); out [N,H] = silu(gate) * up, silu(x) = x / (1 + e^-x).
+  void swiglu(Tensor out, Tensor in);
+  void swiglu_backward(Tensor din, Tensor dout, Tensor in);  // din [N,2H] +=
 
   // ---- embedding ----
   // out[N,C] = table[ids[n], :] ; dtable[ids[n], :] += dout[n, :]
@@ -177,9 +205,18 @@ class Backend {
   virtual void add_impl(Tensor out, Tensor a, Tensor b) = 0;
   virtual void accumulate_impl(Tensor dst, Tensor src) = 0;
   virtual void scale_impl(Tensor x, double s) = 0;
-  virtual void attention_impl(Tensor out, Tensor lse, Tensor qkv, int n_head) = 0;
+  // n_kv_head arrives resolved: never 0, always a divisor of n_head.
+  virtual void attention_impl(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head) = 0;
   virtual void attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
-                                       int n_head) = 0;
+                                       int n_head, int n_kv_head) = 0;
+  virtual void rmsnorm_impl(Tensor out, Tensor rstd, Tensor in, Tensor w) = 0;
+  virtual void rmsnorm_backward_impl(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w,
+                                     Tensor rstd) = 0;
+  virtual void rope_impl(Tensor out, Tensor in, int n_head, int n_kv_head, float theta) = 0;
+  virtual void rope_backward_impl(Tensor din, Tensor dout, int n_head, int n_kv_head,
+                                  float theta) = 0;
+  virtual void swiglu_impl(Tensor out, Tensor in) = 0;
+  virtual void swiglu_backward_impl(Tensor din, Tensor dout, Tensor in) = 0;
   virtual void embedding_impl(Tensor out, Tensor ids, Tensor table) = 0;
   virtual void embedding_backward_impl(Tensor dtable, Tensor dout, Tensor ids) = 0;
   virtual void cross_entropy_impl(Tensor losses, Tensor lse, Tensor logits, Tensor targets) = 0;

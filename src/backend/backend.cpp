@@ -2,6 +2,7 @@
 // backend.h), then the backend's *_impl. The generic checks are in op_check.cpp.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <stdexcept>
 
 #include "op_check.h"
@@ -33,6 +34,12 @@ const char* op_name(Op op) {
       "embedding_backward",
       "cross_entropy",
       "cross_entropy_backward",
+      "rmsnorm",
+      "rmsnorm_backward",
+      "rope",
+      "rope_backward",
+      "swiglu",
+      "swiglu_backward",
       "sum",
       "sum_squares",
       "adamw",
@@ -147,6 +154,30 @@ void Backend::layernorm_backward(Tensor din, Tensor dw, Tensor db, Tensor dout, 
   layernorm_backward_impl(din, dw, db, dout, in, w, mean, rstd);
 }
 
+void Backend::rmsnorm(Tensor out, Tensor rstd, Tensor in, Tensor w) {
+  OpCheck c(*this, Op::rmsnorm);
+  const DType dt = c.floats({{"out", out}, {"in", in}, {"w", w}});
+  c.stats(dt, {{"rstd", rstd}});
+  const int64_t rows = in.rows(), C = in.cols();
+  c.shapes(out.numel() == in.numel() && out.cols() == C && rstd.numel() == rows && w.numel() == C,
+           {{"out", out}, {"rstd", rstd}, {"in", in}, {"w", w}},
+           "out like in [rows,C], rstd [rows], w [C]");
+  rmsnorm_impl(out, rstd, in, w);
+}
+
+void Backend::rmsnorm_backward(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w,
+                               Tensor rstd) {
+  OpCheck c(*this, Op::rmsnorm_backward);
+  const DType dt = c.floats({{"din", din}, {"dw", dw}, {"dout", dout}, {"in", in}, {"w", w}});
+  c.stats(dt, {{"rstd", rstd}});
+  const int64_t rows = in.rows(), C = in.cols();
+  c.shapes(din.numel() == in.numel() && dout.numel() == in.numel() && rstd.numel() == rows &&
+               w.numel() == C && dw.numel() == C,
+           {{"din", din}, {"dw", dw}, {"dout", dout}, {"in", in}, {"w", w}, {"rstd", rstd}},
+           "din/dout like in [rows,C], w/dw [C], rstd [rows]");
+  rmsnorm_backward_impl(din, dw, dout, in, w, rstd);
+}
+
 namespace {
 
 // Pointwise ops: every tensor present, of one supported float dtype and one element count.
@@ -216,46 +247,127 @@ void Backend::scale(Tensor x, double s) {
 namespace {
 
 struct AttentionDims {
-  int64_t B, T, C;
+  int64_t B, T, hd;
+  int n_kv_head;  // resolved: never 0
 };
 
-AttentionDims attention_dims(const Backend& be, OpCheck& c, const Tensor& qkv, int n_head) {
-  c.shapes(qkv.ndim == 3 && qkv.dim(2) % 3 == 0, {{"qkv", qkv}}, "qkv [B,T,3C]");
-  const int64_t C = qkv.dim(2) / 3;
-  if (n_head <= 0 || C % n_head != 0)
-    c.fail(
-        fmt::format("C = {} (qkv {}) is not divisible by n_head = {}", C, qkv.shape_str(), n_head));
+// Multi-head attention (n_kv_head 0 or n_head) keeps its [B,T,3C] wording; grouped-query
+// attention names the general layout.
+AttentionDims attention_dims(const Backend& be, OpCheck& c, const Tensor& qkv, int n_head,
+                             int n_kv_head) {
+  const int nkv = n_kv_head == 0 ? n_head : n_kv_head;
+  int64_t hd = 0;
+  if (nkv == n_head) {
+    c.shapes(qkv.ndim == 3 && qkv.dim(2) % 3 == 0, {{"qkv", qkv}}, "qkv [B,T,3C]");
+    const int64_t C = qkv.dim(2) / 3;
+    if (n_head <= 0 || C % n_head != 0)
+      c.fail(fmt::format("C = {} (qkv {}) is not divisible by n_head = {}", C, qkv.shape_str(),
+                         n_head));
+    hd = C / n_head;
+  } else {
+    if (n_head <= 0 || nkv <= 0 || n_head % nkv != 0)
+      c.fail(fmt::format("n_kv_head = {} does not divide n_head = {}", n_kv_head, n_head));
+    c.shapes(qkv.ndim == 3 && qkv.dim(2) % (n_head + 2 * nkv) == 0, {{"qkv", qkv}},
+             "qkv [B,T,(n_head+2*n_kv_head)*hd]");
+    hd = qkv.dim(2) / (n_head + 2 * nkv);
+  }
   const int64_t max_hd = be.max_head_dim();
-  if (max_hd > 0 && C / n_head > max_hd)
-    c.fail(fmt::format("head_dim {} (C = {} over {} heads) exceeds the {} backend's {}", C / n_head,
-                       C, n_head, device_name(be.device()), max_hd));
-  return {qkv.dim(0), qkv.dim(1), C};
+  if (max_hd > 0 && hd > max_hd)
+    c.fail(fmt::format("head_dim {} (C = {} over {} heads) exceeds the {} backend's {}", hd,
+                       hd * n_head, n_head, device_name(be.device()), max_hd));
+  return {qkv.dim(0), qkv.dim(1), hd, nkv};
+}
+
+const char* attention_layout(bool gqa, bool backward) {
+  if (backward)
+    return gqa ? "dqkv like qkv [B,T,(n_head+2*n_kv_head)*hd], dout/out [B,T,n_head*hd], "
+                 "lse [B,n_head,T]"
+               : "dqkv like qkv [B,T,3C], dout/out [B,T,C], lse [B,NH,T]";
+  return gqa ? "out [B,T,n_head*hd], lse [B,n_head,T] for qkv [B,T,(n_head+2*n_kv_head)*hd]"
+             : "out [B,T,C], lse [B,NH,T] for qkv [B,T,3C]";
 }
 
 }  // namespace
 
-void Backend::attention(Tensor out, Tensor lse, Tensor qkv, int n_head) {
+void Backend::attention(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head) {
   OpCheck c(*this, Op::attention);
   const DType dt = c.floats({{"out", out}, {"qkv", qkv}});
   c.stats(dt, {{"lse", lse}});
-  const auto [B, T, C] = attention_dims(*this, c, qkv, n_head);
-  c.shapes(out.numel() == B * T * C && out.cols() == C && lse.numel() == B * n_head * T,
+  const AttentionDims d = attention_dims(*this, c, qkv, n_head, n_kv_head);
+  const int64_t C = n_head * d.hd;
+  c.shapes(out.numel() == d.B * d.T * C && out.cols() == C && lse.numel() == d.B * n_head * d.T,
            {{"out", out}, {"lse", lse}, {"qkv", qkv}},
-           "out [B,T,C], lse [B,NH,T] for qkv [B,T,3C]");
-  attention_impl(out, lse, qkv, n_head);
+           attention_layout(d.n_kv_head != n_head, false));
+  attention_impl(out, lse, qkv, n_head, d.n_kv_head);
 }
 
 void Backend::attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
-                                 int n_head) {
+                                 int n_head, int n_kv_head) {
   OpCheck c(*this, Op::attention_backward);
   const DType dt = c.floats({{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"out", out}});
   c.stats(dt, {{"lse", lse}});
-  const auto [B, T, C] = attention_dims(*this, c, qkv, n_head);
-  c.shapes(dqkv.numel() == qkv.numel() && out.numel() == B * T * C && out.cols() == C &&
-               dout.numel() == out.numel() && dout.cols() == C && lse.numel() == B * n_head * T,
+  const AttentionDims d = attention_dims(*this, c, qkv, n_head, n_kv_head);
+  const int64_t C = n_head * d.hd;
+  c.shapes(dqkv.numel() == qkv.numel() && out.numel() == d.B * d.T * C && out.cols() == C &&
+               dout.numel() == out.numel() && dout.cols() == C && lse.numel() == d.B * n_head * d.T,
            {{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"out", out}, {"lse", lse}},
-           "dqkv like qkv [B,T,3C], dout/out [B,T,C], lse [B,NH,T]");
-  attention_backward_impl(dqkv, dout, qkv, out, lse, n_head);
+           attention_layout(d.n_kv_head != n_head, true));
+  attention_backward_impl(dqkv, dout, qkv, out, lse, n_head, d.n_kv_head);
+}
+
+namespace {
+
+// rope's tensors: a and b of qkv's shape [B,T,(n_head+2*n_kv_head)*hd], hd even, theta > 0.
+// Returns n_kv_head resolved (0 = n_head).
+int rope_check(OpCheck& c, Named a, Named b, int n_head, int n_kv_head, float theta) {
+  c.floats({a, b});
+  const Tensor& t = a.t;
+  c.shapes(t.ndim == 3 && b.t.ndim == 3 && b.t.dim(0) == t.dim(0) && b.t.dim(1) == t.dim(1) &&
+               b.t.dim(2) == t.dim(2),
+           {a, b}, "both [B,T,(n_head+2*n_kv_head)*hd]");
+  const int nkv = n_kv_head == 0 ? n_head : n_kv_head;
+  if (n_head <= 0 || nkv <= 0 || n_head % nkv != 0)
+    c.fail(fmt::format("n_kv_head = {} does not divide n_head = {}", n_kv_head, n_head));
+  const int64_t heads = n_head + 2 * int64_t{nkv};
+  if (t.dim(2) % heads != 0 || (t.dim(2) / heads) % 2 != 0)
+    c.fail(fmt::format("{} {}: width {} is not (n_head {} + 2 * n_kv_head {}) * hd with hd even",
+                       a.name, t.shape_str(), t.dim(2), n_head, nkv));
+  if (!(theta > 0.0f) || !std::isfinite(theta))
+    c.fail(fmt::format("theta = {} must be a positive finite number", theta));
+  return nkv;
+}
+
+}  // namespace
+
+void Backend::rope(Tensor out, Tensor in, int n_head, int n_kv_head, float theta) {
+  OpCheck c(*this, Op::rope);
+  const int nkv = rope_check(c, {"out", out}, {"in", in}, n_head, n_kv_head, theta);
+  rope_impl(out, in, n_head, nkv, theta);
+}
+
+void Backend::rope_backward(Tensor din, Tensor dout, int n_head, int n_kv_head, float theta) {
+  OpCheck c(*this, Op::rope_backward);
+  const int nkv = rope_check(c, {"din", din}, {"dout", dout}, n_head, n_kv_head, theta);
+  rope_backward_impl(din, dout, n_head, nkv, theta);
+}
+
+// ---- gated MLP ----
+
+void Backend::swiglu(Tensor out, Tensor in) {
+  OpCheck c(*this, Op::swiglu);
+  c.floats({{"out", out}, {"in", in}});
+  c.shapes(in.cols() % 2 == 0 && out.cols() * 2 == in.cols() && out.numel() * 2 == in.numel(),
+           {{"out", out}, {"in", in}}, "in [N,2H] = (gate | up), out [N,H]");
+  swiglu_impl(out, in);
+}
+
+void Backend::swiglu_backward(Tensor din, Tensor dout, Tensor in) {
+  OpCheck c(*this, Op::swiglu_backward);
+  c.floats({{"din", din}, {"dout", dout}, {"in", in}});
+  c.shapes(in.cols() % 2 == 0 && din.numel() == in.numel() && din.cols() == in.cols() &&
+               dout.cols() * 2 == in.cols() && dout.numel() * 2 == in.numel(),
+           {{"din", din}, {"dout", dout}, {"in", in}}, "din like in [N,2H], dout [N,H]");
+  swiglu_backward_impl(din, dout, in);
 }
 
 // ---- embedding ----

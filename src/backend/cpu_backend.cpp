@@ -30,6 +30,11 @@ T* ptr(const Tensor& t) {
   return static_cast<T*>(t.data);
 }
 
+// The head dimension of a qkv-shaped [B,T,(NH+2*NKV)*hd] tensor (NKV already resolved).
+int64_t head_dim(const Tensor& qkv, int n_head, int n_kv_head) {
+  return qkv.dim(2) / (n_head + 2 * int64_t{n_kv_head});
+}
+
 class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::cpu; }
@@ -113,6 +118,23 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void rmsnorm_impl(Tensor out, Tensor rstd, Tensor in, Tensor w) override {
+    dispatch(in.dtype, [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      cpu::rmsnorm_forward<T>(ptr<T>(out), ptr<T>(rstd), ptr<T>(in), ptr<T>(w), in.rows(),
+                              in.cols());
+    });
+  }
+
+  void rmsnorm_backward_impl(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w,
+                             Tensor rstd) override {
+    dispatch(in.dtype, [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      cpu::rmsnorm_backward<T>(ptr<T>(din), ptr<T>(dw), ptr<T>(dout), ptr<T>(in), ptr<T>(w),
+                               ptr<T>(rstd), in.rows(), in.cols());
+    });
+  }
+
   void gelu_impl(Tensor out, Tensor in) override {
     dispatch(in.dtype, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
@@ -169,20 +191,52 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void attention_impl(Tensor out, Tensor lse, Tensor qkv, int n_head) override {
+  void attention_impl(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head) override {
     dispatch(qkv.dtype, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       cpu::attention_forward<T>(ptr<T>(out), ptr<T>(lse), ptr<T>(qkv), qkv.dim(0), qkv.dim(1),
-                                qkv.dim(2) / 3, n_head);
+                                head_dim(qkv, n_head, n_kv_head), n_head, n_kv_head);
     });
   }
 
   void attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
-                               int n_head) override {
+                               int n_head, int n_kv_head) override {
     dispatch(qkv.dtype, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       cpu::attention_backward<T>(ptr<T>(dqkv), ptr<T>(dout), ptr<T>(qkv), ptr<T>(out), ptr<T>(lse),
-                                 qkv.dim(0), qkv.dim(1), qkv.dim(2) / 3, n_head);
+                                 qkv.dim(0), qkv.dim(1), head_dim(qkv, n_head, n_kv_head), n_head,
+                                 n_kv_head);
+    });
+  }
+
+  void rope_impl(Tensor out, Tensor in, int n_head, int n_kv_head, float theta) override {
+    dispatch(in.dtype, [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      cpu::rope_forward<T>(ptr<T>(out), ptr<T>(in), in.dim(0), in.dim(1), n_head, n_kv_head,
+                           head_dim(in, n_head, n_kv_head), theta);
+    });
+  }
+
+  void rope_backward_impl(Tensor din, Tensor dout, int n_head, int n_kv_head,
+                          float theta) override {
+    dispatch(din.dtype, [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      cpu::rope_backward<T>(ptr<T>(din), ptr<T>(dout), din.dim(0), din.dim(1), n_head, n_kv_head,
+                            head_dim(din, n_head, n_kv_head), theta);
+    });
+  }
+
+  void swiglu_impl(Tensor out, Tensor in) override {
+    dispatch(in.dtype, [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      cpu::swiglu_forward<T>(ptr<T>(out), ptr<T>(in), out.rows(), out.cols());
+    });
+  }
+
+  void swiglu_backward_impl(Tensor din, Tensor dout, Tensor in) override {
+    dispatch(in.dtype, [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      cpu::swiglu_backward<T>(ptr<T>(din), ptr<T>(dout), ptr<T>(in), dout.rows(), dout.cols());
     });
   }
 

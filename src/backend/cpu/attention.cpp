@@ -1,17 +1,20 @@
-// Causal multi-head self-attention with flash-attention semantics: the forward keeps only the
+// Causal grouped-query self-attention with flash-attention semantics: the forward keeps only the
 // row log-sum-exp (lse) of the scaled scores, never a T x T matrix, and the backward recomputes
 // each probability as p = exp(s - lse).
 //
-// Layout: qkv [B,T,3C] = (q | k | v); head h of q is columns h*hd .. (h+1)*hd, k starts at C,
-// v at 2C. out [B,T,C] puts head h at the same columns. lse [B,NH,T]. scale = 1/sqrt(hd).
+// Layout: qkv [B,T,W], W = (NH + 2*NKV)*hd = (q | k | v); q head h is columns h*hd .. (h+1)*hd,
+// k head g starts at NH*hd + g*hd, v head g at (NH + NKV)*hd + g*hd. q head h reads kv head
+// g = h / (NH / NKV) (NKV = NH: multi-head attention, W = 3C). out [B,T,NH*hd] puts head h at
+// q's columns. lse [B,NH,T]. scale = 1/sqrt(hd).
 //
 // Forward: each (b, t, h) query row is independent; rows run in parallel, each scores its t+1
 // keys into a per-thread scratch row (grown once, thread_local), takes max and lse, then
 // writes out = sum_j p_j v_j into its own slice of out.
 // Backward: with D_t = dout_t . out_t (= sum_j p_tj dP_tj), dS_tj = p_tj (dP_tj - D_t) and
 //   dq_t += scale sum_j dS_tj k_j,  dk_j += scale dS_tj q_t,  dv_j += p_tj dout_t.
-// dk/dv gather over queries, so threads own whole (b, h) pairs: every write to that head's
-// columns comes from one thread, no atomics, deterministic at any thread count.
+// dk/dv gather over queries and over the q heads sharing a kv head, so threads own whole
+// (b, kv head) pairs: every write to that kv head's columns (and its q heads') comes from one
+// thread, no atomics, deterministic at any thread count.
 #include <cmath>
 #include <vector>
 
@@ -19,9 +22,20 @@
 
 namespace trainrun::cpu {
 
+namespace {
+struct Layout {
+  int64_t W, k0, v0, C;  // row width, k and v column offsets, out width
+};
+Layout layout(int64_t hd, int NH, int NKV) {
+  return {(NH + 2 * int64_t{NKV}) * hd, NH * hd, (NH + int64_t{NKV}) * hd, NH * hd};
+}
+}  // namespace
+
 template <class T>
-void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int64_t C, int NH) {
-  const int64_t hd = C / NH, C3 = 3 * C;
+void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int64_t hd, int NH,
+                       int NKV) {
+  const Layout L = layout(hd, NH, NKV);
+  const int64_t group = NH / NKV;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
 #pragma omp parallel for collapse(3)
   for (int64_t b = 0; b < B; ++b) {
@@ -29,10 +43,11 @@ void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int6
       for (int64_t t = 0; t < T_; ++t) {
         thread_local std::vector<T> scores;
         if (static_cast<int64_t>(scores.size()) < T_) scores.resize(T_);
-        const T* q = qkv + (b * T_ + t) * C3 + h * hd;
+        const int64_t g = h / group;
+        const T* q = qkv + (b * T_ + t) * L.W + h * hd;
         T mx = -INFINITY;
         for (int64_t j = 0; j <= t; ++j) {
-          const T* k = qkv + (b * T_ + j) * C3 + C + h * hd;
+          const T* k = qkv + (b * T_ + j) * L.W + L.k0 + g * hd;
           T s = 0;
           // simd reduction: lets the compiler vectorise the dot product (it may not reorder a
           // float sum on its own); the order is fixed, so results stay deterministic.
@@ -48,11 +63,11 @@ void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int6
           sum += scores[j];
         }
         const T inv = 1 / sum;
-        T* o = out + (b * T_ + t) * C + h * hd;
+        T* o = out + (b * T_ + t) * L.C + h * hd;
         for (int64_t i = 0; i < hd; ++i) o[i] = 0;
         for (int64_t j = 0; j <= t; ++j) {
           const T p = scores[j] * inv;
-          const T* v = qkv + (b * T_ + j) * C3 + 2 * C + h * hd;
+          const T* v = qkv + (b * T_ + j) * L.W + L.v0 + g * hd;
 #pragma omp simd
           for (int64_t i = 0; i < hd; ++i) o[i] += p * v[i];
         }
@@ -64,40 +79,44 @@ void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int6
 
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
-                        int64_t T_, int64_t C, int NH) {
-  const int64_t hd = C / NH, C3 = 3 * C;
+                        int64_t T_, int64_t hd, int NH, int NKV) {
+  const Layout L = layout(hd, NH, NKV);
+  const int64_t group = NH / NKV;
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(hd)));
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < NH; ++h) {
-      for (int64_t t = 0; t < T_; ++t) {
-        const int64_t row = (b * T_ + t);
-        const T* q = qkv + row * C3 + h * hd;
-        T* dq = dqkv + row * C3 + h * hd;
-        const T* go = dout + row * C + h * hd;
-        const T* o = out + row * C + h * hd;
-        const T l = lse[(b * NH + h) * T_ + t];
-        T D = 0;
+    for (int64_t g = 0; g < NKV; ++g) {
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+        for (int64_t t = 0; t < T_; ++t) {
+          const int64_t row = (b * T_ + t);
+          const T* q = qkv + row * L.W + h * hd;
+          T* dq = dqkv + row * L.W + h * hd;
+          const T* go = dout + row * L.C + h * hd;
+          const T* o = out + row * L.C + h * hd;
+          const T l = lse[(b * NH + h) * T_ + t];
+          T D = 0;
 #pragma omp simd reduction(+ : D)
-        for (int64_t i = 0; i < hd; ++i) D += go[i] * o[i];
-        for (int64_t j = 0; j <= t; ++j) {
-          const T* k = qkv + (b * T_ + j) * C3 + C + h * hd;
-          const T* v = qkv + (b * T_ + j) * C3 + 2 * C + h * hd;
-          T* dk = dqkv + (b * T_ + j) * C3 + C + h * hd;
-          T* dv = dqkv + (b * T_ + j) * C3 + 2 * C + h * hd;
-          T s = 0, dp = 0;
+          for (int64_t i = 0; i < hd; ++i) D += go[i] * o[i];
+          for (int64_t j = 0; j <= t; ++j) {
+            const int64_t krow = (b * T_ + j) * L.W;
+            const T* k = qkv + krow + L.k0 + g * hd;
+            const T* v = qkv + krow + L.v0 + g * hd;
+            T* dk = dqkv + krow + L.k0 + g * hd;
+            T* dv = dqkv + krow + L.v0 + g * hd;
+            T s = 0, dp = 0;
 #pragma omp simd reduction(+ : s, dp)
-          for (int64_t i = 0; i < hd; ++i) {
-            s += q[i] * k[i];
-            dp += go[i] * v[i];
-          }
-          const T p = std::exp(s * scale - l);
-          const T ds = p * (dp - D) * scale;
+            for (int64_t i = 0; i < hd; ++i) {
+              s += q[i] * k[i];
+              dp += go[i] * v[i];
+            }
+            const T p = std::exp(s * scale - l);
+            const T ds = p * (dp - D) * scale;
 #pragma omp simd
-          for (int64_t i = 0; i < hd; ++i) {
-            dq[i] += ds * k[i];
-            dk[i] += ds * q[i];
-            dv[i] += p * go[i];
+            for (int64_t i = 0; i < hd; ++i) {
+              dq[i] += ds * k[i];
+              dk[i] += ds * q[i];
+              dv[i] += p * go[i];
+            }
           }
         }
       }
@@ -105,13 +124,13 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
   }
 }
 
-template void attention_forward<float>(float*, float*, const float*, int64_t, int64_t, int64_t,
+template void attention_forward<float>(float*, float*, const float*, int64_t, int64_t, int64_t, int,
                                        int);
 template void attention_forward<double>(double*, double*, const double*, int64_t, int64_t, int64_t,
-                                        int);
+                                        int, int);
 template void attention_backward<float>(float*, const float*, const float*, const float*,
-                                        const float*, int64_t, int64_t, int64_t, int);
+                                        const float*, int64_t, int64_t, int64_t, int, int);
 template void attention_backward<double>(double*, const double*, const double*, const double*,
-                                         const double*, int64_t, int64_t, int64_t, int);
+                                         const double*, int64_t, int64_t, int64_t, int, int);
 
 }  // namespace trainrun::cpu

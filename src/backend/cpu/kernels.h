@@ -25,6 +25,28 @@ template <class T>
 void layernorm_backward(T* din, T* dw, T* db, const T* dout, const T* in, const T* w, const T* mean,
                         const T* rstd, int64_t rows, int64_t C);
 
+// rmsnorm.cpp: out = in * rstd * w, rstd [rows] = 1 / sqrt(mean(in^2) + 1e-5)
+template <class T>
+void rmsnorm_forward(T* out, T* rstd, const T* in, const T* w, int64_t rows, int64_t C);
+template <class T>
+void rmsnorm_backward(T* din, T* dw, const T* dout, const T* in, const T* w, const T* rstd,
+                      int64_t rows, int64_t C);
+
+// rope.cpp: rotary embedding on the NH q and NKV k heads of qkv [B,T,(NH+2*NKV)*hd]; v copied.
+// out may alias in. Backward: din += R^T dout (v: din += dout).
+template <class T>
+void rope_forward(T* out, const T* in, int64_t B, int64_t T_, int NH, int NKV, int64_t hd,
+                  double theta);
+template <class T>
+void rope_backward(T* din, const T* dout, int64_t B, int64_t T_, int NH, int NKV, int64_t hd,
+                   double theta);
+
+// swiglu.cpp: in [N,2H] = (gate | up), out [N,H] = silu(gate) * up
+template <class T>
+void swiglu_forward(T* out, const T* in, int64_t N, int64_t H);
+template <class T>
+void swiglu_backward(T* din, const T* dout, const T* in, int64_t N, int64_t H);
+
 // activations.cpp
 template <class T>
 void gelu_forward(T* out, const T* in, int64_t n);
@@ -51,13 +73,14 @@ void scale(T* x, T s, int64_t n);
 template <class T>
 void fill(T* x, T value, int64_t n);
 
-// attention.cpp: causal multi-head self-attention, qkv [B,T,3C] = (q | k | v), out [B,T,C],
-// lse [B,NH,T].
+// attention.cpp: causal grouped-query self-attention, qkv [B,T,(NH+2*NKV)*hd] = (q | k | v),
+// out [B,T,NH*hd], lse [B,NH,T]; q head h reads kv head h / (NH / NKV).
 template <class T>
-void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int64_t C, int NH);
+void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int64_t hd, int NH,
+                       int NKV);
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
-                        int64_t T_, int64_t C, int NH);
+                        int64_t T_, int64_t hd, int NH, int NKV);
 
 // embedding.cpp: ids already validated in [0, V)
 template <class T>

@@ -1,0 +1,69 @@
+// RMSNorm over the last dim (eps 1e-5, as Llama): out = in * rstd * w, with
+// rstd = 1 / sqrt(mean(in^2) + eps) saved for the backward. No mean is subtracted, no bias.
+// Backward: with gw = dout * w,  din = rstd * (gw - in * rstd^2 * mean(gw * in)),
+//   dw += sum over rows of dout * in * rstd.
+// As layernorm.cpp: din in a row-parallel loop, dw in a second loop in which threads own column
+// blocks and walk the rows, so no atomics and the result is deterministic at any thread count.
+#include <cmath>
+
+#include "kernels.h"
+
+namespace trainrun::cpu {
+
+namespace {
+constexpr double kRmsNormEps = 1e-5;
+}
+
+template <class T>
+void rmsnorm_forward(T* out, T* rstd, const T* in, const T* w, int64_t rows, int64_t C) {
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* x = in + r * C;
+    T ss = 0;
+    for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];
+    const T s = static_cast<T>(1) / std::sqrt(ss / static_cast<T>(C) + static_cast<T>(kRmsNormEps));
+    T* o = out + r * C;
+    for (int64_t c = 0; c < C; ++c) o[c] = x[c] * s * w[c];
+    rstd[r] = s;
+  }
+}
+
+template <class T>
+void rmsnorm_backward(T* din, T* dw, const T* dout, const T* in, const T* w, const T* rstd,
+                      int64_t rows, int64_t C) {
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* x = in + r * C;
+    const T* g = dout + r * C;
+    const T s = rstd[r];
+    T dot = 0;
+    for (int64_t c = 0; c < C; ++c) dot += g[c] * w[c] * x[c];
+    const T k = dot / static_cast<T>(C) * s * s;
+    T* dx = din + r * C;
+    for (int64_t c = 0; c < C; ++c) dx[c] += (g[c] * w[c] - x[c] * k) * s;
+  }
+  constexpr int64_t kBlock = 64;
+  const int64_t nblocks = (C + kBlock - 1) / kBlock;
+#pragma omp parallel for
+  for (int64_t blk = 0; blk < nblocks; ++blk) {
+    const int64_t c0 = blk * kBlock, c1 = c0 + kBlock < C ? c0 + kBlock : C;
+    T aw[kBlock] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* x = in + r * C;
+      const T* g = dout + r * C;
+      const T s = rstd[r];
+      for (int64_t c = c0; c < c1; ++c) aw[c - c0] += g[c] * x[c] * s;
+    }
+    for (int64_t c = c0; c < c1; ++c) dw[c] += aw[c - c0];
+  }
+}
+
+template void rmsnorm_forward<float>(float*, float*, const float*, const float*, int64_t, int64_t);
+template void rmsnorm_forward<double>(double*, double*, const double*, const double*, int64_t,
+                                      int64_t);
+template void rmsnorm_backward<float>(float*, float*, const float*, const float*, const float*,
+                                      const float*, int64_t, int64_t);
+template void rmsnorm_backward<double>(double*, double*, const double*, const double*,
+                                       const double*, const double*, int64_t, int64_t);
+
+}  // namespace trainrun::cpu

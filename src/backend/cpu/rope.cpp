@@ -1,0 +1,88 @@
+// Rotary position embedding (GPT-NeoX / Hugging Face Llama "rotate_half" convention) on the q and
+// k heads of qkv [B,T,(NH+2*NKV)*hd]. In each of the NH + NKV rotated heads the pair
+// (x[i], x[i + hd/2]), i < hd/2, turns by angle t * theta^(-2i/hd), t the position along T.
+// The angles, cosines and sines are computed in double for either T (once per row, shared by
+// the row's heads), so f32 and the CUDA kernels (which do the same) differ only in the final
+// multiply-adds. The backward applies the transposed rotation (angle -a) and accumulates; v
+// passes through (copied forward, added backward). Rows are independent: parallel over B*T.
+#include <cmath>
+#include <vector>
+
+#include "kernels.h"
+
+namespace trainrun::cpu {
+
+namespace {
+
+// cos/sin of the row's hd/2 angles into cs[0..half) and sn[0..half).
+void row_angles(std::vector<double>& cs, std::vector<double>& sn, int64_t t, int64_t hd,
+                double theta) {
+  const int64_t half = hd / 2;
+  cs.resize(half);
+  sn.resize(half);
+  for (int64_t i = 0; i < half; ++i) {
+    const double a =
+        static_cast<double>(t) * std::pow(theta, -2.0 * static_cast<double>(i) / double(hd));
+    cs[i] = std::cos(a);
+    sn[i] = std::sin(a);
+  }
+}
+
+// Forward: out = R x (overwrites). Backward: out += R^T x.
+template <class T, bool kBackward>
+void rope_rows(T* out, const T* in, int64_t B, int64_t T_, int NH, int NKV, int64_t hd,
+               double theta) {
+  const int64_t half = hd / 2, rotated = (NH + int64_t{NKV}) * hd, W = (NH + 2 * int64_t{NKV}) * hd;
+#pragma omp parallel for
+  for (int64_t row = 0; row < B * T_; ++row) {
+    thread_local std::vector<double> cs, sn;
+    row_angles(cs, sn, row % T_, hd, theta);
+    const T* x = in + row * W;
+    T* y = out + row * W;
+    for (int64_t h0 = 0; h0 < rotated; h0 += hd) {
+      for (int64_t i = 0; i < half; ++i) {
+        const T a = x[h0 + i], b = x[h0 + half + i];
+        const T c = static_cast<T>(cs[i]), s = static_cast<T>(kBackward ? -sn[i] : sn[i]);
+        const T ya = a * c - b * s, yb = b * c + a * s;
+        if constexpr (kBackward) {
+          y[h0 + i] += ya;
+          y[h0 + half + i] += yb;
+        } else {
+          y[h0 + i] = ya;
+          y[h0 + half + i] = yb;
+        }
+      }
+    }
+    for (int64_t c = rotated; c < W; ++c) {
+      if constexpr (kBackward)
+        y[c] += x[c];
+      else
+        y[c] = x[c];
+    }
+  }
+}
+
+}  // namespace
+
+template <class T>
+void rope_forward(T* out, const T* in, int64_t B, int64_t T_, int NH, int NKV, int64_t hd,
+                  double theta) {
+  rope_rows<T, false>(out, in, B, T_, NH, NKV, hd, theta);
+}
+
+template <class T>
+void rope_backward(T* din, const T* dout, int64_t B, int64_t T_, int NH, int NKV, int64_t hd,
+                   double theta) {
+  rope_rows<T, true>(din, dout, B, T_, NH, NKV, hd, theta);
+}
+
+template void rope_forward<float>(float*, const float*, int64_t, int64_t, int, int, int64_t,
+                                  double);
+template void rope_forward<double>(double*, const double*, int64_t, int64_t, int, int, int64_t,
+                                   double);
+template void rope_backward<float>(float*, const float*, int64_t, int64_t, int, int, int64_t,
+                                   double);
+template void rope_backward<double>(double*, const double*, int64_t, int64_t, int, int, int64_t,
+                                    double);
+
+}  // namespace trainrun::cpu
