@@ -21,15 +21,20 @@ load_line
 bytes=(--set data.text="$SHAKESPEARE")
 bpe=(--set data.text= --set data.train="$dir/shards/train.bin" --set data.val="$dir/shards/val.bin"
      --set data.tokenizer="$dir/tok.json" --set model.vocab_size=4096)
+# train_on bytes|bpe NAME CONFIG [--set K=V]...
+train_on() {
+  local source=$1
+  shift
+  if [[ $source == bytes ]]; then train "$@" "${bytes[@]}"; else train "$@" "${bpe[@]}"; fi
+}
 
 echo
 echo "| config | data | step ms (median) | data ms (mean) | data ms (max) | data share |"
 echo "| --- | --- | --- | --- | --- | --- |"
 for config in llama-small shakespeare-char; do
   for source in bytes bpe; do
-    declare -n extra=$source
     name="ds-$config-$source"
-    train "$name" "configs/$config.yaml" "${extra[@]}" --set train.steps="$steps" \
+    train_on "$source" "$name" "configs/$config.yaml" --set train.steps="$steps" \
       --set checkpoint.every=0 --set logging.every=1
     python3 - "$RUNS/$name/metrics.jsonl" "$skip" "$config" "$source" <<'PY'
 import json, statistics, sys
@@ -42,7 +47,6 @@ share = data / statistics.fmean(r["step_time"] for r in rows)
 print(f"| {sys.argv[3]} | {sys.argv[4]} | {step * 1e3:.1f} | {data * 1e3:.4f} | "
       f"{max(r['t_data'] for r in rows) * 1e3:.4f} | {100 * share:.3f}% |")
 PY
-    unset -n extra
   done
 done
 load_line
