@@ -266,6 +266,38 @@ void check_enum_key(const std::string& key, Get get, std::vector<std::string> ex
 
 }  // namespace
 
+TEST_CASE("the llama keys are read into the experiment, with their defaults") {
+  const Experiment d = parse(kMinimal);
+  CHECK(d.model.n_kv_head == 0);
+  CHECK(d.model.rope_theta == 10000.0);
+  CHECK(d.model.ffn_hidden == 0);
+  CHECK(d.model.tie_embeddings);
+  const Experiment e = parse(R"(
+data: {synthetic: markov}
+model: {type: llama, n_head: 4, n_kv_head: 2, rope_theta: 500000, ffn_hidden: 96,
+        tie_embeddings: false}
+)");
+  CHECK(e.model.type == ModelType::llama);
+  CHECK(e.model.n_kv_head == 2);
+  CHECK(e.model.rope_theta == 500000.0);
+  CHECK(e.model.ffn_hidden == 96);
+  CHECK_FALSE(e.model.tie_embeddings);
+  CHECK(llama_ffn_hidden(e.model) == 96);
+  CHECK(llama_kv_heads(e.model) == 2);
+  // Auto width: ceil(8 d_model / 3) up to a multiple of 64; kv heads default to the heads.
+  CHECK(llama_ffn_hidden(d.model) == 384);  // 8 * 128 / 3 = 341.3 -> 342 -> 384
+  ModelConfig m;
+  m.d_model = 96;
+  CHECK(llama_ffn_hidden(m) == 256);  // exactly 256
+  m.d_model = 100;
+  CHECK(llama_ffn_hidden(m) == 320);  // 266.7 -> 267 -> 320
+  CHECK(llama_kv_heads(d.model) == d.model.n_head);
+  auto msg = error_of(kMinimal, {"model.type=llama", "model.rope_theta=0"});
+  CHECK(has(msg, "model.rope_theta"));
+  msg = error_of(kMinimal, {"model.type=llama", "model.n_kv_head=-1"});
+  CHECK(has(msg, "model.n_kv_head"));
+}
+
 TEST_CASE("enum keys: the enums' names are the schema's allowed values") {
   check_enum_key<DeviceChoice>("device", [](const Experiment& e) { return e.device; });
   check_enum_key<ModelType>("model.type", [](const Experiment& e) { return e.model.type; });
@@ -292,7 +324,7 @@ TEST_CASE("enum keys: a word outside the enum is refused as a string key would b
             "--set optimizer.schedule=cosin: optimizer.schedule='cosin' is not allowed: must be "
             "one of cosine, linear, constant (did you mean 'cosine'?)"));
   msg = error_of(kMinimal, {"model.type="});
-  CHECK(has(msg, "model.type='' is not allowed: must be one of gpt, mlp"));
+  CHECK(has(msg, "model.type='' is not allowed: must be one of gpt, mlp, llama"));
   msg = error_of(kMinimal, {"model.activation=[relu]"});
   CHECK(has(msg, "model.activation: expected a string, found a list of 1"));
   msg = error_of(kMinimal, {"train.precision=BF16"});
@@ -354,6 +386,32 @@ TEST_CASE("cross-field rules") {
     auto msg = error_of("data: {synthetic: markov}\nmodel: {type: mlp, hidden: []}\n");
     CHECK(has(msg, "model.hidden is empty"));
     CHECK(parse("data: {synthetic: markov}\nmodel: {hidden: []}").model.hidden.empty());
+  }
+  SUBCASE("llama: the key/value heads divide the heads; the head dimension is even") {
+    const std::string llama = "data: {synthetic: markov}\nmodel:\n  type: llama\n";
+    auto msg = error_of(llama + "  n_head: 4\n  n_kv_head: 3\n");
+    CHECK(has(msg, "exp.yaml:5:14"));
+    CHECK(has(msg, "model.n_kv_head=3 does not divide model.n_head=4"));
+    msg = error_of(llama + "  d_model: 12\n  n_head: 4\n");
+    CHECK(has(msg, "head dimension d_model / n_head = 3 is odd"));
+    msg = error_of(llama + "  d_model: 130\n  n_head: 4\n");
+    CHECK(has(msg, "model.d_model=130 is not divisible by model.n_head=4"));
+    CHECK_FALSE(has(msg, "is odd"));  // one complaint about one mistake
+    const Experiment e = parse(llama + "  n_head: 4\n  n_kv_head: 1\n  d_model: 8\n");
+    CHECK(e.model.n_kv_head == 1);
+  }
+  SUBCASE("the llama keys are refused for the other families, naming them") {
+    auto msg = error_of(kMinimal, {"model.n_kv_head=2", "model.rope_theta=500000"});
+    CHECK(has(msg,
+              "model.n_kv_head, model.rope_theta apply only for model.type llama (model.type "
+              "is gpt): remove them or set model.type: llama"));
+    msg = error_of(kMinimal, {"model.tie_embeddings=false"});
+    CHECK(has(msg, "model.tie_embeddings applies only for model.type llama"));
+    CHECK(has(msg, "a gpt's head is always tied to its token embedding"));
+    msg = error_of(kMinimal, {"model.type=mlp", "model.ffn_hidden=64"});
+    CHECK(has(msg, "model.ffn_hidden applies only for model.type llama (model.type is mlp)"));
+    // Their defaults, spelled out, are fine anywhere.
+    CHECK(parse(kMinimal, {"model.n_kv_head=0", "model.tie_embeddings=true"}).model.n_kv_head == 0);
   }
   SUBCASE("batch divisible by micro-batch x ranks, with the arithmetic") {
     auto msg = error_of(R"(

@@ -1,5 +1,5 @@
 // Finite-difference gradient checks, in double precision, for every module and for the whole
-// GPT and MLP models. Each check perturbs sampled elements of every parameter and input by
+// GPT, MLP and Llama models. Each check perturbs sampled elements of every parameter and input by
 // +-eps and compares (L(x+eps) - L(x-eps)) / 2eps with the analytic gradient from backward.
 // Tolerance: |analytic - numeric| <= 1e-4 * max(|a|, |n|) + 1e-7. In double with eps = 1e-6
 // the central difference carries ~1e-10 * |loss| of rounding and eps^2 * f'''(x) of truncation
@@ -21,7 +21,10 @@
 #include "trainrun/model/embedding.h"
 #include "trainrun/model/layernorm.h"
 #include "trainrun/model/linear.h"
+#include "trainrun/model/llama_block.h"
 #include "trainrun/model/mlp.h"
+#include "trainrun/model/rmsnorm.h"
+#include "trainrun/model/swiglu_mlp.h"
 #include "trainrun/model_spec.h"
 #include "trainrun/rng.h"
 
@@ -254,6 +257,115 @@ TEST_CASE("gradcheck: TransformerBlock (with and without dropout)") {
   }
 }
 
+TEST_CASE("gradcheck: RMSNorm") {
+  Fixture fx;
+  RMSNorm norm(fx.ps, "norm", 7);
+  fx.allocate_params();
+  fx.bind([&] { norm.bind(fx.acts, 3); });
+  HostBuf in({3, 7}), out({3, 7}), din({3, 7}), r({3, 7});
+  in.randomize(fx.rng, 2.0);
+  r.randomize(fx.rng);
+  auto loss = [&] {
+    norm.forward(out.t, in.t);
+    return dot(out.t, r);
+  };
+  loss();
+  norm.backward(din.t, r.t, in.t);
+  CHECK(check_params(fx.ps, loss, fx.rng) == 0);
+  CHECK(check_tensor("in", in.t, din.t, loss, fx.rng, 21) == 0);
+  CHECK(fx.ps.infos().size() == 1);
+  CHECK(fx.ps.infos()[0].name == "norm.weight");
+}
+
+TEST_CASE("gradcheck: SwiGluMLP") {
+  Fixture fx;
+  SwiGluMLP mlp(fx.ps, "mlp", 6, 5, 0.02f);
+  fx.allocate_params();
+  fx.bind([&] { mlp.bind(fx.acts, fx.scratch, 4); });
+  HostBuf in({4, 6}), out({4, 6}), din({4, 6}), r({4, 6});
+  in.randomize(fx.rng);
+  r.randomize(fx.rng);
+  auto loss = [&] {
+    mlp.forward(out.t, in.t);
+    return dot(out.t, r);
+  };
+  loss();
+  fx.scratch.zero(0, fx.scratch.bytes());
+  mlp.backward(din.t, r.t, in.t);
+  CHECK(check_params(fx.ps, loss, fx.rng) == 0);
+  CHECK(check_tensor("in", in.t, din.t, loss, fx.rng) == 0);
+  // Bias-free: exactly the fused gate|up matrix and the down projection.
+  REQUIRE(fx.ps.infos().size() == 2);
+  CHECK(fx.ps.infos()[0].name == "mlp.gate_up.weight");
+  CHECK(fx.ps.infos()[0].shape == std::vector<int64_t>{10, 6});
+  CHECK(fx.ps.infos()[1].name == "mlp.down.weight");
+  CHECK(fx.ps.infos()[1].shape == std::vector<int64_t>{6, 5});
+}
+
+TEST_CASE("gradcheck: CausalSelfAttention with grouped-query heads, RoPE and no bias") {
+  // (n_head, n_kv_head): grouped-query, multi-query, and as many kv heads as heads.
+  for (auto [NH, NKV] : {std::pair{4, 2}, std::pair{4, 1}, std::pair{2, 2}}) {
+    for (bool bias : {false, true}) {
+      CAPTURE(NH);
+      CAPTURE(NKV);
+      CAPTURE(bias);
+      Fixture fx;
+      const int B = 2, T = 5, C = 16, hd = C / NH;
+      CausalSelfAttention attn(
+          fx.ps, "attn", C, NH, 0.02f,
+          {.n_kv_head = NKV, .bias = bias, .rope = true, .rope_theta = 100.0f});
+      fx.allocate_params();
+      fx.bind([&] { attn.bind(fx.acts, fx.scratch, B, T); });
+      REQUIRE(fx.ps.infos().size() == (bias ? 4u : 2u));
+      CHECK(fx.ps.infos()[0].shape == std::vector<int64_t>{(NH + 2 * NKV) * hd, C});
+      HostBuf in({B * T, C}), out({B * T, C}), din({B * T, C}), r({B * T, C});
+      in.randomize(fx.rng);
+      r.randomize(fx.rng);
+      auto loss = [&] {
+        attn.forward(out.t, in.t);
+        return dot(out.t, r);
+      };
+      loss();
+      fx.scratch.zero(0, fx.scratch.bytes());
+      attn.backward(din.t, r.t, in.t);
+      CHECK(check_params(fx.ps, loss, fx.rng) == 0);
+      CHECK(check_tensor("in", in.t, din.t, loss, fx.rng, 20) == 0);
+    }
+  }
+}
+
+TEST_CASE("gradcheck: LlamaBlock (GQA, with and without dropout)") {
+  for (float p : {0.0f, 0.3f}) {
+    Fixture fx;
+    ModelConfig cfg;
+    cfg.d_model = 8;
+    cfg.n_head = 2;
+    cfg.n_kv_head = 1;
+    cfg.ffn_hidden = 12;
+    cfg.n_layer = 2;
+    const int B = 2, T = 4, C = 8;
+    LlamaBlock blk(fx.ps, "blk", cfg);
+    fx.allocate_params();
+    fx.bind([&] { blk.bind(fx.acts, fx.scratch, B, T); });
+    std::vector<std::string> names;
+    for (const auto& info : fx.ps.infos()) names.push_back(info.name);
+    CHECK(names == std::vector<std::string>{"blk.attn_norm.weight", "blk.attn.qkv.weight",
+                                            "blk.attn.proj.weight", "blk.mlp_norm.weight",
+                                            "blk.mlp.gate_up.weight", "blk.mlp.down.weight"});
+    HostBuf in({B * T, C}), out({B * T, C}), din({B * T, C}), r({B * T, C});
+    in.randomize(fx.rng);
+    r.randomize(fx.rng);
+    auto loss = [&] {
+      blk.forward(out.t, in.t, p, 7);
+      return dot(out.t, r);
+    };
+    loss();
+    blk.backward(din.t, r.t, in.t, p, 7);
+    CHECK(check_params(fx.ps, loss, fx.rng) == 0);
+    CHECK(check_tensor("in", in.t, din.t, loss, fx.rng) == 0);
+  }
+}
+
 namespace {
 void check_model(const ModelConfig& cfg, int batch) {
   auto be = make_cpu_backend();
@@ -301,6 +413,28 @@ TEST_CASE("gradcheck: whole MLP model") {
   for (ActivationKind act : {ActivationKind::gelu, ActivationKind::relu}) {
     cfg.activation = act;
     check_model(cfg, 3);
+  }
+}
+
+TEST_CASE("gradcheck: whole Llama (GQA, tied and untied head, dropout)") {
+  ModelConfig cfg;
+  cfg.type = ModelType::llama;
+  cfg.vocab_size = 11;
+  cfg.seq_len = 5;
+  cfg.n_layer = 2;
+  cfg.n_head = 4;
+  cfg.n_kv_head = 2;
+  cfg.d_model = 8;
+  cfg.ffn_hidden = 12;
+  cfg.rope_theta = 50.0;
+  for (bool tie : {true, false}) {
+    for (double p : {0.0, 0.2}) {
+      CAPTURE(tie);
+      CAPTURE(p);
+      cfg.tie_embeddings = tie;
+      cfg.dropout = p;
+      check_model(cfg, 2);
+    }
   }
 }
 
@@ -356,9 +490,25 @@ ModelConfig mlp_config(int C, int T, int V, std::vector<int> hidden) {
   return cfg;
 }
 
+ModelConfig llama_config(int L, int C, int H, int KV, int T, int V, bool tie, int ffn = 0) {
+  ModelConfig cfg = gpt_config(L, C, H, T, V);
+  cfg.type = ModelType::llama;
+  cfg.n_kv_head = KV;
+  cfg.tie_embeddings = tie;
+  cfg.ffn_hidden = ffn;
+  return cfg;
+}
+
 std::vector<ModelConfig> spec_zoo() {
-  return {gpt_config(2, 16, 2, 8, 32), gpt_config(0, 8, 2, 5, 11), gpt_config(3, 24, 3, 7, 50),
-          mlp_config(4, 3, 9, {6, 5}), mlp_config(8, 4, 13, {})};
+  return {gpt_config(2, 16, 2, 8, 32),
+          gpt_config(0, 8, 2, 5, 11),
+          gpt_config(3, 24, 3, 7, 50),
+          mlp_config(4, 3, 9, {6, 5}),
+          mlp_config(8, 4, 13, {}),
+          llama_config(2, 16, 4, 2, 8, 32, false),      // GQA, untied, ffn auto (64)
+          llama_config(1, 24, 4, 1, 7, 50, true, 40),   // multi-query, tied
+          llama_config(2, 16, 2, 0, 6, 20, true),       // n_kv_head 0 = n_head
+          llama_config(0, 8, 2, 2, 5, 11, false, 16)};  // no blocks
 }
 
 }  // namespace
@@ -435,6 +585,13 @@ TEST_CASE("ModelSpec: parameter counts match the closed forms") {
     int64_t expected = 0;
     if (cfg.type == ModelType::gpt) {
       expected = V * C + T * C + cfg.n_layer * (12 * C * C + 13 * C) + 2 * C;
+    } else if (cfg.type == ModelType::llama) {
+      // docs: V C + L (2C + (NH + 2 NKV) hd C + C^2 + 3 H C) + C + (tie ? 0 : V C)
+      const int64_t NH = cfg.n_head, NKV = cfg.n_kv_head > 0 ? cfg.n_kv_head : NH, hd = C / NH;
+      const int64_t auto_h = ((8 * C + 2) / 3 + 63) / 64 * 64;  // ceil(8C/3), up to 64k
+      const int64_t H = cfg.ffn_hidden > 0 ? cfg.ffn_hidden : auto_h;
+      expected = V * C + cfg.n_layer * (2 * C + (NH + 2 * NKV) * hd * C + C * C + 3 * H * C) + C +
+                 (cfg.tie_embeddings ? 0 : V * C);
     } else {
       int64_t in = T * C;
       expected = V * C;
@@ -474,6 +631,38 @@ TEST_CASE("ModelSpec: last_ready_params is what backward reports final last") {
         (32 + 8) * 16);  // wte and wpe
 }
 
+TEST_CASE("Llama: parameter counts by hand, names and modules in forward order") {
+  // C 16, 4 heads (hd 4), V 32: wte 512; per block 2*16 norms + qkv (4 + 2 KV) * 4 * 16
+  // + proj 256 + SwiGLU 3 * 16 * H; norm_f 16; lm_head 512 when untied.
+  CHECK(parameter_count(llama_config(2, 16, 4, 2, 8, 32, false)) ==
+        512 + 2 * (32 + 512 + 256 + 3 * 16 * 64) + 16 + 512);  // GQA, H auto = 64
+  CHECK(parameter_count(llama_config(2, 16, 4, 1, 8, 32, true)) ==
+        512 + 2 * (32 + 384 + 256 + 3 * 16 * 64) + 16);  // multi-query, tied
+  CHECK(parameter_count(llama_config(1, 16, 4, 4, 8, 32, true, 24)) ==
+        512 + (32 + 768 + 256 + 3 * 16 * 24) + 16);  // as many kv heads as heads, H 24
+  CHECK(parameter_count(llama_config(1, 16, 4, 0, 8, 32, true, 24)) ==
+        parameter_count(llama_config(1, 16, 4, 4, 8, 32, true, 24)));  // 0 = n_head
+  // d_model 96: 8 * 96 / 3 = 256 exactly, a multiple of 64: H 256.
+  CHECK(parameter_count(llama_config(1, 96, 4, 4, 8, 10, true)) ==
+        960 + (192 + 3 * 96 * 96 + 96 * 96 + 3 * 256 * 96) + 96);
+  const ModelShape s =
+      model_spec(ModelType::llama).measure(llama_config(2, 16, 4, 2, 8, 32, false), 1, DType::f32);
+  std::vector<std::string> modules;
+  for (const auto& [name, n] : s.params_by_module) modules.push_back(name);
+  CHECK(modules == std::vector<std::string>{"wte", "blocks.0", "blocks.1", "norm_f", "lm_head"});
+  CHECK(s.last_ready_params == 512);  // wte
+  auto be = make_cpu_backend();
+  auto model = build_model(llama_config(1, 16, 4, 2, 8, 32, false), *be, 1);
+  std::vector<std::string> names;
+  for (const auto& info : model->params().infos()) names.push_back(info.name);
+  CHECK(names == std::vector<std::string>{"wte.weight", "blocks.0.attn_norm.weight",
+                                          "blocks.0.attn.qkv.weight", "blocks.0.attn.proj.weight",
+                                          "blocks.0.mlp_norm.weight", "blocks.0.mlp.gate_up.weight",
+                                          "blocks.0.mlp.down.weight", "norm_f.weight",
+                                          "lm_head.weight"});
+  CHECK(model->params().infos()[2].shape == std::vector<int64_t>{32, 16});  // (4 + 2*2) * 4
+}
+
 TEST_CASE("ModelSpec: how sampling places a context in the window") {
   const std::vector<int32_t> shorter = {7, 8, 9}, longer = {1, 2, 3, 4, 5, 6, 7};
   std::vector<int32_t> window(5, -1);
@@ -482,6 +671,13 @@ TEST_CASE("ModelSpec: how sampling places a context in the window") {
     CHECK(gpt.place_context(shorter, window) == 2);
     CHECK(window == std::vector<int32_t>{7, 8, 9, 0, 0});
     CHECK(gpt.place_context(longer, window) == 4);
+    CHECK(window == std::vector<int32_t>{3, 4, 5, 6, 7});
+  }
+  SUBCASE("llama: as gpt (causal, positions from 0)") {
+    const ModelSpec& llama = model_spec(ModelType::llama);
+    CHECK(llama.place_context(shorter, window) == 2);
+    CHECK(window == std::vector<int32_t>{7, 8, 9, 0, 0});
+    CHECK(llama.place_context(longer, window) == 4);
     CHECK(window == std::vector<int32_t>{3, 4, 5, 6, 7});
   }
   SUBCASE("mlp: right-aligned after newlines; one prediction per window") {
@@ -502,4 +698,12 @@ TEST_CASE("ModelSpec: FLOPs and targets per family") {
   const ModelConfig mlp = mlp_config(10, 3, 27, {33, 17});
   CHECK(forward_flops_per_token(mlp) == 2.0 * 30 * 33 + 2.0 * 33 * 17 + 2.0 * 17 * 27);
   CHECK(targets_per_sequence(mlp) == 1);
+  // llama, C 48, 6 heads (hd 8), 2 kv heads, H 128 (auto): qkv 2 C (6 + 4) hd, proj 2 C^2,
+  // gate_up 2 C 2H, down 2 H C per layer; attention 4 T C; head 2 C V.
+  const ModelConfig llama = llama_config(3, 48, 6, 2, 16, 97, false);
+  CHECK(forward_flops_per_token(llama) ==
+        3 * (2.0 * 48 * 80 + 2.0 * 48 * 48 + 4.0 * 48 * 128 + 2.0 * 128 * 48 + 4.0 * 16 * 48) +
+            2.0 * 48 * 97);
+  CHECK(train_flops_per_token(llama) == 3 * forward_flops_per_token(llama));
+  CHECK(targets_per_sequence(llama) == 16);
 }

@@ -106,10 +106,24 @@ Experiment mlp(int C, int T, int V, std::vector<int> hidden, int batch) {
   return e;
 }
 
+Experiment llama(int L, int C, int H, int KV, int T, int V, int batch, bool tie) {
+  Experiment e = gpt(L, C, H, T, V, batch);
+  e.model.type = ModelType::llama;
+  e.model.n_kv_head = KV;
+  e.model.tie_embeddings = tie;
+  return e;
+}
+
 std::vector<Experiment> model_zoo() {
-  return {gpt(2, 64, 4, 32, 64, 4), gpt(1, 24, 3, 7, 50, 3),  gpt(3, 48, 6, 16, 97, 2),
-          gpt(0, 16, 2, 5, 11, 1),  mlp(16, 8, 64, {128}, 4), mlp(10, 3, 27, {33, 17}, 5),
-          mlp(8, 4, 13, {}, 2)};
+  return {gpt(2, 64, 4, 32, 64, 4),
+          gpt(1, 24, 3, 7, 50, 3),
+          gpt(3, 48, 6, 16, 97, 2),
+          gpt(0, 16, 2, 5, 11, 1),
+          mlp(16, 8, 64, {128}, 4),
+          mlp(10, 3, 27, {33, 17}, 5),
+          mlp(8, 4, 13, {}, 2),
+          llama(2, 64, 4, 2, 32, 64, 4, false),
+          llama(1, 24, 4, 1, 7, 50, 3, true)};
 }
 
 bool warned(const Plan& p, const std::string& what) {
@@ -181,6 +195,21 @@ TEST_CASE("plan: FLOPs match a count of every matmul from the shapes") {
     fwd += mm(N, V, C);
     const Plan p = make_plan(e, fake_peak("cpu (test)"));
     CHECK(p.flops_per_token == doctest::Approx(3 * fwd / N));  // backward is twice forward
+    CHECK(p.flops_per_step == doctest::Approx(3 * fwd / N * T * 8));
+  }
+  SUBCASE("llama: grouped-query k/v, SwiGLU, untied head") {
+    const Experiment e = llama(3, 48, 6, 2, 16, 97, 8, false);
+    const double B = 1, T = 16, C = 48, V = 97, NH = 6, KV = 2, hd = C / NH, F = 128;
+    auto mm = [](double m, double n, double k) { return 2 * m * n * k; };
+    const double N = B * T;
+    double fwd = 0;
+    for (int l = 0; l < 3; ++l) {
+      fwd += mm(N, (NH + 2 * KV) * hd, C) + mm(N, C, C) + mm(N, 2 * F, C) + mm(N, C, F);
+      fwd += NH * (mm(T, T, hd) + mm(T, hd, T));  // every query head, full square
+    }
+    fwd += mm(N, V, C);
+    const Plan p = make_plan(e, fake_peak("cpu (test)"));
+    CHECK(p.flops_per_token == doctest::Approx(3 * fwd / N));
     CHECK(p.flops_per_step == doctest::Approx(3 * fwd / N * T * 8));
   }
   SUBCASE("mlp") {

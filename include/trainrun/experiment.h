@@ -23,11 +23,11 @@ struct EnumNames<DeviceChoice> {
 };
 
 // The model family (model_spec.h holds what each family is).
-enum class ModelType : uint8_t { gpt, mlp };
+enum class ModelType : uint8_t { gpt, mlp, llama };
 template <>
 struct EnumNames<ModelType> {
-  static constexpr std::string_view names[] = {"gpt", "mlp"};
-  static_assert(std::size(names) == 1 + static_cast<size_t>(ModelType::mlp));
+  static constexpr std::string_view names[] = {"gpt", "mlp", "llama"};
+  static_assert(std::size(names) == 1 + static_cast<size_t>(ModelType::llama));
 };
 
 // The MLP's hidden activation.
@@ -63,7 +63,23 @@ struct ModelConfig {
   double dropout = 0.0;
   std::vector<int> hidden = {512};                   // mlp only
   ActivationKind activation = ActivationKind::gelu;  // mlp only
+  int n_kv_head = 0;                                 // llama: key/value heads; 0 = n_head
+  double rope_theta = 10000.0;                       // llama: RoPE base
+  int ffn_hidden = 0;                                // llama: SwiGLU width; 0 = auto
+  bool tie_embeddings = true;                        // head shares wte (gpt: always)
 };
+
+// llama's SwiGLU hidden width: ffn_hidden, or when 0 ceil(8 d_model / 3) rounded up to a
+// multiple of 64 (the Llama recipe: the same parameters as a 4x GELU MLP).
+inline int llama_ffn_hidden(const ModelConfig& m) {
+  if (m.ffn_hidden > 0) return m.ffn_hidden;
+  const int h = (8 * m.d_model + 2) / 3;
+  return (h + 63) / 64 * 64;
+}
+// llama's key/value heads: n_kv_head, or n_head when 0.
+inline int llama_kv_heads(const ModelConfig& m) {
+  return m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
+}
 
 struct DataConfig {
   std::string train;                   // token shard file, directory or glob

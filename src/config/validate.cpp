@@ -17,14 +17,61 @@ void fail(Fail& out, std::vector<std::string_view> keys, std::string message) {
   out.push_back({std::move(keys), std::move(message)});
 }
 
+bool has_attention(ModelType t) {
+  return t == ModelType::gpt || t == ModelType::llama;
+}
+
 void heads_divide_width(const Experiment& e, int, Fail& out) {
   const auto& m = e.model;
-  if (m.type == ModelType::gpt && m.n_head > 0 && m.d_model % m.n_head != 0) {
+  if (has_attention(m.type) && m.n_head > 0 && m.d_model % m.n_head != 0) {
     fail(out, {"model.d_model", "model.n_head"},
          fmt::format("model.d_model={} is not divisible by model.n_head={}: each head gets "
                      "d_model / n_head channels; pick d_model a multiple of n_head",
                      m.d_model, m.n_head));
   }
+}
+
+// Rotary embedding rotates pairs of channels within a head, and every group of query heads
+// shares one key/value head.
+void llama_heads(const Experiment& e, int, Fail& out) {
+  const auto& m = e.model;
+  if (m.type != ModelType::llama || m.n_head < 1 || m.d_model % m.n_head != 0) return;
+  if (m.n_kv_head > 0 && m.n_head % m.n_kv_head != 0) {
+    fail(out, {"model.n_kv_head", "model.n_head"},
+         fmt::format("model.n_kv_head={} does not divide model.n_head={}: each key/value head "
+                     "serves n_head / n_kv_head query heads; pick a divisor of n_head (1 = "
+                     "multi-query)",
+                     m.n_kv_head, m.n_head));
+  }
+  if ((m.d_model / m.n_head) % 2 != 0) {
+    fail(out, {"model.d_model", "model.n_head"},
+         fmt::format("head dimension d_model / n_head = {} is odd: rotary position embedding "
+                     "rotates channel pairs; pick d_model / n_head even",
+                     m.d_model / m.n_head));
+  }
+}
+
+// The llama keys mean nothing to the other families: a value other than the default there is a
+// mistake (most likely a forgotten model.type: llama), not something to ignore silently.
+void llama_keys_only_for_llama(const Experiment& e, int, Fail& out) {
+  const auto& m = e.model;
+  if (m.type == ModelType::llama) return;
+  const ModelConfig d;
+  std::vector<std::string_view> set;
+  if (m.n_kv_head != d.n_kv_head) set.push_back("model.n_kv_head");
+  if (m.rope_theta != d.rope_theta) set.push_back("model.rope_theta");
+  if (m.ffn_hidden != d.ffn_hidden) set.push_back("model.ffn_hidden");
+  if (m.tie_embeddings != d.tie_embeddings) set.push_back("model.tie_embeddings");
+  if (set.empty()) return;
+  const std::string_view type = enum_name(m.type);
+  std::string message = fmt::format(
+      "{} {} only for model.type llama (model.type is {}): remove {} or set model.type: llama",
+      fmt::join(set, ", "), set.size() == 1 ? "applies" : "apply", type,
+      set.size() == 1 ? "it" : "them");
+  if (m.tie_embeddings != d.tie_embeddings && m.type == ModelType::gpt)
+    message += "; a gpt's head is always tied to its token embedding (GPT-2)";
+  set.push_back("model.type");
+  fail(out, std::move(set), std::move(message));
 }
 
 void mlp_has_hidden(const Experiment& e, int, Fail& out) {
@@ -109,6 +156,9 @@ void sizes_fit(const Experiment& e, int, Fail& out) {
   if (m.type == ModelType::gpt) {
     tensors.push_back({"attention scores (batch_size x n_head x seq_len^2)", B * m.n_head * T * T});
     tensors.push_back({"MLP weight (4 d_model x d_model)", 4 * C * C});
+  } else if (m.type == ModelType::llama) {
+    tensors.push_back({"attention scores (batch_size x n_head x seq_len^2)", B * m.n_head * T * T});
+    tensors.push_back({"MLP weight (2 ffn_hidden x d_model)", 2.0 * llama_ffn_hidden(m) * C});
   } else {
     double in = T * C;
     for (int h : m.hidden) {
@@ -174,7 +224,13 @@ const Rule kRules[] = {
     {"exactly one of `data.train`, `data.text`, `data.synthetic`; `data.val` and "
      "`data.tokenizer` only with `data.train`",
      one_data_source},
-    {"gpt: `model.d_model` divisible by `model.n_head`", heads_divide_width},
+    {"gpt, llama: `model.d_model` divisible by `model.n_head`", heads_divide_width},
+    {"llama: `model.n_kv_head` (when above 0) divides `model.n_head`; the head dimension "
+     "`model.d_model` / `model.n_head` is even",
+     llama_heads},
+    {"`model.n_kv_head`, `model.rope_theta`, `model.ffn_hidden` and `model.tie_embeddings: "
+     "false` only with `model.type: llama`",
+     llama_keys_only_for_llama},
     {"mlp: `model.hidden` not empty", mlp_has_hidden},
     {"`train.batch_size` divisible by the ranks (`distributed.nproc` x `distributed.nodes`), "
      "and by `train.micro_batch_size` x ranks when that is above 0",

@@ -2,34 +2,51 @@
 
 namespace trainrun {
 
+namespace {
+// The options with n_kv_head resolved, so every op below is told the real count.
+AttentionOptions resolved(AttentionOptions opt, int n_head) {
+  if (opt.n_kv_head <= 0) opt.n_kv_head = n_head;
+  return opt;
+}
+}  // namespace
+
 CausalSelfAttention::CausalSelfAttention(ParamStore& ps, const std::string& name, int d_model,
-                                         int n_head, float proj_std)
+                                         int n_head, float proj_std, AttentionOptions opt)
     : ps_(ps),
       d_model_(d_model),
       n_head_(n_head),
-      qkv_(ps, name + ".qkv", d_model, 3 * d_model, true, 0.02f),
-      proj_(ps, name + ".proj", d_model, d_model, true, proj_std) {}
+      opt_(resolved(opt, n_head)),
+      qkv_width_((n_head + 2 * opt_.n_kv_head) * (d_model / n_head)),
+      qkv_(ps, name + ".qkv", d_model, qkv_width_, opt.bias, 0.02f),
+      proj_(ps, name + ".proj", d_model, d_model, opt.bias, proj_std) {}
 
 void CausalSelfAttention::bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq) {
   DType dt = ps_.dtype();
-  qkv_out_ = acts.take(dt, {batch, seq, 3 * d_model_});
+  qkv_out_ = acts.take(dt, {batch, seq, qkv_width_});
   y_ = acts.take(dt, {batch, seq, d_model_});
   lse_ = acts.take(dt, {batch, n_head_, seq});
-  dqkv_ = scratch.take(dt, {batch, seq, 3 * d_model_});
+  dqkv_ = scratch.take(dt, {batch, seq, qkv_width_});
   dy_ = scratch.take(dt, {batch, seq, d_model_});
+  // rope_backward accumulates into a separate buffer; without rope the two are one.
+  dqkv_raw_ = opt_.rope ? scratch.take(dt, {batch, seq, qkv_width_}) : dqkv_;
 }
 
 void CausalSelfAttention::forward(Tensor out, Tensor in) const {
-  qkv_.forward(qkv_out_.reshape({qkv_out_.rows(), 3 * d_model_}), in);
-  ps_.backend().attention(y_, lse_, qkv_out_, n_head_);
+  Backend& be = ps_.backend();
+  qkv_.forward(qkv_out_.reshape({qkv_out_.rows(), qkv_width_}), in);
+  // In place: backward needs only the rotated q and k (the qkv projection's input is `in`).
+  if (opt_.rope) be.rope(qkv_out_, qkv_out_, n_head_, opt_.n_kv_head, opt_.rope_theta);
+  be.attention(y_, lse_, qkv_out_, n_head_, opt_.n_kv_head);
   proj_.forward(out, y_.reshape({y_.rows(), d_model_}));
 }
 
 void CausalSelfAttention::backward(Tensor din, Tensor dout, Tensor in) const {
+  Backend& be = ps_.backend();
   const int64_t rows = y_.rows();
   proj_.backward(dy_.reshape({rows, d_model_}), dout, y_.reshape({rows, d_model_}));
-  ps_.backend().attention_backward(dqkv_, dy_, qkv_out_, y_, lse_, n_head_);
-  qkv_.backward(din, dqkv_.reshape({rows, 3 * d_model_}), in);
+  be.attention_backward(dqkv_, dy_, qkv_out_, y_, lse_, n_head_, opt_.n_kv_head);
+  if (opt_.rope) be.rope_backward(dqkv_raw_, dqkv_, n_head_, opt_.n_kv_head, opt_.rope_theta);
+  qkv_.backward(din, dqkv_raw_.reshape({rows, qkv_width_}), in);
 }
 
 }  // namespace trainrun

@@ -2,6 +2,9 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "trainrun/model_spec.h"
 #include "trainrun/params.h"
@@ -9,8 +12,9 @@
 namespace trainrun {
 
 // The families, one per model file; model_spec.cpp registers them by ModelType.
-extern const ModelSpec kGptSpec;  // gpt.cpp
-extern const ModelSpec kMlpSpec;  // mlp_model.cpp
+extern const ModelSpec kGptSpec;    // gpt.cpp
+extern const ModelSpec kMlpSpec;    // mlp_model.cpp
+extern const ModelSpec kLlamaSpec;  // llama.cpp
 
 // How far a model's constructor goes: the full build, or only the measuring pass (parameters
 // declared, arenas measured, nothing allocated; such a model must never run).
@@ -21,5 +25,14 @@ Backend& measuring_backend();
 
 // The shape of a model after its measuring pass (last_ready_params left to the family).
 ModelShape shape_of(const ParamStore& ps, size_t activation_bytes);
+
+// The causal families' place_context: the context at positions 0..n-1 (the padding after it is
+// never seen); returns the row of the last context token.
+int64_t place_causal_context(std::span<const int32_t> ctx, std::span<int32_t> window);
+
+// The attention families' plan advice: a head dimension tensor cores dislike (on a GPU), and
+// an attention share (attention_flops of forward_flops, per token) that dominates.
+void advise_attention(const ModelConfig& m, bool gpu, double attention_flops, double forward_flops,
+                      std::vector<std::string>& out);
 
 }  // namespace trainrun

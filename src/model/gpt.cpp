@@ -154,26 +154,8 @@ double forward_flops(const ModelConfig& m) {
 }
 
 void advise(const ModelConfig& m, bool gpu, std::vector<std::string>& out) {
-  if (gpu && m.n_head > 0 && (m.d_model / m.n_head) % 8 != 0)
-    out.push_back(fmt::format(
-        "head_dim {} (d_model {} / n_head {}) is not a multiple of 8: tensor cores want "
-        "multiples of 8 (64 or 128 is best)",
-        m.d_model / m.n_head, m.d_model, m.n_head));
-  const double attention = static_cast<double>(m.n_layer) * 4.0 * m.seq_len * m.d_model;
-  const double share = attention / forward_flops(m);
-  if (share > 0.3)
-    out.push_back(fmt::format(
-        "attention is {:.0f}% of the FLOPs at seq_len {}: the T^2 term dominates; a shorter "
-        "model.seq_len or a wider model.d_model uses the device better",
-        100 * share, m.seq_len));
-}
-
-// The context at positions 0..n-1: causal, so the padding after it is never seen.
-int64_t place_context(std::span<const int32_t> ctx, std::span<int32_t> window) {
-  const size_t n = std::min(ctx.size(), window.size());
-  std::fill(window.begin(), window.end(), 0);
-  std::copy(ctx.end() - static_cast<std::ptrdiff_t>(n), ctx.end(), window.begin());
-  return static_cast<int64_t>(n) - 1;
+  advise_attention(m, gpu, static_cast<double>(m.n_layer) * 4.0 * m.seq_len * m.d_model,
+                   forward_flops(m), out);
 }
 
 }  // namespace
@@ -194,7 +176,7 @@ constinit const ModelSpec kGptSpec = {
     .forward_flops_per_token = forward_flops,
     .targets_per_sequence = [](const ModelConfig& cfg) -> int64_t { return cfg.seq_len; },
     .advise = advise,
-    .place_context = place_context,
+    .place_context = place_causal_context,
 };
 
 }  // namespace trainrun

@@ -1,6 +1,9 @@
 // The registry of model families, and what their specs share.
 #include "trainrun/model_spec.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cctype>
 #include <iterator>
 
@@ -24,7 +27,7 @@ std::string module_of(const std::string& param) {
 
 const ModelSpec& model_spec(ModelType type) {
   // One entry per family, in ModelType order.
-  static const ModelSpec* const kFamilies[] = {&kGptSpec, &kMlpSpec};
+  static const ModelSpec* const kFamilies[] = {&kGptSpec, &kMlpSpec, &kLlamaSpec};
   static_assert(std::size(kFamilies) == std::size(EnumNames<ModelType>::names));
   return *kFamilies[static_cast<size_t>(type)];
 }
@@ -49,6 +52,28 @@ ModelShape shape_of(const ParamStore& ps, size_t activation_bytes) {
     s.params_by_module.back().second += p.numel;
   }
   return s;
+}
+
+int64_t place_causal_context(std::span<const int32_t> ctx, std::span<int32_t> window) {
+  const size_t n = std::min(ctx.size(), window.size());
+  std::fill(window.begin(), window.end(), 0);
+  std::copy(ctx.end() - static_cast<std::ptrdiff_t>(n), ctx.end(), window.begin());
+  return static_cast<int64_t>(n) - 1;
+}
+
+void advise_attention(const ModelConfig& m, bool gpu, double attention_flops, double forward_flops,
+                      std::vector<std::string>& out) {
+  if (gpu && m.n_head > 0 && (m.d_model / m.n_head) % 8 != 0)
+    out.push_back(fmt::format(
+        "head_dim {} (d_model {} / n_head {}) is not a multiple of 8: tensor cores want "
+        "multiples of 8 (64 or 128 is best)",
+        m.d_model / m.n_head, m.d_model, m.n_head));
+  const double share = attention_flops / forward_flops;
+  if (share > 0.3)
+    out.push_back(fmt::format(
+        "attention is {:.0f}% of the FLOPs at seq_len {}: the T^2 term dominates; a shorter "
+        "model.seq_len or a wider model.d_model uses the device better",
+        100 * share, m.seq_len));
 }
 
 }  // namespace trainrun

@@ -208,9 +208,10 @@ RunConfig read_config(const std::string& run_dir) {
           type == ModelType::mlp
               ? fmt::format("mlp d_model {} seq_len {} vocab {}", m["d_model"].as<int>(),
                             m["seq_len"].as<int>(), m["vocab_size"].as<int>())
-              : fmt::format("gpt {} layers d_model {} heads {} seq_len {} vocab {}",
-                            m["n_layer"].as<int>(), m["d_model"].as<int>(), m["n_head"].as<int>(),
-                            m["seq_len"].as<int>(), m["vocab_size"].as<int>());
+              : fmt::format("{} {} layers d_model {} heads {} seq_len {} vocab {}",
+                            enum_name(type.value_or(ModelType::gpt)), m["n_layer"].as<int>(),
+                            m["d_model"].as<int>(), m["n_head"].as<int>(), m["seq_len"].as<int>(),
+                            m["vocab_size"].as<int>());
     }
     if (const YAML::Node d = y["distributed"])
       c.summary += fmt::format(" | {} rank(s)", d["nproc"].as<int>() * d["nodes"].as<int>());

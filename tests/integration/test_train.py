@@ -73,6 +73,25 @@ def test_mlp_char_config_runs(shakespeare, tmp_path):
     assert run(["sample", str(rd), "--tokens", "10"], check=0).stdout
 
 
+# configs/llama-small.yaml shortened: the Llama family end to end (plan, training, checkpoint,
+# sampling through its spec). 60 steps take the loss from log(256) = 5.55 well down.
+def test_llama_small_config_runs(shakespeare, tmp_path):
+    cfg = str(REPO / "configs/llama-small.yaml")
+    plan = run(["plan", cfg, *sets(f"data.text={shakespeare}")], check=0).stdout
+    for module in ["wte", "blocks.3", "norm_f", "lm_head"]:
+        assert module in plan
+    assert "wpe" not in plan  # rotary positions: no position table
+    rd = tmp_path / "llama"
+    run([cfg, *sets(f"data.text={shakespeare}", "train.steps=60", "train.eval_every=30",
+                    "train.eval_steps=4", "logging.every=10", "checkpoint.every=0"),
+         "--run-dir", str(rd)], check=0, timeout=600)
+    rows = metrics(rd)
+    assert rows[-1]["step"] == 60 and rows[-1]["loss"] < rows[0]["loss"] - 1.0
+    assert "type: llama" in (rd / "config.yaml").read_text()
+    p = run(["sample", str(rd), "--prompt", "ROMEO:", "--tokens", "20", "--seed", "3"], check=0)
+    assert p.stdout.startswith("ROMEO:") and len(p.stdout) >= 20
+
+
 def test_gpt2_config_runs_shortened_on_cpu(tmp_path):
     # The GPU config with its shape shrunk, on llm.c-format shards we write here.
     toks = [(i * 7919) % 50304 for i in range(4096)]

@@ -1,6 +1,7 @@
 // CausalSelfAttention: qkv projection, multi-head causal attention, output projection.
 // Keeps qkv, the pre-projection output and the per-row log-sum-exp for backward; never a
-// T x T matrix.
+// T x T matrix. The defaults are GPT-2's; AttentionOptions adds what Llama changes: fewer
+// key/value heads (grouped-query), rotary position embedding on q and k, no biases.
 #pragma once
 
 #include <string>
@@ -9,10 +10,19 @@
 
 namespace trainrun {
 
+struct AttentionOptions {
+  int n_kv_head = 0;  // key/value heads; 0 = n_head. Divides n_head (1 = multi-query).
+  bool bias = true;   // biases on the qkv and output projections
+  bool rope = false;  // rotate q and k by position (head dim even)
+  float rope_theta = 10000.0f;
+};
+
 class CausalSelfAttention {
  public:
+  // Parameters "<name>.qkv" [(n_head + 2 n_kv_head) * head_dim, d_model] (q | k | v) and
+  // "<name>.proj" [d_model, d_model], each with a bias when opt.bias.
   CausalSelfAttention(ParamStore& ps, const std::string& name, int d_model, int n_head,
-                      float proj_std);
+                      float proj_std, AttentionOptions opt = {});
   void bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq);
   void forward(Tensor out, Tensor in) const;
   void backward(Tensor din, Tensor dout, Tensor in) const;  // uses (zeroed) scratch
@@ -20,9 +30,11 @@ class CausalSelfAttention {
  private:
   ParamStore& ps_;
   int d_model_, n_head_;
+  AttentionOptions opt_;
+  int qkv_width_;
   Linear qkv_, proj_;
-  Tensor qkv_out_, y_, lse_;  // activations
-  Tensor dqkv_, dy_;          // gradient scratch
+  Tensor qkv_out_, y_, lse_;     // activations (qkv_out_ after the rotation, when rope)
+  Tensor dqkv_, dy_, dqkv_raw_;  // gradient scratch (dqkv_raw_: before the rotation)
 };
 
 }  // namespace trainrun

@@ -1,0 +1,60 @@
+// PreNormBlock: the residual structure the transformer families share,
+//   x1 = x + drop(attn(norm1(x)));  out = x1 + drop(ffn(norm2(x1))),
+// over a normalisation (LayerNorm, RMSNorm) and a feed-forward module (MLP, SwiGluMLP), each
+// with bind(acts[, scratch], rows), forward(out, in) and backward(din, dout, in) (din +=).
+// TransformerBlock (block.h) and LlamaBlock (llama_block.h) are its two instances; they choose
+// the parts and their parameter names.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <utility>
+
+#include "trainrun/model/attention.h"
+
+namespace trainrun {
+
+// GPT-2's init, kept by Llama: the residual projections (attention and feed-forward outputs)
+// start at std 0.02 / sqrt(2 n_layer), so the residual stream's variance does not grow with depth.
+inline float residual_proj_std(int n_layer) {
+  return 0.02f / std::sqrt(2.0f * static_cast<float>(n_layer));
+}
+
+template <class Norm, class Ffn>
+class PreNormBlock {
+ public:
+  // The parts in declaration order, which is their parameters' order.
+  struct Parts {
+    Norm norm1;
+    CausalSelfAttention attn;
+    Norm norm2;
+    Ffn ffn;
+  };
+  // Activations are per block; gradient scratch is shared by all blocks (one backward at a time).
+  void bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq);
+  void forward(Tensor out, Tensor x, float dropout, uint64_t seed) const;
+  // dx += d(loss)/dx. Zeroes and reuses the shared scratch.
+  void backward(Tensor dx, Tensor dout, Tensor x, float dropout, uint64_t seed) const;
+  int64_t param_begin() const { return begin_; }
+  int64_t param_end() const { return end_; }
+
+ protected:
+  // make() declares the parts' parameters; the block's range of the flat buffers is theirs.
+  template <class Make>
+  PreNormBlock(ParamStore& ps, int d_model, Make&& make)
+      : ps_(ps), begin_(ps.numel()), p_(std::forward<Make>(make)()), dim_(d_model) {
+    end_ = ps.numel();
+  }
+
+ private:
+  ParamStore& ps_;
+  int64_t begin_, end_ = 0;  // this block's range of the flat buffers
+  Parts p_;
+  int dim_;
+  Tensor n1_, ao_, x1_, n2_, mo_;       // activations
+  Tensor dmo_, dn2_, dx1_, dao_, dn1_;  // gradient scratch
+  Arena* scratch_ = nullptr;
+  size_t scratch_begin_ = 0, scratch_end_ = 0;
+};
+
+}  // namespace trainrun

@@ -1,0 +1,33 @@
+#include "trainrun/model/swiglu_mlp.h"
+
+namespace trainrun {
+
+SwiGluMLP::SwiGluMLP(ParamStore& ps, const std::string& name, int d_model, int hidden,
+                     float proj_std)
+    : ps_(ps),
+      hidden_(hidden),
+      gate_up_(ps, name + ".gate_up", d_model, 2 * hidden, false, 0.02f),
+      down_(ps, name + ".down", hidden, d_model, false, proj_std) {}
+
+void SwiGluMLP::bind(Arena& acts, Arena& scratch, int64_t rows) {
+  const DType dt = ps_.dtype();
+  const int64_t h = hidden_;
+  g_ = acts.take(dt, {rows, 2 * h});
+  s_ = acts.take(dt, {rows, h});
+  dg_ = scratch.take(dt, {rows, 2 * h});
+  ds_ = scratch.take(dt, {rows, h});
+}
+
+void SwiGluMLP::forward(Tensor out, Tensor in) const {
+  gate_up_.forward(g_, in);
+  ps_.backend().swiglu(s_, g_);
+  down_.forward(out, s_);
+}
+
+void SwiGluMLP::backward(Tensor din, Tensor dout, Tensor in) const {
+  down_.backward(ds_, dout, s_);
+  ps_.backend().swiglu_backward(dg_, ds_, g_);
+  gate_up_.backward(din, dg_, in);
+}
+
+}  // namespace trainrun
