@@ -19,6 +19,7 @@
 #include "trainrun/errors.h"
 #include "trainrun/failure_record.h"
 #include "trainrun/launch.h"
+#include "trainrun/metrics_server.h"
 #include "trainrun/supervisor.h"
 #include "trainrun/trace.h"
 
@@ -95,6 +96,13 @@ void refuse_a_run_in_use(const RunRequest& r) {
     check_not_in_use(*r.resume);
 }
 
+// A metrics port rank 0 could not bind is refused before anything is written, when rank 0 runs
+// on this host (one node). Rank 0 binds it again for real and says the same if it lost a race.
+void check_metrics_port(const Experiment& exp) {
+  if (exp.logging.prometheus_port != 0 && exp.distributed.nodes == 1)
+    MetricsServer::start(exp.logging.prometheus_address, exp.logging.prometheus_port);
+}
+
 // A resume whose checkpoint is already at or past train.steps has nothing to train.
 bool nothing_to_train(const ResolvedRun& run) {
   return !run.resume_file.empty() && run.exp.train.steps <= run.resume_step;
@@ -130,6 +138,7 @@ int run_command(const RunRequest& request, const RankMain& rank_main) {
   if (supervising) relay.emplace();
   if (owner) {
     check_data(exp);  // before anything is written in the run directory
+    check_metrics_port(exp);
     if (request.dry_run) check_run_dir(exp.run_dir, run.use, request.renew);
   }
   if (!supervising) return run_rank(request, run, env, supervised, owner, rank_main);
