@@ -2,17 +2,18 @@
 # Installs what trainrun needs from Debian 12's packages, only what is missing.
 #   scripts/setup.sh          build + run dependencies
 #   scripts/setup.sh --test   also what the test suite needs (pytest, Slurm, munge, Chromium,
-#                             ...), and build/test-venv with PyPI's tensorboard (see the end)
+#                             Prometheus, ...), and build/test-venv with PyPI's tensorboard
+#                             (see the end)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 pkgs=(g++ meson ninja-build pkg-config libyaml-cpp-dev libcli11-dev libfmt-dev
       libspdlog-dev libhdf5-dev hdf5-tools doctest-dev libopenmpi-dev openmpi-bin libdnnl-dev
-      gnuplot-nox)
+      gnuplot-nox libcpp-httplib-dev)
 if [[ "${1:-}" == "--test" ]]; then
   # python3-numpy: the equivalence test recomputes the models in numpy (python3-h5py has it too)
   pkgs+=(python3 python3-pytest python3-yaml python3-h5py python3-numpy jq slurm-wlm munge
-         clang-format debootstrap python3-venv python3-pil chromium clang)
+         clang-format debootstrap python3-venv python3-pil chromium clang prometheus)
 fi
 
 missing=()
