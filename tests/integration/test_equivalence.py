@@ -11,7 +11,6 @@ Which batch: everything is documented, nothing is reproduced from trainrun's int
   is taken mod N - seq_len = 1, whatever the evaluation's own seed) and the val loss at step s is
   that one sequence's loss under the same weights."""
 import math
-import pathlib
 import struct
 
 import numpy as np
@@ -128,7 +127,7 @@ def test_torch_recomputes_trainruns_loss(trained, shards):
     torch = pytest.importorskip(
         "torch", reason="PyTorch is not installed: the optional cross-check with it is skipped "
         "(numpy's, above, always runs)")
-    import torch_models  # noqa: E402  (needs torch)
+    import torch_models  # only where torch is
     family, (weights, config, train_loss, val_loss) = trained
     (x, y), (vx, vy) = known_batches(shards)
     for (bx, by), want in [((x, y), train_loss), ((vx, vy), val_loss)]:
