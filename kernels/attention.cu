@@ -1,8 +1,10 @@
-// Causal multi-head self-attention, flash-attention-2 style, fp32 arithmetic on CUDA cores.
+// Causal grouped-query self-attention, flash-attention-2 style, fp32 arithmetic on CUDA cores.
 // Simple and checkable first: no tensor cores, no T x T matrix anywhere in global memory.
 //
-// Layout (as include/trainrun/backend.h): qkv [B,T,3C] = (q | k | v), head h of each at columns
-// h*hd .. (h+1)*hd; out [B,T,C]; lse [B,NH,T] = logsumexp_j(q.k_j * scale), scale = 1/sqrt(hd).
+// Layout (as include/trainrun/backend.h): qkv [B,T,W], W = (NH + 2*NKV)*hd = (q | k | v); q head
+// h at columns h*hd .. (h+1)*hd, k head g at NH*hd + g*hd, v head g at (NH+NKV)*hd + g*hd; q head
+// h reads kv head g = h / (NH/NKV) (NKV = NH: multi-head, W = 3C). out [B,T,C], C = NH*hd;
+// lse [B,NH,T] = logsumexp_j(q.k_j * scale), scale = 1/sqrt(hd).
 //
 // Tiling: a block owns one (b, h) and a tile of kTile = 32 rows (queries forward and for dQ, keys
 // for dK/dV); each of its 8 warps owns 4 of those rows. The other side (keys, or queries) streams
@@ -22,6 +24,8 @@
 //   dQ_q += scale sum_k dS k_k                  (attention_dq_kernel: grid over query tiles)
 //   dK_k += scale sum_q dS q_q, dV_k += sum_q p dout_q   (attention_dkv_kernel: key tiles)
 // P is recomputed twice (once per kernel); that costs FLOPs but no atomics and no big buffers.
+// Under GQA a kv head's dK/dV sum over the NH/NKV q heads sharing it: the dkv kernel's block owns
+// one (b, kv head) key tile and walks those q heads in turn, still without atomics.
 #include <cmath>
 
 #include "common.cuh"
@@ -36,8 +40,9 @@ constexpr int kRowsPerWarp = kTile / kWarps;             // 4
 constexpr int kDimsPerLane = kAttentionMaxHeadDim / 32;  // 4
 
 struct Geometry {
-  int64_t T, C, C3;
-  int NH, hd;
+  int64_t T, C, W;         // sequence length, out width NH*hd, qkv row width
+  int64_t k_col, v_col;    // first column of k head 0 and of v head 0 in a qkv row
+  int NH, NKV, group, hd;  // group = NH / NKV q heads per kv head
   float scale;
 };
 
@@ -61,12 +66,14 @@ __global__ void __launch_bounds__(kWarps * 32)
   float* Qs = smem;                   // [kTile][hd]     broadcast reads
   float* Ks = Qs + kTile * hd;        // [kTile][hd + 1] lane j reads row j
   float* Vs = Ks + kTile * (hd + 1);  // [kTile][hd]     lanes read along d
-  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
+  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH, kvh = h / g.group;
   const int64_t q0 = int64_t(blockIdx.x) * kTile;
-  const T* base = qkv + b * g.T * g.C3 + h * hd;
+  const T* qbase = qkv + b * g.T * g.W + h * hd;
+  const T* kbase = qkv + b * g.T * g.W + g.k_col + kvh * hd;
+  const T* vbase = qkv + b * g.T * g.W + g.v_col + kvh * hd;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-  load_tile(Qs, hd, base, g.C3, q0, g.T, hd);
+  load_tile(Qs, hd, qbase, g.W, q0, g.T, hd);
 
   float m[kRowsPerWarp], l[kRowsPerWarp], o[kRowsPerWarp][kDimsPerLane];
 #pragma unroll
@@ -80,8 +87,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t last_key = (q0 + kTile - 1 < g.T ? q0 + kTile - 1 : g.T - 1);
   for (int64_t k0 = 0; k0 <= last_key; k0 += kTile) {
     __syncthreads();  // everyone is done with the previous K/V tile
-    load_tile(Ks, hd + 1, base + g.C, g.C3, k0, g.T, hd);
-    load_tile(Vs, hd, base + 2 * g.C, g.C3, k0, g.T, hd);
+    load_tile(Ks, hd + 1, kbase, g.W, k0, g.T, hd);
+    load_tile(Vs, hd, vbase, g.W, k0, g.T, hd);
     __syncthreads();
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
@@ -156,12 +163,14 @@ __global__ void __launch_bounds__(kWarps * 32)
   float* dOs = Qs + kTile * hd;       // [kTile][hd]     broadcast
   float* Ks = dOs + kTile * hd;       // [kTile][hd + 1] lane j reads row j; lanes along d
   float* Vs = Ks + kTile * (hd + 1);  // [kTile][hd + 1] lane j reads row j
-  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
+  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH, kvh = h / g.group;
   const int64_t q0 = int64_t(blockIdx.x) * kTile;
-  const T* base = qkv + b * g.T * g.C3 + h * hd;
+  const T* qbase = qkv + b * g.T * g.W + h * hd;
+  const T* kbase = qkv + b * g.T * g.W + g.k_col + kvh * hd;
+  const T* vbase = qkv + b * g.T * g.W + g.v_col + kvh * hd;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-  load_tile(Qs, hd, base, g.C3, q0, g.T, hd);
+  load_tile(Qs, hd, qbase, g.W, q0, g.T, hd);
   load_tile(dOs, hd, dout + b * g.T * g.C + h * hd, g.C, q0, g.T, hd);
 
   float row_lse[kRowsPerWarp], row_D[kRowsPerWarp], dq[kRowsPerWarp][kDimsPerLane];
@@ -177,8 +186,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t last_key = (q0 + kTile - 1 < g.T ? q0 + kTile - 1 : g.T - 1);
   for (int64_t k0 = 0; k0 <= last_key; k0 += kTile) {
     __syncthreads();
-    load_tile(Ks, hd + 1, base + g.C, g.C3, k0, g.T, hd);
-    load_tile(Vs, hd + 1, base + 2 * g.C, g.C3, k0, g.T, hd);
+    load_tile(Ks, hd + 1, kbase, g.W, k0, g.T, hd);
+    load_tile(Vs, hd + 1, vbase, g.W, k0, g.T, hd);
     __syncthreads();
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
@@ -212,7 +221,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
     const int64_t qi = q0 + warp * kRowsPerWarp + rr;
     if (qi >= g.T) continue;
-    T* dst = dqkv + (b * g.T + qi) * g.C3 + h * hd;
+    T* dst = dqkv + (b * g.T + qi) * g.W + h * hd;
 #pragma unroll
     for (int k = 0; k < kDimsPerLane; ++k) {
       const int d = lane + 32 * k;
@@ -221,7 +230,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// dK and dV for a tile of keys, streaming query tiles from the diagonal to T.
+// dK and dV for a tile of keys of one kv head, streaming, for each q head sharing it, the query
+// tiles from the diagonal to T.
 template <class T, class S>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_dkv_kernel(T* dqkv, const T* dout, const T* qkv, const S* lse, const float* D,
@@ -234,14 +244,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   float* dOs = Qs + kTile * (hd + 1);     // [kTile][hd + 1] same
   float* lse_s = dOs + kTile * (hd + 1);  // [kTile]
   float* D_s = lse_s + kTile;             // [kTile]
-  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH;
+  const int64_t bkv = blockIdx.y, b = bkv / g.NKV, kvh = bkv % g.NKV;
   const int64_t k0 = int64_t(blockIdx.x) * kTile;
-  const T* base = qkv + b * g.T * g.C3 + h * hd;
-  const T* dbase = dout + b * g.T * g.C + h * hd;
+  const T* row0 = qkv + b * g.T * g.W;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-  load_tile(Ks, hd, base + g.C, g.C3, k0, g.T, hd);
-  load_tile(Vs, hd, base + 2 * g.C, g.C3, k0, g.T, hd);
+  load_tile(Ks, hd, row0 + g.k_col + kvh * hd, g.W, k0, g.T, hd);
+  load_tile(Vs, hd, row0 + g.v_col + kvh * hd, g.W, k0, g.T, hd);
 
   float dk[kRowsPerWarp][kDimsPerLane], dv[kRowsPerWarp][kDimsPerLane];
 #pragma unroll
@@ -249,46 +258,51 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int k = 0; k < kDimsPerLane; ++k) dk[rr][k] = dv[rr][k] = 0.0f;
 
-  for (int64_t q0 = k0; q0 < g.T; q0 += kTile) {
-    __syncthreads();
-    load_tile(Qs, hd + 1, base, g.C3, q0, g.T, hd);
-    load_tile(dOs, hd + 1, dbase, g.C, q0, g.T, hd);
-    if (threadIdx.x < kTile) {
-      const int64_t t = q0 + threadIdx.x;
-      lse_s[threadIdx.x] = t < g.T ? to_f32(lse[bh * g.T + t]) : 0.0f;
-      D_s[threadIdx.x] = t < g.T ? D[bh * g.T + t] : 0.0f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-      const int r = warp * kRowsPerWarp + rr;
-      const int64_t kj = k0 + r;
-      if (kj >= g.T) continue;  // warp-uniform
-      const int64_t qi = q0 + lane;
-      float p = 0.0f, ds = 0.0f;
-      if (qi < g.T && qi >= kj) {
-        float s = 0.0f, dp = 0.0f;
-        for (int d = 0; d < hd; ++d) {
-          s += Qs[lane * (hd + 1) + d] * Ks[r * hd + d];
-          dp += dOs[lane * (hd + 1) + d] * Vs[r * hd + d];
-        }
-        p = expf(s * g.scale - lse_s[lane]);
-        ds = p * (dp - D_s[lane]);
+  for (int64_t h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {
+    const int64_t bh = b * g.NH + h;
+    const T* qbase = row0 + h * hd;
+    const T* dbase = dout + b * g.T * g.C + h * hd;
+    for (int64_t q0 = k0; q0 < g.T; q0 += kTile) {
+      __syncthreads();
+      load_tile(Qs, hd + 1, qbase, g.W, q0, g.T, hd);
+      load_tile(dOs, hd + 1, dbase, g.C, q0, g.T, hd);
+      if (threadIdx.x < kTile) {
+        const int64_t t = q0 + threadIdx.x;
+        lse_s[threadIdx.x] = t < g.T ? to_f32(lse[bh * g.T + t]) : 0.0f;
+        D_s[threadIdx.x] = t < g.T ? D[bh * g.T + t] : 0.0f;
       }
-      const int ilo = static_cast<int>(kj > q0 ? kj - q0 : 0);
-      const int ihi = static_cast<int>(g.T - q0 < kTile ? g.T - q0 : kTile);
-      for (int i = 0; i < kTile; ++i) {
-        // Every lane takes part in the shuffles; only rows in [ilo, ihi) contribute (p = ds = 0
-        // elsewhere anyway, the bounds just skip the work).
-        const float pi = __shfl_sync(0xffffffffu, p, i);
-        const float dsi = __shfl_sync(0xffffffffu, ds, i);
-        if (i < ilo || i >= ihi) continue;
+      __syncthreads();
 #pragma unroll
-        for (int k = 0; k < kDimsPerLane; ++k) {
-          const int d = lane + 32 * k;
-          if (d < hd) {
-            dv[rr][k] += pi * dOs[i * (hd + 1) + d];
-            dk[rr][k] += dsi * Qs[i * (hd + 1) + d];
+      for (int rr = 0; rr < kRowsPerWarp; ++rr) {
+        const int r = warp * kRowsPerWarp + rr;
+        const int64_t kj = k0 + r;
+        if (kj >= g.T) continue;  // warp-uniform
+        const int64_t qi = q0 + lane;
+        float p = 0.0f, ds = 0.0f;
+        if (qi < g.T && qi >= kj) {
+          float s = 0.0f, dp = 0.0f;
+          for (int d = 0; d < hd; ++d) {
+            s += Qs[lane * (hd + 1) + d] * Ks[r * hd + d];
+            dp += dOs[lane * (hd + 1) + d] * Vs[r * hd + d];
+          }
+          p = expf(s * g.scale - lse_s[lane]);
+          ds = p * (dp - D_s[lane]);
+        }
+        const int ilo = static_cast<int>(kj > q0 ? kj - q0 : 0);
+        const int ihi = static_cast<int>(g.T - q0 < kTile ? g.T - q0 : kTile);
+        for (int i = 0; i < kTile; ++i) {
+          // Every lane takes part in the shuffles; only rows in [ilo, ihi) contribute (p = ds = 0
+          // elsewhere anyway, the bounds just skip the work).
+          const float pi = __shfl_sync(0xffffffffu, p, i);
+          const float dsi = __shfl_sync(0xffffffffu, ds, i);
+          if (i < ilo || i >= ihi) continue;
+#pragma unroll
+          for (int k = 0; k < kDimsPerLane; ++k) {
+            const int d = lane + 32 * k;
+            if (d < hd) {
+              dv[rr][k] += pi * dOs[i * (hd + 1) + d];
+              dk[rr][k] += dsi * Qs[i * (hd + 1) + d];
+            }
           }
         }
       }
@@ -299,8 +313,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
     const int64_t kj = k0 + warp * kRowsPerWarp + rr;
     if (kj >= g.T) continue;
-    T* dk_row = dqkv + (b * g.T + kj) * g.C3 + g.C + h * hd;
-    T* dv_row = dk_row + g.C;
+    T* dk_row = dqkv + (b * g.T + kj) * g.W + g.k_col + kvh * hd;
+    T* dv_row = dqkv + (b * g.T + kj) * g.W + g.v_col + kvh * hd;
 #pragma unroll
     for (int k = 0; k < kDimsPerLane; ++k) {
       const int d = lane + 32 * k;
@@ -312,14 +326,18 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-Geometry geometry(int64_t T_, int64_t C, int NH) {
+Geometry geometry(int64_t T_, int64_t hd, int NH, int NKV) {
   Geometry g;
   g.T = T_;
-  g.C = C;
-  g.C3 = 3 * C;
+  g.C = NH * hd;
+  g.W = (NH + 2 * int64_t{NKV}) * hd;
+  g.k_col = NH * hd;
+  g.v_col = (NH + int64_t{NKV}) * hd;
   g.NH = NH;
-  g.hd = static_cast<int>(C / NH);
-  g.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(g.hd)));
+  g.NKV = NKV;
+  g.group = NH / NKV;
+  g.hd = static_cast<int>(hd);
+  g.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   return g;
 }
 
@@ -342,9 +360,9 @@ void check_geometry(const Geometry& g, const char* op) {
 }  // namespace
 
 void attention_forward(DType dt, DType st, void* out, void* lse, const void* qkv, int64_t B,
-                       int64_t T_, int64_t C, int NH) {
+                       int64_t T_, int64_t hd, int NH, int NKV) {
   if (B <= 0 || T_ <= 0) return;
-  const Geometry g = geometry(T_, C, NH);
+  const Geometry g = geometry(T_, hd, NH, NKV);
   check_geometry(g, "attention");
   const dim3 grid(static_cast<unsigned>((T_ + kTile - 1) / kTile), static_cast<unsigned>(B * NH));
   const size_t smem = sizeof(float) * (kTile * g.hd * 2 + kTile * (g.hd + 1));
@@ -363,13 +381,15 @@ size_t attention_backward_scratch_bytes(int64_t B, int64_t T_, int NH) {
 }
 
 void attention_backward(DType dt, DType st, void* dqkv, const void* dout, const void* qkv,
-                        const void* out, const void* lse, int64_t B, int64_t T_, int64_t C, int NH,
-                        void* scratch) {
+                        const void* out, const void* lse, int64_t B, int64_t T_, int64_t hd, int NH,
+                        int NKV, void* scratch) {
   if (B <= 0 || T_ <= 0) return;
-  const Geometry g = geometry(T_, C, NH);
+  const Geometry g = geometry(T_, hd, NH, NKV);
   check_geometry(g, "attention_backward");
   float* D = static_cast<float*>(scratch);
-  const dim3 grid(static_cast<unsigned>((T_ + kTile - 1) / kTile), static_cast<unsigned>(B * NH));
+  const unsigned tiles = static_cast<unsigned>((T_ + kTile - 1) / kTile);
+  const dim3 grid(tiles, static_cast<unsigned>(B * NH));      // dQ: per q head
+  const dim3 kv_grid(tiles, static_cast<unsigned>(B * NKV));  // dK/dV: per kv head
   const size_t smem_dq = sizeof(float) * (kTile * g.hd * 2 + kTile * (g.hd + 1) * 2);
   const size_t smem_dkv = smem_dq + sizeof(float) * 2 * kTile;
   by_dtypes(dt, st, "attention_backward", [&](auto t, auto s) {
@@ -383,7 +403,7 @@ void attention_backward(DType dt, DType st, void* dqkv, const void* dout, const 
         static_cast<T*>(dqkv), static_cast<const T*>(dout), static_cast<const T*>(qkv),
         static_cast<const S*>(lse), D, g);
     allow_smem(attention_dkv_kernel<T, S>, smem_dkv, "attention_dkv");
-    attention_dkv_kernel<T, S><<<grid, kWarps * 32, smem_dkv>>>(
+    attention_dkv_kernel<T, S><<<kv_grid, kWarps * 32, smem_dkv>>>(
         static_cast<T*>(dqkv), static_cast<const T*>(dout), static_cast<const T*>(qkv),
         static_cast<const S*>(lse), D, g);
   });

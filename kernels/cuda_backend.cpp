@@ -36,6 +36,11 @@ void cuda_check(cudaError_t e, const char* what) {
                       std::to_string(static_cast<int>(e)) + ")");
 }
 
+// The head dimension of a qkv-shaped [B,T,(NH+2*NKV)*hd] tensor (NKV already resolved).
+int64_t head_dim(const Tensor& qkv, int n_head, int n_kv_head) {
+  return qkv.dim(2) / (n_head + 2 * int64_t{n_kv_head});
+}
+
 int select_device(int ordinal) {
   cuda_check(cudaSetDevice(ordinal), "cudaSetDevice");
   return ordinal;
@@ -70,13 +75,6 @@ class CudaBackend final : public Backend {
       case Op::copy:
       case Op::fill:
         return true;
-      case Op::rmsnorm:
-      case Op::rmsnorm_backward:
-      case Op::rope:
-      case Op::rope_backward:
-      case Op::swiglu:
-      case Op::swiglu_backward:
-        return false;
       case Op::embedding_backward:  // the table gradient accumulates with f32 atomics
       case Op::adamw:               // f32 master weights and moments
         return dt == DType::f32;
@@ -164,6 +162,20 @@ class CudaBackend final : public Backend {
                              scratch(layernorm_backward_scratch_bytes(rows, C)));
   }
 
+  void rmsnorm_impl(Tensor out, Tensor rstd, Tensor in, Tensor w) override {
+    on_device();
+    cuda::rmsnorm_forward(in.dtype, rstd.dtype, out.data, rstd.data, in.data, w.data, in.rows(),
+                          in.cols());
+  }
+
+  void rmsnorm_backward_impl(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w,
+                             Tensor rstd) override {
+    on_device();
+    const int64_t rows = in.rows(), C = in.cols();
+    cuda::rmsnorm_backward(in.dtype, rstd.dtype, din.data, dw.data, dout.data, in.data, w.data,
+                           rstd.data, rows, C, scratch(rmsnorm_backward_scratch_bytes(rows, C)));
+  }
+
   void gelu_impl(Tensor out, Tensor in) override {
     on_device();
     cuda::gelu_forward(in.dtype, out.data, in.data, in.numel());
@@ -205,33 +217,40 @@ class CudaBackend final : public Backend {
 
   // ---- attention ----
   void attention_impl(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head) override {
-    if (n_kv_head != n_head) not_yet("grouped-query attention");
     on_device();
     cuda::attention_forward(qkv.dtype, lse.dtype, out.data, lse.data, qkv.data, qkv.dim(0),
-                            qkv.dim(1), qkv.dim(2) / 3, n_head);
+                            qkv.dim(1), head_dim(qkv, n_head, n_kv_head), n_head, n_kv_head);
   }
 
   void attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
                                int n_head, int n_kv_head) override {
-    if (n_kv_head != n_head) not_yet("grouped-query attention_backward");
     on_device();
     const int64_t B = qkv.dim(0), T = qkv.dim(1);
     cuda::attention_backward(qkv.dtype, lse.dtype, dqkv.data, dout.data, qkv.data, out.data,
-                             lse.data, B, T, qkv.dim(2) / 3, n_head,
+                             lse.data, B, T, head_dim(qkv, n_head, n_kv_head), n_head, n_kv_head,
                              scratch(attention_backward_scratch_bytes(B, T, n_head)));
   }
 
-  // ---- the Llama ops: refused by supports() until their kernels land ----
-  void rmsnorm_impl(Tensor, Tensor, Tensor, Tensor) override { not_yet("rmsnorm"); }
-  void rmsnorm_backward_impl(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override {
-    not_yet("rmsnorm_backward");
+  void rope_impl(Tensor out, Tensor in, int n_head, int n_kv_head, float theta) override {
+    on_device();
+    cuda::rope_forward(in.dtype, out.data, in.data, in.dim(0), in.dim(1), n_head, n_kv_head,
+                       head_dim(in, n_head, n_kv_head), theta);
   }
-  void rope_impl(Tensor, Tensor, int, int, float) override { not_yet("rope"); }
-  void rope_backward_impl(Tensor, Tensor, int, int, float) override { not_yet("rope_backward"); }
-  void swiglu_impl(Tensor, Tensor) override { not_yet("swiglu"); }
-  void swiglu_backward_impl(Tensor, Tensor, Tensor) override { not_yet("swiglu_backward"); }
-  [[noreturn]] static void not_yet(const char* what) {
-    throw DeviceError(std::string(what) + ": not implemented by the CUDA backend yet");
+  void rope_backward_impl(Tensor din, Tensor dout, int n_head, int n_kv_head,
+                          float theta) override {
+    on_device();
+    cuda::rope_backward(din.dtype, din.data, dout.data, din.dim(0), din.dim(1), n_head, n_kv_head,
+                        head_dim(din, n_head, n_kv_head), theta);
+  }
+
+  // ---- gated MLP ----
+  void swiglu_impl(Tensor out, Tensor in) override {
+    on_device();
+    cuda::swiglu_forward(in.dtype, out.data, in.data, out.rows(), out.cols());
+  }
+  void swiglu_backward_impl(Tensor din, Tensor dout, Tensor in) override {
+    on_device();
+    cuda::swiglu_backward(in.dtype, din.data, dout.data, in.data, dout.rows(), dout.cols());
   }
 
   // ---- embedding and loss: the ops that read token ids ----

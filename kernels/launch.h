@@ -53,14 +53,32 @@ void embedding_forward(DType dt, void* out, const int32_t* ids, const void* tabl
 void embedding_backward(DType dt, void* dtable, const void* dout, const int32_t* ids, int64_t N,
                         int64_t C, int64_t V, unsigned long long* bad_id);
 
-// attention.cu (head_dim <= 128)
+// attention.cu (head_dim <= 128): qkv [B,T,(NH+2*NKV)*hd], NKV divides NH (NKV = NH: MHA)
 constexpr int kAttentionMaxHeadDim = 128;
 void attention_forward(DType dt, DType st, void* out, void* lse, const void* qkv, int64_t B,
-                       int64_t T, int64_t C, int NH);
+                       int64_t T, int64_t hd, int NH, int NKV);
 size_t attention_backward_scratch_bytes(int64_t B, int64_t T, int NH);
 void attention_backward(DType dt, DType st, void* dqkv, const void* dout, const void* qkv,
-                        const void* out, const void* lse, int64_t B, int64_t T, int64_t C, int NH,
-                        void* scratch);
+                        const void* out, const void* lse, int64_t B, int64_t T, int64_t hd, int NH,
+                        int NKV, void* scratch);
+
+// rmsnorm.cu: out = in * rstd * w, rstd = 1/sqrt(mean(in^2) + 1e-5); backward accumulates.
+void rmsnorm_forward(DType dt, DType st, void* out, void* rstd, const void* in, const void* w,
+                     int64_t rows, int64_t C);
+size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t C);
+void rmsnorm_backward(DType dt, DType st, void* din, void* dw, const void* dout, const void* in,
+                      const void* w, const void* rstd, int64_t rows, int64_t C, void* scratch);
+
+// rope.cu: on the NH q and NKV k heads of [B,T,(NH+2*NKV)*hd]; v copied (backward: added).
+// out may alias in.
+void rope_forward(DType dt, void* out, const void* in, int64_t B, int64_t T, int NH, int NKV,
+                  int64_t hd, float theta);
+void rope_backward(DType dt, void* din, const void* dout, int64_t B, int64_t T, int NH, int NKV,
+                   int64_t hd, float theta);
+
+// swiglu.cu: in [N,2H] = (gate | up), out [N,H] = silu(gate) * up; backward accumulates.
+void swiglu_forward(DType dt, void* out, const void* in, int64_t N, int64_t H);
+void swiglu_backward(DType dt, void* din, const void* dout, const void* in, int64_t N, int64_t H);
 
 // cross_entropy.cu (a bad target: NaN loss / row, and flagged in *bad_id as above)
 void cross_entropy_forward(DType dt, DType st, void* losses, void* lse, const void* logits,

@@ -1,4 +1,5 @@
-// The cases: every op of the Backend set, cut from a model shape the way the GPT uses it, with a
+// The cases: every op of the Backend set, cut from a model shape the way the GPT (and the Llama
+// family: RMSNorm, rope, SwiGLU, grouped-query attention) uses it, with a
 // tolerance per op and dtype. Tolerances (docs/cuda.md): f32 ops that sum in a different order
 // than the CPU get 1e-4 (GEMMs, layernorm) to 2e-4 (attention: exp and two GEMM-like sums);
 // pointwise ops 1e-5 (GELU's tanh) to 1e-6 (one rounding); bf16 results get 1e-2 to 3e-2, a few
@@ -245,34 +246,144 @@ void add_reductions(std::vector<OpCase>& out, const Ctx& x) {
   }
 }
 
-void add_attention(std::vector<OpCase>& out, const Ctx& x) {
+// nkv = 0: multi-head attention as the GPT calls it (n_kv_head left out); else grouped-query
+// attention with nkv kv heads.
+void add_attention(std::vector<OpCase>& out, const Ctx& x, int nkv) {
   const ModelShape& s = x.s;
-  const int64_t B = s.B, T = s.T, C = s.C, hd = C / s.NH;
+  const int nh = s.NH, kv = nkv == 0 ? nh : nkv;
+  const int64_t B = s.B, T = s.T, hd = s.C / nh, C = nh * hd, W = (nh + 2 * kv) * hd;
+  const std::string variant = nkv == 0 ? "" : " n_kv_head=" + std::to_string(nkv);
   const std::string what = "B=" + std::to_string(B) + " T=" + std::to_string(T) +
-                           " NH=" + std::to_string(s.NH) + " hd=" + std::to_string(hd);
-  const double fwd_flops = 4.0 * B * s.NH * static_cast<double>(T) * T * hd / 2;
-  const int nh = s.NH;
-  OpCase f = x.make(Op::attention, "", what);
-  f.tensors = {input("qkv", x.dt, {B, T, 3 * C}, -1.5f, 1.5f), output("out", x.dt, {B, T, C}),
+                           " NH=" + std::to_string(nh) + " NKV=" + std::to_string(kv) +
+                           " hd=" + std::to_string(hd);
+  const double fwd_flops = 4.0 * B * nh * static_cast<double>(T) * T * hd / 2;
+  OpCase f = x.make(Op::attention, variant, what);
+  f.tensors = {input("qkv", x.dt, {B, T, W}, -1.5f, 1.5f), output("out", x.dt, {B, T, C}),
                output("lse", x.st, {B, nh, T})};
-  f.call =
-      op_call([nh](Backend& be, const Args& a) { be.attention(a["out"], a["lse"], a["qkv"], nh); });
+  f.call = op_call([nh, nkv](Backend& be, const Args& a) {
+    be.attention(a["out"], a["lse"], a["qkv"], nh, nkv);
+  });
   f.tol = x.tol(2e-4, 3e-2);
   f.flops = fwd_flops;
-  f.bytes = x.es * 4.0 * B * T * C;
+  f.bytes = x.es * static_cast<double>(B * T * (W + C));
   out.push_back(std::move(f));
 
-  OpCase b = x.make(Op::attention_backward, "", what);
-  b.tensors = {grad("dqkv", x.dt, {B, T, 3 * C}), input("dout", x.dt, {B, T, C}),
-               input("qkv", x.dt, {B, T, 3 * C}, -1.5f, 1.5f), derived("out", x.dt, {B, T, C}),
+  OpCase b = x.make(Op::attention_backward, variant, what);
+  b.tensors = {grad("dqkv", x.dt, {B, T, W}), input("dout", x.dt, {B, T, C}),
+               input("qkv", x.dt, {B, T, W}, -1.5f, 1.5f), derived("out", x.dt, {B, T, C}),
                derived("lse", x.st, {B, nh, T})};
-  b.prepare = [nh](Backend& be, const Args& a) { be.attention(a["out"], a["lse"], a["qkv"], nh); };
-  b.call = op_call([nh](Backend& be, const Args& a) {
-    be.attention_backward(a["dqkv"], a["dout"], a["qkv"], a["out"], a["lse"], nh);
+  b.prepare = [nh, nkv](Backend& be, const Args& a) {
+    be.attention(a["out"], a["lse"], a["qkv"], nh, nkv);
+  };
+  b.call = op_call([nh, nkv](Backend& be, const Args& a) {
+    be.attention_backward(a["dqkv"], a["dout"], a["qkv"], a["out"], a["lse"], nh, nkv);
   });
   b.tol = x.tol(2e-4, 3e-2);
   b.flops = 2.5 * fwd_flops;
-  b.bytes = x.es * 9.0 * B * T * C;
+  b.bytes = x.es * static_cast<double>(B * T * (3 * W + 3 * C));
+  out.push_back(std::move(b));
+}
+
+// The kv head counts worth a grouped-query case at NH heads: multi-query (1) and the largest
+// proper divisor above 1 (two q heads or more per kv head).
+std::vector<int> gqa_kv_heads(int nh) {
+  std::vector<int> kv;
+  if (nh > 1) kv.push_back(1);
+  for (int d = nh / 2; d > 1; --d)
+    if (nh % d == 0) {
+      kv.push_back(d);
+      break;
+    }
+  return kv;
+}
+
+void add_rmsnorm(std::vector<OpCase>& out, const Ctx& x) {
+  const int64_t N = x.N, C = x.C;
+  const std::string what = "rows=" + std::to_string(N) + " C=" + std::to_string(C);
+  OpCase f = x.make(Op::rmsnorm, "", what);
+  f.tensors = {input("in", x.dt, {N, C}, -2.0f, 3.0f), input("w", x.dt, {C}, 0.5f, 1.5f),
+               output("out", x.dt, {N, C}), output("rstd", x.st, {N})};
+  f.call =
+      op_call([](Backend& be, const Args& a) { be.rmsnorm(a["out"], a["rstd"], a["in"], a["w"]); });
+  f.tol = x.tol(1e-4, 2e-2);
+  f.flops = 4.0 * N * C;
+  f.bytes = x.es * 2.0 * N * C;
+  out.push_back(std::move(f));
+
+  OpCase b = x.make(Op::rmsnorm_backward, "", what);
+  b.tensors = {grad("din", x.dt, {N, C}),         grad("dw", x.dt, {C}),
+               input("dout", x.dt, {N, C}),       input("in", x.dt, {N, C}, -2.0f, 3.0f),
+               input("w", x.dt, {C}, 0.5f, 1.5f), derived("rstd", x.st, {N}),
+               scratch("y", x.dt, {N, C})};
+  b.prepare = [](Backend& be, const Args& a) { be.rmsnorm(a["y"], a["rstd"], a["in"], a["w"]); };
+  b.call = op_call([](Backend& be, const Args& a) {
+    be.rmsnorm_backward(a["din"], a["dw"], a["dout"], a["in"], a["w"], a["rstd"]);
+  });
+  b.tol = x.tol(1e-4, 2e-2);
+  b.flops = 10.0 * N * C;
+  b.bytes = x.es * 4.0 * N * C;
+  out.push_back(std::move(b));
+}
+
+// rope on qkv [B,T,(NH+2*nkv)*hd] (nkv 0 = NH), theta 10000 as Llama 2; hd must be even.
+void add_rope(std::vector<OpCase>& out, const Ctx& x, int nkv) {
+  const ModelShape& s = x.s;
+  const int nh = s.NH, kv = nkv == 0 ? nh : nkv;
+  const int64_t B = s.B, T = s.T, hd = s.C / nh, W = (nh + 2 * kv) * hd;
+  const std::string variant = nkv == 0 ? "" : " n_kv_head=" + std::to_string(nkv);
+  const std::string what = "B=" + std::to_string(B) + " T=" + std::to_string(T) +
+                           " NH=" + std::to_string(nh) + " NKV=" + std::to_string(kv) +
+                           " hd=" + std::to_string(hd);
+  const double n = static_cast<double>(B * T * W);
+  auto add = [&](Op op, std::string v, std::vector<TensorSpec> ts, double tol, const Prepare& call,
+                 double streams) {
+    OpCase c = x.make(op, std::move(v), what);
+    c.tensors = std::move(ts);
+    c.call = op_call(call);
+    c.tol = tol;
+    c.flops = 3.0 * n;
+    c.bytes = streams * x.es * n;
+    out.push_back(std::move(c));
+  };
+  constexpr float kTheta = 10000.0f;
+  add(
+      Op::rope, variant,
+      {input("in", x.dt, {B, T, W}, -2.0f, 2.0f), output("out", x.dt, {B, T, W})},
+      x.tol(1e-5, 1e-2),
+      [nh, nkv](Backend& be, const Args& a) { be.rope(a["out"], a["in"], nh, nkv, kTheta); }, 2);
+  add(
+      Op::rope, variant + " in place", {inout("x", x.dt, {B, T, W}, -2.0f, 2.0f)},
+      x.tol(1e-5, 1e-2),
+      [nh, nkv](Backend& be, const Args& a) { be.rope(a["x"], a["x"], nh, nkv, kTheta); }, 2);
+  add(
+      Op::rope_backward, variant, {grad("din", x.dt, {B, T, W}), input("dout", x.dt, {B, T, W})},
+      x.tol(1e-5, 2e-2),
+      [nh, nkv](Backend& be, const Args& a) {
+        be.rope_backward(a["din"], a["dout"], nh, nkv, kTheta);
+      },
+      3);
+}
+
+// swiglu on the MLP's [N, 2H]; H = 8C/3 + 1, so no multiple of 32 at any shape.
+void add_swiglu(std::vector<OpCase>& out, const Ctx& x) {
+  const int64_t N = x.N, H = 8 * x.C / 3 + 1;
+  const std::string what = "N=" + std::to_string(N) + " H=" + std::to_string(H);
+  OpCase f = x.make(Op::swiglu, "", what);
+  f.tensors = {input("in", x.dt, {N, 2 * H}, -6.0f, 6.0f), output("out", x.dt, {N, H})};
+  f.call = op_call([](Backend& be, const Args& a) { be.swiglu(a["out"], a["in"]); });
+  f.tol = x.tol(1e-5, 2e-2);
+  f.flops = 5.0 * N * H;
+  f.bytes = x.es * 3.0 * N * H;
+  out.push_back(std::move(f));
+
+  OpCase b = x.make(Op::swiglu_backward, "", what);
+  b.tensors = {grad("din", x.dt, {N, 2 * H}), input("dout", x.dt, {N, H}),
+               input("in", x.dt, {N, 2 * H}, -6.0f, 6.0f)};
+  b.call =
+      op_call([](Backend& be, const Args& a) { be.swiglu_backward(a["din"], a["dout"], a["in"]); });
+  b.tol = x.tol(1e-5, 2e-2);
+  b.flops = 10.0 * N * H;
+  b.bytes = x.es * 7.0 * N * H;
   out.push_back(std::move(b));
 }
 
@@ -364,7 +475,15 @@ std::vector<OpCase> cases_for(const ModelShape& s, DType dt) {
   add_pointwise(out, x);
   if (dt == DType::f32) add_casts(out, x);
   add_reductions(out, x);
-  add_attention(out, x);
+  add_attention(out, x, 0);
+  for (int kv : gqa_kv_heads(s.NH)) add_attention(out, x, kv);
+  // The Llama ops: RMSNorm, rope (multi-head and grouped-query layouts), the SwiGLU gate.
+  add_rmsnorm(out, x);
+  if ((s.C / s.NH) % 2 == 0) {
+    add_rope(out, x, 0);
+    for (int kv : gqa_kv_heads(s.NH)) add_rope(out, x, kv);
+  }
+  add_swiglu(out, x);
   add_embedding(out, x);
   add_cross_entropy(out, x);
   add_adamw(out, x);
@@ -414,6 +533,15 @@ std::vector<OpCase> error_cases() {
   add(Op::attention, " heads do not divide C", Expect::invalid_argument,
       {input("qkv", f, {1, 2, 12}), output("out", f, {1, 2, 4}), output("lse", f, {1, 3, 2})},
       [](Backend& be, const Args& a) { be.attention(a["out"], a["lse"], a["qkv"], 3); });
+  add(Op::attention, " bad n_kv_head", Expect::invalid_argument,
+      {input("qkv", f, {1, 2, 28}), output("out", f, {1, 2, 12}), output("lse", f, {1, 3, 2})},
+      [](Backend& be, const Args& a) { be.attention(a["out"], a["lse"], a["qkv"], 3, 2); });
+  add(Op::rope, " odd head_dim", Expect::invalid_argument,
+      {input("in", f, {1, 2, 9}), output("out", f, {1, 2, 9})},
+      [](Backend& be, const Args& a) { be.rope(a["out"], a["in"], 1, 1, 10000.0f); });
+  add(Op::swiglu, " odd width", Expect::invalid_argument,
+      {input("in", f, {3, 7}), output("out", f, {3, 3})},
+      [](Backend& be, const Args& a) { be.swiglu(a["out"], a["in"]); });
   return out;
 }
 

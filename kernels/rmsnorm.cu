@@ -1,0 +1,136 @@
+// RMSNorm over the last dim, eps 1e-5 (Llama), fp32 arithmetic whatever the storage type; the CPU
+// reference is src/backend/cpu/rmsnorm.cpp.
+//   out = in * rstd * w,  rstd = 1 / sqrt(mean(in^2) + eps)  (saved for the backward)
+// Forward: one warp per row (8 rows per 256-thread block): sum of squares, then the write.
+// Backward: din += rstd * (gw - in * rstd^2 * mean(gw * in)), gw = dout * w, one warp per row.
+// dw = sum over rows of dout * in * rstd, without atomics in two deterministic passes (as
+// layernorm.cu): pass 1 gives each block one (32-column tile, row chunk) and writes fp32 partial
+// sums to scratch, pass 2 adds the chunk partials per column in chunk order.
+#include "common.cuh"
+#include "launch.h"
+
+namespace trainrun::cuda {
+namespace {
+
+constexpr float kEps = 1e-5f;
+constexpr int kWarps = 8;
+constexpr int kChunks = 128;
+constexpr int kTileCols = 32, kTileRows = 8;
+
+template <class T, class S>
+__global__ void rmsnorm_forward_kernel(T* out, S* rstd, const T* in, const T* w, int64_t rows,
+                                       int64_t C) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * int64_t(kWarps) + threadIdx.x / 32;
+  if (row >= rows) return;  // whole warps leave together: no block barrier below
+  const T* x = in + row * C;
+  float ss = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float v = to_f32(x[c]);
+    ss += v * v;
+  }
+  const float r = 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(C) + kEps);
+  T* o = out + row * C;
+  for (int64_t c = lane; c < C; c += 32) o[c] = from_f32<T>(to_f32(x[c]) * r * to_f32(w[c]));
+  if (lane == 0) rstd[row] = from_f32<S>(r);
+}
+
+template <class T, class S>
+__global__ void rmsnorm_backward_din_kernel(T* din, const T* dout, const T* in, const T* w,
+                                            const S* rstd, int64_t rows, int64_t C) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = blockIdx.x * int64_t(kWarps) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const T* x = in + row * C;
+  const T* g = dout + row * C;
+  const float r = to_f32(rstd[row]);
+  float dot = 0.0f;
+  for (int64_t c = lane; c < C; c += 32) dot += to_f32(g[c]) * to_f32(w[c]) * to_f32(x[c]);
+  const float k = warp_sum(dot) / static_cast<float>(C) * r * r;
+  T* dx = din + row * C;
+  for (int64_t c = lane; c < C; c += 32) {
+    const float d = (to_f32(g[c]) * to_f32(w[c]) - to_f32(x[c]) * k) * r;
+    dx[c] = from_f32<T>(to_f32(dx[c]) + d);
+  }
+}
+
+int64_t chunks_for(int64_t rows) {
+  const int64_t c = (rows + 63) / 64;
+  return c < 1 ? 1 : (c > kChunks ? kChunks : c);
+}
+
+// grid (ceil(C/32), chunks), block (32, 8). partial layout: [chunks][C].
+template <class T, class S>
+__global__ void rmsnorm_dw_partial_kernel(float* partial, const T* dout, const T* in, const S* rstd,
+                                          int64_t rows, int64_t C, int64_t rows_per_chunk) {
+  __shared__ float acc[kTileRows][kTileCols];
+  const int64_t c = blockIdx.x * int64_t(kTileCols) + threadIdx.x;
+  const int64_t r0 = blockIdx.y * rows_per_chunk;
+  const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  float s = 0.0f;
+  if (c < C)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows)
+      s += to_f32(dout[r * C + c]) * to_f32(in[r * C + c]) * to_f32(rstd[r]);
+  acc[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float t = 0.0f;
+    for (int y = 0; y < kTileRows; ++y) t += acc[y][threadIdx.x];
+    partial[blockIdx.y * C + c] = t;
+  }
+}
+
+template <class T>
+__global__ void rmsnorm_dw_finish_kernel(T* dw, const float* partial, int64_t chunks, int64_t C) {
+  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  float t = 0.0f;
+  for (int64_t k = 0; k < chunks; ++k) t += partial[k * C + c];
+  dw[c] = from_f32<T>(to_f32(dw[c]) + t);
+}
+
+}  // namespace
+
+void rmsnorm_forward(DType dt, DType st, void* out, void* rstd, const void* in, const void* w,
+                     int64_t rows, int64_t C) {
+  if (rows <= 0 || C <= 0) return;
+  by_dtypes(dt, st, "rmsnorm", [&](auto t, auto s) {
+    using T = decltype(t);
+    using S = decltype(s);
+    const unsigned grid = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+    rmsnorm_forward_kernel<T, S><<<grid, kWarps * 32>>>(static_cast<T*>(out), static_cast<S*>(rstd),
+                                                        static_cast<const T*>(in),
+                                                        static_cast<const T*>(w), rows, C);
+  });
+  check_launch("rmsnorm_forward");
+}
+
+size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t C) {
+  return static_cast<size_t>(chunks_for(rows) * C) * sizeof(float);
+}
+
+void rmsnorm_backward(DType dt, DType st, void* din, void* dw, const void* dout, const void* in,
+                      const void* w, const void* rstd, int64_t rows, int64_t C, void* scratch) {
+  if (rows <= 0 || C <= 0) return;
+  const int64_t chunks = chunks_for(rows);
+  const int64_t per_chunk = (rows + chunks - 1) / chunks;
+  by_dtypes(dt, st, "rmsnorm_backward", [&](auto t, auto s) {
+    using T = decltype(t);
+    using S = decltype(s);
+    const unsigned grid = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
+    rmsnorm_backward_din_kernel<T, S><<<grid, kWarps * 32>>>(
+        static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in),
+        static_cast<const T*>(w), static_cast<const S*>(rstd), rows, C);
+    float* partial = static_cast<float*>(scratch);
+    const dim3 pgrid(static_cast<unsigned>((C + kTileCols - 1) / kTileCols),
+                     static_cast<unsigned>(chunks));
+    rmsnorm_dw_partial_kernel<T, S><<<pgrid, dim3(kTileCols, kTileRows)>>>(
+        partial, static_cast<const T*>(dout), static_cast<const T*>(in),
+        static_cast<const S*>(rstd), rows, C, per_chunk);
+    rmsnorm_dw_finish_kernel<T>
+        <<<static_cast<unsigned>((C + 255) / 256), 256>>>(static_cast<T*>(dw), partial, chunks, C);
+  });
+  check_launch("rmsnorm_backward");
+}
+
+}  // namespace trainrun::cuda

@@ -1,0 +1,93 @@
+// Rotary position embedding (GPT-NeoX / Hugging Face Llama "rotate_half") on the q and k heads of
+// qkv [B,T,(NH+2*NKV)*hd]; the CPU reference is src/backend/cpu/rope.cpp. In each rotated head
+// the pair (x[i], x[i + hd/2]), i < hd/2, turns by angle t * theta^(-2i/hd), t the position.
+// One thread per pair (or per v element, which is copied forward and added backward), grid-stride
+// over rows * (pairs + v columns). A thread reads and writes only its own pair, so out may alias
+// in. The angle and its cosine and sine are computed in double, as the CPU does, because a
+// position near 1e3 times an fp32 frequency would already be off by ~1e-4 rad; the rotation
+// itself is fp32.
+#include <cmath>
+
+#include "common.cuh"
+#include "launch.h"
+
+namespace trainrun::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+struct RopeGeometry {
+  int64_t rows, T, hd, half, pairs, v_cols, W;  // pairs = (NH+NKV)*hd/2 per row
+  double log_theta;
+};
+
+// kBackward: din += R^T dout (angle -a), v: din += dout. Forward: out = R in, v copied.
+template <class T, bool kBackward>
+__global__ void rope_kernel(T* out, const T* in, RopeGeometry g) {
+  const int64_t per_row = g.pairs + g.v_cols, n = g.rows * per_row;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < n;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = idx / per_row, k = idx % per_row;
+    if (k >= g.pairs) {  // a v element
+      const int64_t c = row * g.W + (g.W - g.v_cols) + (k - g.pairs);
+      out[c] = from_f32<T>(kBackward ? to_f32(out[c]) + to_f32(in[c]) : to_f32(in[c]));
+      continue;
+    }
+    const int64_t head = k / g.half, i = k % g.half;
+    const double angle =
+        static_cast<double>(row % g.T) *
+        exp(-2.0 * static_cast<double>(i) / static_cast<double>(g.hd) * g.log_theta);
+    double sn, cs;
+    sincos(angle, &sn, &cs);
+    const float c = static_cast<float>(cs), s = static_cast<float>(kBackward ? -sn : sn);
+    const int64_t lo = row * g.W + head * g.hd + i, hi = lo + g.half;
+    const float a = to_f32(in[lo]), b = to_f32(in[hi]);
+    const float ya = a * c - b * s, yb = b * c + a * s;
+    if (kBackward) {
+      out[lo] = from_f32<T>(to_f32(out[lo]) + ya);
+      out[hi] = from_f32<T>(to_f32(out[hi]) + yb);
+    } else {
+      out[lo] = from_f32<T>(ya);
+      out[hi] = from_f32<T>(yb);
+    }
+  }
+}
+
+RopeGeometry geometry(int64_t B, int64_t T_, int NH, int NKV, int64_t hd, float theta) {
+  RopeGeometry g;
+  g.rows = B * T_;
+  g.T = T_;
+  g.hd = hd;
+  g.half = hd / 2;
+  g.pairs = (NH + int64_t{NKV}) * g.half;
+  g.v_cols = int64_t{NKV} * hd;
+  g.W = (NH + 2 * int64_t{NKV}) * hd;
+  g.log_theta = std::log(static_cast<double>(theta));
+  return g;
+}
+
+template <bool kBackward>
+void launch(DType dt, void* out, const void* in, const RopeGeometry& g, const char* name) {
+  const int64_t n = g.rows * (g.pairs + g.v_cols);
+  if (n <= 0) return;
+  by_dtype(dt, name, [&](auto t) {
+    using T = decltype(t);
+    rope_kernel<T, kBackward>
+        <<<grid_for(n, kThreads), kThreads>>>(static_cast<T*>(out), static_cast<const T*>(in), g);
+  });
+  check_launch(name);
+}
+
+}  // namespace
+
+void rope_forward(DType dt, void* out, const void* in, int64_t B, int64_t T_, int NH, int NKV,
+                  int64_t hd, float theta) {
+  launch<false>(dt, out, in, geometry(B, T_, NH, NKV, hd, theta), "rope");
+}
+
+void rope_backward(DType dt, void* din, const void* dout, int64_t B, int64_t T_, int NH, int NKV,
+                   int64_t hd, float theta) {
+  launch<true>(dt, din, dout, geometry(B, T_, NH, NKV, hd, theta), "rope_backward");
+}
+
+}  // namespace trainrun::cuda
