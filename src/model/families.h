@@ -26,6 +26,9 @@ Backend& measuring_backend();
 // The shape of a model after its measuring pass (last_ready_params left to the family).
 ModelShape shape_of(const ParamStore& ps, size_t activation_bytes);
 
+// A model's set_batch: the host token ids x and targets y (ids.numel() each) to the device.
+void copy_batch(Backend& be, Tensor ids, Tensor targets, const int32_t* x, const int32_t* y);
+
 // The causal families' place_context: the context at positions 0..n-1 (the padding after it is
 // never seen); returns the row of the last context token.
 int64_t place_causal_context(std::span<const int32_t> ctx, std::span<int32_t> window);

@@ -3,17 +3,16 @@
 // blocks' gradients become final in decreasing offset order during backward, which is what the
 // trainer's gradient buckets rely on. The family's spec (FLOPs, measuring pass, sampling, plan
 // advice) follows the model.
-#include <fmt/format.h>
-
-#include <algorithm>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "block_stack.h"
 #include "families.h"
 #include "trainrun/model.h"
 #include "trainrun/model/block.h"
 #include "trainrun/model/embedding.h"
-#include "trainrun/rng.h"
+#include "trainrun/model/layernorm.h"
 
 namespace trainrun {
 
@@ -27,14 +26,15 @@ class Gpt final : public Model {
         ps_(be, dt),
         wte_(ps_, "wte", cfg.vocab_size, cfg.d_model, 0.02f),
         wpe_(ps_, "wpe", cfg.seq_len, cfg.d_model, 0.02f),
+        embed_end_(ps_.numel()),
+        stack_(cfg.n_layer,
+               [&](const std::string& name) {
+                 return std::make_unique<TransformerBlock>(ps_, name, cfg.d_model, cfg.n_head,
+                                                           cfg.n_layer);
+               }),
+        lnf_(ps_, "ln_f", cfg.d_model),
         acts_(be),
         scratch_(be) {
-    embed_end_ = ps_.numel();
-    blocks_.reserve(static_cast<size_t>(cfg.n_layer));
-    for (int l = 0; l < cfg.n_layer; ++l)
-      blocks_.push_back(std::make_unique<TransformerBlock>(ps_, "blocks." + std::to_string(l),
-                                                           cfg.d_model, cfg.n_head, cfg.n_layer));
-    lnf_ = std::make_unique<LayerNorm>(ps_, "ln_f", cfg.d_model);
     if (mode == Bind::allocate) ps_.allocate();
     bind();  // the measuring pass
     if (mode == Bind::measure_only) return;
@@ -49,21 +49,17 @@ class Gpt final : public Model {
   }
 
   void set_batch(const int32_t* x, const int32_t* y) override {
-    Backend& be = ps_.backend();
-    be.copy(ids_, Tensor(const_cast<int32_t*>(x), DType::i32, Device::cpu, {rows()}));
-    be.copy(targets_, Tensor(const_cast<int32_t*>(y), DType::i32, Device::cpu, {rows()}));
+    copy_batch(ps_.backend(), ids_, targets_, x, y);
   }
 
   double forward(bool training, uint64_t seed) override {
     Backend& be = ps_.backend();
-    const float p = training ? static_cast<float>(cfg_.dropout) : 0.0f;
-    wte_.forward(xs_[0], ids_);
+    const Tensor x0 = stack_.input();
+    wte_.forward(x0, ids_);
     wpe_.forward(tmp_, pos_ids_);
-    be.add(xs_[0], xs_[0], tmp_);
-    if (p > 0) be.dropout(xs_[0], xs_[0], p, hash_combine(seed, 0));
-    for (size_t l = 0; l < blocks_.size(); ++l)
-      blocks_[l]->forward(xs_[l + 1], xs_[l], p, hash_combine(seed, 100 + l));
-    lnf_->forward(lnf_out_, xs_.back());
+    be.add(x0, x0, tmp_);
+    stack_.forward(be, training ? static_cast<float>(cfg_.dropout) : 0.0f, seed);
+    lnf_.forward(lnf_out_, stack_.output());
     be.matmul(logits_, lnf_out_, wte_.weight(), Tensor{});
     be.cross_entropy(losses_, lse_, logits_, targets_);
     return be.sum(losses_) / static_cast<double>(rows());
@@ -71,26 +67,14 @@ class Gpt final : public Model {
 
   void backward(float scale, uint64_t seed, const GradReadyFn& ready) override {
     Backend& be = ps_.backend();
-    const float p = static_cast<float>(cfg_.dropout);
     scratch_.zero(0, top_end_);
     be.cross_entropy_backward(logits_, logits_, lse_, targets_, scale);
     be.matmul_backward(dlnf_, wte_.weight_grad(), Tensor{}, logits_, lnf_out_, wte_.weight());
-    Tensor dcur = dres_[0], dnext = dres_[1];
-    lnf_->backward(dcur, dlnf_, xs_.back());
-    if (ready) ready(blocks_.empty() ? embed_end_ : blocks_.back()->param_end(), ps_.numel());
-    for (size_t l = blocks_.size(); l-- > 0;) {
-      be.fill(dnext, 0.0);
-      blocks_[l]->backward(dnext, dcur, xs_[l], p, hash_combine(seed, 100 + l));
-      std::swap(dcur, dnext);
-      if (ready) ready(blocks_[l]->param_begin(), blocks_[l]->param_end());
-    }
-    if (p > 0) {
-      be.fill(dnext, 0.0);
-      be.dropout_backward(dnext, dcur, p, hash_combine(seed, 0));
-      std::swap(dcur, dnext);
-    }
-    wte_.backward(dcur, ids_);
-    wpe_.backward(dcur, pos_ids_);
+    lnf_.backward(stack_.output_grad(), dlnf_, stack_.output());
+    if (ready) ready(stack_.param_end(embed_end_), ps_.numel());
+    const Tensor dx = stack_.backward(be, static_cast<float>(cfg_.dropout), seed, ready);
+    wte_.backward(dx, ids_);
+    wpe_.backward(dx, pos_ids_);
     if (ready) ready(0, embed_end_);
   }
 
@@ -115,35 +99,26 @@ class Gpt final : public Model {
     pos_ids_ = acts_.take(DType::i32, {N});
     targets_ = acts_.take(DType::i32, {N});
     tmp_ = acts_.take(dt, {N, C});
-    xs_.clear();
-    for (size_t l = 0; l <= blocks_.size(); ++l) xs_.push_back(acts_.take(dt, {N, C}));
+    stack_.bind_stream(acts_, scratch_, N, C, dt);
     lnf_out_ = acts_.take(dt, {N, C});
-    lnf_->bind(acts_, N);
+    lnf_.bind(acts_, N);
     logits_ = acts_.take(dt, {N, V});
     losses_ = acts_.take(dt, {N});
     lse_ = acts_.take(dt, {N});
-    // Gradient scratch: the residual stream ping-pong and dlnf, then the blocks' shared part.
-    dres_[0] = scratch_.take(dt, {N, C});
-    dres_[1] = scratch_.take(dt, {N, C});
     dlnf_ = scratch_.take(dt, {N, C});
-    top_end_ = scratch_.mark();
-    for (auto& b : blocks_) {
-      scratch_.rewind(top_end_);
-      b->bind(acts_, scratch_, B, T);
-    }
+    top_end_ = scratch_.mark();  // the stream's gradients and dlnf; then the blocks' shared part
+    stack_.bind_blocks(acts_, scratch_, B, T);
   }
 
   ModelConfig cfg_;
   int batch_;
   ParamStore ps_;
   Embedding wte_, wpe_;
-  int64_t embed_end_ = 0;
-  std::vector<std::unique_ptr<TransformerBlock>> blocks_;
-  std::unique_ptr<LayerNorm> lnf_;
+  int64_t embed_end_;  // wte and wpe: [0, embed_end_) of the flat buffers
+  BlockStack<TransformerBlock> stack_;
+  LayerNorm lnf_;
   Arena acts_, scratch_;
-  Tensor ids_, pos_ids_, targets_, tmp_, lnf_out_, logits_, losses_, lse_;
-  std::vector<Tensor> xs_;  // xs_[l] is block l's input; xs_.back() the last block's output
-  Tensor dres_[2], dlnf_;
+  Tensor ids_, pos_ids_, targets_, tmp_, lnf_out_, logits_, losses_, lse_, dlnf_;
   size_t top_end_ = 0;
 };
 

@@ -5,15 +5,16 @@
 // during backward the head, norm_f and then the blocks become final in decreasing offset order
 // and wte last, which is what the trainer's gradient buckets rely on. The family's spec follows.
 #include <memory>
-#include <vector>
+#include <optional>
+#include <string>
 
+#include "block_stack.h"
 #include "families.h"
 #include "trainrun/model.h"
 #include "trainrun/model/embedding.h"
 #include "trainrun/model/linear.h"
 #include "trainrun/model/llama_block.h"
 #include "trainrun/model/rmsnorm.h"
-#include "trainrun/rng.h"
 
 namespace trainrun {
 
@@ -26,17 +27,15 @@ class Llama final : public Model {
         batch_(batch),
         ps_(be, dt),
         wte_(ps_, "wte", cfg.vocab_size, cfg.d_model, 0.02f),
+        embed_end_(ps_.numel()),
+        stack_(
+            cfg.n_layer,
+            [&](const std::string& name) { return std::make_unique<LlamaBlock>(ps_, name, cfg); }),
+        norm_f_(ps_, "norm_f", cfg.d_model),
         acts_(be),
         scratch_(be) {
-    embed_end_ = ps_.numel();
-    blocks_.reserve(static_cast<size_t>(cfg.n_layer));
-    for (int l = 0; l < cfg.n_layer; ++l)
-      blocks_.push_back(std::make_unique<LlamaBlock>(ps_, "blocks." + std::to_string(l), cfg));
-    blocks_end_ = ps_.numel();
-    norm_f_ = std::make_unique<RMSNorm>(ps_, "norm_f", cfg.d_model);
     if (!cfg.tie_embeddings)
-      lm_head_ =
-          std::make_unique<Linear>(ps_, "lm_head", cfg.d_model, cfg.vocab_size, false, 0.02f);
+      lm_head_.emplace(ps_, "lm_head", cfg.d_model, cfg.vocab_size, false, 0.02f);
     if (mode == Bind::allocate) ps_.allocate();
     bind();  // the measuring pass
     if (mode == Bind::measure_only) return;
@@ -46,19 +45,14 @@ class Llama final : public Model {
   }
 
   void set_batch(const int32_t* x, const int32_t* y) override {
-    Backend& be = ps_.backend();
-    be.copy(ids_, Tensor(const_cast<int32_t*>(x), DType::i32, Device::cpu, {rows()}));
-    be.copy(targets_, Tensor(const_cast<int32_t*>(y), DType::i32, Device::cpu, {rows()}));
+    copy_batch(ps_.backend(), ids_, targets_, x, y);
   }
 
   double forward(bool training, uint64_t seed) override {
     Backend& be = ps_.backend();
-    const float p = training ? static_cast<float>(cfg_.dropout) : 0.0f;
-    wte_.forward(xs_[0], ids_);
-    if (p > 0) be.dropout(xs_[0], xs_[0], p, hash_combine(seed, 0));
-    for (size_t l = 0; l < blocks_.size(); ++l)
-      blocks_[l]->forward(xs_[l + 1], xs_[l], p, hash_combine(seed, 100 + l));
-    norm_f_->forward(norm_out_, xs_.back());
+    wte_.forward(stack_.input(), ids_);
+    stack_.forward(be, training ? static_cast<float>(cfg_.dropout) : 0.0f, seed);
+    norm_f_.forward(norm_out_, stack_.output());
     if (lm_head_)
       lm_head_->forward(logits_, norm_out_);
     else
@@ -69,28 +63,15 @@ class Llama final : public Model {
 
   void backward(float scale, uint64_t seed, const GradReadyFn& ready) override {
     Backend& be = ps_.backend();
-    const float p = static_cast<float>(cfg_.dropout);
     scratch_.zero(0, top_end_);
     be.cross_entropy_backward(logits_, logits_, lse_, targets_, scale);
     if (lm_head_)
       lm_head_->backward(dnorm_, logits_, norm_out_);
     else
       be.matmul_backward(dnorm_, wte_.weight_grad(), Tensor{}, logits_, norm_out_, wte_.weight());
-    Tensor dcur = dres_[0], dnext = dres_[1];
-    norm_f_->backward(dcur, dnorm_, xs_.back());
-    if (ready) ready(blocks_end_, ps_.numel());  // norm_f and lm_head
-    for (size_t l = blocks_.size(); l-- > 0;) {
-      be.fill(dnext, 0.0);
-      blocks_[l]->backward(dnext, dcur, xs_[l], p, hash_combine(seed, 100 + l));
-      std::swap(dcur, dnext);
-      if (ready) ready(blocks_[l]->param_begin(), blocks_[l]->param_end());
-    }
-    if (p > 0) {
-      be.fill(dnext, 0.0);
-      be.dropout_backward(dnext, dcur, p, hash_combine(seed, 0));
-      std::swap(dcur, dnext);
-    }
-    wte_.backward(dcur, ids_);
+    norm_f_.backward(stack_.output_grad(), dnorm_, stack_.output());
+    if (ready) ready(stack_.param_end(embed_end_), ps_.numel());  // norm_f and lm_head
+    wte_.backward(stack_.backward(be, static_cast<float>(cfg_.dropout), seed, ready), ids_);
     if (ready) ready(0, embed_end_);
   }
 
@@ -113,36 +94,27 @@ class Llama final : public Model {
     scratch_.restart();
     ids_ = acts_.take(DType::i32, {N});
     targets_ = acts_.take(DType::i32, {N});
-    xs_.clear();
-    for (size_t l = 0; l <= blocks_.size(); ++l) xs_.push_back(acts_.take(dt, {N, C}));
+    stack_.bind_stream(acts_, scratch_, N, C, dt);
     norm_out_ = acts_.take(dt, {N, C});
-    norm_f_->bind(acts_, N);
+    norm_f_.bind(acts_, N);
     logits_ = acts_.take(dt, {N, V});
     losses_ = acts_.take(dt, {N});
     lse_ = acts_.take(dt, {N});
-    // Gradient scratch: the residual stream ping-pong and dnorm, then the blocks' shared part.
-    dres_[0] = scratch_.take(dt, {N, C});
-    dres_[1] = scratch_.take(dt, {N, C});
     dnorm_ = scratch_.take(dt, {N, C});
-    top_end_ = scratch_.mark();
-    for (auto& b : blocks_) {
-      scratch_.rewind(top_end_);
-      b->bind(acts_, scratch_, B, T);
-    }
+    top_end_ = scratch_.mark();  // the stream's gradients and dnorm; then the blocks' shared part
+    stack_.bind_blocks(acts_, scratch_, B, T);
   }
 
   ModelConfig cfg_;
   int batch_;
   ParamStore ps_;
   Embedding wte_;
-  int64_t embed_end_ = 0, blocks_end_ = 0;
-  std::vector<std::unique_ptr<LlamaBlock>> blocks_;
-  std::unique_ptr<RMSNorm> norm_f_;
-  std::unique_ptr<Linear> lm_head_;  // null when tied to wte
+  int64_t embed_end_;  // wte: [0, embed_end_) of the flat buffers
+  BlockStack<LlamaBlock> stack_;
+  RMSNorm norm_f_;
+  std::optional<Linear> lm_head_;  // absent when the head is tied to wte
   Arena acts_, scratch_;
-  Tensor ids_, targets_, norm_out_, logits_, losses_, lse_;
-  std::vector<Tensor> xs_;  // xs_[l] is block l's input; xs_.back() the last block's output
-  Tensor dres_[2], dnorm_;
+  Tensor ids_, targets_, norm_out_, logits_, losses_, lse_, dnorm_;
   size_t top_end_ = 0;
 };
 

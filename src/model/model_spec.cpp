@@ -54,6 +54,11 @@ ModelShape shape_of(const ParamStore& ps, size_t activation_bytes) {
   return s;
 }
 
+void copy_batch(Backend& be, Tensor ids, Tensor targets, const int32_t* x, const int32_t* y) {
+  be.copy(ids, Tensor(const_cast<int32_t*>(x), DType::i32, Device::cpu, {ids.numel()}));
+  be.copy(targets, Tensor(const_cast<int32_t*>(y), DType::i32, Device::cpu, {targets.numel()}));
+}
+
 int64_t place_causal_context(std::span<const int32_t> ctx, std::span<int32_t> window) {
   const size_t n = std::min(ctx.size(), window.size());
   std::fill(window.begin(), window.end(), 0);

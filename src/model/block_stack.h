@@ -1,0 +1,87 @@
+// BlockStack: the residual stream of a transformer family (gpt, llama) through its blocks,
+// private to src/model. xs[0] is the embeddings' output, xs[l] block l's input, the last one the
+// stream's output; dropout (when training) applies to xs[0] first. Backward runs the blocks in
+// reverse over a ping-pong pair of gradient buffers and reports each block's parameters final
+// as soon as they are. Block is a PreNormBlock instance (pre_norm_block.h).
+// Thread safety: none (a model's).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "trainrun/model.h"
+#include "trainrun/rng.h"
+
+namespace trainrun {
+
+template <class Block>
+class BlockStack {
+ public:
+  // Declares n_layer blocks "blocks.0" ... in order; make(name) builds one.
+  template <class Make>
+  BlockStack(int n_layer, Make&& make) {
+    blocks_.reserve(static_cast<size_t>(n_layer));
+    for (int l = 0; l < n_layer; ++l) blocks_.push_back(make("blocks." + std::to_string(l)));
+  }
+
+  // The stream and its two gradient buffers, [rows, dim] each.
+  void bind_stream(Arena& acts, Arena& scratch, int64_t rows, int64_t dim, DType dt) {
+    xs_.clear();
+    for (size_t l = 0; l <= blocks_.size(); ++l) xs_.push_back(acts.take(dt, {rows, dim}));
+    dres_[0] = scratch.take(dt, {rows, dim});
+    dres_[1] = scratch.take(dt, {rows, dim});
+  }
+  // The blocks: activations each their own, gradient scratch shared from scratch's mark now on.
+  void bind_blocks(Arena& acts, Arena& scratch, int64_t batch, int64_t seq) {
+    const size_t shared = scratch.mark();
+    for (auto& b : blocks_) {
+      scratch.rewind(shared);
+      b->bind(acts, scratch, batch, seq);
+    }
+  }
+
+  Tensor input() const { return xs_.front(); }
+  Tensor output() const { return xs_.back(); }
+  // Where the layers after the stream accumulate d(loss)/d(output) before backward(); zeroed
+  // with the rest of the top of the scratch by the model.
+  Tensor output_grad() const { return dres_[0]; }
+  int64_t param_begin(int64_t if_empty) const {
+    return blocks_.empty() ? if_empty : blocks_.front()->param_begin();
+  }
+  int64_t param_end(int64_t if_empty) const {
+    return blocks_.empty() ? if_empty : blocks_.back()->param_end();
+  }
+
+  void forward(Backend& be, float p, uint64_t seed) const {
+    if (p > 0) be.dropout(xs_[0], xs_[0], p, hash_combine(seed, 0));
+    for (size_t l = 0; l < blocks_.size(); ++l)
+      blocks_[l]->forward(xs_[l + 1], xs_[l], p, hash_combine(seed, 100 + l));
+  }
+
+  // From output_grad() back through the blocks and the input dropout; returns d(loss)/d(input)
+  // (one of the two gradient buffers).
+  Tensor backward(Backend& be, float p, uint64_t seed, const GradReadyFn& ready) const {
+    Tensor dcur = dres_[0], dnext = dres_[1];
+    for (size_t l = blocks_.size(); l-- > 0;) {
+      be.fill(dnext, 0.0);
+      blocks_[l]->backward(dnext, dcur, xs_[l], p, hash_combine(seed, 100 + l));
+      std::swap(dcur, dnext);
+      if (ready) ready(blocks_[l]->param_begin(), blocks_[l]->param_end());
+    }
+    if (p > 0) {
+      be.fill(dnext, 0.0);
+      be.dropout_backward(dnext, dcur, p, hash_combine(seed, 0));
+      std::swap(dcur, dnext);
+    }
+    return dcur;
+  }
+
+ private:
+  std::vector<std::unique_ptr<Block>> blocks_;
+  std::vector<Tensor> xs_;
+  Tensor dres_[2];
+};
+
+}  // namespace trainrun
