@@ -23,7 +23,7 @@ SMALL = [
     "model.n_layer=2", "model.d_model=64", "model.n_head=2", "model.seq_len=64",
     "model.vocab_size=32", "train.batch_size=8", "train.steps=100000", "train.eval_every=10",
     "train.eval_steps=1", "logging.every=5", "optimizer.warmup_steps=2",
-    "data.synthetic_tokens=65536",
+    "data.synthetic_tokens=65536", "checkpoint.every=10",
 ]
 
 
@@ -94,6 +94,20 @@ def scraped_rows(prom):
     return {int(step[ts]): v for ts, v in loss.items() if ts in step}
 
 
+def check_dashboard(prom):
+    """Every query of docs/grafana-dashboard.json runs on this Prometheus, over the run's data."""
+    dash = json.loads((REPO / "docs" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    assert any("trainrun_loss" in e for e in exprs)
+    at = max(prom.samples("trainrun_step"))  # the last scrape
+    for expr in exprs:
+        q = expr.replace("$instance", ".*").replace("$__range", "10m")
+        data = prom.api("query", query=q, time=at)
+        # Single-rank runs have no straggler rows; every other panel shows data.
+        if "straggler" not in expr:
+            assert data["result"], expr
+
+
 def test_prometheus_scrapes_the_loss_series_of_a_run(tmp_path):
     port = free_port()
     prom = Prometheus(tmp_path, port)
@@ -111,7 +125,8 @@ def test_prometheus_scrapes_the_loss_series_of_a_run(tmp_path):
             assert train.poll() is None, train.communicate()[0]
             meta.update(prom.api("metadata"))
             time.sleep(0.2)  # a scrape's worth
-            return len(scraped_rows(prom)) >= 4 and "trainrun_val_loss" in meta
+            return (len(scraped_rows(prom)) >= 4 and "trainrun_val_loss" in meta
+                    and "trainrun_checkpoint_age_seconds" in meta)
 
         assert wait_for(enough, timeout=90), scraped_rows(prom)
         train.send_signal(signal.SIGTERM)
@@ -123,6 +138,8 @@ def test_prometheus_scrapes_the_loss_series_of_a_run(tmp_path):
         assert meta["trainrun_restarts_total"][0]["type"] == "counter"
         assert meta["trainrun_bad_steps_total"][0]["type"] == "counter"
         assert meta["trainrun_step_phase_seconds"][0]["type"] == "gauge"
+        size = prom.samples("trainrun_checkpoint_size_bytes")
+        assert min(size.values()) > 100_000  # 106k parameters, weights and moments
 
         want = {r["step"]: r["loss"] for r in metrics(rd)}
         got = scraped_rows(prom)
@@ -135,6 +152,7 @@ def test_prometheus_scrapes_the_loss_series_of_a_run(tmp_path):
             assert v == evals[int(val_step[ts])]
         up = prom.api("query", query='up{job="trainrun"}[10m]')["result"][0]["values"]
         assert any(v == "1" for _, v in up)
+        check_dashboard(prom)
     finally:
         if train.poll() is None:
             train.kill()
