@@ -227,10 +227,41 @@ TEST_CASE("supports() is the contract: an unsupported dtype is refused up front"
 
   auto cpu = make_cpu_backend();
   CHECK(cpu->supports(Op::matmul, DType::f64));
-  CHECK_FALSE(cpu->supports(Op::matmul, DType::bf16));
-  CHECK_FALSE(cpu->supports(Op::cast, DType::f32));
-  CHECK_THROWS_WITH_AS(cpu->gelu(m.t(DType::bf16, {4}), m.t(DType::bf16, {4})),
+  // The CPU computes bf16 as the mixed-precision reference, but AdamW only on f32 masters.
+  CHECK(cpu->supports(Op::matmul, DType::bf16));
+  CHECK(cpu->supports(Op::cast, DType::f32));
+  CHECK_FALSE(cpu->supports(Op::adamw, DType::bf16));
+  CHECK_THROWS_WITH_AS(cpu->adamw(m.t(DType::bf16, {4}), m.t(DType::bf16, {4}),
+                                  m.t(DType::bf16, {4}), m.t(DType::bf16, {4}), AdamWParams{}),
                        doctest::Contains("does not compute it in bf16"), std::invalid_argument);
+}
+
+TEST_CASE("parameter gradients may be f32 under bf16 activations where the backend says so") {
+  Mem m;
+  const DType f = DType::f32, h = DType::bf16;
+  FakeBackend fake(Device::cpu, {f, h});
+  auto mixed = [&](Backend& b) {
+    b.matmul_backward(m.t(h, {2, 3}), m.t(f, {4, 3}), m.t(f, {4}), m.t(h, {2, 4}), m.t(h, {2, 3}),
+                      m.t(h, {4, 3}));
+  };
+  // Without f32_param_grads_with_bf16() the mixed call is refused before the implementation.
+  CHECK(error_of<std::invalid_argument>(fake, mixed) ==
+        "matmul_backward: dw [4,3] is f32 beside bf16 activations, which the cpu backend does "
+        "not take (see Backend::f32_param_grads_with_bf16)");
+  CHECK(fake.calls.empty());
+  // f64 gradients beside bf16 activations, or gradients of two dtypes, are never taken.
+  auto cpu = make_cpu_backend();
+  CHECK_THROWS_WITH_AS(
+      cpu->layernorm_backward(m.t(h, {2, 3}), m.t(DType::f64, {3}), m.t(DType::f64, {3}),
+                              m.t(h, {2, 3}), m.t(h, {2, 3}), m.t(h, {3}), m.t(f, {2}),
+                              m.t(f, {2})),
+      doctest::Contains("parameter gradients take the activation dtype bf16 or f32"),
+      std::invalid_argument);
+  CHECK_THROWS_WITH_AS(cpu->matmul_backward(m.t(h, {2, 3}), m.t(f, {4, 3}), m.t(h, {4}),
+                                            m.t(h, {2, 4}), m.t(h, {2, 3}), m.t(h, {4, 3})),
+                       doctest::Contains("must share one dtype"), std::invalid_argument);
+  // bf16 activations with f32 gradients are fine on the CPU.
+  CHECK_NOTHROW(cpu->embedding_backward(m.t(f, {6, 4}), m.t(h, {3, 4}), m.ids({3})));
 }
 
 TEST_CASE("tensors on another device are refused with a hint") {

@@ -22,15 +22,21 @@ enum class Fault { none, overwrite_grad, skip_last_element, off_by_a_bit };
 // The CPU backend through its public methods, with one fault.
 class Faulty final : public Backend {
  public:
-  explicit Faulty(Fault f) : fault_(f) {}
+  // f32_only: computes no op in bf16 (as the CPU did before its bf16 reference), fills alone.
+  explicit Faulty(Fault f, bool f32_only = false) : fault_(f), f32_only_(f32_only) {}
   Device device() const override { return Device::cpu; }
   std::string describe() const override { return "faulty cpu"; }
-  bool supports(Op op, DType dt) const override { return cpu_->supports(op, dt); }
+  bool supports(Op op, DType dt) const override {
+    if (f32_only_ && dt == DType::bf16 && op != Op::fill && op != Op::copy) return false;
+    return cpu_->supports(op, dt);
+  }
+  bool f32_param_grads_with_bf16() const override { return cpu_->f32_param_grads_with_bf16(); }
   void* alloc(size_t bytes) override { return cpu_->alloc(bytes); }
   void release(void* p) override { cpu_->release(p); }
 
  protected:
   void copy_impl(Tensor d, Tensor s) override { cpu_->copy(d, s); }
+  void cast_impl(Tensor d, Tensor s) override { cpu_->copy(d, s); }
   void fill_impl(Tensor x, double v) override { cpu_->fill(x, v); }
   void matmul_impl(Tensor out, Tensor in, Tensor w, Tensor b) override {
     cpu_->matmul(out, in, w, b);
@@ -111,6 +117,7 @@ class Faulty final : public Backend {
 
  private:
   Fault fault_;
+  bool f32_only_;
   std::unique_ptr<Backend> cpu_ = make_cpu_backend();
 };
 
@@ -143,7 +150,7 @@ TEST_CASE("a correct backend passes every case, and the error cases agree") {
   for (OpCase& c : cases) {
     CAPTURE(c.name());
     const Outcome o = runner.run(c);
-    if (o.status == Outcome::unsupported) continue;  // casts: the CPU has none
+    REQUIRE(o.status != Outcome::unsupported);
     ++ran;
     CHECK(o.status == Outcome::pass);
     if (c.expect == Expect::match) CHECK(o.ms > 0);
@@ -172,11 +179,11 @@ TEST_CASE("a result off by 0.1% in one element fails the GEMM tolerance") {
 
 TEST_CASE("a case the backend does not support is reported, not failed") {
   auto ref = make_cpu_backend();
-  Faulty test(Fault::none);
+  Faulty test(Fault::none, true);
   Runner runner(*ref, test, false);
   for (const OpCase& c : cases_for(kShape, DType::bf16)) {
     CAPTURE(c.name());
-    // The CPU computes no op in bf16 but fills bf16 tensors (rounding as the host's bf16.h).
+    // This backend computes no op in bf16 but fills bf16 tensors (rounding as the host's bf16.h).
     CHECK(runner.run(c).status == (c.op == Op::fill ? Outcome::pass : Outcome::unsupported));
   }
 }

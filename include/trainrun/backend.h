@@ -16,9 +16,18 @@
 //    gradients alike. The trainer zeroes activation gradients once per micro-batch and parameter
 //    gradients once per step, so gradient accumulation over micro-batches is free.
 //  - Every tensor of a call lives on the backend's device (copy() alone also takes host
-//    tensors). All float tensors of one call share a dtype, except saved statistics (layernorm
-//    mean/rstd, rmsnorm rstd, attention lse, cross-entropy losses/lse), which may be f32 under
-//    bf16 activations. Index tensors are i32. Which dtypes a backend computes: supports().
+//    tensors). All float tensors of one call share a dtype, with two exceptions under bf16
+//    activations: saved statistics (layernorm mean/rstd, rmsnorm rstd, attention lse,
+//    cross-entropy losses/lse) may be f32, and parameter-gradient outputs (matmul_backward
+//    dw/dbias, layernorm_backward dw/db, rmsnorm_backward dw, embedding_backward dtable) may be
+//    f32 where f32_param_grads_with_bf16() says so. Mixed-precision training (docs/cuda.md,
+//    "bf16 mixed precision") keeps parameter gradients f32 so that micro-batch accumulation and
+//    the gradient allreduce never round to bf16. Index tensors are i32. Which dtypes a backend
+//    computes: supports().
+//  - bf16 storage means: load bf16 -> f32, compute and accumulate in f32, round to nearest even
+//    on store (trainrun/bf16.h). The CPU backend does exactly that, op by op, as the reference
+//    the CUDA kernels are compared against; an accumulating (+=) bf16 output is loaded, added to
+//    in f32 and rounded once.
 //  - A token id outside [0, rows) throws DataError naming the first bad position, on every
 //    backend (the CPU checks the ids before the kernel, the CUDA kernels flag them).
 //
@@ -91,6 +100,10 @@ class Backend {
   // of the call (for copy, fill, sum: the tensor's dtype; for cast: each side's). Ask before a
   // run; an unsupported call throws std::invalid_argument.
   virtual bool supports(Op op, DType dt) const = 0;
+  // True when every op that produces parameter gradients takes them in f32 beside bf16
+  // activations (the exception above): what `train.precision: bf16` needs besides
+  // supports(op, bf16). Without it such a call is refused.
+  virtual bool f32_param_grads_with_bf16() const { return false; }
   // The largest attention head dimension (C / n_head) this backend computes; 0 means no limit.
   virtual int64_t max_head_dim() const { return 0; }
 

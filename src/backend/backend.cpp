@@ -109,7 +109,8 @@ void Backend::matmul(Tensor out, Tensor in, Tensor w, Tensor bias) {
 void Backend::matmul_backward(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
                               Tensor w) {
   OpCheck c(*this, Op::matmul_backward);
-  c.floats({{"dw", dw}, {"dout", dout}, {"in", in}, {"w", w}}, {{"din", din}, {"dbias", dbias}});
+  const DType dt = c.floats({{"dout", dout}, {"in", in}, {"w", w}}, {{"din", din}});
+  c.param_grads(dt, {{"dw", dw}}, {{"dbias", dbias}});
   const int64_t N = in.rows(), C = in.cols(), OC = w.rows();
   c.shapes(w.cols() == C && dw.rows() == OC && dw.cols() == C && dout.rows() == N &&
                dout.cols() == OC && (din.empty() || (din.rows() == N && din.cols() == C)) &&
@@ -136,8 +137,8 @@ void Backend::layernorm(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor 
 void Backend::layernorm_backward(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
                                  Tensor mean, Tensor rstd) {
   OpCheck c(*this, Op::layernorm_backward);
-  const DType dt =
-      c.floats({{"din", din}, {"dw", dw}, {"db", db}, {"dout", dout}, {"in", in}, {"w", w}});
+  const DType dt = c.floats({{"din", din}, {"dout", dout}, {"in", in}, {"w", w}});
+  c.param_grads(dt, {{"dw", dw}, {"db", db}});
   c.stats(dt, {{"mean", mean}, {"rstd", rstd}});
   const int64_t rows = in.rows(), C = in.cols();
   c.shapes(din.numel() == in.numel() && dout.numel() == in.numel() && mean.numel() == rows &&
@@ -168,7 +169,8 @@ void Backend::rmsnorm(Tensor out, Tensor rstd, Tensor in, Tensor w) {
 void Backend::rmsnorm_backward(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w,
                                Tensor rstd) {
   OpCheck c(*this, Op::rmsnorm_backward);
-  const DType dt = c.floats({{"din", din}, {"dw", dw}, {"dout", dout}, {"in", in}, {"w", w}});
+  const DType dt = c.floats({{"din", din}, {"dout", dout}, {"in", in}, {"w", w}});
+  c.param_grads(dt, {{"dw", dw}});
   c.stats(dt, {{"rstd", rstd}});
   const int64_t rows = in.rows(), C = in.cols();
   c.shapes(din.numel() == in.numel() && dout.numel() == in.numel() && rstd.numel() == rows &&
@@ -383,7 +385,7 @@ void Backend::embedding(Tensor out, Tensor ids, Tensor table) {
 
 void Backend::embedding_backward(Tensor dtable, Tensor dout, Tensor ids) {
   OpCheck c(*this, Op::embedding_backward);
-  c.floats({{"dtable", dtable}, {"dout", dout}});
+  c.param_grads(c.floats({{"dout", dout}}), {{"dtable", dtable}});
   c.shapes(dtable.cols() == dout.cols(), {{"dtable", dtable}, {"dout", dout}},
            "dout [N,C] and dtable [V,C] of one row length");
   c.ids({"ids", ids}, dout.rows(), dtable.rows());

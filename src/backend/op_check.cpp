@@ -90,6 +90,33 @@ void OpCheck::stats(DType dt, std::initializer_list<Named> ts) {
   }
 }
 
+void OpCheck::param_grads(DType dt, std::initializer_list<Named> required,
+                          std::initializer_list<Named> optional) {
+  const Tensor* first = nullptr;
+  auto visit = [&](const Named& n) {
+    on_device(n);
+    const DType gt = n.t.dtype;
+    const bool mixed = gt == DType::f32 && dt == DType::bf16;
+    if (gt != dt && !mixed)
+      fail(fmt::format("{} {} has dtype {}; parameter gradients take the activation dtype {}{}",
+                       n.name, n.t.shape_str(), dtype_name(gt), dtype_name(dt),
+                       dt == DType::bf16 ? " or f32" : ""));
+    if (mixed && !be_.f32_param_grads_with_bf16())
+      fail(
+          fmt::format("{} {} is f32 beside bf16 activations, which the {} backend does not take "
+                      "(see Backend::f32_param_grads_with_bf16)",
+                      n.name, n.t.shape_str(), device_name(be_.device())));
+    if (first && gt != first->dtype) fail("parameter gradients must share one dtype");
+    first = &n.t;
+  };
+  for (const Named& n : required) {
+    present(n);
+    visit(n);
+  }
+  for (const Named& n : optional)
+    if (!n.t.empty()) visit(n);
+}
+
 void OpCheck::ids(const Named& n, int64_t count, int64_t limit) {
   present(n);
   on_device(n);

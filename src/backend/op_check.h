@@ -27,6 +27,10 @@ class OpCheck {
   DType floats(std::initializer_list<Named> required, std::initializer_list<Named> optional = {});
   // Saved statistics: present, on the device, one dtype, equal to dt or f32 when dt is bf16.
   void stats(DType dt, std::initializer_list<Named> ts);
+  // Parameter gradients (required present, optional present or empty): on the device, one dtype,
+  // equal to dt, or f32 when dt is bf16 and the backend says f32_param_grads_with_bf16().
+  void param_grads(DType dt, std::initializer_list<Named> required,
+                   std::initializer_list<Named> optional = {});
   // An i32 tensor of n token ids on the device; when it is host memory, every id in [0, limit).
   void ids(const Named& ids, int64_t n, int64_t limit);
   // Every tensor has the first one's element count.
