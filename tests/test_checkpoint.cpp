@@ -386,6 +386,42 @@ TEST_CASE("a write that cannot happen throws and leaves the previous checkpoint 
   CHECK(temp_files(dir.str()).empty());
 }
 
+TEST_CASE("a checkpoint without room is a write error (exit 74) before HDF5 writes a byte") {
+  TempDir dir;
+  save_direct(dir.str(), fake_state(1));
+  const std::string prev = checkpoint_path(dir.str(), 1);
+  const auto before = fs::file_size(prev);
+  // The reservation is trimmed away when HDF5 closes the file: it is no larger than the data
+  // and HDF5's own bytes need.
+  save_direct(dir.str(), fake_state(2));
+  CHECK(fs::file_size(checkpoint_path(dir.str(), 2)) == before);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{before / 2, before / 2};  // room for half a checkpoint
+    setrlimit(RLIMIT_FSIZE, &lim);
+    int rc = 1;
+    try {
+      write_checkpoint(checkpoint_path(dir.str(), 3), fake_state(3));
+    } catch (const CheckpointWriteError& e) {
+      const std::string what = e.what();
+      rc = e.code() == kExitWrite && what.find("MiB needed") != std::string::npos ? 0 : 2;
+    } catch (...) {
+      rc = 3;
+    }
+    // HDF5 never opened the file, so it holds no half-closed one that would crash its shutdown.
+    if (rc == 0 && H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_FILE) != 0) rc = 4;
+    _exit(rc);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_FALSE(fs::exists(checkpoint_path(dir.str(), 3)));
+  CHECK(temp_files(dir.str()).empty());
+}
+
 TEST_CASE("SIGKILL during a write never leaves a bad file at the target") {
   TempDir dir;
   save_direct(dir.str(), fake_state(1));

@@ -18,6 +18,7 @@ enum ExitCode : int {
   kExitGaveUp = 7,         // fault tolerance gave up (restarts exhausted, repeated bad steps)
   kExitHang = 8,           // the watchdog aborted a hung job (a rank stalled or a collective hung)
   kExitRunDir = 73,        // the run directory is unusable: another run's, in use (EX_CANTCREAT)
+  kExitWrite = 74,         // a checkpoint could not be written: disk full, I/O error (EX_IOERR)
   kExitResumeMe = 75,      // stopped by SIGTERM/SIGUSR1 after a checkpoint: resume me (EX_TEMPFAIL)
   kExitInterrupted = 130,  // stopped by SIGINT (after saving a checkpoint when enabled)
 };
@@ -40,6 +41,13 @@ struct DataError : Error {
 };
 struct CheckpointError : Error {
   explicit CheckpointError(const std::string& w) : Error(kExitCheckpoint, w) {}
+
+ protected:
+  CheckpointError(int code, const std::string& w) : Error(code, w) {}
+};
+// Writing a checkpoint failed (no space, an I/O error); the older checkpoints are intact.
+struct CheckpointWriteError : CheckpointError {
+  explicit CheckpointWriteError(const std::string& w) : CheckpointError(kExitWrite, w) {}
 };
 struct DeviceError : Error {
   explicit DeviceError(const std::string& w) : Error(kExitDevice, w) {}

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -23,6 +24,7 @@
 
 #include "checkpoint_metadata.h"
 #include "non_finite.h"
+#include "reserved_file.h"
 #include "trainrun/checkpoint.h"
 #include "trainrun/errors.h"
 #include "trainrun/h5_handle.h"
@@ -289,21 +291,109 @@ void write_text(hid_t f, const char* name, const std::string& text) {
   write_dataset(f, name, chr, chr, {hsize_t(text.size())}, text.data(), 1);
 }
 
-void write_file(const std::string& file, const CheckpointData& d) {
-  Handle fapl = plist_h(H5Pcreate(H5P_FILE_ACCESS), "create file access properties");
+// The file access properties of every checkpoint write, on `fapl`.
+void set_write_access(hid_t fapl) {
   // Strong close: H5Fclose really closes (and reports write errors) even if an id leaked.
   check(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), "set close degree");
   // The 1.10 file format checksums HDF5's own metadata (superblock, object headers with the
   // attributes and links in them, chunk indices): a flipped bit anywhere but in unused space
-  // fails the open or the read. Attributes stay in the root's object header (compact), under
-  // its checksum, rather than in a separate heap.
+  // fails the open or the read.
   check(H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_LATEST), "set format bounds");
+}
+
+// HDF5's core driver hands its buffer to these callbacks; at close, after the superblock was
+// written as for a closed file, the buffer is copied out. (H5Fget_file_image on an open 1.10
+// file gives a superblock whose checksum no longer matches its status flags.)
+struct ImageCapture {
+  size_t size = 0;  // of the buffer last allocated
+  std::vector<char> image;
+
+  static H5FD_file_image_callbacks_t callbacks(ImageCapture* self) {
+    H5FD_file_image_callbacks_t cb{};
+    cb.image_malloc = [](size_t n, H5FD_file_image_op_t, void* u) {
+      static_cast<ImageCapture*>(u)->size = n;
+      return std::malloc(n);
+    };
+    cb.image_memcpy = [](void* d, const void* s, size_t n, H5FD_file_image_op_t, void*) {
+      return std::memcpy(d, s, n);
+    };
+    cb.image_realloc = [](void* p, size_t n, H5FD_file_image_op_t, void* u) {
+      static_cast<ImageCapture*>(u)->size = n;
+      return std::realloc(p, n);
+    };
+    cb.image_free = [](void* p, H5FD_file_image_op_t op, void* u) -> herr_t {
+      auto* self = static_cast<ImageCapture*>(u);
+      if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && p)
+        self->image.assign(static_cast<char*>(p), static_cast<char*>(p) + self->size);
+      std::free(p);
+      return 0;
+    };
+    cb.udata_copy = [](void* u) { return u; };
+    cb.udata_free = [](void*) -> herr_t { return 0; };
+    cb.udata = self;
+    return cb;
+  }
+};
+
+// An empty checkpoint file, built in memory (HDF5's core driver, no backing store), so that the
+// file on disk can have its space reserved before HDF5 opens it (reserved_file.h). Trailing
+// zeros past its end are harmless: HDF5 trims a file to its end when it closes it.
+std::vector<char> empty_file_image() {
+  ImageCapture capture;
+  Handle fapl = plist_h(H5Pcreate(H5P_FILE_ACCESS), "create file access properties");
+  set_write_access(fapl);
+  check(H5Pset_fapl_core(fapl, 4096, false), "use the in-memory driver");
+  H5FD_file_image_callbacks_t cb = ImageCapture::callbacks(&capture);
+  check(H5Pset_file_image_callbacks(fapl, &cb), "set image callbacks");
+  // Attributes stay in the root's object header (compact), under its checksum, rather than in
+  // a separate heap.
   Handle fcpl = plist_h(H5Pcreate(H5P_FILE_CREATE), "create file creation properties");
   check(H5Pset_attr_phase_change(fcpl, 64, 32), "keep attributes compact");
-  Handle f = file_h(H5Fcreate(file.c_str(), H5F_ACC_TRUNC, fcpl, fapl), "create file");
+  Handle f = file_h(H5Fcreate("checkpoint image", H5F_ACC_TRUNC, fcpl, fapl), "create image");
+  f.close("close image");
+  if (capture.image.empty()) throw H5Failure("HDF5 kept the in-memory image");
+  return std::move(capture.image);
+}
+
+// Bytes a dataset of shape `dims` takes on disk beyond its header: whole chunks (edge chunks
+// are stored full size) with fletcher32's 4 bytes each.
+uint64_t stored_bytes(const std::vector<hsize_t>& dims, size_t elem_size) {
+  if (dims.empty()) return elem_size;
+  std::vector<hsize_t> chunk = chunk_dims(dims);
+  uint64_t chunks = 1, per_chunk = elem_size;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == 0) return 0;
+    chunks *= (dims[i] + chunk[i] - 1) / chunk[i];
+    per_chunk *= chunk[i];
+  }
+  return chunks * (per_chunk + 4);
+}
+
+// An upper bound on the size of the file write_file makes from `d`: the chunks of every
+// dataset, plus a generous allowance per object for its header, attributes and chunk index
+// (a few hundred bytes in practice), plus the superblock and root group.
+uint64_t file_size_bound(const CheckpointData& d, const std::string& metadata) {
+  constexpr uint64_t kPerObject = 4096, kBase = 64 * 1024;
+  const uint64_t tensors = d.adam_m.empty() ? 1 : 3;
+  uint64_t bytes = kBase + kPerObject * (8 + tensors * d.params.size());
+  bytes += stored_bytes({hsize_t(metadata.size())}, 1);
+  bytes += stored_bytes({hsize_t(d.state.config_yaml.size())}, 1);
+  for (const ParamEntry& p : d.params)
+    bytes += tensors * stored_bytes({p.shape.begin(), p.shape.end()}, sizeof(float));
+  return bytes;
+}
+
+// Writes the checkpoint into `file`, which create_reserved_file made: every write lands in
+// reserved space, so HDF5 never meets a full disk (its close would not survive one).
+void write_file(const std::string& file, const CheckpointData& d) {
   const Header h = header_of(d);
+  const std::string metadata = metadata_record(h, layout_of(d));
+  create_reserved_file(file, empty_file_image(), file_size_bound(d, metadata));
+  Handle fapl = plist_h(H5Pcreate(H5P_FILE_ACCESS), "create file access properties");
+  set_write_access(fapl);
+  Handle f = file_h(H5Fopen(file.c_str(), H5F_ACC_RDWR, fapl), "open reserved file");
   write_header(f, h);
-  write_text(f, "metadata", metadata_record(h, layout_of(d)));
+  write_text(f, "metadata", metadata);
   write_text(f, "config", d.state.config_yaml);
 
   Handle model = group_h(H5Gcreate2(f, "model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "model");
@@ -550,6 +640,11 @@ void write_checked_checkpoint(const std::string& path, const CheckpointData& dat
   const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
   try {
     validate_for_write(data);
+  } catch (const H5Failure& e) {
+    throw CheckpointError(fmt::format("cannot write checkpoint {}: {}", path, e.what()));
+  }
+  ::unlink(tmp.c_str());  // a leftover of an earlier process with our pid
+  try {
     auto t0 = std::chrono::steady_clock::now();
     write_file(tmp, data);
     auto t1 = std::chrono::steady_clock::now();
@@ -565,7 +660,7 @@ void write_checked_checkpoint(const std::string& path, const CheckpointData& dat
     fsync_path(dir.empty() ? "." : dir.string(), true);
   } catch (const std::exception& e) {
     ::unlink(tmp.c_str());
-    throw CheckpointError(fmt::format("cannot write checkpoint {}: {}", path, e.what()));
+    throw CheckpointWriteError(fmt::format("cannot write checkpoint {}: {}", path, e.what()));
   }
 }
 

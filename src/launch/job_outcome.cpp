@@ -86,6 +86,7 @@ int job_code(int code) {
     case kExitGaveUp:
     case kExitHang:
     case kExitRunDir:
+    case kExitWrite:
     case kExitResumeMe:
     case kExitInterrupted:
       return code;
@@ -103,6 +104,7 @@ bool restartable(int code) {
     case kExitDevice:
     case kExitGaveUp:
     case kExitRunDir:
+    case kExitWrite:  // a full disk stays full: a relaunch would fail at the same checkpoint
     case kExitResumeMe:
     case kExitInterrupted:
       return false;
@@ -133,6 +135,8 @@ std::string exit_code_meaning(int code) {
       return "the watchdog aborted a hang";
     case kExitRunDir:
       return "run directory unusable";
+    case kExitWrite:
+      return "cannot write a checkpoint";
     case kExitResumeMe:
       return "stopped by SIGTERM or SIGUSR1 after a checkpoint";
     case kExitInterrupted:
