@@ -98,7 +98,7 @@ struct TrainConfig {
   int micro_batch_size = 0;  // per rank per micro-step; 0 = batch_size / world
   int64_t eval_every = 100;  // 0 = never
   int eval_steps = 10;
-  Precision precision = Precision::fp32;  // bf16 on CUDA only
+  Precision precision = Precision::fp32;  // bf16: mixed precision (docs/cuda.md)
 };
 
 struct OptimizerConfig {

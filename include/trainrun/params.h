@@ -1,6 +1,15 @@
 // ParamStore: every parameter of a model in one flat buffer, gradients in another.
 // Modules declare their parameters once (name, shape, init, weight decay) and keep views;
 // allreduce, ZeRO sharding, AdamW and checkpoints then work on a few large contiguous ranges.
+//
+// Mixed precision (dtype bf16, docs/cuda.md "bf16 mixed precision"): the flat parameter and
+// gradient buffers stay f32 (the master weights, what AdamW, the gradient allreduce and
+// checkpoints see), and a third flat buffer holds a bf16 compute copy of the parameters, which
+// param(i) views and the modules read. The copy is rounded from the masters (nearest even) by
+// refresh_compute(): initialize() calls it, and whoever writes the masters otherwise (the
+// optimizer step and its ZeRO all-gather, a checkpoint load, a broadcast) must call it before
+// the next forward. Parameter gradients grad(i) are f32 views: the backend takes them beside
+// bf16 activations (Backend::f32_param_grads_with_bf16).
 #pragma once
 
 #include <cstdint>
@@ -40,19 +49,26 @@ class ParamStore {
   // the result does not depend on declaration order or thread count.
   void initialize(uint64_t seed);
 
-  Tensor param(int i) const;
-  Tensor grad(int i) const;
-  Tensor params() const { return flat(params_); }
-  Tensor grads() const { return flat(grads_); }
+  Tensor param(int i) const;  // the compute copy's view (the master's unless bf16)
+  Tensor grad(int i) const;   // master dtype
+  Tensor params() const { return flat(params_, master_dtype()); }  // the masters
+  Tensor grads() const { return flat(grads_, master_dtype()); }
+  // The flat compute copy: params() itself unless dtype() is bf16.
+  Tensor compute_params() const;
+  // Rounds the master weights into the compute copy; a no-op unless dtype() is bf16.
+  void refresh_compute();
   int64_t numel() const { return total_; }
+  // The activation and compute dtype the modules use.
   DType dtype() const { return dtype_; }
+  // The dtype of the master weights, gradients and optimizer moments: f32 under bf16.
+  DType master_dtype() const { return dtype_ == DType::bf16 ? DType::f32 : dtype_; }
   const std::vector<ParamInfo>& infos() const { return infos_; }
   std::vector<ParamEntry> entries() const;  // for checkpoints
   Backend& backend() const { return be_; }
 
  private:
-  Tensor flat(void* p) const;
-  Tensor view(void* base, int i) const;
+  Tensor flat(void* p, DType dt) const;
+  Tensor view(void* base, DType dt, int i) const;
 
   Backend& be_;
   DType dtype_;
@@ -60,6 +76,7 @@ class ParamStore {
   int64_t total_ = 0;
   void* params_ = nullptr;
   void* grads_ = nullptr;
+  void* compute_ = nullptr;  // bf16 only
 };
 
 // Activation memory planned once: modules take() their buffers in bind(); the first pass only

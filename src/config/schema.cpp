@@ -130,7 +130,9 @@ std::vector<Field> make_schema() {
        .resumable = kResumable, .min = 0},
       {KEY(train, eval_steps), .description = "Batches per evaluation", .resumable = kResumable,
        .min = 1},
-      {KEY(train, precision), .description = "Compute precision; bf16 needs device cuda or auto",
+      {KEY(train, precision),
+       .description = "Compute precision; bf16: bf16 weights and activations, fp32 master "
+                      "weights, gradients and AdamW moments (on the CPU: the rounding reference)",
        .resumable = kResumable},
 
       {KEY(optimizer, lr), .description = "Peak learning rate", .resumable = kResumable, .min = 0,

@@ -197,13 +197,6 @@ void batch_splits_over_ranks(const Experiment& e, int world, Fail& out) {
   }
 }
 
-void bf16_on_gpu(const Experiment& e, int, Fail& out) {
-  if (e.train.precision == Precision::bf16 && e.device == DeviceChoice::cpu) {
-    fail(out, {"train.precision", "device"},
-         "train.precision=bf16 needs device cuda or auto (device is cpu): use fp32 on CPU");
-  }
-}
-
 void lr_decays_down(const Experiment& e, int, Fail& out) {
   const auto& o = e.optimizer;
   if (o.min_lr > o.lr) {
@@ -238,7 +231,6 @@ const Rule kRules[] = {
     {"`optimizer.min_lr` <= `optimizer.lr` (`optimizer.warmup_steps` may exceed "
      "`train.steps`)",
      lr_decays_down},
-    {"`train.precision: bf16` needs `device` cuda or auto", bf16_on_gpu},
     {"with `data.text` or `data.synthetic` and `train.eval_every` > 0: `data.val_fraction` > 0",
      something_to_evaluate},
     {"`data.synthetic`: the training part of `data.synthetic_tokens` holds at least "

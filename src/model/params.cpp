@@ -12,6 +12,7 @@ namespace trainrun {
 ParamStore::~ParamStore() {
   if (params_) be_.release(params_);
   if (grads_) be_.release(grads_);
+  if (compute_) be_.release(compute_);
 }
 
 int ParamStore::declare(const std::string& name, std::vector<int64_t> shape, Init init, float std,
@@ -34,11 +35,21 @@ int ParamStore::declare(const std::string& name, std::vector<int64_t> shape, Ini
 }
 
 void ParamStore::allocate() {
-  size_t bytes = static_cast<size_t>(total_) * dtype_size(dtype_);
+  const size_t bytes = static_cast<size_t>(total_) * dtype_size(master_dtype());
   params_ = be_.alloc(bytes);
   grads_ = be_.alloc(bytes);
+  if (dtype_ == DType::bf16) compute_ = be_.alloc(static_cast<size_t>(total_) * 2);
   be_.fill(params(), 0.0);
   be_.fill(grads(), 0.0);
+  refresh_compute();
+}
+
+Tensor ParamStore::compute_params() const {
+  return compute_ ? flat(compute_, dtype_) : params();
+}
+
+void ParamStore::refresh_compute() {
+  if (compute_ && total_ > 0) be_.copy(compute_params(), params());  // a cast: f32 -> bf16, RNE
 }
 
 void ParamStore::initialize(uint64_t seed) {
@@ -66,15 +77,16 @@ void ParamStore::initialize(uint64_t seed) {
     std::vector<float> f(host.begin(), host.end());
     be_.copy(params(), Tensor(f.data(), DType::f32, Device::cpu, {total_}));
   }
+  refresh_compute();
 }
 
-Tensor ParamStore::flat(void* p) const {
-  return Tensor(p, dtype_, be_.device(), {total_});
+Tensor ParamStore::flat(void* p, DType dt) const {
+  return Tensor(p, dt, be_.device(), {total_});
 }
 
-Tensor ParamStore::view(void* base, int i) const {
+Tensor ParamStore::view(void* base, DType dt, int i) const {
   const ParamInfo& p = infos_.at(static_cast<size_t>(i));
-  Tensor t = flat(base).slice(p.offset, {p.numel});
+  Tensor t = flat(base, dt).slice(p.offset, {p.numel});
   t.ndim = static_cast<int>(p.shape.size());
   for (int d = 0; d < t.ndim; ++d) t.dims[d] = p.shape[d];
   return t;
@@ -82,12 +94,12 @@ Tensor ParamStore::view(void* base, int i) const {
 
 Tensor ParamStore::param(int i) const {
   if (!params_) throw std::logic_error("ParamStore::param before allocate");
-  return view(params_, i);
+  return compute_ ? view(compute_, dtype_, i) : view(params_, dtype_, i);
 }
 
 Tensor ParamStore::grad(int i) const {
   if (!grads_) throw std::logic_error("ParamStore::grad before allocate");
-  return view(grads_, i);
+  return view(grads_, master_dtype(), i);
 }
 
 std::vector<ParamEntry> ParamStore::entries() const {

@@ -20,7 +20,7 @@ AdamW::AdamW(ParamStore& ps, const OptimizerConfig& cfg, Shard shard)
     : ps_(ps), cfg_(cfg), shard_(shard) {
   Backend& be = ps.backend();
   const size_t bytes =
-      static_cast<size_t>(std::max<int64_t>(shard.size(), 1)) * dtype_size(ps.dtype());
+      static_cast<size_t>(std::max<int64_t>(shard.size(), 1)) * dtype_size(ps.master_dtype());
   m_ = be.alloc(bytes);
   v_ = be.alloc(bytes);
   if (shard.size() > 0) {
@@ -35,10 +35,10 @@ AdamW::~AdamW() {
 }
 
 Tensor AdamW::m() const {
-  return Tensor(m_, ps_.dtype(), ps_.backend().device(), {shard_.size()});
+  return Tensor(m_, ps_.master_dtype(), ps_.backend().device(), {shard_.size()});
 }
 Tensor AdamW::v() const {
-  return Tensor(v_, ps_.dtype(), ps_.backend().device(), {shard_.size()});
+  return Tensor(v_, ps_.master_dtype(), ps_.backend().device(), {shard_.size()});
 }
 
 void AdamW::step(double lr, int64_t t) {

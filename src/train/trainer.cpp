@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include <omp.h>
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -62,6 +63,26 @@ std::unique_ptr<Backend> choose_backend(const Experiment& exp, int local_rank) {
   return make_cpu_backend();
 }
 
+// What train.precision=bf16 asks of the backend (docs/cuda.md, "bf16 mixed precision"): the ops
+// the models run on bf16 activations (AdamW and the gradient norm run on the f32 masters), the
+// cast that refreshes the compute copy, and f32 parameter gradients beside bf16 activations.
+void require_bf16(const Backend& be) {
+  std::string missing;
+  auto lacks = [&](const std::string& what) { missing += (missing.empty() ? "" : ", ") + what; };
+  for (int i = 0; i < kOpCount; ++i) {
+    const Op op = static_cast<Op>(i);
+    if (op == Op::copy || op == Op::adamw || op == Op::sum_squares) continue;
+    if (!be.supports(op, DType::bf16)) lacks(std::string(op_name(op)) + " in bf16");
+  }
+  if (!be.supports(Op::cast, DType::f32)) lacks("the f32 -> bf16 cast");
+  if (!be.f32_param_grads_with_bf16())
+    lacks("f32 parameter gradients beside bf16 activations (Backend::f32_param_grads_with_bf16)");
+  if (!missing.empty())
+    throw ConfigError(
+        fmt::format("train.precision=bf16: the {} backend lacks {}: use --set train.precision=fp32",
+                    be.describe(), missing));
+}
+
 int restart_count() {
   const char* restarts = std::getenv("TRAINRUN_RESTART_COUNT");
   if (!restarts) restarts = std::getenv("SLURM_RESTART_COUNT");
@@ -97,7 +118,7 @@ class Trainer {
   HealthMonitor::Action judge(int64_t step, const StepResult& r);
   bool rollback(int64_t* step);
   void advance(int64_t* step, double seconds);
-  double evaluate();
+  std::optional<double> evaluate();  // nullopt: abandoned for a stop request
   std::string save_checkpoint(int64_t step, double* seconds);
   std::string try_checkpoint(int64_t step);
   std::optional<CheckpointData> snapshot(int64_t step);
@@ -152,6 +173,7 @@ int Trainer::run() {
   const int64_t total = exp_.train.steps;
   int64_t step = state_.step;
   prefetch(step, 0);
+  enter_step_loop();  // a stop request now waits for a step boundary (signals.h)
   const double t_run = now();
   double loss = NAN;
   bool trained = false;  // some step ran here (not a resume at or past the end)
@@ -170,12 +192,16 @@ int Trainer::run() {
       break;
     }
     advance(&step, r.times.total);
-    if (exp_.train.eval_every > 0 && (step % exp_.train.eval_every == 0 || step == total))
-      reporter_->eval(step, evaluate());
+    bool eval_stopped = false;  // every rank agrees (evaluate's allreduce)
+    if (exp_.train.eval_every > 0 && (step % exp_.train.eval_every == 0 || step == total)) {
+      std::optional<double> v = evaluate();
+      if (v) reporter_->eval(step, *v);
+      eval_stopped = !v;
+    }
     // A stop request must be seen by every rank at the same step boundary: with several ranks
     // it is the one agreed in this step's stats allreduce (a signal arriving later is seen at
-    // the next step); alone, the latest one.
-    const bool stop = world_ > 1 ? r.stop : stop_signal() != 0;
+    // the next step) or in the evaluation's; alone, the latest one.
+    const bool stop = (world_ > 1 ? r.stop : stop_signal() != 0) || eval_stopped;
     if (checkpoint_policy_.save_after(step, stop))
       unsaved = save_checkpoint(step, &r.times.checkpoint);
     if (reporter_->due(step))
@@ -225,10 +251,7 @@ void Trainer::setup() {
 
 void Trainer::setup_device() {
   be_ = choose_backend(exp_, comm_->local_rank());
-  if (exp_.train.precision == Precision::bf16)
-    throw ConfigError(
-        "train.precision=bf16 is not supported by the trainer yet (the CUDA plugin has bf16 "
-        "kernels, but the modules run fp32 only): use --set train.precision=fp32");
+  if (exp_.train.precision == Precision::bf16) require_bf16(*be_);
   if (be_->device() == Device::cuda && world_ > 1) {
     // Gradients live on the GPU: collectives over NCCL, its id sent over MPI from rank 0.
     NcclId id{};
@@ -242,7 +265,8 @@ void Trainer::setup_model() {
   micro_ = exp_.train.micro_batch_size > 0 ? exp_.train.micro_batch_size
                                            : exp_.train.batch_size / world_;
   accum_ = exp_.train.batch_size / (micro_ * world_);
-  model_ = build_model(exp_.model, *be_, micro_);
+  model_ = build_model(exp_.model, *be_, micro_,
+                       exp_.train.precision == Precision::bf16 ? DType::bf16 : DType::f32);
   targets_per_step_ = model_->targets_per_batch() / micro_ * exp_.train.batch_size;
   dp_ = DataParallel::make(exp_.distributed.zero != 0, *comm_, dcomm(), model_->params(),
                            exp_.optimizer, tracer_.get());
@@ -308,6 +332,7 @@ void Trainer::start() {
   } else {
     if (rank_ == 0) model_->params().initialize(exp_.seed);
     dp_->broadcast_params();
+    model_->params().refresh_compute();  // bf16: every rank rounds rank 0's masters
     state_.seed = exp_.seed;
   }
   if (rank_ == 0)
@@ -344,6 +369,7 @@ StepResult Trainer::train_step(int64_t step, double lr) {
   const double t_opt = now();
   if (HealthMonitor::finite(r.loss, r.grad_norm)) dp_->update(lr, step + 1, r.grad_norm, t);
   if (faults_.diverge(step)) be_->fill(model_->params().params(), INFINITY);
+  model_->params().refresh_compute();  // bf16: the next forward reads the updated masters
   be_->synchronize();
   t.optimizer = now() - t_opt;
   t.total = now() - t_start;
@@ -458,25 +484,33 @@ void Trainer::advance(int64_t* step, double seconds) {
   watchdog_->step_done(seconds);
 }
 
-double Trainer::evaluate() {
+// The mean validation loss, or nullopt when a stop request came in between two evaluation
+// batches (a long evaluation must not delay a stop: the weights are still the step's, so the
+// stop's checkpoint is as good as after it). With several ranks the outcome is agreed in the
+// same allreduce as the loss, so every rank stops or goes on together.
+std::optional<double> Trainer::evaluate() {
   if (exp_.train.eval_steps <= 0) return NAN;
   phase(Phase::eval, state_.step);
   double sum = 0;
-  for (int e = 0; e < exp_.train.eval_steps; ++e) {
+  int done = 0;
+  for (; done < exp_.train.eval_steps && stop_signal() == 0; ++done) {
     for (int m = 0; m < accum_; ++m) {
       // The same validation samples every time, so evaluations are comparable across steps.
-      val_loader_->fetch(first_sample(e, m), micro_, x_.data(), y_.data());
+      val_loader_->fetch(first_sample(done, m), micro_, x_.data(), y_.data());
       model_->set_batch(x_.data(), y_.data());
       sum += model_->forward(false, 0);
     }
   }
-  double v = sum / (exp_.train.eval_steps * accum_);
+  double v[2] = {sum / (std::max(done, 1) * accum_), done < exp_.train.eval_steps ? 1.0 : 0.0};
   phase(Phase::comm, state_.step);
   if (world_ > 1) {
-    Tensor t(&v, DType::f64, Device::cpu, {1});
+    Tensor t(v, DType::f64, Device::cpu, {2});
     comm_->allreduce_avg(t);
   }
-  return v;
+  if (v[1] == 0) return v[0];
+  spdlog::warn("step {}: stop requested during the evaluation; abandoned it after {} of {} batches",
+               state_.step, done, exp_.train.eval_steps);
+  return std::nullopt;
 }
 
 // Collective: every rank takes part in the snapshot, rank 0 writes it. Never during a streak
@@ -566,6 +600,7 @@ void Trainer::restore(const std::string& file) {
       throw CheckpointError(fmt::format("checkpoint {} does not match the model at parameter {}",
                                         file, mine[i].name));
   be_->copy(ps.params(), Tensor(ck.weights.data(), DType::f32, Device::cpu, {ps.numel()}));
+  ps.refresh_compute();
   dp_->restore_optimizer_state(ck);
   state_ = ck.state;
   newest_checkpoint_ = file;
