@@ -152,3 +152,49 @@ TEST_CASE("a bf16 step moves the f32 masters as the f32 step from the same round
     CHECK(below_bf16 > static_cast<int64_t>(dh.size()) / 2);
   }
 }
+
+TEST_CASE("gradients reduced in f32 keep what a bf16 reduction would round away") {
+  // Eight micro-batch gradients of a bf16 GPT (each f32, as the backward writes them), summed as
+  // the trainer does (f32 +=) and as a bf16 reduction would (each partial sum stored in bf16),
+  // against their sum in double. The figures are in bench/RESULTS.md (section 9).
+  auto be = make_cpu_backend();
+  const ModelConfig cfg = config(ModelType::gpt);
+  const int batch = 2, K = 8;
+  auto model = build_model(cfg, *be, batch, DType::bf16);
+  ParamStore& ps = model->params();
+  ps.initialize(3);
+  const int64_t n = int64_t{batch} * cfg.seq_len;
+  const size_t P = static_cast<size_t>(ps.numel());
+  std::vector<double> exact(P, 0.0);
+  std::vector<float> f32(P, 0.0f), bf16(P, 0.0f);
+  std::vector<int32_t> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+  for (int k = 0; k < K; ++k) {
+    for (int64_t i = 0; i < n; ++i) {
+      x[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7 + 3 * k + 1) % cfg.vocab_size);
+      y[static_cast<size_t>(i)] = static_cast<int32_t>((i * 11 + 5 * k + 2) % cfg.vocab_size);
+    }
+    be->fill(ps.grads(), 0.0);
+    model->set_batch(x.data(), y.data());
+    model->forward(true, 1);
+    model->backward(1.0f / static_cast<float>(n * K), 1, nullptr);
+    const auto g = host(*be, ps.grads());
+    for (size_t i = 0; i < P; ++i) {
+      exact[i] += g[i];
+      f32[i] += g[i];
+      bf16[i] = round_to_bf16(bf16[i] + round_to_bf16(g[i]));
+    }
+  }
+  auto err = [&](const std::vector<float>& got) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < P; ++i) {
+      num += (got[i] - exact[i]) * (got[i] - exact[i]);
+      den += exact[i] * exact[i];
+    }
+    return std::sqrt(num / den);
+  };
+  const double e32 = err(f32), e16 = err(bf16);
+  MESSAGE("relative L2 error of the summed gradient: f32 reduction " << e32 << ", bf16 reduction "
+                                                                     << e16);
+  CHECK(e32 < 1e-6);
+  CHECK(e16 > 1e-3);  // bf16 keeps 8 mantissa bits: 2^-9 relative per rounding
+}
