@@ -37,7 +37,7 @@ PUBLIC = {
     "tb_events.h": "obs", "crc32c.h": "obs", "prometheus.h": "obs", "metrics_server.h": "obs",
     "plan.h": "plan", "report.h": "plan",
     "launch.h": "launch", "failure_record.h": "launch", "mpirun_failure.h": "launch",
-    "run_command.h": "launch", "supervisor.h": "launch",
+    "run_command.h": "launch", "supervisor.h": "launch", "stop_signals.h": "launch",
     "trainer.h": "train",
     "cluster.h": "cluster",
     "cli.h": "cli",

@@ -20,6 +20,7 @@
 #include "trainrun/failure_record.h"
 #include "trainrun/launch.h"
 #include "trainrun/metrics_server.h"
+#include "trainrun/stop_signals.h"
 #include "trainrun/supervisor.h"
 #include "trainrun/trace.h"
 
@@ -114,6 +115,10 @@ int run_command(const RunRequest& request, const RankMain& rank_main) {
   const RankEnv env = detect_rank_env();
   const bool supervised = std::getenv("TRAINRUN_SUPERVISED") != nullptr;  // our child
   if (env.is_rank || supervised) hold_relayed_signals();
+  // A rank or a supervised child runs the trainer in this process: its stop signals are taken
+  // from here on, so a stop while a checkpoint is verified or the data is scanned ends it at
+  // once (stop_signals.h). Before any thread starts.
+  if (env.is_rank || supervised) install_stop_signals();
   Tracer check_profile("", 0, request.profile);  // a bad --profile fails before anything starts
   const bool owner = owns_run_dir(env);
   if (owner) refuse_a_run_in_use(request);
@@ -135,7 +140,10 @@ int run_command(const RunRequest& request, const RankMain& rank_main) {
       !env.is_rank && !supervised && (world > 1 || exp.fault_tolerance.max_restarts > 0);
   validate_for_world(exp, supervising ? world : (env.is_rank ? env.size : 1));
   std::optional<StopRelay> relay;  // the launcher takes stop signals from here on
-  if (supervising) relay.emplace();
+  if (supervising)
+    relay.emplace();
+  else
+    install_stop_signals();  // a lone process: before the data check, which may take long
   if (owner) {
     check_data(exp);  // before anything is written in the run directory
     check_metrics_port(exp);

@@ -120,11 +120,17 @@ std::variant<std::string, int> next_start(const Experiment& exp, const JobOutcom
 
 // A stop request that came while no job was running: nothing to checkpoint, the newest
 // checkpoint on disk is where a resume goes on.
-int stopped_between_attempts(const Experiment& exp) {
-  fmt::print(stderr,
-             "stopped by signal {} between attempts, before relaunching; resume with `trainrun "
-             "--resume {}`\n",
-             StopRelay::requested(), exp.run_dir);
+int stopped_between_attempts(const Experiment& exp, int attempt) {
+  if (attempt == 0)
+    fmt::print(stderr,
+               "stopped by signal {} during setup, before the job started: nothing new to "
+               "checkpoint, the run's checkpoints stay as they were\n",
+               StopRelay::requested());
+  else
+    fmt::print(stderr,
+               "stopped by signal {} between attempts, before relaunching; resume with `trainrun "
+               "--resume {}`\n",
+               StopRelay::requested(), exp.run_dir);
   return StopRelay::stop_code();
 }
 
@@ -152,7 +158,7 @@ int supervise(const RunRequest& request, const Experiment& exp, std::string resu
       return kExitOk;
     }
     if (attempt == 0) claim();  // the first command is known to be valid: take the directory
-    if (StopRelay::requested()) return stopped_between_attempts(exp);
+    if (StopRelay::requested()) return stopped_between_attempts(exp, attempt);
     const JobOutcome outcome = run_attempt(plan, exp.run_dir);
     if (StopRelay::requested()) return after_stop(outcome);
     if (!restartable(outcome.code)) {
@@ -170,7 +176,7 @@ int supervise(const RunRequest& request, const Experiment& exp, std::string resu
     fmt::print(stderr, "restart {}/{} in {:.0f} s from {} (lost {} step(s)): {}\n", attempt + 1,
                ft.max_restarts, backoff, resume_file.empty() ? "the start" : resume_file, lost,
                printable(outcome.cause));
-    if (StopRelay::sleep_unless_stopped(backoff)) return stopped_between_attempts(exp);
+    if (StopRelay::sleep_unless_stopped(backoff)) return stopped_between_attempts(exp, attempt + 1);
     backoff = std::min(60.0, std::max(backoff * 2, 0.0));
   }
 }

@@ -25,7 +25,6 @@
 #include "faults.h"
 #include "health_monitor.h"
 #include "logging.h"
-#include "signals.h"
 #include "step_phase.h"
 #include "step_reporter.h"
 #include "trainrun/backend.h"
@@ -41,6 +40,7 @@
 #include "trainrun/model.h"
 #include "trainrun/optimizer.h"
 #include "trainrun/rng.h"
+#include "trainrun/stop_signals.h"
 #include "trainrun/trace.h"
 #include "watchdog.h"
 
@@ -173,7 +173,7 @@ int Trainer::run() {
   const int64_t total = exp_.train.steps;
   int64_t step = state_.step;
   prefetch(step, 0);
-  enter_step_loop();  // a stop request now waits for a step boundary (signals.h)
+  enter_step_loop();  // a stop request now waits for a step boundary (stop_signals.h)
   const double t_run = now();
   double loss = NAN;
   bool trained = false;  // some step ran here (not a resume at or past the end)

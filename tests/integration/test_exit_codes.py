@@ -83,15 +83,15 @@ def test_a_signal_after_done_leaves_a_finished_run_finished(tmp_path, sig):
 @pytest.mark.parametrize("nproc", [1, 2])
 def test_a_second_interrupt_stops_at_once_without_a_checkpoint(tmp_path, nproc):
     rd = tmp_path / "r"
-    # Step 2 starts an evaluation of 200000 batches (minutes): the first SIGINT waits for it,
-    # the second does not.
-    proc = start([*sets(*TINY, "train.steps=100000", "checkpoint.every=0", "train.eval_every=2",
-                        "train.eval_steps=200000", f"distributed.nproc={nproc}")], rd)
-    assert wait_for(lambda: steps_logged(rd))
-    time.sleep(1.0)  # well inside the evaluation after step 2
+    # Every step sleeps 20 s (a slow step): the first SIGINT waits for the step boundary, the
+    # second does not. (An evaluation no longer makes the first one wait: see below.)
+    proc = start([*sets(*TINY, "train.steps=100000", "checkpoint.every=0",
+                        f"distributed.nproc={nproc}")], rd, TRAINRUN_FAULTS="slow:ms=20000")
+    assert wait_for(lambda: (rd / "metrics.jsonl").exists())
+    time.sleep(1.0)  # well inside the first step
     proc.send_signal(signal.SIGINT)
     time.sleep(1.0)
-    assert proc.poll() is None  # still evaluating: the first interrupt waits for a step boundary
+    assert proc.poll() is None  # still in the step: the first interrupt waits for a step boundary
     t0 = time.time()
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
@@ -99,6 +99,75 @@ def test_a_second_interrupt_stops_at_once_without_a_checkpoint(tmp_path, nproc):
     assert proc.returncode == 130, err[-3000:]
     assert elapsed < 10, elapsed
     assert "stopping at once, without a checkpoint" in err
+    assert checkpoints(rd) == []
+
+
+# A stop during a long evaluation abandons it between two batches and checkpoints the step the
+# evaluation was for (its weights are unchanged): 75 or 130 within seconds, not minutes.
+@pytest.mark.parametrize("nproc,sig,code", [(1, signal.SIGTERM, 75), (1, signal.SIGINT, 130),
+                                            (2, signal.SIGTERM, 75), (2, signal.SIGINT, 130)])
+def test_a_stop_during_a_long_evaluation_ends_promptly_with_a_checkpoint(tmp_path, nproc, sig,
+                                                                         code):
+    rd = tmp_path / "r"
+    # Step 2 starts an evaluation of 200000 batches (minutes).
+    proc = start([*sets(*TINY, "train.steps=100000", "checkpoint.every=0", "train.eval_every=2",
+                        "train.eval_steps=200000", f"distributed.nproc={nproc}")], rd)
+    assert wait_for(lambda: steps_logged(rd))
+    time.sleep(1.0)  # well inside the evaluation after step 2
+    t0 = time.time()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    elapsed = time.time() - t0
+    assert proc.returncode == code, err[-3000:]
+    assert elapsed < 10, elapsed
+    assert "stop requested during the evaluation" in err, err[-3000:]
+    assert checkpoints(rd) == ["step-0000002.h5"]
+    run(["inspect", str(rd / "checkpoints" / "step-0000002.h5")], check=0)
+
+
+# Setup (here generating 10^8 synthetic tokens, several seconds) has no step boundary and
+# nothing new to save: a stop ends it at once, saying so, with the stop's code.
+@pytest.mark.parametrize("launch,sig,code", [("direct", signal.SIGTERM, 75),
+                                             ("direct", signal.SIGINT, 130),
+                                             ("supervised", signal.SIGTERM, 75),
+                                             ("mpirun", signal.SIGINT, 130)])
+def test_a_stop_during_setup_ends_at_once(tmp_path, launch, sig, code):
+    rd = tmp_path / "r"
+    proc = start([*sets(*TINY, "data.synthetic_tokens=100000000", "train.steps=5",
+                        *LAUNCH[launch])], rd)
+    time.sleep(1.5)
+    assert proc.poll() is None
+    t0 = time.time()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    elapsed = time.time() - t0
+    assert proc.returncode == code, err[-3000:]
+    assert elapsed < 5, elapsed
+    # A rank (or the lone process) says "during setup, before the first step: stopping at
+    # once"; a launcher still checking the data, "during setup, before the job started".
+    assert re.search(r"during setup, before the (first step|job started)", err), err[-3000:]
+    assert "training steps" not in err  # it really was in setup
+    assert checkpoints(rd) == []
+
+
+# The same stop reaching ranks still in their setup (the launcher has checked the data and
+# started them; their watchdogs beat; they scan the data themselves): relayed, it ends them at
+# once, and the job with the stop's code.
+@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 75), (signal.SIGINT, 130)])
+def test_a_stop_to_ranks_in_setup_ends_the_job_at_once(tmp_path, sig, code):
+    rd = tmp_path / "r"
+    proc = start([*sets(*TINY, "data.synthetic_tokens=100000000", "train.steps=5",
+                        *LAUNCH["mpirun"])], rd)
+    assert wait_for(lambda: (rd / "logs" / "heartbeat-rank-1").exists(), timeout=120)
+    assert proc.poll() is None
+    t0 = time.time()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    elapsed = time.time() - t0
+    assert proc.returncode == code, err[-3000:]
+    assert elapsed < 5, elapsed
+    assert "during setup, before the first step: stopping at once" in err, err[-3000:]
+    assert "training steps" not in err
     assert checkpoints(rd) == []
 
 

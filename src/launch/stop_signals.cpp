@@ -2,8 +2,9 @@
 // may otherwise run on any thread, in the middle of MPI, OpenMP or malloc, and libraries
 // started later (MPI's progress threads) inherit the blocked mask too. That thread also acts on
 // a second SIGINT itself, so it works wherever the step loop is (setup, evaluation, checkpoint).
-#include "signals.h"
+#include "trainrun/stop_signals.h"
 
+#include <fmt/format.h>
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <thread>
 
 #include "trainrun/errors.h"
@@ -21,6 +23,7 @@ namespace trainrun {
 
 namespace {
 std::atomic<int> g_signal{0};
+std::atomic<bool> g_in_step_loop{false};
 
 // A launching trainrun relays SIGINT to its ranks as SIGUSR2: mpirun would turn SIGINT into a
 // kill (launch: stop_relay.h).
@@ -49,10 +52,25 @@ sigset_t stop_set() {
   std::_Exit(kExitInterrupted);
 }
 
+// A stop before the first step: nothing to save (a resumed run's checkpoint is still on disk),
+// and setup may be deep in a data scan or a model build with no point to stop at.
+[[noreturn]] void stop_during_setup(int sig) {
+  const int code = sig == SIGINT ? kExitInterrupted : kExitResumeMe;
+  const std::string msg = fmt::format(
+      "stop requested (signal {}) during setup, before the first step: stopping at once; "
+      "there is nothing new to checkpoint, the run's checkpoints stay as they were",
+      sig);
+  // To stderr itself: the console logger may not be set up yet.
+  fmt::print(stderr, "{}\n", msg);
+  record_failure(code, "stopped", msg);
+  std::_Exit(code);
+}
+
 void take(int sig) {
   if (sig == SIGUSR2) sig = SIGINT;
   int expected = 0;
   if (g_signal.compare_exchange_strong(expected, sig)) {
+    if (!g_in_step_loop.load()) stop_during_setup(sig);
     if (sig == SIGINT)
       spdlog::warn(
           "interrupt: stopping after this step with a checkpoint; interrupt again to stop at "
@@ -79,6 +97,10 @@ void install_stop_signals() {
 
 int stop_signal() {
   return g_signal.load();
+}
+
+void enter_step_loop() {
+  g_in_step_loop.store(true);
 }
 
 }  // namespace trainrun
