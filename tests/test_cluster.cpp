@@ -140,9 +140,15 @@ TEST_CASE("slurm script: directives from the config's defaults") {
     if (l.rfind("#SBATCH", 0) == 0) CHECK_FALSE(seen_command);
     if (!l.empty() && l[0] != '#') seen_command = true;
   }
-  const std::vector<std::string> words = {
-      "srun",     "--mpi=pmix", "/opt/trainrun/bin/trainrun", "run", "/home/me/tiny.yaml",
-      "--resume", "--run-dir",  "/scratch/runs/tiny"};
+  const std::vector<std::string> words = {"srun",
+                                          "--mpi=pmix",
+                                          "--kill-on-bad-exit=1",
+                                          "/opt/trainrun/bin/trainrun",
+                                          "run",
+                                          "/home/me/tiny.yaml",
+                                          "--resume",
+                                          "--run-dir",
+                                          "/scratch/runs/tiny"};
   CHECK(step_words(s) == words);
   CHECK(has_line(s, "trap 'forward USR1' USR1"));
   CHECK(has_line(s, "trap 'forward TERM' TERM"));
@@ -288,9 +294,15 @@ TEST_CASE("slurm submit: writes the config and script, runs sbatch, returns the 
   CHECK(sub.optimizer.lr == doctest::Approx(0.005));
   CHECK(sub.distributed.nproc == 4);
   CHECK(sub.run_dir == exp.run_dir);
-  const std::vector<std::string> words = {
-      "srun",      "--mpi=pmix", "/opt/trainrun/bin/trainrun", "run", config.string(), "--resume",
-      "--run-dir", exp.run_dir};
+  const std::vector<std::string> words = {"srun",
+                                          "--mpi=pmix",
+                                          "--kill-on-bad-exit=1",
+                                          "/opt/trainrun/bin/trainrun",
+                                          "run",
+                                          config.string(),
+                                          "--resume",
+                                          "--run-dir",
+                                          exp.run_dir};
   CHECK(step_words(read_file(script)) == words);
 }
 

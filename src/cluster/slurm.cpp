@@ -1,6 +1,7 @@
 // Slurm batch scripts: one script serves the first start and every requeue, because the job
 // always runs `trainrun run CONFIG --resume` (which starts fresh when there is no checkpoint).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "trainrun/cluster.h"
 #include "trainrun/config.h"
 #include "trainrun/errors.h"
+#include "trainrun/supervisor.h"
 
 namespace fs = std::filesystem;
 
@@ -98,6 +100,31 @@ std::string absolute(const std::string& p) {
 
 }  // namespace
 
+namespace {
+
+// fault_tolerance.max_restarts under Slurm: a failure trainrun's supervisor would restart (a
+// crash, a killed rank, a watchdog abort) requeues the job while Slurm's restart count, which
+// every requeue raises (preemptions too), is below max_restarts. The supervisor's "failed again
+// at the same checkpoint" rule has no equivalent here: the count is the only bound.
+template <typename Line>
+void restart_on_failure(int max_restarts, const Line& line) {
+  if (max_restarts <= 0) return;
+  std::vector<std::string> final_codes;  // failures a restart cannot help
+  for (int code = 1; code < 256; ++code)
+    if (code != kExitResumeMe && !restartable(code)) final_codes.push_back(std::to_string(code));
+  line(fmt::format("    case $rc in {}) ;; *)", fmt::join(final_codes, "|")));
+  line(fmt::format("      if (( ${{SLURM_RESTART_COUNT:-0}} < {} )); then", max_restarts));
+  line(fmt::format(
+      "        echo \"trainrun: failed with exit code $rc; requeueing job ${{SLURM_JOB_ID}} "
+      "(restart $(( ${{SLURM_RESTART_COUNT:-0}} + 1 )) of {}, fault_tolerance.max_restarts)\"",
+      max_restarts));
+  line("        if scontrol requeue \"$SLURM_JOB_ID\"; then exit 0; fi");
+  line("      fi ;;");
+  line("    esac");
+}
+
+}  // namespace
+
 std::string slurm_script(const Experiment& exp, const SlurmOptions& in) {
   const SlurmOptions o = resolve(exp, in);
   const int world = o.nodes * o.ntasks_per_node;
@@ -169,7 +196,9 @@ std::string slurm_script(const Experiment& exp, const SlurmOptions& in) {
   std::vector<std::string> cmd;
   if (o.launcher == "srun") {
     line("# srun starts every rank; --mpi=pmix is the wire-up Debian's Open MPI understands.");
-    cmd = {"srun", "--mpi=pmix"};
+    line("# --kill-on-bad-exit: a rank that dies ends the step at once, instead of leaving the");
+    line("# others waiting in a collective until the watchdog's step_timeout.");
+    cmd = {"srun", "--mpi=pmix", "--kill-on-bad-exit=1"};
   } else {
     line("# mpirun reads the allocation from Slurm. Open MPI refuses root without these.");
     line("if [[ $(id -u) -eq 0 ]]; then");
@@ -225,6 +254,7 @@ std::string slurm_script(const Experiment& exp, const SlurmOptions& in) {
   line("    echo \"trainrun: scontrol requeue failed: resubmit this script to continue\" >&2");
   line("    exit 75 ;;");
   line("  *)");
+  restart_on_failure(exp.fault_tolerance.max_restarts, line);
   line("    echo \"trainrun: failed with exit code $rc\" >&2");
   line("    exit \"$rc\" ;;");
   line("esac");

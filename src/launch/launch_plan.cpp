@@ -1,12 +1,16 @@
 // The mpirun command that starts a job's ranks, built from the experiment.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "host.h"
@@ -36,6 +40,57 @@ std::vector<std::string> trainrun_variables() {
   return names;
 }
 
+// The hosts a hostfile lists (first word of each line, comments and blank lines skipped),
+// each once, in order.
+std::vector<std::string> hostfile_hosts(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> hosts;
+  std::string line;
+  while (std::getline(in, line)) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::string host;
+    if (words >> host && std::find(hosts.begin(), hosts.end(), host) == hosts.end())
+      hosts.push_back(host);
+  }
+  return hosts;
+}
+
+// The hostfile must exist and list distributed.nodes hosts: Open MPI's mapper would otherwise
+// refuse the job only once it is launched (ppr:N:node maps N ranks on every host it lists).
+void check_hostfile(const Experiment& exp) {
+  const DistributedConfig& d = exp.distributed;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(d.hostfile, ec))
+    throw LaunchError(fmt::format(
+        "distributed.hostfile: {} is not a file{}; fix the path or remove the key to run on "
+        "this node",
+        d.hostfile, where(exp)));
+  const std::vector<std::string> hosts = hostfile_hosts(d.hostfile);
+  if (int(hosts.size()) != d.nodes)
+    throw ConfigError(
+        fmt::format("distributed.nodes={} but the hostfile {} lists {} host(s) ({}){}: set "
+                    "distributed.nodes={} or list {} host(s) there",
+                    d.nodes, d.hostfile, hosts.size(), fmt::join(hosts, ", "), where(exp),
+                    hosts.size(), d.nodes));
+}
+
+// Open MPI's out-of-band channel (mpirun to its daemons) is plain TCP: a host that goes silent
+// (link down, not a closed connection) is noticed only by TCP keepalive, which Open MPI leaves
+// at 300 s idle + 9 x 20 s. Shorter here: a silent host is declared lost after at most
+// kKeepaliveTime + kKeepaliveProbes x kKeepaliveIntvl = 25 s. A value the user gives in
+// launcher.mpirun_args wins.
+constexpr int kKeepaliveTime = 10, kKeepaliveIntvl = 5, kKeepaliveProbes = 3;
+
+void add_keepalive(const Experiment& exp, std::vector<std::string>* argv) {
+  const auto& user = exp.launcher.mpirun_args;
+  for (auto [name, value] : {std::pair{"oob_tcp_keepalive_time", kKeepaliveTime},
+                             std::pair{"oob_tcp_keepalive_intvl", kKeepaliveIntvl},
+                             std::pair{"oob_tcp_keepalive_probes", kKeepaliveProbes}})
+    if (std::find(user.begin(), user.end(), name) == user.end())
+      argv->insert(argv->end(), {"--mca", name, std::to_string(value)});
+}
+
 }  // namespace
 
 LaunchPlan plan_launch(const Experiment& exp, const std::vector<std::string>& self_argv) {
@@ -52,14 +107,7 @@ LaunchPlan plan_launch(const Experiment& exp, const std::vector<std::string>& se
         "{} ranks requested (distributed.nproc={} x distributed.nodes={}) but mpirun is not on "
         "PATH: install openmpi-bin (apt-get install openmpi-bin) or run ranks yourself with srun",
         exp.world_size(), d.nproc, d.nodes));
-  if (!d.hostfile.empty()) {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(d.hostfile, ec))
-      throw LaunchError(
-          fmt::format("distributed.hostfile: {} is not a file{}; fix the path or "
-                      "remove the key to run on this node",
-                      d.hostfile, where(exp)));
-  }
+  if (!d.hostfile.empty()) check_hostfile(exp);
   const int world = exp.world_size();
   if (d.nodes == 1 && d.hostfile.empty() && !d.oversubscribe) {
     const int cores = available_cores();
@@ -80,6 +128,7 @@ LaunchPlan plan_launch(const Experiment& exp, const std::vector<std::string>& se
   // mpirun's default binds each rank to one core, which leaves an OpenMP rank one thread.
   a.insert(a.end(), {"--bind-to", "none"});
   if (d.oversubscribe) a.push_back("--oversubscribe");
+  if (d.nodes > 1 || !d.hostfile.empty()) add_keepalive(exp, &a);
   a.insert(a.end(), {"-x", fmt::format("OMP_NUM_THREADS={}", plan.omp_threads_per_rank)});
   a.insert(a.end(), {"-x", "TRAINRUN_LAUNCHED_BY=trainrun"});
   for (const char* name : {"PATH", "LD_LIBRARY_PATH"})

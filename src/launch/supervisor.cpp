@@ -50,6 +50,9 @@ LaunchPlan attempt_plan(const RunRequest& r, const Experiment& exp, const std::s
     plan.single_rank = true;
   }
   plan.env.push_back(fmt::format("TRAINRUN_RESTART_COUNT={}", attempt));
+  // mpirun passes its own environment only to the ranks on this host: ranks elsewhere need
+  // the count (one-shot fault injection, restart events) forwarded by name.
+  if (!plan.single_rank) plan.argv.insert(plan.argv.begin() + 1, {"-x", "TRAINRUN_RESTART_COUNT"});
   return plan;
 }
 

@@ -55,13 +55,13 @@ def bash_n(script, tmp_path):
 
 CASES = [
     # (flags, expected #SBATCH lines after --job-name, expected launcher words)
-    ([], ["--nodes=1", "--ntasks-per-node=1"], ["srun", "--mpi=pmix"]),
+    ([], ["--nodes=1", "--ntasks-per-node=1"], ["srun", "--mpi=pmix", "--kill-on-bad-exit=1"]),
     (["--nodes", "2", "--ntasks-per-node", "4", "--gpus-per-node", "4", "--cpus-per-task", "6",
       "--time", "12:00:00", "--partition", "gpu", "--account", "ml-team", "--signal-seconds",
       "900"],
      ["--nodes=2", "--ntasks-per-node=4", "--gpus-per-node=4", "--cpus-per-task=6",
       "--time=12:00:00", "--partition=gpu", "--account=ml-team"],
-     ["srun", "--mpi=pmix"]),
+     ["srun", "--mpi=pmix", "--kill-on-bad-exit=1"]),
     (["--ntasks-per-node", "2", "--launcher", "mpirun", "--time", "90"],
      ["--nodes=1", "--ntasks-per-node=2", "--time=90"],
      ["mpirun", "-np", "2", "--bind-to", "none"]),
@@ -114,6 +114,7 @@ echo "srun OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset} args: $*" >> "$FAKE_LOG"
 case $FAKE_MODE in
   finish) exit 0 ;;
   fail) exit 3 ;;
+  crash) exit 137 ;;
   checkpoint) exit 75 ;;
   wait-signal)
     trap 'echo "srun got USR1" >> "$FAKE_LOG"; exit 75' USR1
@@ -168,6 +169,25 @@ def test_script_finishes_and_fails(tmp_path):
     assert not any(l.startswith("scontrol") for l in log)
     rc, out, log = run_script_with_fakes(tmp_path, "fail")
     assert rc == 3, out
+    assert not any(l.startswith("scontrol") for l in log)
+
+
+def test_script_restarts_a_crash_up_to_max_restarts(tmp_path):
+    """fault_tolerance.max_restarts under Slurm: a crash (137) is requeued while Slurm's restart
+    count is below it; bad input (3) never is; without max_restarts nothing is."""
+    sets = ["fault_tolerance.max_restarts=2"]
+    rc, out, log = run_script_with_fakes(tmp_path, "crash", {"SLURM_RESTART_COUNT": "1"}, sets=sets)
+    assert rc == 0, out
+    assert log[-1] == "scontrol requeue 77"
+    assert "restart 2 of 2, fault_tolerance.max_restarts" in out
+    rc, out, log = run_script_with_fakes(tmp_path, "crash", {"SLURM_RESTART_COUNT": "2"}, sets=sets)
+    assert rc == 137, out
+    assert not any(l.startswith("scontrol") for l in log)
+    rc, out, log = run_script_with_fakes(tmp_path, "fail", sets=sets)
+    assert rc == 3, out
+    assert not any(l.startswith("scontrol") for l in log)
+    rc, out, log = run_script_with_fakes(tmp_path, "crash")
+    assert rc == 137, out
     assert not any(l.startswith("scontrol") for l in log)
 
 
