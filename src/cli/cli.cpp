@@ -210,7 +210,7 @@ Command add_data_tokenizer(CLI::App& app) {
 
 Command add_sample(CLI::App& app) {
   struct Args {
-    std::string run, prompt;
+    std::string run, prompt, tokenizer;
     int tokens = 200;
     double temperature = 0.8;
     uint64_t seed = 1;
@@ -219,7 +219,9 @@ Command add_sample(CLI::App& app) {
   auto* sub = app.add_subcommand("sample", "generate text from a run's newest checkpoint");
   sub->add_option("run", a->run, "run directory or checkpoint file")->required();
   sub->add_option("--prompt", a->prompt, "text to continue");
-  sub->add_option("--tokens", a->tokens, "how many tokens (bytes) to generate")
+  sub->add_option("--tokenizer", a->tokenizer,
+                  "tokenizer.json to encode the prompt and decode with (default: the run's)");
+  sub->add_option("--tokens", a->tokens, "how many tokens to generate")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
   sub->add_option("--temperature", a->temperature, "sampling temperature; 0 = greedy")
@@ -227,7 +229,7 @@ Command add_sample(CLI::App& app) {
   sub->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
   return {sub, [a] {
             const std::string text =
-                sample_text(a->run, a->prompt, a->tokens, a->temperature, a->seed);
+                sample_text(a->run, a->prompt, a->tokens, a->temperature, a->seed, a->tokenizer);
             fmt::print("{}{}\n", a->prompt, text);
             return kExitOk;
           }};

@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 namespace trainrun {
 
 std::string sample_text(const std::string& run_dir_or_file, const std::string& prompt, int tokens,
-                        double temperature, uint64_t seed) {
+                        double temperature, uint64_t seed, const std::string& tokenizer) {
   // NaN compares false with everything: it would sample garbage instead of failing.
   if (!std::isfinite(temperature) || temperature < 0)
     throw ConfigError(
@@ -34,6 +34,9 @@ std::string sample_text(const std::string& run_dir_or_file, const std::string& p
   if (fs::is_directory(run_dir_or_file)) {
     std::vector<std::string> warnings;
     auto latest = latest_good_checkpoint(run_dir_or_file, &warnings);
+    // A newer checkpoint that was skipped (damaged, unfinished) is said, so a sample from an
+    // older one is never mistaken for the newest.
+    for (const std::string& w : warnings) fmt::print(stderr, "warning: {}\n", w);
     if (!latest)
       throw CheckpointError(
           fmt::format("no usable checkpoint in {}/checkpoints: train first "
@@ -50,8 +53,18 @@ std::string sample_text(const std::string& run_dir_or_file, const std::string& p
   be->copy(ps.params(), Tensor(ck.weights.data(), DType::f32, Device::cpu, {ps.numel()}));
 
   const int T = exp.model.seq_len, V = exp.model.vocab_size;
-  // The run's tokenizer when its shards were prepared with one (their manifest), else bytes.
+  // The tokenizer asked for, else the run's (data.tokenizer, else its shards' manifest), else
+  // bytes; one the manifest contradicts is refused there (DataError).
+  if (!tokenizer.empty()) exp.data.tokenizer = tokenizer;
   const std::unique_ptr<Tokenizer> tok = data_tokenizer(exp.data);
+  if (!tok && V > 256 && !exp.data.train.empty())
+    fmt::print(
+        stderr,
+        "warning: {}: no tokenizer on record (no manifest.json beside the shards, no "
+        "data.tokenizer), so "
+        "ids print as bytes and ids past 255 as <id>; if the shards were made with a tokenizer, "
+        "pass it with --tokenizer FILE\n",
+        exp.data.train);
   std::vector<int32_t> ctx;
   if (tok) {
     ctx = tok->encode(prompt.empty() ? "\n" : prompt);
@@ -91,7 +104,14 @@ std::string sample_text(const std::string& run_dir_or_file, const std::string& p
     ctx.push_back(next);
     out.push_back(next);
   }
-  return tok ? tok->decode(out) : std::string(out.begin(), out.end());
+  if (tok) return tok->decode(out);
+  std::string text;
+  for (const int32_t id : out)
+    if (id < 256)
+      text.push_back(static_cast<char>(id));
+    else
+      text += fmt::format("<{}>", id);
+  return text;
 }
 
 }  // namespace trainrun

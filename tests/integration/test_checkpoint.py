@@ -105,6 +105,9 @@ def test_damaged_newest_checkpoint_falls_back(tmp_path, full_run, damage):
     p = run(["inspect", str(newest)], check=4)
     assert "DAMAGED" in p.stdout
     assert run(["inspect", str(rd / "checkpoints" / "step-0000010.h5")], check=0).stdout
+    # `sample` falls back the same way and says which newer file it skipped.
+    p = run(["sample", str(rd), "--tokens", "5"], check=0)
+    assert "warning:" in p.stderr and "step-0000015.h5" in p.stderr, p.stderr
     p = run(["--resume", str(rd)], check=0)
     assert "step-0000015.h5" in p.stderr and "step-0000010.h5" in p.stderr  # named, fell back
     assert losses(rd) == full_run

@@ -9,6 +9,7 @@ import hashlib
 import json
 import pathlib
 import random
+import re
 import struct
 import subprocess
 
@@ -268,3 +269,18 @@ def test_data_tokenizer_names_the_shards_tokenizer(shakespeare, tmp_path):
     copy.unlink()
     p = sample()
     assert p.returncode == 3 and b"data.tokenizer" in p.stderr, p.stderr
+
+    # `sample --tokenizer` decodes with the file given (here the same tokenizer, elsewhere)...
+    p = subprocess.run([TRAINRUN, "sample", str(rd), "--tokens", "40", "--prompt", "KING",
+                        "--tokenizer", str(tok)], capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert sum(c.isalpha() for c in p.stdout.decode("utf-8")) > len("KING") + 40, p.stdout
+    # ... and without any tokenizer the ids past 255 print as <id>, with a warning that says how
+    # to decode them, never as truncated bytes.
+    rd2 = tmp_path / "run2"
+    run([*base, *sets(f"run_dir={rd2}", "train.steps=30")], check=0)  # no manifest, no tokenizer
+    p = subprocess.run([TRAINRUN, "sample", str(rd2), "--tokens", "200", "--temperature", "2"],
+                       capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert b"--tokenizer" in p.stderr and b"no tokenizer on record" in p.stderr, p.stderr
+    assert re.search(rb"<(25[6-9]|2[6-9][0-9]|[34][0-9][0-9]|50[0-9]|51[01])>", p.stdout), p.stdout
