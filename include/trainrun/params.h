@@ -62,6 +62,9 @@ class ParamStore {
   DType dtype() const { return dtype_; }
   // The dtype of the master weights, gradients and optimizer moments: f32 under bf16.
   DType master_dtype() const { return dtype_ == DType::bf16 ? DType::f32 : dtype_; }
+  // The dtype of saved statistics (norm mean/rstd, attention and loss lse) and per-token losses:
+  // f32 under bf16, so softmax and the loss are never recomputed from a rounded lse.
+  DType stats_dtype() const { return master_dtype(); }
   const std::vector<ParamInfo>& infos() const { return infos_; }
   std::vector<ParamEntry> entries() const;  // for checkpoints
   Backend& backend() const { return be_; }

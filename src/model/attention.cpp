@@ -24,7 +24,7 @@ void CausalSelfAttention::bind(Arena& acts, Arena& scratch, int64_t batch, int64
   DType dt = ps_.dtype();
   qkv_out_ = acts.take(dt, {batch, seq, qkv_width_});
   y_ = acts.take(dt, {batch, seq, d_model_});
-  lse_ = acts.take(dt, {batch, n_head_, seq});
+  lse_ = acts.take(ps_.stats_dtype(), {batch, n_head_, seq});
   dqkv_ = scratch.take(dt, {batch, seq, qkv_width_});
   dy_ = scratch.take(dt, {batch, seq, d_model_});
   // rope_backward accumulates into a separate buffer; without rope the two are one.

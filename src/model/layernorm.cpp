@@ -8,8 +8,8 @@ LayerNorm::LayerNorm(ParamStore& ps, const std::string& name, int dim) : ps_(ps)
 }
 
 void LayerNorm::bind(Arena& acts, int64_t rows) {
-  mean_ = acts.take(ps_.dtype(), {rows});
-  rstd_ = acts.take(ps_.dtype(), {rows});
+  mean_ = acts.take(ps_.stats_dtype(), {rows});
+  rstd_ = acts.take(ps_.stats_dtype(), {rows});
 }
 
 void LayerNorm::forward(Tensor out, Tensor in) const {

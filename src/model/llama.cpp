@@ -98,8 +98,8 @@ class Llama final : public Model {
     norm_out_ = acts_.take(dt, {N, C});
     norm_f_.bind(acts_, N);
     logits_ = acts_.take(dt, {N, V});
-    losses_ = acts_.take(dt, {N});
-    lse_ = acts_.take(dt, {N});
+    losses_ = acts_.take(ps_.stats_dtype(), {N});
+    lse_ = acts_.take(ps_.stats_dtype(), {N});
     dnorm_ = scratch_.take(dt, {N, C});
     top_end_ = scratch_.mark();  // the stream's gradients and dnorm; then the blocks' shared part
     stack_.bind_blocks(acts_, scratch_, B, T);

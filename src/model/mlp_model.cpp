@@ -118,8 +118,8 @@ class MlpModel final : public Model {
         dpost_.push_back(scratch_.take(dt, {B, w}));
       }
     }
-    losses_ = acts_.take(dt, {B});
-    lse_ = acts_.take(dt, {B});
+    losses_ = acts_.take(ps_.stats_dtype(), {B});
+    lse_ = acts_.take(ps_.stats_dtype(), {B});
   }
 
   ModelConfig cfg_;

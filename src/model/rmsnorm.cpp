@@ -7,7 +7,7 @@ RMSNorm::RMSNorm(ParamStore& ps, const std::string& name, int dim) : ps_(ps) {
 }
 
 void RMSNorm::bind(Arena& acts, int64_t rows) {
-  rstd_ = acts.take(ps_.dtype(), {rows});
+  rstd_ = acts.take(ps_.stats_dtype(), {rows});
 }
 
 void RMSNorm::forward(Tensor out, Tensor in) const {
