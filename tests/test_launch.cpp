@@ -330,6 +330,48 @@ TEST_CASE("plan_launch: the mpirun command") {
   }
 }
 
+TEST_CASE("plan_launch: several hosts (keepalive, the hostfile's hosts)") {
+  if (!mpirun_available()) {
+    MESSAGE("mpirun not on PATH");
+    return;
+  }
+  TempDir dir;
+  const std::string hosts = (dir.path / "hosts").string();
+  std::ofstream(hosts) << "# two nodes\nnode1 slots=4\n\nnode2 slots=4  # the second\nnode1\n";
+  Experiment e = experiment(4, 2);
+  e.distributed.hostfile = hosts;
+  SUBCASE("a silent host is noticed by TCP keepalive within 25 s") {
+    LaunchPlan p = plan_launch(e, kSelf);
+    CHECK(has_seq(p.argv, {"--mca", "oob_tcp_keepalive_time", "10"}));
+    CHECK(has_seq(p.argv, {"--mca", "oob_tcp_keepalive_intvl", "5"}));
+    CHECK(has_seq(p.argv, {"--mca", "oob_tcp_keepalive_probes", "3"}));
+    CHECK_FALSE(has(plan_launch(experiment(2), kSelf).argv, "oob_tcp_keepalive_time"));
+  }
+  SUBCASE("the user's own keepalive setting wins") {
+    e.launcher.mpirun_args = {"--mca", "oob_tcp_keepalive_time", "60"};
+    LaunchPlan p = plan_launch(e, kSelf);
+    CHECK(std::count(p.argv.begin(), p.argv.end(), "oob_tcp_keepalive_time") == 1);
+    CHECK(has_seq(p.argv, {"--mca", "oob_tcp_keepalive_time", "60"}));
+    CHECK(has_seq(p.argv, {"--mca", "oob_tcp_keepalive_probes", "3"}));
+  }
+  SUBCASE("distributed.nodes that does not match the hostfile is a config error") {
+    for (int nodes : {1, 3}) {
+      CAPTURE(nodes);
+      e.distributed.nodes = nodes;
+      try {
+        plan_launch(e, kSelf);
+        FAIL("expected ConfigError");
+      } catch (const ConfigError& err) {
+        const std::string what = err.what();
+        CHECK(err.code() == kExitUsage);
+        CHECK(what.find(fmt::format("distributed.nodes={}", nodes)) != std::string::npos);
+        CHECK(what.find("lists 2 host(s) (node1, node2)") != std::string::npos);
+        CHECK(what.find(hosts) != std::string::npos);
+      }
+    }
+  }
+}
+
 TEST_CASE("render_command is one copy-pasteable shell line") {
   LaunchPlan p;
   p.env = {"GREETING=hello world"};
@@ -387,6 +429,48 @@ TEST_CASE("read_mpirun_failure names the rank and host as data") {
   f = read_mpirun_failure("Executable: ./nope\nNode: vm\n");
   CHECK(f.rank == -1);
   CHECK(f.text.empty());
+}
+
+// Open MPI 4.1's words when a host cannot be reached at launch (ssh's line, then the box).
+constexpr const char* kDaemonsNotStarted =
+    "ssh: connect to host node2 port 22: No route to host\r\n"
+    "--------------------------------------------------------------------------\n"
+    "ORTE was unable to reliably start one or more daemons.\n"
+    "This usually is caused by:\n\n"
+    "* not finding the required libraries and/or binaries on\n"
+    "  one or more nodes.\n"
+    "--------------------------------------------------------------------------\n";
+
+TEST_CASE("a job mpirun could not launch is a restartable launch failure, not a crash") {
+  MpirunFailure f = read_mpirun_failure(kDaemonsNotStarted);
+  CHECK(f.not_launched);
+  CHECK(f.rank == -1);
+  CHECK(f.host == "node2");
+  CHECK(f.text.find("could not start its daemon on node2") != std::string::npos);
+  f = read_mpirun_failure(
+      "ssh: Could not resolve hostname nodex: Name or service not known\n"
+      "An ORTE daemon has unexpectedly failed after launch and before\ncommunicating back to "
+      "mpirun.\n");
+  CHECK(f.not_launched);
+  CHECK(f.host == "nodex");
+  // A rank's exit is no launch failure, even with the same box further down.
+  f = read_mpirun_failure(std::string("  Process name: [[29619,1],3]\n  Exit code:    3\n") +
+                          kDaemonsNotStarted);
+  CHECK_FALSE(f.not_launched);
+  CHECK(f.rank == 3);
+
+  JobOutcome o = judge_job(1, {}, read_mpirun_failure(kDaemonsNotStarted));
+  CHECK(o.not_launched);
+  CHECK(o.code == kExitLaunch);
+  CHECK(o.host == "node2");
+  CHECK(restartable(o.code));
+  // Once a rank recorded a failure the job did start.
+  FailureRecord r;
+  r.rank = 0;
+  r.culprit_rank = 0;
+  r.exit_code = 3;
+  r.cause = "error";
+  CHECK_FALSE(judge_job(1, {r}, read_mpirun_failure(kDaemonsNotStarted)).not_launched);
 }
 
 // Real mpirun runs of /bin/sh ranks.

@@ -21,7 +21,8 @@ struct JobOutcome {
   std::string cause;  // one line naming the rank, its host and what happened ("" when code 0)
   int rank = -1;      // the rank blamed; -1 when nobody could say
   std::string host;
-  bool from_record = false;  // decided by a rank's own record rather than mpirun's text
+  bool from_record = false;   // decided by a rank's own record rather than mpirun's text
+  bool not_launched = false;  // mpirun could not start the job: no rank ran (MpirunFailure)
 };
 
 // The decision, from the launcher's exit code, the records the ranks left, and what mpirun

@@ -71,6 +71,9 @@ JobOutcome judge_job(int launcher_code, const std::vector<FailureRecord>& record
   const std::string text = launcher.text.empty()
                                ? fmt::format("the job exited with code {}", launcher_code)
                                : launcher.text;
+  // A job that never started has no rank's code: it is a launch failure (6), restartable.
+  if (launcher.not_launched && records.empty())
+    return {kExitLaunch, text, -1, launcher.host, false, true};
   return {job_code(launcher_code), text, launcher.rank, launcher.host, false};
 }
 

@@ -5,6 +5,10 @@
 //   (or "in communicator MPI COMMUNICATOR 3 DUP FROM 0", the watchdog's duplicate)
 //   "mpirun has exited due to process rank 1 with PID 0 on\nnode vm exiting improperly."
 //   "...could not access or execute an executable:\n\nExecutable: ./x\nNode: vm"
+//   "ORTE was unable to reliably start one or more daemons." (a host unreachable at launch;
+//   ssh said which: "ssh: connect to host node2 port 22: No route to host")
+//   "An ORTE daemon has unexpectedly failed after launch and before communicating back to
+//   mpirun." (the same, after ssh got through)
 // Whitespace is collapsed first so line wrapping does not matter; the earliest report wins,
 // since the first rank to fail is the cause and the rest are usually its consequences.
 #include <fmt/format.h>
@@ -77,18 +81,46 @@ MpirunFailure not_executable(const char* at) {
   char exe[1024] = {}, node[256] = {};
   if (std::sscanf(at, "execute an executable: Executable: %1023s Node: %255s", exe, node) != 2)
     return {};
-  return {fmt::format("mpirun could not execute {} on {}", exe, node), -1, node};
+  return {fmt::format("mpirun could not execute {} on {}", exe, node), -1, node, true};
+}
+
+// The host ssh could not reach, when it said so anywhere in the text; "" otherwise.
+std::string ssh_host(const char* text) {
+  char host[256] = {};
+  for (const char* form :
+       {"ssh: connect to host %255s", "ssh: Could not resolve hostname %255[^: ]"})
+    for (const char* at = std::strstr(text, "ssh: "); at; at = std::strstr(at + 1, "ssh: "))
+      if (std::sscanf(at, form, host) == 1) return host;
+  return "";
+}
+
+// Open MPI's daemons did not come up: the job never started. `text` is the whole report (the
+// ssh line that names the host usually comes before the box).
+MpirunFailure daemons_not_started(const char* at, const char* text) {
+  const std::string host = ssh_host(text);
+  const char* what = std::strncmp(at, "ORTE was unable", 15) == 0
+                         ? "mpirun could not start its daemon"
+                         : "mpirun's daemon failed before reporting back";
+  return {host.empty() ? fmt::format("{} on a host (unreachable?); no rank started", what)
+                       : fmt::format("{} on {} (unreachable?); no rank started", what, host),
+          -1, host, true};
 }
 
 struct Reader {
   const char* anchor;
-  MpirunFailure (*read)(const char*);
+  MpirunFailure (*read)(const char* at, const char* text);
 };
+template <MpirunFailure (*F)(const char*)>
+MpirunFailure at_only(const char* at, const char*) {
+  return F(at);
+}
 constexpr Reader kReaders[] = {
-    {"Process name:", exit_code},
-    {"process rank", rank_ended},
-    {"MPI_ABORT was invoked", aborted},
-    {"execute an executable", not_executable},
+    {"Process name:", at_only<exit_code>},
+    {"process rank", at_only<rank_ended>},
+    {"MPI_ABORT was invoked", at_only<aborted>},
+    {"execute an executable", at_only<not_executable>},
+    {"ORTE was unable to reliably start", daemons_not_started},
+    {"An ORTE daemon has unexpectedly failed after launch", daemons_not_started},
 };
 
 }  // namespace
@@ -100,7 +132,7 @@ MpirunFailure read_mpirun_failure(const std::string& mpirun_stderr) {
   for (const Reader& r : kReaders) {
     for (size_t pos = text.find(r.anchor); pos != std::string::npos && pos < best_pos;
          pos = text.find(r.anchor, pos + 1)) {
-      if (MpirunFailure d = r.read(text.c_str() + pos); !d.text.empty()) {
+      if (MpirunFailure d = r.read(text.c_str() + pos, text.c_str()); !d.text.empty()) {
         best_pos = pos;
         best = std::move(d);
         break;

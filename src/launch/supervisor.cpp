@@ -110,6 +110,9 @@ std::variant<std::string, int> next_start(const Experiment& exp, const JobOutcom
   auto latest = latest_good_checkpoint(exp.run_dir, &warnings);
   for (const auto& w : warnings) fmt::print(stderr, "warning: {}\n", w);
   const int64_t from = latest ? checkpoint_step(*latest) : 0;
+  // A job that could not be launched (a host unreachable) got nowhere through no fault of the
+  // step it would start from: it counts against max_restarts, not as a repeated crash.
+  if (o.not_launched) return latest.value_or("");
   if (from == *last_failed_at) {
     fmt::print(stderr,
                "error: the job failed again without getting past step {} (the newest "

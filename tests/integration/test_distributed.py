@@ -104,3 +104,72 @@ def test_killed_rank_ends_the_job_and_is_named(tmp_path):
     assert time.time() - t0 < 30
     assert p.returncode != 0
     assert re.search(r"rank 1\b", p.stderr), p.stderr[-2000:]
+
+
+FAKE_UNREACHABLE_MPIRUN = """#!/bin/bash
+# The first FAIL launches fail as Open MPI 4.1 does when a host cannot be reached; then the
+# real mpirun runs the job.
+n=$(( $(cat "$COUNT" 2>/dev/null || echo 0) + 1 ))
+echo "$n" > "$COUNT"
+echo "launch $n: TRAINRUN_RESTART_COUNT=$TRAINRUN_RESTART_COUNT args: $*" >> "$LOG"
+if (( n <= FAIL )); then
+  echo "ssh: connect to host node2 port 22: No route to host" >&2
+  echo "--------------------------------------------------------------------------" >&2
+  echo "ORTE was unable to reliably start one or more daemons." >&2
+  echo "This usually is caused by:" >&2
+  echo "--------------------------------------------------------------------------" >&2
+  exit 1
+fi
+exec "$REAL" "$@"
+"""
+
+
+def fake_mpirun(tmp_path, fail):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "mpirun").write_text(FAKE_UNREACHABLE_MPIRUN)
+    (bindir / "mpirun").chmod(0o755)
+    log = tmp_path / "launches.log"
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "COUNT": str(tmp_path / "count"),
+           "LOG": str(log), "FAIL": str(fail), "REAL": shutil.which("mpirun")}
+    return env, log
+
+
+def test_a_launch_failure_is_restarted_not_taken_for_a_repeated_crash(tmp_path):
+    """Two launches that cannot reach a host, then one that can: the job finishes (exit 0).
+    Two failures without getting past step 0 would otherwise be "failed again at the same
+    checkpoint" (exit 7) with restarts left. The restart count reaches the ranks by -x."""
+    rd = tmp_path / "r"
+    env, log = fake_mpirun(tmp_path, fail=2)
+    p = run([QS, *sets(*BASE, "distributed.nproc=2", "fault_tolerance.max_restarts=3",
+                       "fault_tolerance.restart_backoff=0.1"), "--run-dir", str(rd)],
+            env=env, check=0)
+    assert p.stderr.count("error: mpirun could not start its daemon on node2 (unreachable?)") == 2, \
+        p.stderr
+    assert "restart 2/3" in p.stderr
+    launches = log.read_text().splitlines()
+    assert len(launches) == 3
+    assert all("-x TRAINRUN_RESTART_COUNT" in l for l in launches)
+    assert launches[2].startswith("launch 3: TRAINRUN_RESTART_COUNT=2 ")
+    assert max(losses(rd)) == 24
+
+
+def test_launch_failures_still_count_against_max_restarts(tmp_path):
+    rd = tmp_path / "r"
+    env, log = fake_mpirun(tmp_path, fail=10)
+    p = run([QS, *sets(*BASE, "distributed.nproc=2", "fault_tolerance.max_restarts=2",
+                       "fault_tolerance.restart_backoff=0.1"), "--run-dir", str(rd)], env=env)
+    assert p.returncode == 7, p.stderr
+    assert "gave up after 2 restart(s)" in p.stderr
+    assert len(log.read_text().splitlines()) == 3
+
+
+def test_nodes_that_do_not_match_the_hostfile_are_refused_up_front(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost slots=2\n")
+    p = run([QS, *sets(*BASE, "distributed.nproc=1", "distributed.nodes=2",
+                       f"distributed.hostfile={hosts}"), "--dry-run", "--run-dir",
+             str(tmp_path / "r")], check=2)
+    assert "distributed.nodes=2" in p.stderr and "lists 1 host(s) (localhost)" in p.stderr
+    assert str(hosts) in p.stderr
+    assert not (tmp_path / "r").exists()
