@@ -1254,3 +1254,41 @@ TEST_CASE("run_launch: mpirun's own failure is not called a rank's exit") {
   CHECK(o.code == kExitLaunch);
   CHECK(o.cause == f.text);
 }
+
+TEST_CASE("run_launch: a failed job that will not tear down is killed after teardown_timeout") {
+  // Stands in for an mpirun waiting on a daemon whose host went silent: it ignores SIGTERM
+  // and never ends by itself. A rank has already recorded its failure.
+  TempDir dir;
+  LaunchPlan plan;
+  plan.argv = {"/bin/sh", "-c", "trap '' TERM; while :; do sleep 1; done"};
+  plan.run_dir = dir.str();
+  plan.teardown_timeout = 1;
+  SUBCASE("a failure record starts the clock; the job is killed, its code is SIGKILL's") {
+    FailureRecord r = record(1, kExitHang, 1712345678.0, "watchdog");
+    r.host = "node2";
+    REQUIRE(write_failure_record(dir.str(), r));
+    MpirunFailure f;
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(run_launch(plan, &f) == 128 + SIGKILL);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CHECK(took >= 1.0);  // not before the deadline
+    CHECK(took < 30.0);  // and not never (1 s + a scan a second + polling)
+    // The records, not the kill, still decide the job's verdict.
+    const JobOutcome o = judge_job(128 + SIGKILL, read_failure_records(dir.str()), f);
+    CHECK(o.code == kExitHang);
+    CHECK(o.rank == 1);
+  }
+  SUBCASE("a stop is no failure: ranks writing their stop checkpoint are left alone") {
+    FailureRecord r = record(0, kExitResumeMe, 1712345678.0, "stopped");
+    REQUIRE(write_failure_record(dir.str(), r));
+    plan.argv = {"/bin/sh", "-c", "trap '' TERM; sleep 3; exit 75"};
+    MpirunFailure f;
+    CHECK(run_launch(plan, &f) == kExitResumeMe);
+  }
+  SUBCASE("without a record the job runs as long as it likes") {
+    plan.argv = {"/bin/sh", "-c", "sleep 3; exit 0"};
+    MpirunFailure f;
+    CHECK(run_launch(plan, &f) == 0);
+  }
+}

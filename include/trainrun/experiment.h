@@ -141,6 +141,9 @@ struct LauncherConfig {
 struct FaultToleranceConfig {
   int max_restarts = 0;
   double step_timeout = 0;  // seconds; 0 = sized from the measured step time
+  // Seconds the launcher gives a failed job to tear down (a rank recorded a failure) before it
+  // kills mpirun: Open MPI can wait forever on a host that went silent.
+  double teardown_timeout = 30;
   int max_bad_steps = 5;
   int max_rollbacks = 2;
   double rollback_lr_factor = 0.5;

@@ -24,6 +24,11 @@ struct LaunchPlan {
   // The command is one trainrun rank itself, not mpirun (a supervised single-rank job): its
   // failure is rank 0's, on this host.
   bool single_rank = false;
+  // Once a rank of the job records a failure other than a stop (failure_record.h) in
+  // run_dir, the job has failed: if mpirun has not ended teardown_timeout seconds later, the
+  // launcher kills its process group. "" or 0: wait for mpirun however long it takes.
+  std::string run_dir;
+  double teardown_timeout = 0;
 };
 
 // self_argv: the trainrun command line the ranks run (argv[0] resolved to an absolute path).
@@ -37,7 +42,8 @@ std::string render_command(const LaunchPlan& plan);
 // requests to checkpoint and stop (SIGUSR1 or SIGUSR2: see stop_relay.h). Returns the job's
 // exit code (128+N when killed by signal N); when it is not 0, `failure` holds what mpirun said
 // of the first rank to fail (rank and host when it named them), else what the exit status
-// tells. Not thread-safe: one launch per process at a time.
+// tells; when the launcher had to kill a job that would not tear down, it says so on stderr
+// and the job's code is 128+9. Not thread-safe: one launch per process at a time.
 int run_launch(const LaunchPlan& plan, MpirunFailure* failure);
 // The same, with failure's text only.
 int run_launch(const LaunchPlan& plan, std::string* failure);

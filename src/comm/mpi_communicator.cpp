@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -14,12 +15,16 @@
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 
 #include "trainrun/comm.h"
 #include "trainrun/errors.h"
 
 namespace trainrun {
 namespace {
+
+// How long a rank waits in MPI_Abort before ending itself.
+constexpr int kAbortGraceSeconds = 10;
 
 // MPI can be initialised once per process, so every communicator shares one reference count.
 // When someone else (a test harness, a library) initialised MPI first, finalising is theirs.
@@ -239,6 +244,13 @@ class MpiCommunicator final : public Communicator {
   [[noreturn]] void abort(int code) override {
     spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->flush(); });
     std::fflush(nullptr);
+    // MPI_Abort asks mpirun, through the daemons, to kill the job; when a host went silent
+    // that request can wait forever. This rank's part ends regardless (the launcher bounds the
+    // rest: fault_tolerance.teardown_timeout).
+    std::thread([code] {
+      std::this_thread::sleep_for(std::chrono::seconds(kAbortGraceSeconds));
+      std::_Exit(code);
+    }).detach();
     MPI_Abort(comm_, code);
     std::_Exit(code);  // MPI_Abort does not return; this keeps the promise if it ever did.
   }

@@ -120,6 +120,8 @@ LaunchPlan plan_launch(const Experiment& exp, const std::vector<std::string>& se
   }
 
   LaunchPlan plan;
+  plan.run_dir = exp.run_dir;
+  plan.teardown_timeout = exp.fault_tolerance.teardown_timeout;
   plan.omp_threads_per_rank = default_omp_threads(d.nproc);
   std::vector<std::string>& a = plan.argv;
   a = {mpirun, "-np", std::to_string(world)};

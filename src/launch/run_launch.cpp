@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <string>
@@ -17,6 +18,7 @@
 #include "host.h"
 #include "stop_relay.h"
 #include "trainrun/errors.h"
+#include "trainrun/failure_record.h"
 #include "trainrun/launch.h"
 #include "trainrun/mpirun_failure.h"
 #include "trainrun/supervisor.h"
@@ -115,13 +117,68 @@ class BlockedSignals {
   _exit(127);
 }
 
+// Bounds the teardown of a failed job. Open MPI tears a job down through its daemons, and a
+// daemon on a host that went silent never answers: mpirun would wait until the link returns.
+// Once a rank has recorded a failure (a stop is no failure: its ranks may be writing a
+// checkpoint), mpirun gets `timeout` seconds to end; then its process group is killed. The
+// ranks' records still decide the job's code; a checkpoint is never half written (temporary
+// file + rename), so the kill loses nothing the restart needs.
+class TeardownDeadline {
+ public:
+  explicit TeardownDeadline(const LaunchPlan& plan)
+      : run_dir_(plan.run_dir), timeout_(plan.teardown_timeout) {}
+
+  // Called every ~200 ms while mpirun (pid, leader of its own process group) runs.
+  void enforce(pid_t pid) {
+    if (!expired()) return;
+    fmt::print(stderr,
+               "error: the job did not end within {:g} s of rank {} on {} failing ({}): killing "
+               "mpirun and its processes on this host (Open MPI waits on a host that went "
+               "silent; fault_tolerance.teardown_timeout)\n",
+               timeout_, first_.rank, first_.host.empty() ? "an unknown host" : first_.host,
+               first_.cause);
+    kill(-pid, SIGKILL);
+  }
+
+ private:
+  // True once (the first time the deadline has passed).
+  bool expired() {
+    if (run_dir_.empty() || timeout_ <= 0 || killed_) return false;
+    const double t = now();
+    if (failed_at_ < 0) {
+      if (t - last_look_ < 1.0) return false;  // a directory scan a second is plenty
+      last_look_ = t;
+      for (const FailureRecord& r : read_failure_records(run_dir_)) {
+        if (r.cause == "stopped") continue;
+        failed_at_ = t;
+        first_ = r;
+        break;
+      }
+      return false;
+    }
+    if (t - failed_at_ < timeout_) return false;
+    killed_ = true;
+    return true;
+  }
+  static double now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  std::string run_dir_;
+  double timeout_;
+  double failed_at_ = -1, last_look_ = -1e9;
+  bool killed_ = false;
+  FailureRecord first_;
+};
+
 // Passes the child's stderr through while keeping its tail; returns its wait status. Ranks
 // could keep the pipe open after mpirun is gone, so EOF is not the end: the child exiting is.
-int pump_until_exit(pid_t pid, int err_fd, std::string* tail) {
+int pump_until_exit(pid_t pid, int err_fd, std::string* tail, TeardownDeadline* deadline) {
   char buf[16384];
   int status = 0;
   bool exited = false;
   for (;;) {
+    if (!exited) deadline->enforce(pid);
     pollfd pfd{err_fd, POLLIN, 0};
     int ready = poll(&pfd, 1, exited ? 0 : 200);
     if (ready > 0) {
@@ -138,12 +195,16 @@ int pump_until_exit(pid_t pid, int err_fd, std::string* tail) {
     if (exited) break;  // drained what was left
     if (waitpid(pid, &status, WNOHANG) == pid) exited = true;
   }
-  while (!exited) {
-    pid_t w = waitpid(pid, &status, 0);
-    if (w == pid)
+  while (!exited) {  // stderr closed early: still wait under the deadline
+    const pid_t w = waitpid(pid, &status, WNOHANG);
+    if (w == pid) {
       exited = true;
-    else if (w < 0 && errno != EINTR)
+    } else if (w < 0 && errno != EINTR) {
       break;
+    } else {
+      deadline->enforce(pid);
+      poll(nullptr, 0, 200);
+    }
   }
   return status;
 }
@@ -204,7 +265,8 @@ int run_launch(const LaunchPlan& plan, MpirunFailure* failure) {
       throw LaunchError(
           fmt::format("cannot start mpirun: fork failed: {}", std::strerror(fork_errno)));
     }
-    status = pump_until_exit(pid, err_pipe[0], &tail);
+    TeardownDeadline deadline(plan);
+    status = pump_until_exit(pid, err_pipe[0], &tail, &deadline);
     StopRelay::set_child(0, SIGTERM);
   }
   close(err_pipe[0]);

@@ -34,11 +34,11 @@ Faults Faults::from_env(int rank, int restart_count) {
     auto parts = split(spec, ':');
     Fault x;
     x.kind = parts.at(0);
-    if (x.kind != "kill" && x.kind != "exit" && x.kind != "stall" && x.kind != "slow" &&
-        x.kind != "nan" && x.kind != "inf")
+    if (x.kind != "kill" && x.kind != "exit" && x.kind != "stall" && x.kind != "freeze" &&
+        x.kind != "slow" && x.kind != "nan" && x.kind != "inf")
       throw ConfigError(
           fmt::format("TRAINRUN_FAULTS: unknown fault '{}' in '{}' (kill, exit, "
-                      "stall, slow, nan, inf)",
+                      "stall, freeze, slow, nan, inf)",
                       x.kind, spec));
     for (size_t i = 1; i < parts.size(); ++i) {
       auto eq = parts[i].find('=');
@@ -98,6 +98,10 @@ void Faults::at_step_start(int64_t step) const {
       spdlog::warn("TRAINRUN_FAULTS: rank {} stalls forever at step {}", rank_, step);
       spdlog::default_logger()->flush();
       for (;;) pause();
+    } else if (f.kind == "freeze") {
+      spdlog::warn("TRAINRUN_FAULTS: rank {} freezes (SIGSTOP) at step {}", rank_, step);
+      spdlog::default_logger()->flush();
+      raise(SIGSTOP);
     }
   }
 }

@@ -6,6 +6,8 @@
 //   kill:rank=R:step=S        rank R dies by SIGKILL when it reaches step S
 //   exit:rank=R:step=S:code=C rank R exits with code C at step S
 //   stall:rank=R:step=S       rank R sleeps forever at step S (the watchdog must catch it)
+//   freeze:rank=R:step=S      rank R stops whole (SIGSTOP) at step S: no heartbeat, no answer,
+//                             as when its host goes silent
 //   slow:rank=R:ms=D          rank R sleeps D ms every step (a straggler)
 //   nan:step=S | nan:from=S   poison the gradients with NaN at step S / every step >= S
 //   inf:step=S                after step S's update every weight is +inf (a diverged update),

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -18,6 +19,10 @@ namespace fs = std::filesystem;
 namespace trainrun {
 
 namespace {
+// A heartbeat older than this marks its rank silent. Heartbeats come every 0.5 s; the margin
+// covers clock skew between hosts and a shared file system's attribute caching.
+constexpr double kSilentAfter = 10.0;
+
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -100,6 +105,7 @@ void Watchdog::fire(double stuck_for) {
   std::vector<std::string> arrived, missing, dump;
   int culprit = -1;  // the first rank that did not arrive, for the failure record
   std::string culprit_host;
+  std::map<std::string, std::string> silent_hosts;  // host -> its silent ranks
   for (int r = 0; r < comm_.size(); ++r) {
     std::ifstream f(fs::path(run_dir_) / "logs" / fmt::format("heartbeat-rank-{}", r));
     int rank = -1;
@@ -117,7 +123,18 @@ void Watchdog::fire(double stuck_for) {
         fmt::format("rank {} on {}: step {} phase {} for {:.1f} s (heartbeat {:.1f} s ago)", r,
                     host, step, phase, in_phase + age, age));
     const auto known = enum_from_name<Phase>(phase);
-    if (step == my_step && known && collective(*known)) {
+    if (age > kSilentAfter) {
+      // Its watchdog thread writes every 0.5 s whatever the step does: the process, its host
+      // or the link to it (a shared run directory) has gone silent.
+      missing.push_back(
+          fmt::format("{} on {} (silent: last heartbeat {:.0f} s ago)", r, host, age));
+      auto& ranks = silent_hosts[host];
+      ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      if (culprit < 0) {
+        culprit = r;
+        culprit_host = host;
+      }
+    } else if (step == my_step && known && collective(*known)) {
       arrived.push_back(std::to_string(r));
     } else {
       missing.push_back(fmt::format("{} on {} (step {}, {})", r, host, step, phase));
@@ -127,12 +144,19 @@ void Watchdog::fire(double stuck_for) {
       }
     }
   }
+  std::vector<std::string> silent;
+  for (const auto& [host, ranks] : silent_hosts)
+    silent.push_back(fmt::format("{} (ranks {})", host, ranks));
   const std::string msg = fmt::format(
       "watchdog: rank {} made no progress for {:.1f} s (limit {:.1f} s) at step {} in phase {}; "
-      "ranks that did not arrive: {}; ranks waiting in the collective: {}",
+      "ranks that did not arrive: {}; ranks waiting in the collective: {}{}",
       comm_.rank(), stuck_for, timeout(), my_step, phase_.load(),
-      missing.empty() ? "none" : fmt::format("{}", fmt::join(missing, ", ")),
-      arrived.empty() ? "none" : fmt::format("{}", fmt::join(arrived, ", ")));
+      missing.empty() ? "none (every rank is in this step's collective: the network between "
+                        "the hosts or the communication library is stuck)"
+                      : fmt::format("{}", fmt::join(missing, ", ")),
+      arrived.empty() ? "none" : fmt::format("{}", fmt::join(arrived, ", ")),
+      silent.empty() ? ""
+                     : fmt::format("; hosts silent (unreachable?): {}", fmt::join(silent, ", ")));
   {
     std::ofstream f(fs::path(run_dir_) / "logs" /
                     fmt::format("watchdog-rank-{}.txt", comm_.rank()));

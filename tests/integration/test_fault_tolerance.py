@@ -71,6 +71,26 @@ def test_stalled_rank_is_caught_named_and_restarted(tmp_path, clean):
     assert elapsed < 3 + 15 + 20  # stall bound + the rest of the run
 
 
+# A rank that stops whole (SIGSTOP: no heartbeat, no answer) is what a host that went silent
+# looks like from the others. The watchdog (step_timeout 12 s, beyond the 10 s after which a
+# heartbeat counts as silent) names it and its host as silent; the job is torn down (by Open
+# MPI, or by the launcher's teardown_timeout) and the restart ends as the clean run did.
+def test_frozen_rank_is_named_silent_and_the_job_still_ends_and_restarts(tmp_path, clean):
+    rd = tmp_path / "r"
+    t0 = time.time()
+    p = run([QS, *sets(*BASE, "fault_tolerance.max_restarts=1", "fault_tolerance.step_timeout=12",
+                       "fault_tolerance.teardown_timeout=5"), "--run-dir", str(rd)],
+            env={"TRAINRUN_FAULTS": "freeze:rank=1:step=9"}, check=0, timeout=300)
+    elapsed = time.time() - t0
+    assert re.search(r"ranks that did not arrive: 1 on \S+ \(silent: last heartbeat \d+ s ago\)",
+                     p.stderr), p.stderr[-3000:]
+    assert re.search(r"hosts silent \(unreachable\?\): \S+ \(ranks 1\)", p.stderr)
+    restarts = events(rd, "restart")
+    assert len(restarts) == 1 and restarts[0]["step"] == 8
+    assert losses(rd) == losses(clean)
+    assert elapsed < 12 + 5 + 15 + 20  # step_timeout + teardown_timeout + slack + the run
+
+
 def test_one_nan_step_is_skipped_and_counted(tmp_path):
     rd = tmp_path / "r"
     run([QS, *sets(*TINY, "train.steps=12"), "--run-dir", str(rd)],
