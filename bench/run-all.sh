@@ -25,4 +25,6 @@ load_line
 echo
 bench/ckpt_overhead.sh
 echo
+bench/contention.sh
+echo
 echo "run directories: $RUNS (safe to delete)"

@@ -99,6 +99,8 @@ struct TrainConfig {
   int64_t eval_every = 100;  // 0 = never
   int eval_steps = 10;
   Precision precision = Precision::fp32;  // bf16: mixed precision (docs/cuda.md)
+  // GOMP_SPINCOUNT for the CPU path's OpenMP threads (omp_wait.h); -1 = libgomp's default.
+  int64_t omp_spincount = 3000;
 };
 
 struct OptimizerConfig {

@@ -59,7 +59,13 @@ class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::cpu; }
   std::string describe() const override {
-    return fmt::format("cpu (oneDNN sgemm, {} OpenMP threads)", omp_get_max_threads());
+    // How idle threads wait decides how a shared core behaves (include/trainrun/omp_wait.h).
+    const char* spin = std::getenv("GOMP_SPINCOUNT");
+    const char* policy = std::getenv("OMP_WAIT_POLICY");
+    const std::string wait = spin && *spin       ? fmt::format("spin {}", spin)
+                             : policy && *policy ? fmt::format("wait policy {}", policy)
+                                                 : std::string("libgomp's default spin");
+    return fmt::format("cpu (oneDNN sgemm, {} OpenMP threads, {})", omp_get_max_threads(), wait);
   }
   bool supports(Op op, DType dt) const override {
     switch (op) {

@@ -134,6 +134,11 @@ std::vector<Field> make_schema() {
        .description = "Compute precision; bf16: bf16 weights and activations, fp32 master "
                       "weights, gradients and AdamW moments (on the CPU: the rounding reference)",
        .resumable = kResumable},
+      {KEY(train, omp_spincount),
+       .description = "Spins an idle OpenMP thread waits before sleeping (GOMP_SPINCOUNT; an "
+                      "environment setting wins); -1 = libgomp's default, which collapses when "
+                      "cores are shared",
+       .resumable = kResumable, .min = -1},
 
       {KEY(optimizer, lr), .description = "Peak learning rate", .resumable = kResumable, .min = 0,
        .min_open = true},

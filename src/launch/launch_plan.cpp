@@ -16,6 +16,7 @@
 #include "host.h"
 #include "trainrun/errors.h"
 #include "trainrun/launch.h"
+#include "trainrun/omp_wait.h"
 
 extern char** environ;
 
@@ -132,6 +133,7 @@ LaunchPlan plan_launch(const Experiment& exp, const std::vector<std::string>& se
   if (d.oversubscribe) a.push_back("--oversubscribe");
   if (d.nodes > 1 || !d.hostfile.empty()) add_keepalive(exp, &a);
   a.insert(a.end(), {"-x", fmt::format("OMP_NUM_THREADS={}", plan.omp_threads_per_rank)});
+  for (const std::string& arg : omp_wait_mpirun_args(exp)) a.push_back(arg);
   a.insert(a.end(), {"-x", "TRAINRUN_LAUNCHED_BY=trainrun"});
   for (const char* name : {"PATH", "LD_LIBRARY_PATH"})
     if (std::getenv(name)) a.insert(a.end(), {"-x", name});

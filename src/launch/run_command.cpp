@@ -20,6 +20,7 @@
 #include "trainrun/failure_record.h"
 #include "trainrun/launch.h"
 #include "trainrun/metrics_server.h"
+#include "trainrun/omp_wait.h"
 #include "trainrun/stop_signals.h"
 #include "trainrun/supervisor.h"
 #include "trainrun/trace.h"
@@ -124,6 +125,11 @@ int run_command(const RunRequest& request, const RankMain& rank_main) {
   if (owner) refuse_a_run_in_use(request);
   const ResolvedRun run = resolve_run(request);
   const Experiment& exp = run.exp;
+  const int world = exp.world_size();
+  const bool supervising =
+      !env.is_rank && !supervised && (world > 1 || exp.fault_tolerance.max_restarts > 0);
+  // A process that trains needs libgomp loaded with the wait policy: this may re-execute it.
+  if (!supervising && !request.dry_run) ensure_omp_wait_policy(exp);
   if (owner)
     for (const std::string& note : run.notes) fmt::print(stderr, "{}\n", printable(note));
   if (nothing_to_train(run)) {
@@ -135,9 +141,6 @@ int run_command(const RunRequest& request, const RankMain& rank_main) {
     return kExitOk;
   }
   check_memory(exp);
-  const int world = exp.world_size();
-  const bool supervising =
-      !env.is_rank && !supervised && (world > 1 || exp.fault_tolerance.max_restarts > 0);
   validate_for_world(exp, supervising ? world : (env.is_rank ? env.size : 1));
   std::optional<StopRelay> relay;  // the launcher takes stop signals from here on
   if (supervising)

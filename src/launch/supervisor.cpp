@@ -18,6 +18,7 @@
 #include "trainrun/errors.h"
 #include "trainrun/launch.h"
 #include "trainrun/metrics.h"
+#include "trainrun/omp_wait.h"
 
 namespace fs = std::filesystem;
 
@@ -48,6 +49,7 @@ LaunchPlan attempt_plan(const RunRequest& r, const Experiment& exp, const std::s
     plan.argv = rank_argv(r, exp, resume_file);
     plan.env = {"TRAINRUN_SUPERVISED=1", "TRAINRUN_LAUNCHED_BY=trainrun"};
     plan.single_rank = true;
+    if (auto wait = omp_wait_setting(exp)) plan.env.push_back(*wait);
   }
   plan.env.push_back(fmt::format("TRAINRUN_RESTART_COUNT={}", attempt));
   // mpirun passes its own environment only to the ranks on this host: ranks elsewhere need

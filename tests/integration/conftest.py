@@ -36,6 +36,9 @@ def run(args, *, cwd=None, env=None, timeout=300, check=None):
     # trainrun's own default (cores / ranks per node) is what users get; a stray
     # OMP_NUM_THREADS would oversubscribe multi-rank runs.
     e.pop("OMP_NUM_THREADS", None)
+    # Likewise the OpenMP wait policy: trainrun chooses it (train.omp_spincount) unless told.
+    e.pop("GOMP_SPINCOUNT", None)
+    e.pop("OMP_WAIT_POLICY", None)
     if env:
         e.update(env)
     p = subprocess.run([TRAINRUN, *args], cwd=cwd, env=e, capture_output=True, text=True,

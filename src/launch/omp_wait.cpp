@@ -1,0 +1,79 @@
+// The OpenMP wait policy: chosen from the config and the environment, passed to ranks by the
+// launcher, and applied to a training process by re-executing it (omp_wait.h).
+#include "trainrun/omp_wait.h"
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include "trainrun/errors.h"
+
+namespace trainrun {
+namespace {
+
+constexpr const char* kUserVariables[] = {"GOMP_SPINCOUNT", "OMP_WAIT_POLICY"};
+
+bool set_by_user(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v;
+}
+
+// This process's arguments as the kernel holds them (NUL-separated).
+std::vector<std::string> own_arguments() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  for (size_t start = 0; start < all.size();) {
+    const size_t end = all.find('\0', start);
+    args.push_back(all.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return args;
+}
+
+}  // namespace
+
+std::optional<std::string> omp_wait_setting(const Experiment& exp) {
+  for (const char* name : kUserVariables)
+    if (set_by_user(name)) return std::nullopt;
+  if (exp.train.omp_spincount < 0) return std::nullopt;
+  return fmt::format("GOMP_SPINCOUNT={}", exp.train.omp_spincount);
+}
+
+std::vector<std::string> omp_wait_mpirun_args(const Experiment& exp) {
+  std::vector<std::string> args;
+  for (const char* name : kUserVariables)
+    if (set_by_user(name)) args.insert(args.end(), {"-x", name});
+  if (auto s = omp_wait_setting(exp)) args.insert(args.end(), {"-x", *s});
+  return args;
+}
+
+void ensure_omp_wait_policy(const Experiment& exp) {
+  const auto setting = omp_wait_setting(exp);
+  if (!setting) return;  // the environment already holds what libgomp read
+  const std::string value = setting->substr(setting->find('=') + 1);
+  const std::vector<std::string> args = own_arguments();
+  if (args.empty()) return;  // no /proc: train with libgomp's default rather than not at all
+  setenv("GOMP_SPINCOUNT", value.c_str(), 1);
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::fflush(nullptr);
+  execv("/proc/self/exe", argv.data());
+  // Could not re-execute: train anyway, and say what it costs.
+  fmt::print(stderr,
+             "warning: could not re-execute with GOMP_SPINCOUNT={} ({}): OpenMP threads spin "
+             "with libgomp's default, which is slow when cores are shared; set GOMP_SPINCOUNT "
+             "in the environment\n",
+             value, std::strerror(errno));
+  unsetenv("GOMP_SPINCOUNT");
+}
+
+}  // namespace trainrun

@@ -1,0 +1,54 @@
+"""The OpenMP wait policy (include/trainrun/omp_wait.h): every process that trains runs with
+libgomp's spin bounded by train.omp_spincount unless the environment says otherwise, whether it
+was started alone (it re-executes itself), supervised, or as a rank of mpirun. The run header
+reports what the training process's libgomp was loaded with."""
+import re
+
+from conftest import REPO, TINY, run, sets
+
+QS = str(REPO / "configs/quickstart.yaml")
+BASE = [*TINY, "train.steps=3"]
+
+
+def wait_in_header(text):
+    m = re.findall(r"OpenMP threads, ([^)]+)\)", text)
+    assert m, text[-2000:]
+    return m
+
+
+def test_a_lone_run_trains_with_the_bounded_spin(tmp_path):
+    p = run([QS, *sets(*BASE), "--run-dir", str(tmp_path / "r")], check=0)
+    assert wait_in_header(p.stderr + p.stdout) == ["spin 3000"]
+    # Re-executing did not run anything twice: one header, one "done".
+    assert (p.stderr + p.stdout).count("done: 3 steps") == 1
+
+
+def test_the_config_key_and_the_environment_choose(tmp_path):
+    p = run([QS, *sets(*BASE, "train.omp_spincount=250"), "--run-dir", str(tmp_path / "a")],
+            check=0)
+    assert wait_in_header(p.stderr + p.stdout) == ["spin 250"]
+    p = run([QS, *sets(*BASE, "train.omp_spincount=-1"), "--run-dir", str(tmp_path / "b")],
+            check=0)
+    assert wait_in_header(p.stderr + p.stdout) == ["libgomp's default spin"]
+    p = run([QS, *sets(*BASE), "--run-dir", str(tmp_path / "c")],
+            env={"OMP_WAIT_POLICY": "passive"}, check=0)
+    assert wait_in_header(p.stderr + p.stdout) == ["wait policy passive"]
+    p = run([QS, *sets(*BASE), "--run-dir", str(tmp_path / "d")],
+            env={"GOMP_SPINCOUNT": "77"}, check=0)
+    assert wait_in_header(p.stderr + p.stdout) == ["spin 77"]
+
+
+def test_ranks_and_supervised_runs_get_it_from_the_launcher(tmp_path):
+    rd = tmp_path / "r"
+    run([QS, *sets(*BASE, "distributed.nproc=2"), "--run-dir", str(rd)], check=0)
+    logs = "".join(p.read_text() for p in sorted((rd / "logs").glob("rank-*.log")))
+    assert wait_in_header(logs) == ["spin 3000", "spin 3000"]
+    p = run([QS, *sets(*BASE, "distributed.nproc=2", "train.omp_spincount=-1"), "--dry-run",
+             "--run-dir", str(tmp_path / "d")], check=0)
+    assert "GOMP_SPINCOUNT" not in p.stdout
+    p = run([QS, *sets(*BASE, "distributed.nproc=2"), "--dry-run", "--run-dir",
+             str(tmp_path / "e")], env={"GOMP_SPINCOUNT": "9"}, check=0)
+    assert "-x GOMP_SPINCOUNT " in p.stdout + " " and "GOMP_SPINCOUNT=" not in p.stdout
+    sup = tmp_path / "s"
+    p = run([QS, *sets(*BASE, "fault_tolerance.max_restarts=1"), "--run-dir", str(sup)], check=0)
+    assert wait_in_header(p.stderr + p.stdout) == ["spin 3000"]
