@@ -3,25 +3,15 @@
 // with the bias and runs with beta=1, so the bias costs one streaming pass and no second sweep;
 // the backward GEMMs use beta=1 because gradients accumulate. f64 exists only for gradient checks
 // at test sizes: plain OpenMP loops, parallel over output rows so no two threads share a write.
-#include <fmt/format.h>
-#include <oneapi/dnnl/dnnl.h>
-
 #include <cstring>
 #include <stdexcept>
 #include <type_traits>
 
 #include "kernels.h"
+#include "sgemm.h"
 
 namespace trainrun::cpu {
 namespace {
-
-void sgemm(char ta, char tb, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
-           const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  dnnl_status_t st = dnnl_sgemm(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
-  if (st != dnnl_success)
-    throw std::runtime_error(fmt::format("dnnl_sgemm({}{}, M={}, N={}, K={}) failed: status {}", ta,
-                                         tb, M, N, K, static_cast<int>(st)));
-}
 
 // out rows start as the bias (or zero) so the GEMM can add onto them.
 template <class T>
