@@ -50,14 +50,23 @@ void PreNormBlock<Norm, Ffn>::backward(Tensor dx, Tensor dout, Tensor x, float d
   Backend& be = ps_.backend();
   // The scratch is shared by all blocks and every backward op accumulates: start from zero.
   scratch_->zero(scratch_begin_, scratch_end_);
-  // out = x1 + drop(mo)
-  be.dropout_backward(dmo_, dout, dropout, hash_combine(seed, 2));
-  p_.ffn.backward(dn2_, dmo_, n2_);
+  // out = x1 + drop(mo). Without dropout, mo's gradient is dout itself (the modules only read
+  // the gradient they are given), which saves a copy of the stream per residual branch.
+  Tensor dmo = dout.reshape({dmo_.dim(0), dmo_.dim(1)});
+  if (dropout > 0) {
+    be.dropout_backward(dmo_, dout, dropout, hash_combine(seed, 2));
+    dmo = dmo_;
+  }
+  p_.ffn.backward(dn2_, dmo, n2_);
   be.accumulate(dx1_, dout);
   p_.norm2.backward(dx1_, dn2_, x1_);
   // x1 = x + drop(ao)
-  be.dropout_backward(dao_, dx1_, dropout, hash_combine(seed, 1));
-  p_.attn.backward(dn1_, dao_, n1_);
+  Tensor dao = dx1_;
+  if (dropout > 0) {
+    be.dropout_backward(dao_, dx1_, dropout, hash_combine(seed, 1));
+    dao = dao_;
+  }
+  p_.attn.backward(dn1_, dao, n1_);
   be.accumulate(dx, dx1_);
   p_.norm1.backward(dx, dn1_, x);
 }
