@@ -73,7 +73,7 @@ def trainrun_ms(name, cfg, text):
     return 1000 * statistics.median(times)
 
 
-def torch_ms(torch, cfg, data, compiled):
+def torch_ms(torch, cfg, data, compiled, profile=False):
     n_layer, d, n_head, T, B, _, steps = cfg
     torch.manual_seed(1337)
     model = torch_gpt.build(torch, n_layer, d, n_head, T)
@@ -81,7 +81,11 @@ def torch_ms(torch, cfg, data, compiled):
     fwd = torch.compile(model) if compiled else model
     g = torch.Generator().manual_seed(1)
     times = []
-    for _ in range(steps):
+    # With profile: the self time of each op over the steps after warm-up, to set beside perf's.
+    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if profile else None
+    for step in range(steps):
+        if prof and step == WARMUP:
+            prof.start()
         ix = torch.randint(len(data) - T - 1, (B,), generator=g)
         x = torch.stack([data[i:i + T] for i in ix]).long()
         y = torch.stack([data[i + 1:i + T + 1] for i in ix]).long()
@@ -92,6 +96,9 @@ def torch_ms(torch, cfg, data, compiled):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         times.append(time.perf_counter() - t0)
+    if prof:
+        prof.stop()
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20))
     return 1000 * statistics.median(times[WARMUP:])
 
 
@@ -100,6 +107,8 @@ def main():
     ap.add_argument("--configs", default="A,B,C,D")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--profile", metavar="CONFIG",
+                    help="print PyTorch eager's per-op profile of one config and stop")
     a = ap.parse_args()
     try:
         import torch
@@ -108,6 +117,9 @@ def main():
     torch.set_num_threads(THREADS)
     text = shakespeare()
     data = torch.frombuffer(bytearray(text.read_bytes()), dtype=torch.uint8)
+    if a.profile:
+        print(f"{a.profile}: {torch_ms(torch, CONFIGS[a.profile], data, False, True):.1f} ms/step")
+        return
     print(f"## trainrun vs PyTorch {torch.__version__} on the CPU, {THREADS} threads, fp32, "
           f"median ms/step (load average after each figure)")
     print(f"machine: {os.cpu_count()} cores; {a.rounds} round(s), trainrun first in each")
