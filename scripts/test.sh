@@ -21,7 +21,7 @@ step "unit tests under AddressSanitizer + UBSan"
 [[ -f build-asan/build.ninja ]] || meson setup build-asan --buildtype=debugoptimized -Dwerror=true \
   -Dcpp_args=-Wno-maybe-uninitialized -Db_sanitize=address,undefined -Db_lundef=false \
   -Dcuda=disabled >/dev/null
-ninja -C build-asan $(cd build-asan && ninja -t targets all | sed -n 's/^\(tests\/test_[a-z_]*\): .*/\1/p' | grep -v comm_mpi | sort -u)
+ninja -C build-asan $(cd build-asan && ninja -t targets all | sed -n 's/^\(tests\/test_[a-z0-9_]*\): .*/\1/p' | grep -v comm_mpi | sort -u)
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
   meson test -C build-asan --suite unit --print-errorlogs --no-rebuild
 
