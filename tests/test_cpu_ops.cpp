@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../src/backend/cpu/vec_math.h"
 #include "cpu_gradcheck.h"
 #include "temp_dir.h"
 #include "trainrun/backend.h"
@@ -702,4 +703,31 @@ TEST_CASE("blocked f32 attention agrees with the scalar f64 path across blocks")
     CHECK(close(lse32, lse) < 2e-5);
     CHECK(close(dqkv32, dqkv) < 5e-5);
   }
+}
+
+// The f32 kernels' own exp and tanh (src/backend/cpu/vec_math.h) against libm in double, over
+// every range they are used in: softmax and cross-entropy arguments (<= 0, down to where exp
+// underflows), GELU's tanh (both signs), and the clamps; NaN passes through.
+TEST_CASE("exp_vec and tanh_vec: relative 4e-7 / absolute 2e-7 against libm") {
+  double worst_exp = 0, worst_tanh = 0;
+  for (double x = -87.0; x <= 88.0; x += 0.001) {
+    const float xf = static_cast<float>(x);
+    const double want = std::exp(static_cast<double>(xf));
+    worst_exp = std::max(worst_exp, std::abs(cpu::exp_vec(xf) - want) / want);
+  }
+  for (double u = -20.0; u <= 20.0; u += 0.0005) {
+    const float uf = static_cast<float>(u);
+    worst_tanh =
+        std::max(worst_tanh, std::abs(cpu::tanh_vec(uf) - std::tanh(static_cast<double>(uf))));
+  }
+  CAPTURE(worst_exp);
+  CAPTURE(worst_tanh);
+  CHECK(worst_exp < 4e-7);
+  CHECK(worst_tanh < 2e-7);
+  CHECK(cpu::exp_vec(0.0f) == 1.0f);
+  CHECK(cpu::exp_vec(-1000.0f) < 2e-38f);  // clamped: no NaN, no denormal
+  CHECK(cpu::exp_vec(-1000.0f) >= 0.0f);
+  CHECK(std::isnan(cpu::exp_vec(std::nanf(""))));
+  CHECK(std::abs(cpu::tanh_vec(30.0f) - 1.0f) <= 6e-8f);  // saturated, within an ulp of 1
+  CHECK(std::abs(cpu::tanh_vec(-30.0f) + 1.0f) <= 6e-8f);
 }

@@ -7,41 +7,13 @@
 #include <cstring>
 
 #include "kernels.h"
+#include "vec_math.h"
 
 namespace trainrun::cpu {
 
 namespace {
 constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2/pi)
 constexpr double kGeluCubic = 0.044715;
-
-// std::tanh is a scalar libm call per element (glibc offers vector versions only under
-// -ffast-math), and it was a sixth of the CPU step time. This one vectorises: tanh(u) =
-// 1 - 2 / (exp(2u) + 1), with exp(y) = 2^k e^r, r = y - k ln2 in [-ln2/2, ln2/2], e^r by its
-// degree-6 Taylor polynomial (truncation < 3e-8 relative) and 2^k built in the exponent bits.
-// Absolute error below 2e-7 for every input (checked against double over [-20, 20]); |u| > 9
-// saturates to +-1 exactly as float does.
-inline float tanh_vec(float u) {
-  // std::min/max and the 1.5 * 2^23 rounding trick instead of fmin/fmax/nearbyint, which the
-  // vectoriser does not handle without -ffast-math (it also needs -fno-trapping-math).
-  const float c = std::max(-9.0f, std::min(u, 9.0f));
-  const float y = 2.0f * c;
-  const float k = (y * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(y / ln2)
-  const float r = y - k * 0.693147180559945309f;
-  float p = 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return 1.0f - 2.0f / (p * scale + 1.0f);
-}
-inline double tanh_vec(double u) {
-  return std::tanh(u);
-}  // the f64 reference stays exact
 }  // namespace
 
 template <class T>

@@ -30,6 +30,7 @@
 
 #include "kernels.h"
 #include "sgemm.h"
+#include "vec_math.h"
 
 namespace trainrun::cpu {
 
@@ -64,12 +65,12 @@ void causal_probabilities(float* S, int64_t rows, int64_t keys, int64_t t0, floa
       for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j] * scale);
       float sum = 0;
 #pragma omp simd reduction(+ : sum)
-      for (int64_t j = 0; j < n; ++j) sum += std::exp(s[j] * scale - mx);
+      for (int64_t j = 0; j < n; ++j) sum += exp_vec(s[j] * scale - mx);
       l = mx + std::log(sum);
       lse_out[r] = l;
     }
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) s[j] = std::exp(s[j] * scale - l);
+    for (int64_t j = 0; j < n; ++j) s[j] = exp_vec(s[j] * scale - l);
     for (int64_t j = n; j < keys; ++j) s[j] = 0;
   }
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels.h"
+#include "vec_math.h"
 
 namespace trainrun::cpu {
 
@@ -18,7 +19,8 @@ void cross_entropy_forward(T* losses, T* lse, const T* logits, const int32_t* ta
     T mx = -INFINITY;
     for (int64_t v = 0; v < V; ++v) mx = x[v] > mx ? x[v] : mx;
     T sum = 0;
-    for (int64_t v = 0; v < V; ++v) sum += std::exp(x[v] - mx);
+#pragma omp simd reduction(+ : sum)
+    for (int64_t v = 0; v < V; ++v) sum += exp_vec(x[v] - mx);
     const T l = mx + std::log(sum);
     lse[n] = l;
     losses[n] = l - x[targets[n]];
@@ -34,7 +36,8 @@ void cross_entropy_backward(T* dlogits, const T* logits, const T* lse, const int
     T* d = dlogits + n * V;
     const T l = lse[n];
     const int64_t tgt = targets[n];
-    for (int64_t v = 0; v < V; ++v) d[v] = (std::exp(x[v] - l) - (v == tgt ? T(1) : T(0))) * scale;
+#pragma omp simd
+    for (int64_t v = 0; v < V; ++v) d[v] = (exp_vec(x[v] - l) - (v == tgt ? T(1) : T(0))) * scale;
   }
 }
 
