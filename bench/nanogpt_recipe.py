@@ -39,15 +39,6 @@ L, D, H, T, B, STEPS, EVERY = 4, 128, 4, 64, 12, 2000, 250
 LR, MIN_LR, WARMUP = 1e-3, 1e-4, 100
 
 
-def shakespeare():
-    env = os.environ.get("SHAKESPEARE")
-    for p in ([pathlib.Path(env)] if env else []) + [ROOT / "data/tinyshakespeare.txt",
-                                                     ROOT.parent / "shared/data/tinyshakespeare.txt"]:
-        if p.is_file():
-            return p
-    sys.exit("tiny Shakespeare not found: run scripts/get-data.sh tinyshakespeare or set SHAKESPEARE")
-
-
 def val_windows(ids):
     """Every non-overlapping window of the last 10% (inputs, targets), [N, T] each."""
     val = ids[int(0.9 * len(ids)):]
@@ -142,7 +133,7 @@ def main():
     except ImportError:
         sys.exit("PyTorch is not installed (pip install torch): this comparison needs it")
     torch.set_num_threads(2)
-    text = shakespeare()
+    text = torch_gpt.shakespeare()
     raw = np.frombuffer(text.read_bytes(), dtype=np.uint8)
     chars = sorted(set(raw.tolist()))
     lut = np.zeros(256, dtype=np.int64)

@@ -1,8 +1,25 @@
 """nanoGPT's model in PyTorch for the bench/ comparisons (not a CI dependency): pre-LN GPT with
 tanh GELU, learned positions, a tied head, GPT-2's initialisation (0.02; residual projections
 0.02/sqrt(2 n_layer)) and AdamW decaying only matrices and embeddings. With bias=True and
-vocab 256 it is trainrun's `gpt` model; bias=False is nanoGPT's default."""
+vocab 256 it is trainrun's `gpt` model; bias=False is nanoGPT's default. Also where the
+comparisons find their text."""
 import math
+import os
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def shakespeare():
+    """tiny Shakespeare for the comparisons: $SHAKESPEARE, data/, or the shared copy beside the
+    repository (as bench/lib.sh looks)."""
+    env = os.environ.get("SHAKESPEARE")
+    for p in ([pathlib.Path(env)] if env else []) + [ROOT / "data/tinyshakespeare.txt",
+                                                     ROOT.parent / "shared/data/tinyshakespeare.txt"]:
+        if p.is_file():
+            return p
+    sys.exit("tiny Shakespeare not found: run scripts/get-data.sh tinyshakespeare or set SHAKESPEARE")
 
 
 def build(torch, n_layer, d, n_head, seq_len, vocab=256, bias=True):

@@ -38,15 +38,6 @@ def load():
     return os.getloadavg()[0]
 
 
-def shakespeare():
-    env = os.environ.get("SHAKESPEARE")
-    for p in ([pathlib.Path(env)] if env else []) + [ROOT / "data/tinyshakespeare.txt",
-                                                     ROOT.parent / "shared/data/tinyshakespeare.txt"]:
-        if p.is_file():
-            return p
-    sys.exit("tiny Shakespeare not found: run scripts/get-data.sh tinyshakespeare or set SHAKESPEARE")
-
-
 def params(n_layer, d, seq_len, vocab=256):
     per_block = 12 * d * d + 13 * d
     return vocab * d + seq_len * d + n_layer * per_block + 2 * d
@@ -115,7 +106,7 @@ def main():
     except ImportError:
         sys.exit("PyTorch is not installed (pip install torch): this comparison needs it")
     torch.set_num_threads(THREADS)
-    text = shakespeare()
+    text = torch_gpt.shakespeare()
     data = torch.frombuffer(bytearray(text.read_bytes()), dtype=torch.uint8)
     if a.profile:
         print(f"{a.profile}: {torch_ms(torch, CONFIGS[a.profile], data, False, True):.1f} ms/step")

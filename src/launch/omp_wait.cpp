@@ -38,13 +38,19 @@ std::vector<std::string> own_arguments() {
   return args;
 }
 
-}  // namespace
-
-std::optional<std::string> omp_wait_setting(const Experiment& exp) {
+// The spin count trainrun must set, or nothing (the user's environment, or libgomp's default).
+std::optional<int64_t> spin_to_set(const Experiment& exp) {
   for (const char* name : kUserVariables)
     if (set_by_user(name)) return std::nullopt;
   if (exp.train.omp_spincount < 0) return std::nullopt;
-  return fmt::format("GOMP_SPINCOUNT={}", exp.train.omp_spincount);
+  return exp.train.omp_spincount;
+}
+
+}  // namespace
+
+std::optional<std::string> omp_wait_setting(const Experiment& exp) {
+  if (auto spin = spin_to_set(exp)) return fmt::format("GOMP_SPINCOUNT={}", *spin);
+  return std::nullopt;
 }
 
 std::vector<std::string> omp_wait_mpirun_args(const Experiment& exp) {
@@ -56,9 +62,9 @@ std::vector<std::string> omp_wait_mpirun_args(const Experiment& exp) {
 }
 
 void ensure_omp_wait_policy(const Experiment& exp) {
-  const auto setting = omp_wait_setting(exp);
-  if (!setting) return;  // the environment already holds what libgomp read
-  const std::string value = setting->substr(setting->find('=') + 1);
+  const auto spin = spin_to_set(exp);
+  if (!spin) return;  // the environment already holds what libgomp read
+  const std::string value = std::to_string(*spin);
   const std::vector<std::string> args = own_arguments();
   if (args.empty()) return;  // no /proc: train with libgomp's default rather than not at all
   setenv("GOMP_SPINCOUNT", value.c_str(), 1);
