@@ -1,7 +1,6 @@
 // CRC-32C (Castagnoli, reflected polynomial 0x82F63B78), the checksum TFRecord files use, and
 // TFRecord's "masked" form of it. Debian 12 packages no CRC-32C library (libcrc32c-dev came
-// later), and what TensorBoard files need (a few hundred bytes per logged step) is well served
-// by one table lookup per byte. Pure functions: thread safe.
+// later). TensorBoard records and checkpoint shards use it. Pure functions: thread safe.
 #pragma once
 
 #include <cstdint>

@@ -118,6 +118,7 @@ struct CheckpointConfig {
   int64_t every = 0;  // steps; 0 = only at the end
   int keep_last = 3;
   bool async = false;
+  bool sharded = false;  // one file per rank plus a manifest (docs/checkpoint-format.md)
 };
 
 struct LoggingConfig {

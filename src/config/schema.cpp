@@ -163,6 +163,10 @@ std::vector<Field> make_schema() {
        .resumable = kResumable, .min = 1},
       {KEY(checkpoint, async), .description = "Write checkpoints in the background",
        .resumable = kResumable},
+      {KEY(checkpoint, sharded),
+       .description = "Every rank writes its part (a folder of per-rank files and a manifest) "
+                      "instead of rank 0 writing one file",
+       .resumable = kResumable},
 
       {KEY(logging, every), .description = "Log metrics every N steps", .resumable = kResumable,
        .min = 1},

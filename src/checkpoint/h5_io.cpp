@@ -1,0 +1,258 @@
+// The HDF5 building blocks of checkpoint files (h5_io.h).
+#include "h5_io.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+
+namespace trainrun::ckpt_io {
+
+// Chunks of up to 1M elements (4 MiB): large enough that the filter pipeline runs at disk
+// speed, small enough that one damaged chunk does not hide much, and a chunk bypasses
+// HDF5's 1 MiB chunk cache, so writes go straight to the file.
+constexpr hsize_t kChunkElems = hsize_t{1} << 20;
+// Each H5Dwrite covers at most this many elements (16 MiB). The thread-safe HDF5 holds one
+// global lock per call; bounded writes let the training thread's metric appends interleave
+// with a background checkpoint instead of waiting for a whole embedding table.
+constexpr hsize_t kSlabElems = hsize_t{4} << 20;
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+// --- attributes -------------------------------------------------------------------------
+
+void put_attr_str(hid_t obj, const char* name, const std::string& value) {
+  Handle type = type_h(H5Tcopy(H5T_C_S1), "copy string type");
+  check(H5Tset_size(type, std::max<size_t>(1, value.size())), "set string size");
+  check(H5Tset_strpad(type, H5T_STR_NULLPAD), "set string padding");
+  Handle space = space_h(H5Screate(H5S_SCALAR), "create attribute space");
+  Handle a = attr_h(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT), name);
+  std::string padded = value;
+  padded.resize(std::max<size_t>(1, value.size()), '\0');
+  check(H5Awrite(a, type, padded.data()), name);
+}
+
+std::string get_attr_str(hid_t obj, const char* name) {
+  if (check(H5Aexists(obj, name), name) == 0)
+    throw H5Failure(fmt::format("attribute '{}' is missing", name));
+  Handle a = attr_h(H5Aopen(obj, name, H5P_DEFAULT), name);
+  Handle ftype = type_h(H5Aget_type(a), name);
+  if (H5Tget_class(ftype) != H5T_STRING || H5Tis_variable_str(ftype) != 0)
+    throw H5Failure(fmt::format("attribute '{}' is not a fixed-length string", name));
+  size_t size = H5Tget_size(ftype);
+  Handle mtype = type_h(H5Tcopy(H5T_C_S1), "copy string type");
+  check(H5Tset_size(mtype, size), "set string size");
+  check(H5Tset_strpad(mtype, H5T_STR_NULLPAD), "set string padding");
+  std::string s(size, '\0');
+  check(H5Aread(a, mtype, s.data()), name);
+  s.resize(strnlen(s.data(), s.size()));
+  return s;
+}
+
+// --- datasets ---------------------------------------------------------------------------
+
+// Chunk dims: fill from the last dimension backwards up to kChunkElems, never beyond a dim.
+std::vector<hsize_t> chunk_dims(const std::vector<hsize_t>& dims) {
+  std::vector<hsize_t> chunk(dims.size(), 1);
+  hsize_t remaining = kChunkElems;
+  for (size_t i = dims.size(); i-- > 0;) {
+    chunk[i] = std::max<hsize_t>(1, std::min(dims[i], remaining));
+    remaining = std::max<hsize_t>(1, remaining / chunk[i]);
+  }
+  return chunk;
+}
+
+// Writes `data` (row-major, numel(dims) elements) as a checksummed dataset with that shape.
+void write_dataset(hid_t parent, const std::string& name, hid_t mem_type, hid_t file_type,
+                   const std::vector<hsize_t>& dims, const void* data, size_t elem_size) {
+  hsize_t n = 1;
+  for (hsize_t d : dims) n *= d;
+  Handle space = space_h(dims.empty() ? H5Screate(H5S_SCALAR)
+                                      : H5Screate_simple(int(dims.size()), dims.data(), nullptr),
+                         "create dataspace");
+  Handle dcpl = plist_h(H5Pcreate(H5P_DATASET_CREATE), "create dataset properties");
+  // A chunk needs at least one element in every dimension; empty and scalar datasets carry
+  // no data to checksum and stay contiguous.
+  std::vector<hsize_t> chunk;
+  if (n > 0 && !dims.empty()) {
+    chunk = chunk_dims(dims);
+    check(H5Pset_chunk(dcpl, int(chunk.size()), chunk.data()), "set chunking");
+    check(H5Pset_fletcher32(dcpl), "set fletcher32 filter");
+  }
+  Handle ds =
+      dset_h(H5Dcreate2(parent, name.c_str(), file_type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
+             name.c_str());
+  if (n == 0) return;
+  if (dims.empty()) {
+    check(H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), name.c_str());
+    return;
+  }
+  // Slabs of whole rows of chunks along dim 0; usually one slab, i.e. one H5Dwrite.
+  hsize_t row = n / dims[0];
+  hsize_t chunk_rows = chunk[0];
+  hsize_t rows_per_slab = chunk_rows * std::max<hsize_t>(1, kSlabElems / (chunk_rows * row));
+  for (hsize_t r0 = 0; r0 < dims[0]; r0 += rows_per_slab) {
+    hsize_t rows = std::min(rows_per_slab, dims[0] - r0);
+    if (rows == dims[0]) {
+      check(H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), name.c_str());
+      break;
+    }
+    std::vector<hsize_t> start(dims.size(), 0), count = dims;
+    start[0] = r0;
+    count[0] = rows;
+    check(H5Sselect_hyperslab(space, H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
+          "select slab");
+    hsize_t mem_n = rows * row;
+    Handle mem = space_h(H5Screate_simple(1, &mem_n, nullptr), "create memory space");
+    const char* p = static_cast<const char*>(data) + r0 * row * elem_size;
+    check(H5Dwrite(ds, mem_type, mem, space, H5P_DEFAULT, p), name.c_str());
+  }
+}
+
+std::string iso_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// A 1-D character dataset: checksummed, unlike an attribute.
+void write_text(hid_t f, const char* name, const std::string& text) {
+  Handle chr = type_h(H5Tcopy(H5T_C_S1), "copy char type");
+  check(H5Tset_size(chr, 1), "set char size");
+  write_dataset(f, name, chr, chr, {hsize_t(text.size())}, text.data(), 1);
+}
+
+// The file access properties of every checkpoint write, on `fapl`.
+void set_write_access(hid_t fapl) {
+  // Strong close: H5Fclose really closes (and reports write errors) even if an id leaked.
+  check(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), "set close degree");
+  // The 1.10 file format checksums HDF5's own metadata (superblock, object headers with the
+  // attributes and links in them, chunk indices): a flipped bit anywhere but in unused space
+  // fails the open or the read.
+  check(H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_LATEST), "set format bounds");
+}
+
+// HDF5's core driver hands its buffer to these callbacks; at close, after the superblock was
+// written as for a closed file, the buffer is copied out. (H5Fget_file_image on an open 1.10
+// file gives a superblock whose checksum no longer matches its status flags.)
+struct ImageCapture {
+  size_t size = 0;  // of the buffer last allocated
+  std::vector<char> image;
+
+  static H5FD_file_image_callbacks_t callbacks(ImageCapture* self) {
+    H5FD_file_image_callbacks_t cb{};
+    cb.image_malloc = [](size_t n, H5FD_file_image_op_t, void* u) {
+      static_cast<ImageCapture*>(u)->size = n;
+      return std::malloc(n);
+    };
+    cb.image_memcpy = [](void* d, const void* s, size_t n, H5FD_file_image_op_t, void*) {
+      return std::memcpy(d, s, n);
+    };
+    cb.image_realloc = [](void* p, size_t n, H5FD_file_image_op_t, void* u) {
+      static_cast<ImageCapture*>(u)->size = n;
+      return std::realloc(p, n);
+    };
+    cb.image_free = [](void* p, H5FD_file_image_op_t op, void* u) -> herr_t {
+      auto* self = static_cast<ImageCapture*>(u);
+      if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE && p)
+        self->image.assign(static_cast<char*>(p), static_cast<char*>(p) + self->size);
+      std::free(p);
+      return 0;
+    };
+    cb.udata_copy = [](void* u) { return u; };
+    cb.udata_free = [](void*) -> herr_t { return 0; };
+    cb.udata = self;
+    return cb;
+  }
+};
+
+// An empty checkpoint file, built in memory (HDF5's core driver, no backing store), so that the
+// file on disk can have its space reserved before HDF5 opens it (reserved_file.h). Trailing
+// zeros past its end are harmless: HDF5 trims a file to its end when it closes it.
+std::vector<char> empty_file_image() {
+  ImageCapture capture;
+  Handle fapl = plist_h(H5Pcreate(H5P_FILE_ACCESS), "create file access properties");
+  set_write_access(fapl);
+  check(H5Pset_fapl_core(fapl, 4096, false), "use the in-memory driver");
+  H5FD_file_image_callbacks_t cb = ImageCapture::callbacks(&capture);
+  check(H5Pset_file_image_callbacks(fapl, &cb), "set image callbacks");
+  // Attributes stay in the root's object header (compact), under its checksum, rather than in
+  // a separate heap.
+  Handle fcpl = plist_h(H5Pcreate(H5P_FILE_CREATE), "create file creation properties");
+  check(H5Pset_attr_phase_change(fcpl, 64, 32), "keep attributes compact");
+  Handle f = file_h(H5Fcreate("checkpoint image", H5F_ACC_TRUNC, fcpl, fapl), "create image");
+  f.close("close image");
+  if (capture.image.empty()) throw H5Failure("HDF5 kept the in-memory image");
+  return std::move(capture.image);
+}
+
+// Bytes a dataset of shape `dims` takes on disk beyond its header: whole chunks (edge chunks
+// are stored full size) with fletcher32's 4 bytes each.
+uint64_t stored_bytes(const std::vector<hsize_t>& dims, size_t elem_size) {
+  if (dims.empty()) return elem_size;
+  std::vector<hsize_t> chunk = chunk_dims(dims);
+  uint64_t chunks = 1, per_chunk = elem_size;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == 0) return 0;
+    chunks *= (dims[i] + chunk[i] - 1) / chunk[i];
+    per_chunk *= chunk[i];
+  }
+  return chunks * (per_chunk + 4);
+}
+
+void fsync_path(const std::string& path, bool directory) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
+  if (fd < 0) throw H5Failure(fmt::format("cannot open {} to sync it: {}", path, strerror(errno)));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) throw H5Failure(fmt::format("fsync {} failed: {}", path, strerror(err)));
+}
+
+std::vector<int64_t> dataset_shape(hid_t ds) {
+  Handle space = space_h(H5Dget_space(ds), "get dataspace");
+  int rank = check(H5Sget_simple_extent_ndims(space), "get rank");
+  std::vector<hsize_t> dims(size_t(rank), 0);
+  check(H5Sget_simple_extent_dims(space, dims.data(), nullptr), "get dims");
+  return {dims.begin(), dims.end()};
+}
+
+std::string read_text(hid_t f, const char* name) {
+  if (check(H5Lexists(f, name, H5P_DEFAULT), name) <= 0)
+    throw H5Failure(fmt::format("/{} is missing", name));
+  Handle ds = dset_h(H5Dopen2(f, name, H5P_DEFAULT), name);
+  std::vector<int64_t> shape = dataset_shape(ds);
+  if (shape.size() != 1) throw H5Failure(fmt::format("/{} is not a 1-D character dataset", name));
+  std::string text(size_t(shape[0]), '\0');
+  Handle chr = type_h(H5Tcopy(H5T_C_S1), "copy char type");
+  check(H5Tset_size(chr, 1), "set char size");
+  if (!text.empty())
+    check(H5Dread(ds, chr, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()),
+          fmt::format("read /{}", name).c_str());
+  return text;
+}
+
+void rename_durably(const std::string& tmp, const std::string& path) {
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    throw H5Failure(fmt::format("rename to {} failed: {}", path, strerror(errno)));
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  fsync_path(dir.empty() ? "." : dir.string(), true);
+}
+
+}  // namespace trainrun::ckpt_io

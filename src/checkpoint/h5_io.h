@@ -1,0 +1,71 @@
+// Internal to src/checkpoint: the HDF5 building blocks that both checkpoint layouts (one file;
+// one file per rank plus a manifest) are made of: attributes, chunked fletcher32 datasets,
+// character datasets, the empty file image that reserved_file.h needs, and durable renames.
+// Every function throws h5::H5Failure; callers add the file's name. Thread safe as HDF5 is.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "trainrun/h5_handle.h"
+
+namespace trainrun::ckpt_io {
+
+using namespace h5;
+
+// An intact file whose content must not be used: a non-finite value, an absurd attribute.
+// (Damage, i.e. a checksum or structure failure, is an H5Failure.)
+struct Unusable : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+int64_t numel(const std::vector<int64_t>& shape);
+std::string shape_str(const std::vector<int64_t>& shape);  // "[2, 3]"
+std::string iso_now();                                     // UTC, "2026-12-01T07:25:42Z"
+
+template <typename T>
+void put_attr(hid_t obj, const char* name, hid_t type, T value) {
+  Handle space = space_h(H5Screate(H5S_SCALAR), "create attribute space");
+  Handle a = attr_h(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT), name);
+  check(H5Awrite(a, type, &value), name);
+}
+
+void put_attr_str(hid_t obj, const char* name, const std::string& value);
+
+template <typename T>
+T get_attr(hid_t obj, const char* name, hid_t type) {
+  if (check(H5Aexists(obj, name), name) == 0)
+    throw H5Failure(fmt::format("attribute '{}' is missing", name));
+  Handle a = attr_h(H5Aopen(obj, name, H5P_DEFAULT), name);
+  T value{};
+  check(H5Aread(a, type, &value), name);
+  return value;
+}
+
+std::string get_attr_str(hid_t obj, const char* name);
+
+// Writes `data` (row-major, numel(dims) elements) as a checksummed dataset with that shape.
+void write_dataset(hid_t parent, const std::string& name, hid_t mem_type, hid_t file_type,
+                   const std::vector<hsize_t>& dims, const void* data, size_t elem_size);
+// A 1-D character dataset: checksummed, unlike an attribute.
+void write_text(hid_t f, const char* name, const std::string& text);
+std::string read_text(hid_t f, const char* name);
+std::vector<int64_t> dataset_shape(hid_t ds);
+
+// Bytes a dataset of shape `dims` takes on disk beyond its header.
+uint64_t stored_bytes(const std::vector<hsize_t>& dims, size_t elem_size);
+
+// The file access properties of every checkpoint write, on `fapl`.
+void set_write_access(hid_t fapl);
+// An empty checkpoint file built in memory, for create_reserved_file.
+std::vector<char> empty_file_image();
+
+void fsync_path(const std::string& path, bool directory);
+// Renames `tmp` to `path` and makes the rename durable (fsync of the folder).
+void rename_durably(const std::string& tmp, const std::string& path);
+
+}  // namespace trainrun::ckpt_io
