@@ -19,7 +19,7 @@ ORDER = ["core", "comm", "backend", "model", "optim", "config", "data", "checkpo
 
 # include/trainrun/<header> -> the concept that owns it. A new public header must be added here.
 PUBLIC = {
-    "bf16.h": "core", "clock.h": "core", "dropout_mask.h": "core", "enum_names.h": "core",
+    "bf16.h": "core", "clock.h": "core", "crc32c.h": "core", "dropout_mask.h": "core", "enum_names.h": "core",
     "errors.h": "core", "experiment.h": "core", "host_device.h": "core", "param_entry.h": "core",
     "rng.h": "core", "shard.h": "core", "tensor.h": "core", "thread_annotations.h": "core",
     "comm.h": "comm",
@@ -34,7 +34,7 @@ PUBLIC = {
     "data.h": "data", "markov.h": "data", "tokenizer.h": "data",
     "checkpoint.h": "checkpoint", "h5_handle.h": "checkpoint",
     "metrics.h": "obs", "trace.h": "obs", "stragglers.h": "obs", "tensorboard.h": "obs",
-    "tb_events.h": "obs", "crc32c.h": "obs", "prometheus.h": "obs", "metrics_server.h": "obs",
+    "tb_events.h": "obs", "prometheus.h": "obs", "metrics_server.h": "obs",
     "plan.h": "plan", "report.h": "plan",
     "launch.h": "launch", "failure_record.h": "launch", "mpirun_failure.h": "launch",
     "run_command.h": "launch", "supervisor.h": "launch", "stop_signals.h": "launch",

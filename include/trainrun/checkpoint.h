@@ -1,9 +1,15 @@
-// Checkpoint: one HDF5 file per checkpoint (docs/checkpoint-format.md), written atomically
-// (temp name, fsync, rename, fsync dir), checksummed (fletcher32 on the data, and on a copy of
-// every root attribute and the parameter table), optionally by a background thread. Rank 0
-// writes the full, gathered state, so a checkpoint resumes on any world size. Only a usable
-// state becomes a checkpoint: every weight and moment finite, every counter plausible; readers
-// apply the same rules, so a file that fails them is never resumed from.
+// Checkpoint (docs/checkpoint-format.md), in one of two layouts:
+// - one HDF5 file: rank 0 gathers and writes the full state;
+// - sharded (checkpoint.sharded): a folder where every rank writes its even shard of the weights
+//   and moments to its own HDF5 file, and rank 0 then writes a small checksummed MANIFEST, the
+//   commit point: a folder without one is not a checkpoint.
+// Both are written atomically (temp name, fsync, rename, fsync dir), checksummed (fletcher32 on
+// the data; the single file also on a copy of every root attribute and the parameter table, the
+// sharded one on the manifest and a CRC-32C per shard), optionally by a background thread, and
+// both resume on any world size. Every function below that takes a checkpoint path accepts
+// either. Only a usable state becomes a checkpoint: every weight and moment finite, every
+// counter plausible; readers apply the same rules, so a file that fails them is never resumed
+// from.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +20,7 @@
 
 #include "trainrun/errors.h"
 #include "trainrun/param_entry.h"
+#include "trainrun/shard.h"
 
 namespace trainrun {
 
@@ -37,6 +44,19 @@ struct CheckpointData {
   std::vector<float> adam_v;
 };
 
+// One rank's part of a sharded checkpoint: `range` = shard_of(flat_size, world, rank) of the
+// flat weights and moments (state.world_size is the world).
+struct CheckpointShard {
+  TrainState state;                // the same on every rank
+  std::vector<ParamEntry> params;  // the whole table
+  int64_t flat_size = 0;
+  int rank = 0;
+  Shard range{0, 0};
+  std::vector<float> weights;  // range.size() each; the moments empty without an optimizer
+  std::vector<float> adam_m;
+  std::vector<float> adam_v;
+};
+
 // Format 2 adds /metadata, the checksummed copy of the root attributes. Format 1 files (no
 // such copy) are still read: their data is verified, their metadata only checked for sense.
 inline constexpr int kCheckpointFormatVersion = 2;
@@ -51,6 +71,7 @@ struct NonFiniteCheckpoint : CheckpointError {
 // "" when every weight and moment is finite; else the tensor holding the first non-finite
 // value and how many there are. One pass over the three buffers.
 std::string non_finite_reason(const CheckpointData& data);
+std::string non_finite_reason(const CheckpointShard& shard);
 
 // Writes `path` atomically. Throws NonFiniteCheckpoint for a non-finite snapshot and
 // CheckpointError for anything else; never leaves a partial file at `path`.
@@ -79,22 +100,35 @@ std::string describe_checkpoint(const std::string& path);
 
 // RUN_DIR/checkpoints/step-NNNNNNN.h5
 std::string checkpoint_path(const std::string& run_dir, int64_t step);
-// All checkpoint files of a run, newest step first.
+// RUN_DIR/checkpoints/step-NNNNNNN (a folder)
+std::string sharded_checkpoint_path(const std::string& run_dir, int64_t step);
+// A directory that is not itself a checkpoint: a run directory, whose checkpoints/ holds them.
+// A sharded checkpoint's folder (named step-NNNNNNN, or holding a MANIFEST) is not one.
+bool is_run_directory(const std::string& path);
+// All checkpoints of a run (files, and folders with a MANIFEST), newest step first.
 std::vector<std::string> list_checkpoints(const std::string& run_dir);
 // The newest checkpoint that verifies; newer damaged or unusable ones are named in `warnings`.
 std::optional<std::string> latest_good_checkpoint(const std::string& run_dir,
                                                   std::vector<std::string>* warnings);
 
 // Saves checkpoints for one run: keeps the newest keep_last, and with async the caller only
-// waits for the previous write, not this one.
+// waits for the previous write, not this one. One per process; for sharded checkpoints one on
+// every rank, of which rank 0's commits and prunes.
 class Checkpointer {
  public:
-  Checkpointer(std::string run_dir, int keep_last, bool async);
+  Checkpointer(std::string run_dir, int keep_last, bool async, int rank = 0);
   ~Checkpointer();  // waits for the writer
   // Takes ownership of the snapshot. Returns seconds the caller was blocked. A non-finite
   // snapshot is refused in the caller's thread, async or not: throws NonFiniteCheckpoint and
   // writes and prunes nothing, so the newest checkpoint stays the newest.
   double save(CheckpointData&& data);
+  // Sharded: writes this rank's file into the step's folder. With async, rank 0's writer then
+  // waits for every rank's file (shard_timeout seconds at most) and commits the manifest;
+  // without, the caller agrees with the other ranks that every file was written and has rank 0
+  // call commit(). Refuses a non-finite shard like save().
+  double save_shard(CheckpointShard&& shard);
+  // Rank 0, after every rank's save_shard() returned: writes the manifest, then prunes.
+  void commit(int64_t step, int world);
   void wait();  // rethrows a background write's error
  private:
   struct Impl;

@@ -1,5 +1,6 @@
-// The checkpoints of one run: RUN_DIR/checkpoints/step-NNNNNNN.h5, newest first, and the
-// newest one that still verifies (intact and usable).
+// The checkpoints of one run: RUN_DIR/checkpoints/step-NNNNNNN.h5 files and step-NNNNNNN
+// folders (sharded, once committed), newest first, and the newest one that still verifies
+// (intact and usable).
 #include <fmt/format.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -10,6 +11,7 @@
 #include <filesystem>
 
 #include "checkpoint_dir.h"
+#include "sharded_checkpoint.h"
 #include "trainrun/checkpoint.h"
 #include "trainrun/h5_handle.h"
 
@@ -18,10 +20,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// "step-0000123.h5" -> 123; anything else (temp files, other names, "step-123.h5", which
-// checkpoint_path never writes) -> -1: only names trainrun writes are its checkpoints.
-int64_t step_of(const std::string& name) {
-  constexpr std::string_view prefix = "step-", suffix = ".h5";
+// "step-0000123.h5" -> 123 (with `suffix` ".h5"; a sharded folder has none); anything else
+// (temp files, other names, "step-123.h5", which checkpoint_path never writes) -> -1: only names
+// trainrun writes are its checkpoints.
+int64_t step_of(const std::string& name, std::string_view suffix = ".h5") {
+  constexpr std::string_view prefix = "step-";
   if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) ||
       !name.ends_with(suffix))
     return -1;
@@ -30,7 +33,7 @@ int64_t step_of(const std::string& name) {
   int64_t step = -1;
   auto [p, ec] = std::from_chars(b, e, step);
   if (ec != std::errc() || p != e || step < 0) return -1;
-  return name == fmt::format("step-{:07d}.h5", step) ? step : -1;
+  return name == fmt::format("step-{:07d}{}", step, suffix) ? step : -1;
 }
 
 bool pid_alive(long pid) {
@@ -40,6 +43,8 @@ bool pid_alive(long pid) {
 }  // namespace
 
 bool is_trainrun_checkpoint(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return has_manifest(path);
   h5::quiet();
   const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) {
@@ -56,12 +61,31 @@ std::string checkpoint_path(const std::string& run_dir, int64_t step) {
   return (fs::path(run_dir) / "checkpoints" / fmt::format("step-{:07d}.h5", step)).string();
 }
 
+std::string sharded_checkpoint_path(const std::string& run_dir, int64_t step) {
+  return (fs::path(run_dir) / "checkpoints" / fmt::format("step-{:07d}", step)).string();
+}
+
+bool is_run_directory(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return false;
+  const std::string name = fs::path(path).lexically_normal().filename().string();
+  return !has_manifest(path) &&
+         step_of(name.empty() ? fs::path(path).lexically_normal().parent_path().filename().string()
+                              : name,
+                 "") < 0;
+}
+
 std::vector<std::string> list_checkpoints(const std::string& run_dir) {
   std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec)) {
-    int64_t step = step_of(entry.path().filename().string());
-    if (step >= 0 && entry.is_regular_file(ec)) found.emplace_back(step, entry.path().string());
+    const std::string name = entry.path().filename().string();
+    if (int64_t step = step_of(name); step >= 0 && entry.is_regular_file(ec))
+      found.emplace_back(step, entry.path().string());
+    // A folder without a manifest is a save that never finished: not a checkpoint.
+    else if (int64_t fstep = step_of(name, "");
+             fstep >= 0 && entry.is_directory(ec) && has_manifest(entry.path().string()))
+      found.emplace_back(fstep, entry.path().string());
   }
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a > b; });
   std::vector<std::string> paths;
@@ -69,14 +93,29 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir) {
   return paths;
 }
 
-int remove_stale_temp_files(const std::string& run_dir) {
+namespace {
+
+// Sharded folders hold their own temporaries: rank-RRRRR-of-WWWWW.h5.tmp-PID, MANIFEST.tmp-PID.
+bool is_shard_temp_target(const std::string& name) {
+  return name == kManifestName || (name.starts_with("rank-") && name.ends_with(".h5"));
+}
+
+// `top`: the checkpoints folder, whose step folders are entered only when `enter` (a rank on
+// another host may be writing into one, and its pid means nothing here).
+int remove_stale_temp_files_in(const fs::path& dir, bool sharded, bool enter = false) {
   int removed = 0;
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec)) {
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
     std::string name = entry.path().filename().string();
+    if (!sharded && step_of(name, "") >= 0 && entry.is_directory(ec)) {
+      if (enter) removed += remove_stale_temp_files_in(entry.path(), true);
+      continue;
+    }
     size_t at = name.rfind(".tmp-");
     // Only a checkpoint write's own temporary (step-NNNNNNN.h5.tmp-PID) is trainrun's to remove.
-    if (at == std::string::npos || step_of(name.substr(0, at)) < 0) continue;
+    if (at == std::string::npos) continue;
+    if (sharded ? !is_shard_temp_target(name.substr(0, at)) : step_of(name.substr(0, at)) < 0)
+      continue;
     long pid = 0;
     const char* b = name.data() + at + 5;
     const char* e = name.data() + name.size();
@@ -90,6 +129,30 @@ int remove_stale_temp_files(const std::string& run_dir) {
     }
   }
   return removed;
+}
+
+}  // namespace
+
+std::vector<std::pair<int64_t, std::string>> unfinished_sharded_checkpoints(
+    const std::string& run_dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec)) {
+    const int64_t step = step_of(entry.path().filename().string(), "");
+    if (step >= 0 && entry.is_directory(ec) && !has_manifest(entry.path().string()))
+      found.emplace_back(step, entry.path().string());
+  }
+  return found;
+}
+
+int64_t step_of_checkpoint(const std::string& path) {
+  const std::string name = fs::path(path).filename().string();
+  const int64_t step = step_of(name);
+  return step >= 0 ? step : step_of(name, "");
+}
+
+int remove_stale_temp_files(const std::string& run_dir, bool sharded_folders) {
+  return remove_stale_temp_files_in(fs::path(run_dir) / "checkpoints", false, sharded_folders);
 }
 
 std::optional<std::string> latest_good_checkpoint(const std::string& run_dir,

@@ -34,6 +34,11 @@ struct Layout {
 // equal text; any changed attribute, shape, offset or name changes it.
 std::string metadata_record(const Header& h, const Layout& layout);
 
+// The inverse of metadata_record, for the sharded layout's MANIFEST, which holds the record
+// itself. "" on success, else the first line that does not parse (a record is checksummed before
+// it is parsed: this catches a newer or foreign writer, not damage).
+std::string parse_metadata_record(const std::string& text, Header* h, Layout* layout);
+
 // The first line where `actual` (rebuilt from the file's attributes) and `stored` (the
 // checksummed copy) differ, as "the file says `A`, /metadata says `B`".
 std::string first_difference(const std::string& actual, const std::string& stored);

@@ -1,6 +1,7 @@
 // Checkpointer: saves a run's checkpoints (in the caller's thread or in one persistent writer
 // thread) and prunes old ones, never deleting the newest good file before a newer one exists.
-// A non-finite snapshot is refused before any of that.
+// A non-finite snapshot is refused before any of that. Sharded: every rank's Checkpointer
+// writes its file; rank 0's also commits (checkpoint.h) and prunes.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -13,9 +14,11 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <variant>
 
 #include "checkpoint_dir.h"
 #include "checkpoint_file.h"
+#include "sharded_checkpoint.h"
 #include "trainrun/checkpoint.h"
 #include "trainrun/errors.h"
 
@@ -23,13 +26,19 @@ namespace trainrun {
 namespace fs = std::filesystem;
 
 struct Checkpointer::Impl {
+  // How long rank 0 waits for the other ranks' files. A background commit waits for writes
+  // that began when its own did, so this bounds a write, not a rank's lag; without async the
+  // files exist already and it covers a shared file system's delay in showing them.
+  static constexpr double kAsyncCommitTimeout = 1800, kCommitTimeout = 60;
+
   std::string run_dir;
   int keep_last;
   bool async;
+  int rank = 0;
 
   std::mutex mu;
   std::condition_variable cv;
-  std::optional<CheckpointData> pending;
+  std::optional<std::variant<CheckpointData, CheckpointShard>> pending;
   bool busy = false;  // the writer holds a snapshot
   bool stop = false;
   std::exception_ptr error;
@@ -41,8 +50,12 @@ struct Checkpointer::Impl {
   std::map<std::string, FileKey> verified;
   std::set<std::string> known_bad;
 
-  static std::optional<FileKey> key_of(const std::string& path) {
+  // A sharded checkpoint is keyed by its manifest, written last.
+  static std::optional<FileKey> key_of(const std::string& checkpoint) {
     std::error_code ec1, ec2;
+    const std::string path = fs::is_directory(checkpoint, ec1)
+                                 ? (fs::path(checkpoint) / kManifestName).string()
+                                 : checkpoint;
     FileKey key{fs::file_size(path, ec1), fs::last_write_time(path, ec2)};
     if (ec1 || ec2) return std::nullopt;
     return key;
@@ -67,20 +80,28 @@ struct Checkpointer::Impl {
   void prune() {
     if (keep_last <= 0) return;
     int good_seen = 0;
+    int64_t oldest_kept = -1;
     for (const std::string& path : list_checkpoints(run_dir)) {
       bool good = is_good(path);
       if (good && good_seen < keep_last) {
         ++good_seen;
+        oldest_kept = step_of_checkpoint(path);
         continue;
       }
       if (good_seen == 0) continue;  // a damaged file newer than every good one: leave it
       if (!good && !is_trainrun_checkpoint(path)) continue;
       std::error_code ec;
-      if (fs::remove(path, ec))
+      if (fs::remove_all(path, ec) > 0)
         spdlog::debug("pruned checkpoint {}", path);
       else if (ec)
         spdlog::warn("cannot remove old checkpoint {}: {}", path, ec.message());
       verified.erase(path);
+    }
+    // Sharded saves that never committed, older than a kept checkpoint: never resumable.
+    for (const auto& [step, dir] : unfinished_sharded_checkpoints(run_dir)) {
+      std::error_code ec;
+      if (step < oldest_kept && fs::remove_all(dir, ec) > 0)
+        spdlog::info("removed {}, a sharded save that never finished", dir);
     }
   }
 
@@ -93,26 +114,57 @@ struct Checkpointer::Impl {
     prune();
   }
 
+  void write(const CheckpointShard& shard) {
+    write_shard(sharded_checkpoint_path(run_dir, shard.state.step), shard);
+    if (async && rank == 0)
+      commit_and_prune(shard.state.step, shard.state.world_size, kAsyncCommitTimeout);
+  }
+
+  void commit_and_prune(int64_t step, int world, double timeout) {
+    const std::string dir = sharded_checkpoint_path(run_dir, step);
+    commit_sharded(dir, step, world, timeout);
+    verified.erase(dir);
+    if (std::optional<FileKey> key = key_of(dir)) verified[dir] = *key;
+    known_bad.erase(dir);
+    prune();
+  }
+
   void writer_loop() {
     std::unique_lock lock(mu);
     for (;;) {
       cv.wait(lock, [&] { return stop || pending.has_value(); });
       if (!pending) return;  // stop requested and nothing left to write
-      CheckpointData data = std::move(*pending);
+      std::variant<CheckpointData, CheckpointShard> data = std::move(*pending);
       pending.reset();
       lock.unlock();
       std::exception_ptr err;
       try {
-        write(data);
+        std::visit([this](const auto& d) { write(d); }, data);
       } catch (...) {
         err = std::current_exception();
       }
-      data = {};  // free the snapshot before reporting idle
+      data = CheckpointData{};  // free the snapshot before reporting idle
       lock.lock();
       if (err && !error) error = err;
       busy = false;
       cv.notify_all();
     }
+  }
+
+  // Writes in the caller's thread, or hands the snapshot to the writer once it is idle.
+  template <typename Snapshot>
+  void enqueue(Snapshot&& data) {
+    if (!async) {
+      write(data);
+      return;
+    }
+    if (std::exception_ptr err = drain()) std::rethrow_exception(err);
+    {
+      std::lock_guard lock(mu);
+      pending.emplace(std::move(data));
+      busy = true;
+    }
+    cv.notify_all();
   }
 
   // Waits until the writer is idle; returns (and clears) its error, if any.
@@ -123,12 +175,14 @@ struct Checkpointer::Impl {
   }
 };
 
-Checkpointer::Checkpointer(std::string run_dir, int keep_last, bool async)
+Checkpointer::Checkpointer(std::string run_dir, int keep_last, bool async, int rank)
     : impl_(std::make_unique<Impl>()) {
   impl_->run_dir = std::move(run_dir);
   impl_->keep_last = keep_last;
   impl_->async = async;
-  remove_stale_temp_files(impl_->run_dir);
+  impl_->rank = rank;
+  // Before any rank of this job writes: the one time a shard's temporary is known stale.
+  if (rank == 0) remove_stale_temp_files(impl_->run_dir, /*sharded_folders=*/true);
   if (async) impl_->writer = std::thread([this] { impl_->writer_loop(); });
 }
 
@@ -165,18 +219,22 @@ double Checkpointer::save(CheckpointData&& data) {
   if (ec)
     throw CheckpointError(
         fmt::format("cannot create checkpoint folder {}: {}", dir.string(), ec.message()));
-  if (!impl_->async) {
-    impl_->write(data);
-    return seconds();
-  }
-  if (std::exception_ptr err = impl_->drain()) std::rethrow_exception(err);
-  {
-    std::lock_guard lock(impl_->mu);
-    impl_->pending.emplace(std::move(data));
-    impl_->busy = true;
-  }
-  impl_->cv.notify_all();
+  impl_->enqueue(std::move(data));
   return seconds();
+}
+
+double Checkpointer::save_shard(CheckpointShard&& shard) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (std::string why = non_finite_reason(shard); !why.empty())
+    throw NonFiniteCheckpoint(fmt::format("not writing checkpoint {}: {}",
+                                          sharded_checkpoint_path(impl_->run_dir, shard.state.step),
+                                          why));
+  impl_->enqueue(std::move(shard));
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void Checkpointer::commit(int64_t step, int world) {
+  impl_->commit_and_prune(step, world, Impl::kCommitTimeout);
 }
 
 void Checkpointer::wait() {

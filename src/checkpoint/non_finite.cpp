@@ -53,4 +53,26 @@ std::string non_finite_reason(const CheckpointData& d) {
   return "";
 }
 
+std::string non_finite_reason(const CheckpointShard& s) {
+  const std::pair<const char*, const std::vector<float>*> buffers[] = {
+      {"model", &s.weights}, {"optimizer/m", &s.adam_m}, {"optimizer/v", &s.adam_v}};
+  for (const auto& [group, part] : buffers) {
+    std::optional<NonFinite> nf = find_non_finite(part->data(), part->size());
+    if (!nf) continue;
+    const int64_t at = s.range.begin + static_cast<int64_t>(nf->first);
+    for (const ParamEntry& p : s.params) {
+      int64_t numel = 1;
+      for (int64_t dim : p.shape) numel *= dim;
+      if (at >= p.offset && at < p.offset + numel)
+        return fmt::format(
+            "rank {}'s shard: {}/{} holds a non-finite value (element {} is {}), "
+            "{} in the shard's {} of {}",
+            s.rank, group, p.name, at - p.offset, nf->value, nf->count, part->size(), group);
+    }
+    return non_finite_message(fmt::format("rank {}'s shard of {}", s.rank, group), *nf,
+                              part->size());
+  }
+  return "";
+}
+
 }  // namespace trainrun

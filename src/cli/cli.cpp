@@ -12,6 +12,8 @@
 #include <memory>
 #include <set>
 
+#include <spdlog/spdlog.h>
+
 #include "trainrun/checkpoint.h"
 #include "trainrun/cluster.h"
 #include "trainrun/config.h"
@@ -245,6 +247,41 @@ Command add_inspect(CLI::App& app) {
           }};
 }
 
+Command add_export(CLI::App& app) {
+  struct Args {
+    std::string from, out;
+    bool force = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand(
+      "export", "write a checkpoint (either layout, or a run's newest good one) as one .h5 file");
+  sub->add_option("checkpoint", a->from, "checkpoint file or folder, or a run directory")
+      ->required();
+  sub->add_option("--out", a->out, "the single-file checkpoint to write")->required();
+  sub->add_flag("--force", a->force, "replace --out if it exists");
+  return {sub, [a] {
+            std::string from = a->from;
+            namespace fs = std::filesystem;
+            std::error_code ec;
+            if (is_run_directory(from)) {
+              std::vector<std::string> warnings;
+              auto good = latest_good_checkpoint(from, &warnings);
+              for (const auto& w : warnings) spdlog::warn("{}", w);
+              if (!good)
+                throw CheckpointError(fmt::format("run {} has no checkpoint that verifies", from));
+              from = *good;
+            }
+            if (fs::exists(a->out, ec) && !a->force)
+              throw ConfigError(fmt::format(
+                  "--out {} exists; pass --force to replace it, or choose another name", a->out));
+            const CheckpointData ck = read_checkpoint(from);
+            write_checkpoint(a->out, ck);
+            fmt::print("exported {} (step {}, {} parameters) to {}\n", from, ck.state.step,
+                       ck.weights.size(), a->out);
+            return kExitOk;
+          }};
+}
+
 Command add_slurm(CLI::App& app) {
   struct Args : ConfigArgs {
     SlurmOptions opts;
@@ -321,8 +358,9 @@ Command add_help(CLI::App& app) {
 
 // `trainrun CONFIG ...` and `trainrun --resume ...` are `trainrun run ...`.
 std::vector<std::string> with_default_command(int argc, char** argv) {
-  static const std::set<std::string> kSubcommands = {
-      "run", "validate", "plan", "report", "data", "sample", "inspect", "slurm", "k8s", "help"};
+  static const std::set<std::string> kSubcommands = {"run",   "validate", "plan",    "report",
+                                                     "data",  "sample",   "inspect", "export",
+                                                     "slurm", "k8s",      "help"};
   std::vector<std::string> args(argv, argv + argc);
   if (args.size() > 1 && !kSubcommands.count(args[1]) && args[1] != "--help" && args[1] != "-h" &&
       args[1] != "--version")
@@ -353,10 +391,9 @@ int cli_main(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer("Run `trainrun SUBCOMMAND --help` for each command's options.");
   const std::vector<Command> commands = {
-      add_run(app),    add_validate(app),     add_plan(app),
-      add_report(app), add_data_prepare(app), add_data_tokenizer(app),
-      add_sample(app), add_inspect(app),      add_slurm(app),
-      add_k8s(app),    add_help(app)};
+      add_run(app),          add_validate(app),       add_plan(app),   add_report(app),
+      add_data_prepare(app), add_data_tokenizer(app), add_sample(app), add_inspect(app),
+      add_export(app),       add_slurm(app),          add_k8s(app),    add_help(app)};
 
   const std::vector<std::string> args = with_default_command(argc, argv);
   try {

@@ -26,7 +26,7 @@ Experiment from_config(const RunRequest& r) {
 
 // The checkpoint file a --resume target names; nullopt when it is a run directory without one.
 std::optional<std::string> checkpoint_of(const std::string& target) {
-  if (fs::is_directory(target)) {
+  if (is_run_directory(target)) {
     std::vector<std::string> warnings;
     auto latest = latest_good_checkpoint(target, &warnings);
     for (const auto& w : warnings) fmt::print(stderr, "warning: {}\n", w);

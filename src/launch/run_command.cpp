@@ -15,6 +15,7 @@
 
 #include "run_dir.h"
 #include "stop_relay.h"
+#include "trainrun/checkpoint.h"
 #include "trainrun/config.h"
 #include "trainrun/errors.h"
 #include "trainrun/failure_record.h"
@@ -93,9 +94,7 @@ int run_rank(const RunRequest& request, const ResolvedRun& run, const RankEnv& e
 // `--resume RUN_DIR` of a run that is going on: say so before reading checkpoints that its
 // owner may be writing and pruning right now.
 void refuse_a_run_in_use(const RunRequest& r) {
-  std::error_code ec;
-  if (r.resume && !r.resume->empty() && std::filesystem::is_directory(*r.resume, ec))
-    check_not_in_use(*r.resume);
+  if (r.resume && !r.resume->empty() && is_run_directory(*r.resume)) check_not_in_use(*r.resume);
 }
 
 // A metrics port rank 0 could not bind is refused before anything is written, when rank 0 runs

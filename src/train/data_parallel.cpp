@@ -1,6 +1,7 @@
 #include "data_parallel.h"
 
 #include <cmath>
+#include <stdexcept>
 #include <vector>
 
 #include "grad_sync.h"
@@ -66,6 +67,17 @@ void DataParallel::copy_moments(float* m, float* v) const {
   if (n == 0) return;
   ps_.backend().copy(Tensor(m, DType::f32, Device::cpu, {n}), opt_.m());
   ps_.backend().copy(Tensor(v, DType::f32, Device::cpu, {n}), opt_.v());
+}
+
+void DataParallel::copy_moments_range(Shard range, float* m, float* v) const {
+  const Shard s = shard();
+  if (range.begin < s.begin || range.end > s.end)
+    throw std::logic_error("copy_moments_range: the range lies outside this rank's shard");
+  const int64_t n = range.size();
+  if (n == 0) return;
+  const int64_t at = range.begin - s.begin;
+  ps_.backend().copy(Tensor(m, DType::f32, Device::cpu, {n}), opt_.m().slice(at, {n}));
+  ps_.backend().copy(Tensor(v, DType::f32, Device::cpu, {n}), opt_.v().slice(at, {n}));
 }
 
 void DataParallel::restore_optimizer_state(const CheckpointData& ck) {

@@ -66,6 +66,8 @@ class DataParallel {
   // Collective: the full Adam moments into ck->adam_m/adam_v on rank 0, the writing rank; the
   // other ranks pass null (and under ZeRO-1 send their shards).
   virtual void gather_optimizer_state(CheckpointData* ck) = 0;
+  // Not collective: the moments of `range` (inside shard()) into host memory at m and v.
+  void copy_moments_range(Shard range, float* m, float* v) const;
   // This rank's part of full, gathered moments (as a checkpoint holds them).
   void restore_optimizer_state(const CheckpointData& ck);
 

@@ -31,7 +31,7 @@ std::string sample_text(const std::string& run_dir_or_file, const std::string& p
                     "distribution)",
                     temperature));
   std::string file = run_dir_or_file;
-  if (fs::is_directory(run_dir_or_file)) {
+  if (is_run_directory(run_dir_or_file)) {
     std::vector<std::string> warnings;
     auto latest = latest_good_checkpoint(run_dir_or_file, &warnings);
     // A newer checkpoint that was skipped (damaged, unfinished) is said, so a sample from an

@@ -122,6 +122,9 @@ class Trainer {
   std::string save_checkpoint(int64_t step, double* seconds);
   std::string try_checkpoint(int64_t step);
   std::optional<CheckpointData> snapshot(int64_t step);
+  std::string try_sharded_checkpoint(int64_t step);
+  CheckpointShard shard_snapshot(int64_t step);
+  std::string checkpoint_location(int64_t step) const;
   void restore(const std::string& file);
   int stopped(int64_t step, bool saved) const;
   int end_code(int64_t step, double loss, const std::string& unsaved) const;
@@ -152,7 +155,7 @@ class Trainer {
   GradReadyFn grad_ready_;  // dp_'s hook for the last micro-batch's backward
   std::unique_ptr<TokenDataset> train_data_, val_data_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
-  std::unique_ptr<Checkpointer> ckpt_;  // rank 0 only
+  std::unique_ptr<Checkpointer> ckpt_;  // rank 0 only; every rank's with checkpoint.sharded
   std::unique_ptr<StepReporter> reporter_;
   std::unique_ptr<Tracer> tracer_;
   std::unique_ptr<Watchdog> watchdog_;
@@ -335,9 +338,9 @@ void Trainer::start() {
     model_->params().refresh_compute();  // bf16: every rank rounds rank 0's masters
     state_.seed = exp_.seed;
   }
-  if (rank_ == 0)
+  if (rank_ == 0 || exp_.checkpoint.sharded)
     ckpt_ = std::make_unique<Checkpointer>(exp_.run_dir, exp_.checkpoint.keep_last,
-                                           exp_.checkpoint.async);
+                                           exp_.checkpoint.async, rank_);
   // A relaunched job that had no checkpoint yet keeps the supervisor's restart event (step 0).
   const char* rc = std::getenv("TRAINRUN_RESTART_COUNT");
   const bool relaunched = rc && std::atoi(rc) > 0;
@@ -523,7 +526,7 @@ std::string Trainer::save_checkpoint(int64_t step, double* seconds) {
   const std::string refused = try_checkpoint(step);
   *seconds += now() - t0;
   if (refused.empty()) {
-    newest_checkpoint_ = checkpoint_path(exp_.run_dir, step);
+    newest_checkpoint_ = checkpoint_location(step);
     reporter_->checkpoint(step, newest_checkpoint_);
     return refused;
   }
@@ -537,7 +540,7 @@ std::string Trainer::save_checkpoint(int64_t step, double* seconds) {
 // Saves the checkpoint of `step` unless the state is not fit to be one; returns why not ("" when
 // saved). Rank 0 names the tensor at fault; the others learn only that it refused.
 std::string Trainer::try_checkpoint(int64_t step) {
-  const std::string path = checkpoint_path(exp_.run_dir, step);
+  const std::string path = checkpoint_location(step);
   // Every rank judged the same allreduced values: all skip the snapshot together.
   if (health_.bad_in_row() > 0)
     return fmt::format(
@@ -545,6 +548,7 @@ std::string Trainer::try_checkpoint(int64_t step) {
         "gradient norm",
         path, health_.bad_in_row());
   reporter_->flush();  // metrics.h5 holds every row up to the checkpoint
+  if (exp_.checkpoint.sharded) return try_sharded_checkpoint(step);
   std::string refused;
   if (std::optional<CheckpointData> ck = snapshot(step)) {
     try {
@@ -565,6 +569,69 @@ std::string Trainer::try_checkpoint(int64_t step) {
   }
   comm_->barrier();
   return refused;
+}
+
+std::string Trainer::checkpoint_location(int64_t step) const {
+  return exp_.checkpoint.sharded ? sharded_checkpoint_path(exp_.run_dir, step)
+                                 : checkpoint_path(exp_.run_dir, step);
+}
+
+// Every rank writes its shard; they agree on the outcome (each saw only its own part), and
+// rank 0 commits. A rank that could not write makes every rank fail with the write error's
+// exit code, so the job ends at once instead of waiting for rank 0's commit.
+std::string Trainer::try_sharded_checkpoint(int64_t step) {
+  const std::string path = checkpoint_location(step);
+  std::string refused, failed;
+  try {
+    ckpt_->save_shard(shard_snapshot(step));  // refuses a non-finite shard synchronously
+  } catch (const NonFiniteCheckpoint& e) {
+    refused = e.what();
+  } catch (const CheckpointError& e) {  // this write, or (async) the previous one
+    failed = e.what();
+  }
+  const char mine = !failed.empty() ? 2 : !refused.empty() ? 1 : 0;
+  std::vector<char> all(static_cast<size_t>(world_));
+  comm_->all_gather_bytes(&mine, 1, all.data());
+  const auto worst = std::max_element(all.begin(), all.end());
+  const int who = static_cast<int>(worst - all.begin());
+  if (*worst == 2)
+    throw CheckpointWriteError(
+        !failed.empty() ? failed
+                        : fmt::format("cannot write checkpoint {}: rank {} could not write its "
+                                      "shard (its log says why)",
+                                      path, who));
+  if (*worst == 1)
+    return !refused.empty() ? refused
+                            : fmt::format(
+                                  "not writing checkpoint {}: rank {} found a non-finite "
+                                  "weight or optimizer moment in its shard",
+                                  path, who);
+  if (!exp_.checkpoint.async && rank_ == 0) ckpt_->commit(step, world_);
+  comm_->barrier();
+  return "";
+}
+
+// This rank's shard_of range of the weights and moments; nothing is gathered.
+CheckpointShard Trainer::shard_snapshot(int64_t step) {
+  ParamStore& ps = model_->params();
+  CheckpointShard s;
+  s.state = state_;
+  s.state.step = step;
+  s.state.world_size = world_;
+  s.state.config_yaml = to_yaml(exp_);
+  s.params = ps.entries();
+  s.flat_size = ps.numel();
+  s.rank = rank_;
+  s.range = shard_of(s.flat_size, world_, rank_);
+  const int64_t n = s.range.size();
+  s.weights.resize(static_cast<size_t>(n));
+  s.adam_m.resize(static_cast<size_t>(n));
+  s.adam_v.resize(static_cast<size_t>(n));
+  if (n > 0)
+    be_->copy(Tensor(s.weights.data(), DType::f32, Device::cpu, {n}),
+              ps.params().slice(s.range.begin, {n}));
+  dp_->copy_moments_range(s.range, s.adam_m.data(), s.adam_v.data());
+  return s;
 }
 
 // The full state on rank 0, the writing rank; the other ranks only send their optimizer shards.

@@ -9,7 +9,8 @@ from conftest import REPO, TINY, run, sets
 
 def test_help_and_version():
     p = run(["--help"], check=0)
-    for word in ["run", "validate", "data", "sample", "inspect", "slurm", "k8s", "Exit codes"]:
+    for word in ["run", "validate", "data", "sample", "inspect", "export", "slurm", "k8s",
+                 "Exit codes"]:
         assert word in p.stdout
     assert run(["--version"], check=0).stdout.startswith("trainrun ")
     assert "--resume" in run(["run", "--help"], check=0).stdout

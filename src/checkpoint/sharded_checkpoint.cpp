@@ -1,0 +1,491 @@
+// Sharded checkpoints (sharded_checkpoint.h): every rank writes its own file in parallel, rank 0
+// commits them with a manifest. Rank 0 never holds more than its own shard, and no collective
+// is needed to commit: rank 0 learns what the others wrote from their files, so the same commit
+// serves a background writer thread, which must not call MPI.
+#include "sharded_checkpoint.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "checkpoint_metadata.h"
+#include "h5_io.h"
+#include "non_finite.h"
+#include "reserved_file.h"
+#include "trainrun/crc32c.h"
+#include "trainrun/errors.h"
+
+#ifndef TRAINRUN_VERSION
+#define TRAINRUN_VERSION "unknown"
+#endif
+
+namespace trainrun {
+namespace {
+
+using namespace ckpt_io;
+namespace fs = std::filesystem;
+
+constexpr const char* kManifestTitle = "trainrun sharded checkpoint";
+constexpr const char* kManifestCrcKey = "manifest_crc32c=";
+constexpr size_t kManifestMaxBytes = size_t{64} << 20;  // a table of a million tensors
+
+uint32_t crc_of(const std::vector<float>& v, uint32_t crc) {
+  return crc32c(std::string_view(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)),
+                crc);
+}
+
+// The weights, then m and v: one CRC-32C over the bytes of the shard in that order.
+uint32_t shard_crc(const CheckpointShard& s) {
+  return crc_of(s.adam_v, crc_of(s.adam_m, crc_of(s.weights, 0)));
+}
+
+Header header_of(const CheckpointShard& s) {
+  Header h;
+  h.state = s.state;
+  h.state.config_yaml.clear();
+  h.format_version = kShardedFormatVersion;
+  h.trainrun_version = TRAINRUN_VERSION;
+  h.created = iso_now();
+  h.flat_size = s.flat_size;
+  h.param_count = static_cast<int64_t>(s.params.size());
+  return h;
+}
+
+Layout layout_of(const CheckpointShard& s) {
+  Layout l;
+  l.params = s.params;
+  std::sort(l.params.begin(), l.params.end(),
+            [](const ParamEntry& a, const ParamEntry& b) { return a.offset < b.offset; });
+  l.has_optimizer = !s.adam_m.empty();
+  l.config_bytes = s.state.config_yaml.size();
+  return l;
+}
+
+void validate_shard(const CheckpointShard& s) {
+  const int world = s.state.world_size;
+  if (world < 1 || s.rank < 0 || s.rank >= world)
+    throw H5Failure(fmt::format("rank {} of world {} is not a shard", s.rank, world));
+  const Shard want = shard_of(s.flat_size, world, s.rank);
+  if (s.range.begin != want.begin || s.range.end != want.end)
+    throw H5Failure(fmt::format("range [{}, {}) is not rank {}'s shard [{}, {})", s.range.begin,
+                                s.range.end, s.rank, want.begin, want.end));
+  const size_t n = static_cast<size_t>(want.size());
+  if (s.weights.size() != n)
+    throw H5Failure(fmt::format("{} weights for a shard of {}", s.weights.size(), n));
+  if (s.adam_m.size() != s.adam_v.size() || (!s.adam_m.empty() && s.adam_m.size() != n))
+    throw H5Failure("the moments must both hold the shard's size, or both be empty");
+  if (std::string why = absurd_value(header_of(s)); !why.empty()) throw H5Failure(why);
+}
+
+void put_int(hid_t f, const char* name, int64_t v) {
+  put_attr<int64_t>(f, name, H5T_NATIVE_INT64, v);
+}
+int64_t get_int(hid_t f, const char* name) {
+  return get_attr<int64_t>(f, name, H5T_NATIVE_INT64);
+}
+
+void write_file(const std::string& file, const CheckpointShard& s) {
+  const hsize_t n = static_cast<hsize_t>(s.range.size());
+  const int tensors = s.adam_m.empty() ? 1 : 3;
+  const std::string metadata = metadata_record(header_of(s), layout_of(s));
+  const uint64_t bound = 64 * 1024 + 4096 * 16 + tensors * stored_bytes({n}, sizeof(float)) +
+                         stored_bytes({hsize_t(metadata.size())}, 1) +
+                         stored_bytes({hsize_t(s.state.config_yaml.size())}, 1);
+  create_reserved_file(file, empty_file_image(), bound);
+  Handle fapl = plist_h(H5Pcreate(H5P_FILE_ACCESS), "create file access properties");
+  set_write_access(fapl);
+  Handle f = file_h(H5Fopen(file.c_str(), H5F_ACC_RDWR, fapl), "open reserved file");
+  put_int(f, "format_version", kShardedFormatVersion);
+  put_int(f, "step", s.state.step);
+  put_int(f, "rank", s.rank);
+  put_int(f, "world_size", s.state.world_size);
+  put_int(f, "begin", s.range.begin);
+  put_int(f, "end", s.range.end);
+  put_int(f, "flat_size", s.flat_size);
+  put_int(f, "crc32c", shard_crc(s));
+  write_text(f, "metadata", metadata);
+  write_text(f, "config", s.state.config_yaml);
+  const std::pair<const char*, const std::vector<float>*> data[] = {
+      {"weights", &s.weights}, {"adam_m", &s.adam_m}, {"adam_v", &s.adam_v}};
+  for (int i = 0; i < tensors; ++i)
+    write_dataset(f, data[i].first, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, {n}, data[i].second->data(),
+                  sizeof(float));
+  check(H5Fflush(f, H5F_SCOPE_GLOBAL), "flush file");
+  f.close("close file");
+}
+
+Handle open_read(const std::string& path) {
+  Handle fapl = plist_h(H5Pcreate(H5P_FILE_ACCESS), "create file access properties");
+  check(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), "set close degree");
+  return file_h(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "open");
+}
+
+// What a shard file says about itself, checked against what it must be.
+struct ShardAttrs {
+  int64_t step, rank, world, begin, end, flat_size, crc;
+};
+
+ShardAttrs read_attrs(hid_t f) {
+  if (int64_t v = get_int(f, "format_version"); v != kShardedFormatVersion)
+    throw H5Failure(
+        fmt::format("format_version {} is not a shard of format {}", v, kShardedFormatVersion));
+  return {get_int(f, "step"),  get_int(f, "rank"), get_int(f, "world_size"),
+          get_int(f, "begin"), get_int(f, "end"),  get_int(f, "flat_size"),
+          get_int(f, "crc32c")};
+}
+
+void expect(int64_t actual, int64_t want, const char* what, const char* source) {
+  if (actual != want)
+    throw H5Failure(fmt::format("it holds {} {}, {} says {}", what, actual, source, want));
+}
+
+// --- the manifest ------------------------------------------------------------------------
+
+struct ShardLine {
+  std::string file;
+  int64_t begin = 0, end = 0;
+  uint32_t crc = 0;
+};
+
+std::string manifest_text(const std::string& metadata, const std::vector<ShardLine>& shards) {
+  std::string out = std::string(kManifestTitle) + "\n" + metadata;
+  for (const ShardLine& s : shards)
+    out += fmt::format("shard={} begin={} end={} crc32c={:08x}\n", s.file, s.begin, s.end, s.crc);
+  return out + fmt::format("{}{:08x}\n", kManifestCrcKey, crc32c(out));
+}
+
+struct Manifest {
+  Header header;
+  Layout layout;
+  std::vector<ShardLine> shards;
+};
+
+template <typename T>
+bool parse_field(std::string_view line, std::string_view key, int base, T* out) {
+  const size_t at = line.find(key);
+  if (at == std::string_view::npos) return false;
+  std::string_view v = line.substr(at + key.size());
+  v = v.substr(0, v.find(' '));
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), *out, base);
+  return ec == std::errc() && p == v.data() + v.size();
+}
+
+Manifest read_manifest(const std::string& dir) {
+  const fs::path path = fs::path(dir) / kManifestName;
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    throw H5Failure(
+        "it has no MANIFEST: its save never finished (rank 0 writes the manifest after every "
+        "rank's file), so it is not a checkpoint");
+  if (fs::file_size(path, ec) > kManifestMaxBytes) throw H5Failure("MANIFEST is too large");
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) throw H5Failure("cannot read MANIFEST");
+  const size_t last = text.rfind(kManifestCrcKey);
+  uint32_t stored = 0;
+  if (last == std::string::npos || (last > 0 && text[last - 1] != '\n') ||
+      !parse_field(std::string_view(text).substr(last, text.find('\n', last) - last),
+                   kManifestCrcKey, 16, &stored))
+    throw H5Failure("MANIFEST has no checksum line (truncated?)");
+  const std::string body = text.substr(0, last);
+  if (crc32c(body) != stored) throw H5Failure("MANIFEST fails its CRC-32C (damaged)");
+  if (!body.starts_with(std::string(kManifestTitle) + "\n"))
+    throw H5Failure("MANIFEST is not a trainrun sharded checkpoint manifest");
+  Manifest m;
+  std::string metadata;
+  std::istringstream lines(body.substr(std::strlen(kManifestTitle) + 1));
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("shard=")) {
+      metadata += line + "\n";
+      continue;
+    }
+    ShardLine s;
+    s.file = line.substr(6, line.find(' ') - 6);
+    if (!parse_field(std::string_view(line), " begin=", 10, &s.begin) ||
+        !parse_field(std::string_view(line), " end=", 10, &s.end) ||
+        !parse_field(std::string_view(line), " crc32c=", 16, &s.crc))
+      throw H5Failure(fmt::format("MANIFEST: cannot parse `{}`", line));
+    m.shards.push_back(std::move(s));
+  }
+  if (std::string why = parse_metadata_record(metadata, &m.header, &m.layout); !why.empty())
+    throw H5Failure("MANIFEST: " + why);
+  const Header& h = m.header;
+  if (h.format_version != kShardedFormatVersion)
+    throw H5Failure(
+        fmt::format("MANIFEST: format_version {} is not supported (this trainrun "
+                    "reads sharded format {}); use the trainrun version that wrote it",
+                    h.format_version, kShardedFormatVersion));
+  const int world = h.state.world_size;
+  if (h.flat_size < 0 || static_cast<int>(m.shards.size()) != world)
+    throw H5Failure(
+        fmt::format("MANIFEST lists {} shard files for world_size {}", m.shards.size(), world));
+  for (int r = 0; r < world; ++r) {
+    const Shard want = shard_of(h.flat_size, world, r);
+    const ShardLine& s = m.shards[static_cast<size_t>(r)];
+    if (s.file != shard_file_name(r, world) || s.begin != want.begin || s.end != want.end)
+      throw H5Failure(fmt::format("MANIFEST: shard {} is `{}` [{}, {}), expected {} [{}, {})", r,
+                                  s.file, s.begin, s.end, shard_file_name(r, world), want.begin,
+                                  want.end));
+  }
+  int64_t end = 0;
+  for (const ParamEntry& p : m.layout.params) {
+    if (p.offset < end || p.offset + numel(p.shape) > h.flat_size)
+      throw H5Failure(
+          fmt::format("MANIFEST: parameter {} (offset {}, shape {}) overlaps another "
+                      "or lies outside the {} elements",
+                      p.name, p.offset, shape_str(p.shape), h.flat_size));
+    end = p.offset + numel(p.shape);
+  }
+  return m;
+}
+
+// "model/blocks.0.attn.qkv.weight" for flat element `at` of `group`.
+std::string tensor_at(const std::vector<ParamEntry>& params, const char* group, int64_t at) {
+  for (const ParamEntry& p : params)
+    if (at >= p.offset && at < p.offset + numel(p.shape))
+      return fmt::format("{}/{} (element {})", group, p.name, at - p.offset);
+  return fmt::format("{} (alignment padding, element {})", group, at);
+}
+
+// Reads (keep) or only verifies the whole checkpoint. Throws H5Failure for damage and Unusable
+// for an intact checkpoint that must not be used, naming the shard file.
+CheckpointData load(const std::string& dir, bool keep) {
+  const Manifest m = read_manifest(dir);
+  const Header& h = m.header;
+  if (std::string why = absurd_value(h); !why.empty()) throw Unusable(why);
+  CheckpointData d;
+  d.state = h.state;
+  d.params = m.layout.params;
+  const size_t flat = static_cast<size_t>(h.flat_size);
+  if (keep) {
+    d.weights.assign(flat, 0.0f);
+    if (m.layout.has_optimizer) d.adam_m.assign(flat, 0.0f), d.adam_v.assign(flat, 0.0f);
+  }
+  const char* groups[] = {"weights", "adam_m", "adam_v"};
+  const char* names[] = {"model", "optimizer/m", "optimizer/v"};
+  std::vector<float>* fulls[] = {&d.weights, &d.adam_m, &d.adam_v};
+  std::vector<float> scratch;
+  for (int r = 0; r < h.state.world_size; ++r) {
+    const ShardLine& line = m.shards[static_cast<size_t>(r)];
+    const std::string path = (fs::path(dir) / line.file).string();
+    try {
+      Handle f = open_read(path);
+      const ShardAttrs a = read_attrs(f);
+      expect(a.step, h.state.step, "step", "MANIFEST");
+      expect(a.rank, r, "rank", "its name");
+      expect(a.world, h.state.world_size, "world_size", "MANIFEST");
+      expect(a.begin, line.begin, "begin", "MANIFEST");
+      expect(a.end, line.end, "end", "MANIFEST");
+      expect(a.crc, line.crc, "crc32c", "MANIFEST");
+      const size_t n = static_cast<size_t>(line.end - line.begin);
+      uint32_t crc = 0;
+      for (int t = 0; t < (m.layout.has_optimizer ? 3 : 1); ++t) {
+        float* out = keep ? fulls[t]->data() + line.begin : (scratch.resize(n), scratch.data());
+        Handle ds = dset_h(H5Dopen2(f, groups[t], H5P_DEFAULT), groups[t]);
+        if (dataset_shape(ds) != std::vector<int64_t>{static_cast<int64_t>(n)})
+          throw H5Failure(fmt::format("/{} is not {} elements", groups[t], n));
+        if (n > 0)
+          check(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out),
+                fmt::format("read /{}", groups[t]).c_str());
+        crc = crc32c(std::string_view(reinterpret_cast<const char*>(out), n * sizeof(float)), crc);
+        if (std::optional<NonFinite> nf = find_non_finite(out, n))
+          throw Unusable(fmt::format(
+              "{}: {}", line.file,
+              non_finite_message(
+                  tensor_at(d.params, names[t], line.begin + static_cast<int64_t>(nf->first)), *nf,
+                  n)));
+      }
+      if (crc != line.crc)
+        throw H5Failure(
+            fmt::format("its data's CRC-32C is {:08x}, MANIFEST says {:08x}", crc, line.crc));
+      if (r == 0) {
+        d.state.config_yaml = read_text(f, "config");
+        if (d.state.config_yaml.size() != m.layout.config_bytes)
+          throw H5Failure("/config's size differs from the manifest's config_bytes");
+      }
+      f.close("close");
+    } catch (const Unusable&) {
+      throw;
+    } catch (const H5Failure& e) {
+      throw H5Failure(fmt::format("{}: {}", line.file, e.what()));
+    }
+  }
+  return d;
+}
+
+void write_manifest(const std::string& dir, const std::string& text) {
+  const std::string path = (fs::path(dir) / kManifestName).string();
+  const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw H5Failure(fmt::format("cannot create {}: {}", tmp, strerror(errno)));
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw H5Failure(fmt::format("cannot write {}: {}", tmp, strerror(err)));
+    }
+    done += static_cast<size_t>(w);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!synced) {
+    ::unlink(tmp.c_str());
+    throw H5Failure(fmt::format("fsync {} failed: {}", tmp, strerror(err)));
+  }
+  try {
+    rename_durably(tmp, path);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+}
+
+}  // namespace
+
+std::string shard_file_name(int rank, int world) {
+  return fmt::format("rank-{:05d}-of-{:05d}.h5", rank, world);
+}
+
+bool has_manifest(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(fs::path(dir) / kManifestName, ec);
+}
+
+void write_shard(const std::string& dir, const CheckpointShard& shard) {
+  quiet();
+  const std::string path =
+      (fs::path(dir) / shard_file_name(shard.rank, shard.state.world_size)).string();
+  const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
+  try {
+    validate_shard(shard);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw H5Failure(fmt::format("cannot create the folder: {}", ec.message()));
+    ::unlink(tmp.c_str());  // a leftover of an earlier process with our pid
+    write_file(tmp, shard);
+    fsync_path(tmp, false);
+    rename_durably(tmp, path);
+  } catch (const std::exception& e) {
+    ::unlink(tmp.c_str());
+    throw CheckpointWriteError(fmt::format("cannot write checkpoint shard {}: {}", path, e.what()));
+  }
+}
+
+void commit_sharded(const std::string& dir, int64_t step, int world, double timeout_s) {
+  quiet();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  std::vector<ShardLine> lines;
+  std::string metadata;
+  int64_t flat = -1;
+  for (int r = 0; r < world; ++r) {
+    const std::string name = shard_file_name(r, world);
+    const std::string path = (fs::path(dir) / name).string();
+    std::error_code ec;
+    // Poll: a background writer cannot wait on the other ranks with a collective.
+    while (!fs::exists(path, ec)) {
+      if (std::chrono::steady_clock::now() > deadline)
+        throw CheckpointWriteError(fmt::format(
+            "cannot commit checkpoint {}: rank {}'s file {} did not appear within {:g} s "
+            "(its write failed, or the folder is not shared between the hosts)",
+            dir, r, name, timeout_s));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    try {
+      Handle f = open_read(path);
+      const ShardAttrs a = read_attrs(f);
+      if (flat < 0) flat = a.flat_size;
+      const Shard want = shard_of(flat, world, r);
+      expect(a.step, step, "step", "the commit");
+      expect(a.rank, r, "rank", "its name");
+      expect(a.world, world, "world_size", "the commit");
+      expect(a.begin, want.begin, "begin", "the shard split");
+      expect(a.end, want.end, "end", "the shard split");
+      if (r == 0) metadata = read_text(f, "metadata");
+      lines.push_back({name, a.begin, a.end, static_cast<uint32_t>(a.crc)});
+      f.close("close");
+    } catch (const std::exception& e) {
+      throw CheckpointWriteError(
+          fmt::format("cannot commit checkpoint {}: {}: {}", dir, name, e.what()));
+    }
+  }
+  try {
+    write_manifest(dir, manifest_text(metadata, lines));
+  } catch (const std::exception& e) {
+    throw CheckpointWriteError(fmt::format("cannot commit checkpoint {}: {}", dir, e.what()));
+  }
+  // Files of an earlier attempt at this step with another world size: not part of it.
+  std::set<std::string> listed;
+  for (const ShardLine& l : lines) listed.insert(l.file);
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("rank-") && name.ends_with(".h5") && !listed.contains(name))
+      fs::remove(entry.path(), ec);
+  }
+}
+
+Verdict judge_sharded(const std::string& dir, CheckpointData* data) {
+  quiet();
+  Verdict v;
+  try {
+    CheckpointData d = load(dir, data != nullptr);
+    v.ok = true;
+    v.step = d.state.step;
+    if (data) *data = std::move(d);
+  } catch (const Unusable& e) {
+    v.unusable = true;
+    v.reason = e.what();
+  } catch (const H5Failure& e) {
+    v.reason = e.what();
+  } catch (const std::bad_alloc&) {
+    v.reason = "its sizes do not fit in memory";
+  }
+  return v;
+}
+
+std::string describe_sharded(const std::string& dir) {
+  quiet();
+  std::string out = "layout: sharded (a folder: one file per rank, and MANIFEST)\n";
+  try {
+    const Manifest m = read_manifest(dir);
+    const Header& h = m.header;
+    const TrainState& s = h.state;
+    out += fmt::format(
+        "format_version: {}\ntrainrun_version: {}\ncreated: {}\nstep: {}\ntokens_seen: {}\n"
+        "samples_seen: {}\nseed: {}\nworld_size: {}\nrestarts: {}\nbad_steps_total: {}\n"
+        "lr_scale: {}\n",
+        h.format_version, h.trainrun_version, h.created, s.step, s.tokens_seen, s.samples_seen,
+        s.seed, s.world_size, s.restarts, s.bad_steps_total, s.lr_scale);
+    out += fmt::format("parameters: {} tensors (flat size {}), optimizer moments: {}\n",
+                       h.param_count, h.flat_size, m.layout.has_optimizer ? "yes" : "no");
+    out += "files (float32, chunked, fletcher32; CRC-32C of each in MANIFEST):\n";
+    for (const ShardLine& l : m.shards) {
+      std::error_code ec;
+      const auto size = fs::file_size(fs::path(dir) / l.file, ec);
+      out += fmt::format("  {} [{}, {}) crc32c {:08x}, {}\n", l.file, l.begin, l.end, l.crc,
+                         ec ? "missing" : fmt::format("{:.1f} MiB", double(size) / (1 << 20)));
+    }
+  } catch (const H5Failure& e) {
+    out += fmt::format("manifest unreadable: {}\n", e.what());
+  }
+  return out;
+}
+
+}  // namespace trainrun

@@ -1,0 +1,39 @@
+// Internal to src/checkpoint: the sharded layout (docs/checkpoint-format.md). A checkpoint is a
+// folder step-NNNNNNN/ holding rank-RRRRR-of-WWWWW.h5, one per rank (its shard_of range of the
+// flat weights and moments, fletcher32-chunked, with its CRC-32C in an attribute), and MANIFEST,
+// written last by rank 0: the metadata record (checkpoint_metadata.h), one line per shard file
+// with its range and CRC-32C, and the CRC-32C of all that. The manifest is the commit point.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "trainrun/checkpoint.h"
+
+namespace trainrun {
+
+inline constexpr int kShardedFormatVersion = 3;
+inline constexpr const char* kManifestName = "MANIFEST";
+
+// "rank-00001-of-00004.h5"
+std::string shard_file_name(int rank, int world);
+
+// Writes this rank's file into `dir` (created if missing) atomically; no finiteness check.
+// Throws CheckpointWriteError naming the file.
+void write_shard(const std::string& dir, const CheckpointShard& shard);
+
+// Waits up to `timeout_s` for all `world` shard files of `step` in `dir`, checks that each
+// holds the range it should, writes the MANIFEST atomically and then removes shard files the
+// manifest does not list (left by an earlier attempt with another world size). Throws
+// CheckpointWriteError naming the missing or wrong file; writes no manifest then.
+void commit_sharded(const std::string& dir, int64_t step, int world, double timeout_s);
+
+bool has_manifest(const std::string& dir);
+
+// The sharded counterparts of judge() and describe_headers() in checkpoint_file.cpp: read or
+// only verify every byte (manifest checksum, each shard's attributes against the manifest, its
+// data checksums, its CRC-32C, finiteness, sane values).
+Verdict judge_sharded(const std::string& dir, CheckpointData* data);
+std::string describe_sharded(const std::string& dir);
+
+}  // namespace trainrun

@@ -1,0 +1,258 @@
+// Sharded checkpoints: shards written by "ranks" (here one process) read back as the exact full
+// state, commit waits for every file and refuses a wrong one, damage to any part is named, the
+// manifest's metadata record parses back to what was written, and the CRC-32C's fast path
+// agrees with the table.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "../src/checkpoint/checkpoint_metadata.h"
+#include "../src/checkpoint/sharded_checkpoint.h"
+#include "temp_dir.h"
+#include "trainrun/checkpoint.h"
+#include "trainrun/crc32c.h"
+#include "trainrun/errors.h"
+
+using namespace trainrun;
+namespace fs = std::filesystem;
+
+namespace {
+
+using trainrun::testing::TempDir;
+
+CheckpointData full_state(int64_t step, int world, uint32_t seed) {
+  CheckpointData d;
+  d.params = {{"wte", {37, 11}, 0}, {"blocks.0.fc.bias", {13}, 407}, {"ln_f.scale", {5, 3}, 424}};
+  const size_t n = 439 + 2;  // two elements of padding at the end
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  for (auto* v : {&d.weights, &d.adam_m, &d.adam_v}) {
+    v->assign(n, 0.0f);
+    for (float& x : *v) x = normal(rng);
+  }
+  d.state.step = step;
+  d.state.tokens_seen = step * 100;
+  d.state.samples_seen = step * 4 + 1;
+  d.state.seed = 0x0123456789abcdefull;
+  d.state.lr_scale = 0.5;
+  d.state.world_size = world;
+  d.state.config_yaml = "model:\n  n_layer: 1\n";
+  return d;
+}
+
+CheckpointShard shard_of_state(const CheckpointData& d, int rank) {
+  CheckpointShard s;
+  s.state = d.state;
+  s.params = d.params;
+  s.flat_size = static_cast<int64_t>(d.weights.size());
+  s.rank = rank;
+  s.range = shard_of(s.flat_size, d.state.world_size, rank);
+  auto part = [&](const std::vector<float>& v) {
+    return std::vector<float>(v.begin() + s.range.begin, v.begin() + s.range.end);
+  };
+  s.weights = part(d.weights);
+  s.adam_m = part(d.adam_m);
+  s.adam_v = part(d.adam_v);
+  return s;
+}
+
+std::string save_all(const std::string& run_dir, const CheckpointData& d) {
+  const std::string dir = sharded_checkpoint_path(run_dir, d.state.step);
+  for (int r = 0; r < d.state.world_size; ++r) write_shard(dir, shard_of_state(d, r));
+  commit_sharded(dir, d.state.step, d.state.world_size, 1.0);
+  return dir;
+}
+
+void flip_byte(const std::string& path, double frac) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(0, std::ios::end);
+  const auto at = static_cast<std::streamoff>(static_cast<double>(f.tellg()) * frac);
+  f.seekg(at);
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x40);
+  f.seekp(at);
+  f.write(&c, 1);
+}
+
+}  // namespace
+
+TEST_CASE("shards of 1, 2, 3 and 7 ranks read back as the exact full state") {
+  for (int world : {1, 2, 3, 7}) {
+    CAPTURE(world);
+    TempDir tmp;
+    const CheckpointData d = full_state(40, world, 7u + static_cast<uint32_t>(world));
+    const std::string dir = save_all(tmp.str(), d);
+    CHECK(list_checkpoints(tmp.str()) == std::vector<std::string>{dir});
+    CHECK(verify_checkpoint(dir).ok);
+    const CheckpointData back = read_checkpoint(dir);
+    CHECK(back.weights == d.weights);
+    CHECK(back.adam_m == d.adam_m);
+    CHECK(back.adam_v == d.adam_v);
+    CHECK(back.state.step == 40);
+    CHECK(back.state.samples_seen == d.state.samples_seen);
+    CHECK(back.state.seed == d.state.seed);
+    CHECK(back.state.lr_scale == 0.5);
+    CHECK(back.state.world_size == world);
+    CHECK(back.state.config_yaml == d.state.config_yaml);
+    REQUIRE(back.params.size() == d.params.size());
+    for (size_t i = 0; i < d.params.size(); ++i) {
+      CHECK(back.params[i].name == d.params[i].name);
+      CHECK(back.params[i].offset == d.params[i].offset);
+      CHECK(back.params[i].shape == d.params[i].shape);
+    }
+    CHECK(!is_run_directory(dir));
+    CHECK(is_run_directory(tmp.str()));
+  }
+}
+
+TEST_CASE("commit waits for every rank's file, and refuses a missing or foreign one") {
+  TempDir tmp;
+  const CheckpointData d = full_state(10, 3, 1);
+  const std::string dir = sharded_checkpoint_path(tmp.str(), 10);
+  write_shard(dir, shard_of_state(d, 0));
+  write_shard(dir, shard_of_state(d, 2));
+  // Rank 1 is late: the commit waits for it.
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    write_shard(dir, shard_of_state(d, 1));
+  });
+  commit_sharded(dir, 10, 3, 30.0);
+  late.join();
+  CHECK(verify_checkpoint(dir).ok);
+
+  // A rank that never writes: no manifest, an error naming its file.
+  const CheckpointData e = full_state(20, 2, 2);
+  const std::string dir2 = sharded_checkpoint_path(tmp.str(), 20);
+  write_shard(dir2, shard_of_state(e, 0));
+  CHECK_THROWS_WITH_AS(commit_sharded(dir2, 20, 2, 0.1),
+                       doctest::Contains("rank-00001-of-00002.h5 did not appear"),
+                       CheckpointWriteError);
+  CHECK(!has_manifest(dir2));
+  CHECK(list_checkpoints(tmp.str()).size() == 1);  // the unfinished folder is not listed
+  CHECK(verify_checkpoint(dir2).reason.find("no MANIFEST") != std::string::npos);
+
+  // A file of another step in rank 1's place.
+  fs::copy_file(fs::path(dir) / "rank-00000-of-00003.h5",
+                fs::path(dir2) / "rank-00001-of-00002.h5");
+  CHECK_THROWS_AS(commit_sharded(dir2, 20, 2, 0.1), CheckpointWriteError);
+  CHECK(!has_manifest(dir2));
+}
+
+TEST_CASE("a wrong range or a non-finite shard is never written") {
+  TempDir tmp;
+  const CheckpointData d = full_state(5, 2, 3);
+  CheckpointShard s = shard_of_state(d, 1);
+  s.range.begin += 1;
+  CHECK_THROWS_AS(write_shard(tmp / "x", s), CheckpointWriteError);
+  CheckpointShard bad = shard_of_state(d, 1);
+  bad.adam_v[3] = std::numeric_limits<float>::infinity();
+  const std::string why = non_finite_reason(bad);
+  CHECK(why.find("rank 1") != std::string::npos);
+  CHECK(why.find("optimizer/v/") != std::string::npos);
+  Checkpointer ck(tmp.str(), 3, false, 1);
+  CHECK_THROWS_AS(ck.save_shard(std::move(bad)), NonFiniteCheckpoint);
+  CHECK(!fs::exists(sharded_checkpoint_path(tmp.str(), 5)));
+}
+
+TEST_CASE("damage to a shard or the manifest is named, and the previous checkpoint is used") {
+  for (const char* damage : {"shard", "manifest", "swap"}) {
+    CAPTURE(damage);
+    TempDir tmp;
+    const CheckpointData older = full_state(10, 2, 4), newer = full_state(20, 2, 5);
+    const std::string old_dir = save_all(tmp.str(), older);
+    const std::string dir = save_all(tmp.str(), newer);
+    const std::string shard = (fs::path(dir) / "rank-00001-of-00002.h5").string();
+    if (std::string(damage) == "shard") {
+      flip_byte(shard, 0.7);
+    } else if (std::string(damage) == "manifest") {
+      flip_byte((fs::path(dir) / "MANIFEST").string(), 0.3);
+    } else {  // an intact shard of the same step but other data: only the CRC tells
+      const CheckpointData other = full_state(20, 2, 99);
+      fs::remove(shard);
+      write_shard(dir, shard_of_state(other, 1));
+    }
+    const Verdict v = verify_checkpoint(dir);
+    CHECK(!v.ok);
+    CHECK(!v.unusable);
+    if (std::string(damage) != "manifest")
+      CHECK(v.reason.find("rank-00001-of-00002.h5") != std::string::npos);
+    else
+      CHECK(v.reason.find("MANIFEST") != std::string::npos);
+    std::vector<std::string> warnings;
+    CHECK(latest_good_checkpoint(tmp.str(), &warnings) == old_dir);
+    REQUIRE(warnings.size() == 1);
+    CHECK(warnings[0].find("falling back to " + old_dir) != std::string::npos);
+  }
+}
+
+TEST_CASE("the Checkpointer writes shards, commits on rank 0 and prunes whole folders") {
+  for (bool async : {false, true}) {
+    CAPTURE(async);
+    TempDir tmp;
+    Checkpointer r0(tmp.str(), 2, async, 0), r1(tmp.str(), 2, async, 1);
+    for (int64_t step : {10, 20, 30}) {
+      const CheckpointData d = full_state(step, 2, static_cast<uint32_t>(step));
+      r1.save_shard(shard_of_state(d, 1));
+      r0.save_shard(shard_of_state(d, 0));
+      r1.wait();
+      if (!async) r0.commit(step, 2);
+      r0.wait();
+      CHECK(read_checkpoint(sharded_checkpoint_path(tmp.str(), step)).weights == d.weights);
+    }
+    CHECK(list_checkpoints(tmp.str()) ==
+          std::vector<std::string>{sharded_checkpoint_path(tmp.str(), 30),
+                                   sharded_checkpoint_path(tmp.str(), 20)});
+    CHECK(!fs::exists(sharded_checkpoint_path(tmp.str(), 10)));
+  }
+}
+
+TEST_CASE("the metadata record parses back to what was written") {
+  Header h;
+  h.format_version = 3;
+  h.trainrun_version = "0.1.0";
+  h.created = "2026-12-01T07:00:00Z";
+  h.state.step = 123;
+  h.state.tokens_seen = 1ll << 40;
+  h.state.samples_seen = 77;
+  h.state.seed = 0xffffffffffffffffull;
+  h.state.bad_steps_total = 3;
+  h.state.restarts = 2;
+  h.state.lr_scale = 0.1 * 0.3;  // not exact in binary: must come back bit for bit
+  h.state.world_size = 8;
+  h.flat_size = 1000;
+  h.param_count = 2;
+  Layout l;
+  l.params = {{"a.weight", {10, 20}, 0}, {"scalar", {}, 200}};
+  l.has_optimizer = true;
+  l.config_bytes = 42;
+  Header h2;
+  Layout l2;
+  REQUIRE(parse_metadata_record(metadata_record(h, l), &h2, &l2) == "");
+  CHECK(metadata_record(h2, l2) == metadata_record(h, l));
+  CHECK(h2.state.lr_scale == h.state.lr_scale);
+  CHECK(h2.state.seed == h.state.seed);
+  CHECK(parse_metadata_record("step=x\n", &h2, &l2) != "");
+  CHECK(parse_metadata_record("param=a offset=1 shape=[2, q]\n", &h2, &l2) != "");
+}
+
+TEST_CASE("CRC-32C: the 8-byte path equals the table at every length and split") {
+  std::string data(1031, '\0');
+  std::mt19937 rng(9);
+  for (char& c : data) c = static_cast<char>(rng());
+  auto bytewise = [](std::string_view s, uint32_t crc) {
+    for (unsigned char b : s) crc = crc32c(std::string_view(reinterpret_cast<char*>(&b), 1), crc);
+    return crc;
+  };
+  for (size_t len : {0u, 1u, 7u, 8u, 9u, 63u, 64u, 1031u}) {
+    CAPTURE(len);
+    const std::string_view s(data.data(), len);
+    CHECK(crc32c(s) == bytewise(s, 0));
+    // Continuing at an odd offset gives the CRC of the whole.
+    const size_t cut = len / 3;
+    CHECK(crc32c(s.substr(cut), crc32c(s.substr(0, cut))) == crc32c(s));
+  }
+}
