@@ -22,6 +22,7 @@
 #include "trainrun/model.h"
 #include "trainrun/plan.h"
 #include "trainrun/report.h"
+#include "trainrun/shard.h"
 #include "trainrun/stragglers.h"
 #include "trainrun/trace.h"
 
@@ -80,6 +81,9 @@ DevicePeak fake_peak(const std::string& name, double memory = 1e12) {
   p.memory = memory;
   p.link_bw = 1e10;
   p.source = "test";
+  p.host_bw = 5e10;
+  p.disk_bw = 1e9;
+  p.disk_source = "test";
   return p;
 }
 
@@ -313,6 +317,135 @@ TEST_CASE("plan: text and JSON") {
   CHECK(j.find("\"params\":" + std::to_string(p.params)) != std::string::npos);
   CHECK(j.find("\"fits\":true") != std::string::npos);
   CHECK(count(j, "\"blocks.") == 2);
+  CHECK(t.find("allreduce time") != std::string::npos);
+  CHECK(t.find("step loop blocked") != std::string::npos);
+  CHECK(j.find("\"allreduce_seconds_per_step\":") != std::string::npos);
+  CHECK(j.find("\"checkpoint\":{\"every\":0,\"async\":false,\"sharded\":false") !=
+        std::string::npos);
+  CHECK(j.find("\"disk_bw\":1000000000") != std::string::npos);
+  Experiment a = gpt(2, 64, 4, 32, 50, 8);
+  a.checkpoint.async = true;
+  a.checkpoint.every = 10;
+  const Plan pa = make_plan(a, fake_peak("cpu (test)"));
+  CHECK(plan_text(pa).find("background write") != std::string::npos);
+  CHECK(plan_json(pa).find("\"background_seconds\":" +
+                           fmt::format("{}", pa.checkpoint.write_seconds)) != std::string::npos);
+  CHECK(json_balanced(plan_json(pa)));
+}
+
+TEST_CASE("plan: checkpoint time per rank, sharded, async") {
+  Experiment e = gpt(2, 64, 4, 32, 64, 8);
+  e.distributed.nproc = 2;
+  e.checkpoint.every = 100;
+  const DevicePeak peak = fake_peak("cpu (test)");
+  const Plan u = make_plan(e, peak);
+  const CheckpointPlan& cu = u.checkpoint;
+  const double n = static_cast<double>(u.params);
+  CAPTURE(u.params);
+  REQUIRE(cu.file_overhead > 0);
+  CHECK(cu.state_bytes == 12 * n);
+  // Unsharded: rank 0 writes the whole state; without ZeRO it holds it all, nothing is gathered.
+  CHECK(cu.bytes_per_rank == 12 * n + cu.file_overhead);
+  CHECK(cu.gather_bytes == 0);
+  CHECK(cu.gather_seconds == 0);
+  CHECK(cu.files == 1);
+  CHECK(cu.write_seconds == doctest::Approx(cu.bytes_per_rank / peak.disk_bw));
+  CHECK(cu.copy_seconds == doctest::Approx(12 * n / peak.host_bw));
+  CHECK(cu.blocking_seconds == doctest::Approx(cu.copy_seconds + cu.write_seconds));
+  CHECK(cu.background_seconds == 0);
+  CHECK(cu.fraction ==
+        doctest::Approx(cu.blocking_seconds / (100 * u.predicted_step_seconds)).epsilon(1e-9));
+
+  SUBCASE("sharded halves the bytes each rank writes at world 2") {
+    e.checkpoint.sharded = true;
+    const CheckpointPlan s = make_plan(e, peak).checkpoint;
+    const int64_t largest =
+        std::max(shard_of(u.params, 2, 0).size(), shard_of(u.params, 2, 1).size());
+    CHECK(s.bytes_per_rank == 12.0 * static_cast<double>(largest) + s.file_overhead);
+    const double data_sharded = s.bytes_per_rank - s.file_overhead;
+    const double data_whole = cu.bytes_per_rank - cu.file_overhead;
+    CHECK(data_sharded >= 0.5 * data_whole);
+    CHECK(data_sharded <= 0.5 * data_whole + 12);  // an odd count: one parameter more
+    CHECK(s.write_seconds == doctest::Approx(s.bytes_per_rank / peak.disk_bw));
+    CHECK(s.write_seconds < cu.write_seconds);
+    CHECK(s.files == 3);  // two shards and the MANIFEST
+    CHECK(s.gather_bytes == 0);
+    e.distributed.nproc = 4;
+    const CheckpointPlan s4 = make_plan(e, peak).checkpoint;
+    CHECK(s4.bytes_per_rank - s4.file_overhead <= 0.25 * data_whole + 12);
+  }
+  SUBCASE("unsharded ZeRO-1: rank 0 gathers the other ranks' moments first") {
+    e.distributed.zero = 1;
+    const CheckpointPlan z = make_plan(e, peak).checkpoint;
+    CHECK(z.bytes_per_rank == cu.bytes_per_rank);
+    CHECK(z.gather_bytes == 8.0 * static_cast<double>(u.params - shard_of(u.params, 2, 0).size()));
+    CHECK(z.gather_seconds == doctest::Approx(z.gather_bytes / peak.link_bw));
+    CHECK(z.blocking_seconds ==
+          doctest::Approx(z.copy_seconds + z.gather_seconds + z.write_seconds));
+  }
+  SUBCASE("async: the loop waits for the copy, the write runs in the background") {
+    e.checkpoint.async = true;
+    const CheckpointPlan a = make_plan(e, peak).checkpoint;
+    CHECK(a.blocking_seconds < a.write_seconds);
+    CHECK(a.blocking_seconds == doctest::Approx(a.copy_seconds));
+    CHECK(a.background_seconds == doctest::Approx(cu.write_seconds));
+    CHECK(a.blocking_seconds < cu.blocking_seconds);
+  }
+}
+
+TEST_CASE("plan: a warning when checkpointing takes over 5% of training time") {
+  Experiment e = gpt(2, 64, 4, 32, 64, 8);
+  e.distributed.nproc = 2;
+  DevicePeak peak = fake_peak("cpu (test)");
+  const Plan base = make_plan(e, peak);
+  // A disk slow enough that one save takes 5 predicted steps: every step is far over 5%, every
+  // 1000 steps far under.
+  peak.disk_bw = (12.0 * static_cast<double>(base.params) + base.checkpoint.file_overhead) /
+                 (5 * base.predicted_step_seconds);
+  auto plan_every = [&](int64_t every) {
+    Experiment x = e;
+    x.checkpoint.every = every;
+    return make_plan(x, peak);
+  };
+  const Plan each = plan_every(1);
+  CHECK(each.checkpoint.fraction > 5);
+  REQUIRE(warned(each, "checkpointing takes"));
+  const int64_t enough = each.checkpoint.every_for_5pct;
+  CHECK(enough > 1);
+  CHECK(enough < 1000);
+  CHECK(warned(each, fmt::format("raise checkpoint.every to {}", enough)));
+  CHECK(warned(each, "checkpoint.async: true"));
+  CHECK(warned(each, "checkpoint.sharded: true"));  // 2 ranks, unsharded
+  CHECK_FALSE(warned(plan_every(1000), "checkpointing takes"));
+  // The suggested interval is the smallest that is enough.
+  CHECK(plan_every(enough).checkpoint.fraction <= 0.05);
+  CHECK_FALSE(warned(plan_every(enough), "checkpointing takes"));
+  CHECK(plan_every(enough - 1).checkpoint.fraction > 0.05);
+  CHECK(warned(plan_every(enough - 1), "checkpointing takes"));
+  // Only at the end: no interval, no warning.
+  CHECK_FALSE(warned(plan_every(0), "checkpointing takes"));
+  CHECK(plan_every(0).checkpoint.fraction == 0);
+
+  SUBCASE("fixes that are already applied are not suggested") {
+    e.checkpoint.async = true;
+    e.checkpoint.sharded = true;
+    const Plan p = plan_every(1);
+    // Async, but each write (about 3 steps) is longer than the interval: the loop waits for it.
+    CHECK(p.checkpoint.blocking_seconds > p.checkpoint.copy_seconds);
+    REQUIRE(warned(p, "checkpointing takes"));
+    CHECK_FALSE(warned(p, "checkpoint.async: true"));
+    CHECK_FALSE(warned(p, "checkpoint.sharded: true"));
+    CHECK(warned(p, "waiting for the last save's background write"));
+    const int64_t k = p.checkpoint.every_for_5pct;
+    CHECK_FALSE(warned(plan_every(k), "checkpointing takes"));
+    CHECK(warned(plan_every(k - 1), "checkpointing takes"));
+  }
+  SUBCASE("one rank: sharding is no fix") {
+    e.distributed.nproc = 1;
+    const Plan p = plan_every(1);
+    REQUIRE(warned(p, "checkpointing takes"));
+    CHECK_FALSE(warned(p, "checkpoint.sharded"));
+  }
 }
 
 TEST_CASE("device_peak: the GPU table and the measured CPU") {
@@ -337,6 +470,13 @@ TEST_CASE("device_peak: the GPU table and the measured CPU") {
   CHECK(cpu.mem_bw > 0);
   CHECK(cpu.link_bw == 0.8e9);
   CHECK(cpu.source.find("measured") != std::string::npos);
+  // The checkpoint write rate is assumed, and says so; the snapshot copies at memory speed.
+  CHECK(cpu.disk_bw > 0);
+  CHECK(cpu.disk_source.find("assumed") != std::string::npos);
+  CHECK(cpu.disk_source.find("--disk-bw") != std::string::npos);
+  CHECK(cpu.host_bw == doctest::Approx(cpu.mem_bw / 2));
+  CHECK(device_peak(e, "H100").disk_bw == cpu.disk_bw);  // one assumption for every device
+  CHECK(device_peak(e, "H100").host_bw == 64e9);         // PCIe Gen5, device to host
 }
 
 TEST_CASE("plan: bf16 activation bytes equal a bf16 model's arenas") {

@@ -119,6 +119,7 @@ Command add_plan(CLI::App& app) {
   struct Args : ConfigArgs {
     std::string gpu;
     bool json = false;
+    double disk_bw = 0;  // MB/s; 0 = the assumed rate (device_peaks.cpp)
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand(
@@ -126,9 +127,19 @@ Command add_plan(CLI::App& app) {
   add_config_options(sub, *a);
   sub->add_flag("--json", a->json, "print JSON (for scripts)");
   sub->add_option("--gpu", a->gpu, "plan for this GPU: A100, H100 or H200 (device cuda)");
+  sub->add_option("--disk-bw", a->disk_bw,
+                  "MB/s one rank writes a checkpoint at (default: an assumed rate, printed in "
+                  "the plan; measure with build/bench/bench_checkpoint DIR)")
+      ->type_name("MBPS")
+      ->check(CLI::PositiveNumber);
   return {sub, [a] {
             Experiment exp = a->load();
-            Plan p = make_plan(exp, device_peak(exp, a->gpu));
+            DevicePeak peak = device_peak(exp, a->gpu);
+            if (a->disk_bw > 0) {
+              peak.disk_bw = a->disk_bw * 1e6;
+              peak.disk_source = fmt::format("{:g} MB/s per rank (--disk-bw)", a->disk_bw);
+            }
+            Plan p = make_plan(exp, peak);
             fmt::print("{}", a->json ? plan_json(p) : plan_text(p));
             return kExitOk;
           }};

@@ -1,6 +1,7 @@
 // device_peak: what one rank's device can do, for `trainrun plan`. A CPU is measured now (its
 // sgemm rate and copy bandwidth vary by machine and load); GPUs come from a table of vendor
 // figures, because planning a GPU run usually happens on a machine without that GPU.
+// The checkpoint write rate is neither: an assumption (below), stated as one in the plan.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -28,22 +29,47 @@ struct GpuSpec {
   double nvlink;      // bytes/s one direction per GPU
   double network;     // bytes/s per GPU between nodes
   const char* network_name;
+  double pcie;  // bytes/s one direction, device to host: a checkpoint's snapshot copy
 };
 
 // NVIDIA datasheets. NVLink: A100 600 GB/s, H100/H200 900 GB/s both directions together, so
 // 300 / 450 GB/s each way; between nodes one InfiniBand NIC per GPU (HDR 200 Gb/s for A100
-// systems, NDR 400 Gb/s for H100/H200).
+// systems, NDR 400 Gb/s for H100/H200). PCIe: A100 Gen4 64 GB/s, H100/H200 Gen5 128 GB/s both
+// directions together, so 32 / 64 GB/s device to host.
 constexpr GpuSpec kGpus[] = {
-    {"A100", "A100 SXM 80GB", 312e12, 19.5e12, 2.0e12, 80e9, 300e9, 25e9,
-     "InfiniBand HDR 200 Gb/s"},
-    {"H100", "H100 SXM", 989e12, 67e12, 3.35e12, 80e9, 450e9, 50e9, "InfiniBand NDR 400 Gb/s"},
-    {"H200", "H200 SXM", 989e12, 67e12, 4.8e12, 141e9, 450e9, 50e9, "InfiniBand NDR 400 Gb/s"},
+    {"A100", "A100 SXM 80GB", 312e12, 19.5e12, 2.0e12, 80e9, 300e9, 25e9, "InfiniBand HDR 200 Gb/s",
+     32e9},
+    {"H100", "H100 SXM", 989e12, 67e12, 3.35e12, 80e9, 450e9, 50e9, "InfiniBand NDR 400 Gb/s",
+     64e9},
+    {"H200", "H200 SXM", 989e12, 67e12, 4.8e12, 141e9, 450e9, 50e9, "InfiniBand NDR 400 Gb/s",
+     64e9},
 };
 
 // MPI_Allreduce of 100 MB fp32 over 2 ranks on one of our CPU machines: 0.12-0.14 s.
 constexpr double kCpuSharedMemoryBw = 0.8e9;
 // Between CPU nodes we assume plain 10 GbE.
 constexpr double kCpuNetworkBw = 1.25e9;
+
+// The rate one rank writes a checkpoint file at, HDF5 encoding, fletcher32 checksums, fsync and
+// rename included, when `trainrun plan --disk-bw` does not say. Assumed, not measured: planning
+// must not write gigabytes to find out, and the disk a run writes to is often not this machine's
+// (a cluster's file system, a GPU node's NVMe). Why 200 MB/s: the one writer we have measured
+// (bench/RESULTS.md, build/bench/bench_checkpoint on our 2-core CPU machine) wrote GPT-2 small's
+// 1.5 GB state at 0.17-0.19 GB/s, a quarter of what dd reached on the same disk (0.70 GB/s): the
+// writer, not the disk, set the rate, so a faster disk alone would not raise it. A plan that
+// assumes too fast a disk misses the warning that checkpointing eats the run, so we take the
+// measured figure rather than a disk's datasheet. Every rank is assumed to write at this rate
+// (sharded ranks in parallel: separate disks, a parallel file system, or a writer-bound rate);
+// when ranks share one disk that is the limit, pass --disk-bw as its rate over the ranks on it.
+constexpr double kAssumedDiskBw = 200e6;
+
+void assume_disk(DevicePeak& p) {
+  p.disk_bw = kAssumedDiskBw;
+  p.disk_source = fmt::format(
+      "{:.0f} MB/s per rank (assumed; measure with build/bench/bench_checkpoint DIR or pass "
+      "--disk-bw)",
+      kAssumedDiskBw / 1e6);
+}
 
 std::string upper(std::string s) {
   for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -94,11 +120,13 @@ DevicePeak gpu_peak(const GpuSpec& g, const Experiment& exp, const std::string& 
   p.memory = g.memory;
   const bool multi_node = exp.distributed.nodes > 1;
   p.link_bw = multi_node ? g.network : g.nvlink;
+  p.host_bw = g.pcie;
+  assume_disk(p);
   p.source = fmt::format(
       "table ({}): NVIDIA datasheet, {} {:.1f} TFLOP/s dense, {:.2f} TB/s HBM, {:.0f} GB; "
-      "collectives over {} {:.0f} GB/s per GPU",
+      "collectives over {} {:.0f} GB/s per GPU; snapshot to host over PCIe {:.0f} GB/s",
       how, exp.train.precision, p.flops / 1e12, p.mem_bw / 1e12, p.memory / 1e9,
-      multi_node ? g.network_name : "NVLink (one direction)", p.link_bw / 1e9);
+      multi_node ? g.network_name : "NVLink (one direction)", p.link_bw / 1e9, p.host_bw / 1e9);
   return p;
 }
 
@@ -114,6 +142,8 @@ DevicePeak cpu_peak(const Experiment& exp) {
   p.memory = mem_available_bytes() / share;
   const bool multi_node = exp.distributed.nodes > 1;
   p.link_bw = multi_node ? kCpuNetworkBw : kCpuSharedMemoryBw;
+  p.host_bw = p.mem_bw / 2;  // mem_bw counts a copy's read and its write
+  assume_disk(p);
   p.source = fmt::format(
       "measured now: {:.1f} GFLOP/s sgemm 1024^3 (oneDNN) and {:.1f} GB/s memcpy on this "
       "process, shared by {} rank(s) per node; memory: MemAvailable {:.1f} GiB; collectives: {}",

@@ -9,6 +9,7 @@
 #include "trainrun/flops.h"
 #include "trainrun/model_spec.h"
 #include "trainrun/plan.h"
+#include "trainrun/shard.h"
 
 namespace trainrun {
 
@@ -22,6 +23,87 @@ bool on_gpu(const DevicePeak& p) {
 
 std::string gib(double b) {
   return fmt::format("{:.2f} GiB", b / kGiB);
+}
+
+std::string mib(double b) {
+  return fmt::format("{:.1f} MiB", b / 1048576.0);
+}
+
+std::string secs(double s) {
+  if (s >= 1) return fmt::format("{:.2f} s", s);
+  if (s >= 1e-3) return fmt::format("{:.1f} ms", s * 1e3);
+  return fmt::format("{:.1f} us", s * 1e6);
+}
+
+// What a checkpoint file holds besides the flat state: HDF5's superblock and object headers (one
+// per dataset, each with its `offset` attribute), the fixed-array chunk indices and fletcher32
+// sums, /config and /metadata (docs/checkpoint-format.md). Measured on our files: 66 KB for 52
+// tensors, 90 KB for 76, about 1 KB per tensor (three datasets) and 17 KB fixed, so GPT-2 small's
+// 148 tensors come to about 160 KB. 256 KiB rounds that up; a shard file holds three datasets,
+// fewer. Beside a state of megabytes it hardly matters; it keeps a tiny model's write above zero.
+constexpr double kCheckpointFileOverhead = 256.0 * 1024;
+constexpr double kCheckpointBudget = 0.05;  // the share of training time that earns a warning
+
+// One save at interval `every` (0 = at the end only) for the rank that takes longest. Writes of
+// different ranks do not contend (DevicePeak::disk_bw says why).
+CheckpointPlan checkpoint_of(const Experiment& exp, const DevicePeak& peak, int64_t params,
+                             int world, double step_seconds) {
+  CheckpointPlan c;
+  c.every = exp.checkpoint.every;
+  c.async = exp.checkpoint.async;
+  c.sharded = exp.checkpoint.sharded;
+  const bool zero = exp.distributed.zero != 0 && world > 1;
+  // Weights and both AdamW moments, fp32: 12 bytes per parameter (the flat buffers' alignment
+  // padding, a few bytes per tensor, is left out).
+  constexpr double kBytesPerParam = 12;
+  c.state_bytes = kBytesPerParam * static_cast<double>(params);
+  c.file_overhead = kCheckpointFileOverhead;
+  if (c.sharded) {
+    // Each rank writes its shard_of range of all three buffers; the largest one sets the pace.
+    int64_t largest = 0;
+    for (int r = 0; r < world; ++r)
+      largest = std::max(largest, shard_split(params, world, r).size());
+    c.files = world + 1;  // the shards and rank 0's MANIFEST (a few KB, within the overhead)
+    c.bytes_per_rank = kBytesPerParam * static_cast<double>(largest) + c.file_overhead;
+    c.copy_seconds = (c.bytes_per_rank - c.file_overhead) / std::max(peak.host_bw, 1.0);
+  } else {
+    // Rank 0 writes the whole state. Without ZeRO it already holds all of it (the moments are
+    // replicated); under ZeRO-1 it first gathers every other rank's shard of m and v.
+    c.files = 1;
+    c.bytes_per_rank = c.state_bytes + c.file_overhead;
+    const int64_t own = shard_split(params, world, 0).size();
+    c.gather_bytes = zero ? 8.0 * static_cast<double>(params - own) : 0;
+    c.gather_seconds = c.gather_bytes / std::max(peak.link_bw, 1.0);
+    c.copy_seconds = (c.state_bytes - c.gather_bytes) / std::max(peak.host_bw, 1.0);
+  }
+  c.write_seconds = c.bytes_per_rank / std::max(peak.disk_bw, 1.0);
+  // The snapshot (copy, gather) always holds up the step loop. Synchronous saves then write;
+  // asynchronous ones hand the write to a background thread, which must be done with the last
+  // save before it takes the next: a write longer than the interval stalls the loop too.
+  const double snapshot = c.copy_seconds + c.gather_seconds;
+  auto blocking = [&](int64_t every) {
+    if (!c.async) return snapshot + c.write_seconds;
+    const double interval = every > 0 ? static_cast<double>(every) * step_seconds : 0;
+    return snapshot + std::max(0.0, c.write_seconds - interval);
+  };
+  auto share = [&](int64_t every) {
+    return blocking(every) / (static_cast<double>(every) * std::max(step_seconds, 1e-12));
+  };
+  c.blocking_seconds = blocking(c.every);
+  c.background_seconds = c.async ? c.write_seconds : 0;
+  c.fraction = c.every > 0 ? share(c.every) : 0;
+  // Smallest interval under the budget: the sync cost is fixed, so solve; the async stall only
+  // shrinks as the interval grows, so step up from the solution of its snapshot part.
+  const double steps = std::max(snapshot + (c.async ? 0.0 : c.write_seconds), 0.0) /
+                       (kCheckpointBudget * std::max(step_seconds, 1e-12));
+  constexpr double kMaxEvery = 1e15;
+  int64_t every = static_cast<int64_t>(std::ceil(std::min(std::max(steps, 1.0), kMaxEvery)));
+  if (c.async && c.write_seconds > 0)
+    every = std::max(every, static_cast<int64_t>(std::ceil(std::min(
+                                c.write_seconds / std::max(step_seconds, 1e-12), kMaxEvery))));
+  for (int i = 0; i < 4 && share(every) > kCheckpointBudget; ++i) ++every;  // rounding
+  c.every_for_5pct = every;
+  return c;
 }
 
 int micro_batch_of(const Experiment& exp) {
@@ -120,11 +202,14 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
     const double last = static_cast<double>(shape.last_ready_params) / n;
     exposed = std::max(comm * last, comm - busy * 2.0 / 3.0 / p.accum);
   }
+  p.allreduce_seconds_per_step = comm;
+  p.allreduce_exposed_seconds_per_step = exposed;
   const double shard = zero ? static_cast<double>(largest_shard) : n;
   // AdamW reads weight, grad, m, v and writes weight, m, v: 28 bytes per parameter.
   const double optimizer = 28 * shard / std::max(peak.mem_bw, 1.0);
   p.predicted_step_seconds = busy + exposed + optimizer;
   p.predicted_tokens_per_second = tokens_per_step / p.predicted_step_seconds;
+  p.checkpoint = checkpoint_of(exp, peak, p.params, p.world, p.predicted_step_seconds);
 
   // Warnings that name the fix.
   if (m.vocab_size % 64 != 0) {
@@ -146,6 +231,32 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
         "needs {} per rank but {} has {}: lower train.micro_batch_size{}, or use more ranks",
         gib(p.bytes_total), peak.name, gib(peak.memory),
         zero || p.world == 1 ? "" : ", set distributed.zero=1"));
+  }
+  const CheckpointPlan& c = p.checkpoint;
+  if (c.every > 0 && c.fraction > kCheckpointBudget) {
+    std::string fixes = fmt::format("raise checkpoint.every to {}", c.every_for_5pct);
+    if (!c.async) fixes += ", set checkpoint.async: true (the loop then waits only for the copy)";
+    if (!c.sharded && p.world > 1)
+      fixes += fmt::format(", set checkpoint.sharded: true (each of the {} ranks writes 1/{})",
+                           p.world, p.world);
+    const std::string gather =
+        c.gather_seconds > 0 ? fmt::format(", after a {} gather", secs(c.gather_seconds)) : "";
+    const double snapshot = c.copy_seconds + c.gather_seconds;
+    const std::string what =
+        !c.async ? fmt::format("writing {} per rank at {:g} MB/s{}", mib(c.bytes_per_rank),
+                               peak.disk_bw / 1e6, gather)
+                 : fmt::format("copying {} into host memory{}{}",
+                               mib(c.bytes_per_rank - c.file_overhead), gather,
+                               c.blocking_seconds > snapshot
+                                   ? fmt::format(", then waiting for the last save's background "
+                                                 "write ({} at {:g} MB/s)",
+                                                 secs(c.write_seconds), peak.disk_bw / 1e6)
+                                   : "");
+    p.warnings.push_back(fmt::format(
+        "checkpointing takes {:.1f}% of training time: each save blocks the step loop {} ({}) "
+        "every {} step{} of {}: over {:.0f}%, so {}",
+        100 * c.fraction, secs(c.blocking_seconds), what, c.every, c.every == 1 ? "" : "s",
+        secs(p.predicted_step_seconds), 100 * kCheckpointBudget, fixes));
   }
   return p;
 }

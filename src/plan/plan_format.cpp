@@ -75,10 +75,55 @@ std::string plan_text(const Plan& p) {
                             human_bytes(p.peak.memory), p.fits ? "" : "  DOES NOT FIT"));
   s += "communication per step:\n";
   line("bytes per rank", human_bytes(p.comm_bytes_per_step));
+  line("allreduce time", p.world > 1
+                             ? fmt::format("{} ({} not hidden by backward)",
+                                           human_seconds(p.allreduce_seconds_per_step),
+                                           human_seconds(p.allreduce_exposed_seconds_per_step))
+                             : "none (1 rank)");
   s += "prediction:\n";
   line("step time",
        fmt::format("{} (compute at peak: a floor)", human_seconds(p.predicted_step_seconds)));
   line("tokens/s", human_count(p.predicted_tokens_per_second));
+  const CheckpointPlan& c = p.checkpoint;
+  s += fmt::format("checkpoint ({}, {}):\n",
+                   c.every > 0 ? fmt::format("every {} step{}", c.every, c.every == 1 ? "" : "s")
+                               : "only at the end",
+                   c.sharded ? fmt::format("sharded: {} rank files + MANIFEST", p.world)
+                             : "one file written by rank 0");
+  line("state", fmt::format("{} (weights + AdamW m and v, 12 bytes per parameter)",
+                            human_bytes(c.state_bytes)));
+  line("bytes per rank", fmt::format("{} ({}{} file overhead)", human_bytes(c.bytes_per_rank),
+                                     c.sharded ? "the largest shard + " : "rank 0: all of it + ",
+                                     human_bytes(c.file_overhead)));
+  if (!c.sharded && p.world > 1)
+    line("gather to rank 0",
+         c.gather_bytes > 0
+             ? fmt::format("{} in {} (ZeRO-1 moments of the other ranks)",
+                           human_bytes(c.gather_bytes), human_seconds(c.gather_seconds))
+             : "none (every rank holds the whole state)");
+  line("copy to host",
+       fmt::format("{} at {}", human_seconds(c.copy_seconds), human_rate(p.peak.host_bw)));
+  line("write",
+       fmt::format("{} at {}", human_seconds(c.write_seconds), human_rate(p.peak.disk_bw)));
+  line("step loop blocked",
+       fmt::format("{} per save ({})", human_seconds(c.blocking_seconds),
+                   !c.async ? "sync: snapshot and write"
+                   : c.blocking_seconds > c.copy_seconds + c.gather_seconds
+                       ? "async, but each save first waits for the last one's write"
+                       : fmt::format("async: the copy{}; the write runs in the background",
+                                     c.gather_seconds > 0 ? " and gather" : "")));
+  if (c.async)
+    line("background write",
+         fmt::format("{} per save{}", human_seconds(c.background_seconds),
+                     c.every > 0 && c.background_seconds >
+                                        static_cast<double>(c.every) * p.predicted_step_seconds
+                         ? " (longer than the interval: the next save waits for it)"
+                         : ""));
+  if (c.every > 0)
+    line("share of training", fmt::format("{:.2f}% at the predicted step time (5% needs "
+                                          "checkpoint.every >= {})",
+                                          100 * c.fraction, c.every_for_5pct));
+  line("disk", p.peak.disk_source);
   s += fmt::format("device: {}\n  {}\n", p.peak.name, p.peak.source);
   line("peak", fmt::format("{}FLOP/s, memory {}, link {}", human_count(p.peak.flops),
                            human_rate(p.peak.mem_bw), human_rate(p.peak.link_bw)));
@@ -95,24 +140,39 @@ std::string plan_json(const Plan& p) {
     if (!warnings.empty()) warnings += ',';
     warnings += json_string(w);
   }
+  const CheckpointPlan& c = p.checkpoint;
+  const std::string checkpoint = fmt::format(
+      "{{\"every\":{},\"async\":{},\"sharded\":{},\"files\":{},\"state_bytes\":{},"
+      "\"file_overhead\":{},\"bytes_per_rank\":{},\"gather_bytes\":{},\"copy_seconds\":{},"
+      "\"gather_seconds\":{},\"write_seconds\":{},\"blocking_seconds\":{},"
+      "\"background_seconds\":{},\"fraction\":{},\"every_for_5pct\":{}}}",
+      c.every, c.async ? "true" : "false", c.sharded ? "true" : "false", c.files,
+      json_number(c.state_bytes), json_number(c.file_overhead), json_number(c.bytes_per_rank),
+      json_number(c.gather_bytes), json_number(c.copy_seconds), json_number(c.gather_seconds),
+      json_number(c.write_seconds), json_number(c.blocking_seconds),
+      json_number(c.background_seconds), json_number(c.fraction), c.every_for_5pct);
   return fmt::format(
       "{{\"world\":{},\"micro_batch\":{},\"accum\":{},\"params\":{},\"params_by_module\":{{{}}},"
       "\"flops_per_token\":{},\"flops_per_step\":{},"
       "\"bytes\":{{\"params\":{},\"grads\":{},\"optimizer\":{},\"optimizer_zero1\":{},"
       "\"activations\":{},\"workspace\":{},\"total\":{}}},"
-      "\"comm_bytes_per_step\":{},\"predicted_step_seconds\":{},"
-      "\"predicted_tokens_per_second\":{},"
+      "\"comm_bytes_per_step\":{},\"allreduce_seconds_per_step\":{},"
+      "\"allreduce_exposed_seconds_per_step\":{},\"predicted_step_seconds\":{},"
+      "\"predicted_tokens_per_second\":{},\"checkpoint\":{},"
       "\"device\":{{\"name\":{},\"flops\":{},\"mem_bw\":{},\"memory\":{},\"link_bw\":{},"
-      "\"source\":{}}},"
+      "\"host_bw\":{},\"disk_bw\":{},\"disk_source\":{},\"source\":{}}},"
       "\"warnings\":[{}],\"fits\":{}}}",
       p.world, p.micro_batch, p.accum, p.params, modules, json_number(p.flops_per_token),
       json_number(p.flops_per_step), json_number(p.bytes_params), json_number(p.bytes_grads),
       json_number(p.bytes_optimizer), json_number(p.bytes_optimizer_zero1),
       json_number(p.bytes_activations), json_number(p.bytes_workspace), json_number(p.bytes_total),
-      json_number(p.comm_bytes_per_step), json_number(p.predicted_step_seconds),
-      json_number(p.predicted_tokens_per_second), json_string(p.peak.name),
+      json_number(p.comm_bytes_per_step), json_number(p.allreduce_seconds_per_step),
+      json_number(p.allreduce_exposed_seconds_per_step), json_number(p.predicted_step_seconds),
+      json_number(p.predicted_tokens_per_second), checkpoint, json_string(p.peak.name),
       json_number(p.peak.flops), json_number(p.peak.mem_bw), json_number(p.peak.memory),
-      json_number(p.peak.link_bw), json_string(p.peak.source), warnings, p.fits ? "true" : "false");
+      json_number(p.peak.link_bw), json_number(p.peak.host_bw), json_number(p.peak.disk_bw),
+      json_string(p.peak.disk_source), json_string(p.peak.source), warnings,
+      p.fits ? "true" : "false");
 }
 
 }  // namespace trainrun

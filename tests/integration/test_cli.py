@@ -1,5 +1,7 @@
 """The command line: help, version, validate, and a clear error with the right exit code for
 every class of bad config and bad data. Nothing may be written for bad input."""
+import json
+import math
 import os
 import pathlib
 import struct
@@ -110,3 +112,24 @@ def test_a_run_that_cannot_fit_is_refused_with_the_numbers(quickstart, tmp_path)
             check=2)
     assert "GiB per rank" in p.stderr and "trainrun plan" in p.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_plan_disk_bw_sets_the_checkpoint_write_rate(quickstart):
+    # --disk-bw replaces the assumed rate: the plan prints it and writes at it.
+    p = run(["plan", quickstart, "--disk-bw", "123.5", *sets("distributed.nproc=2")], check=0)
+    assert "123.5 MB/s per rank (--disk-bw)" in p.stdout
+    assert "write" in p.stdout and "at 123.5 MB/s" in p.stdout
+    assert "allreduce time" in p.stdout
+    assert "assumed" in run(["plan", quickstart], check=0).stdout  # without it: said so
+    j = json.loads(run(["plan", quickstart, "--disk-bw", "123.5", "--json",
+                        *sets("checkpoint.sharded=true", "distributed.nproc=2")],
+                       check=0).stdout)
+    c = j["checkpoint"]
+    assert j["device"]["disk_bw"] == 123.5e6 and c["sharded"] is True
+    assert math.isclose(c["write_seconds"], c["bytes_per_rank"] / 123.5e6)
+    assert c["bytes_per_rank"] - c["file_overhead"] <= c["state_bytes"] / 2 + 12
+    # A disk this slow makes saving every step the run's main cost: warned, with the fix.
+    w = json.loads(run(["plan", quickstart, "--disk-bw", "0.01", "--json",
+                        *sets("checkpoint.every=1")], check=0).stdout)["warnings"]
+    assert any("checkpointing takes" in x and "raise checkpoint.every" in x for x in w), w
+    assert run(["plan", quickstart, "--disk-bw", "0"], check=2).returncode == 2
