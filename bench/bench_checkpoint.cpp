@@ -1,6 +1,8 @@
-// Checkpoint write and read-back throughput for a GPT-2-small-sized state (124M parameters:
-// weights + two AdamW moments, ~1.5 GB) against dd writing and reading the same bytes in the
-// same run. Figures only; nothing is asserted.
+// Checkpoint write and read-back throughput, both layouts, against dd writing and reading the
+// same bytes in the same run: a GPT-2-small-sized state (124M parameters: weights + two AdamW
+// moments, ~1.5 GB) and smaller states of its MLP-sized matrices (about 40 and 300 MB). The
+// sharded layout is written by 1 and by 2 "ranks" (threads, each with its own Checkpointer, as
+// ranks on one host would). Figures only; nothing is asserted.
 //
 //   build/bench/bench_checkpoint [DIR] [REPS]      (DIR defaults to /tmp; needs ~3.5 GB free)
 //
@@ -16,7 +18,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "trainrun/checkpoint.h"
@@ -85,28 +89,22 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const fs::path dir = argc > 1 ? argv[1] : "/tmp";
-  const int reps = argc > 2 ? std::max(1, std::atoi(argv[2])) : 2;
-  const fs::path ck = dir / fmt::format("trainrun-bench-ckpt-{}.h5", ::getpid());
-  const fs::path raw = dir / fmt::format("trainrun-bench-dd-{}.bin", ::getpid());
-
-  CheckpointData data;
-  data.params = gpt2_small_params();
-  const int64_t n = numel(data.params);
-  const double bytes = 3.0 * static_cast<double>(n) * sizeof(float);
-  struct statvfs sv {};
-  if (::statvfs(dir.c_str(), &sv) == 0) {
-    const double avail = static_cast<double>(sv.f_bavail) * static_cast<double>(sv.f_frsize);
-    fmt::print("{}: {:.1f} GB free, need {:.1f} GB (checkpoint + dd file)\n", dir.string(),
-               avail / 1e9, 2.3 * bytes / 1e9);
-    if (avail < 2.3 * bytes) {
-      fmt::print(stderr, "not enough free space in {}: pass another directory\n", dir.string());
-      return 1;
-    }
+// A smaller state of GPT-2-small-like blocks ([3072, 768] matrices) reaching `bytes` (weights +
+// m + v).
+std::vector<ParamEntry> blocks_of(double bytes) {
+  std::vector<ParamEntry> out;
+  int64_t off = 0;
+  while (3.0 * sizeof(float) * static_cast<double>(off) < bytes) {
+    out.push_back({"blocks." + std::to_string(out.size()) + ".mlp.fc.weight", {3072, 768}, off});
+    off += 3072 * 768;
   }
+  return out;
+}
+
+CheckpointData state_of(std::vector<ParamEntry> params) {
+  CheckpointData data;
+  data.params = std::move(params);
+  const int64_t n = numel(data.params);
   // Non-constant values, so nothing downstream can shortcut zero pages.
   data.weights.resize(static_cast<size_t>(n));
   data.adam_m.resize(static_cast<size_t>(n));
@@ -118,46 +116,153 @@ int main(int argc, char** argv) {
   }
   data.state.step = 1000;
   data.state.config_yaml = "name: bench\n";
+  return data;
+}
 
-  std::vector<double> w_ck, r_ck, w_dd, r_dd;
-  bool same = true;
+CheckpointShard shard(const CheckpointData& d, int rank, int world) {
+  CheckpointShard s;
+  s.state = d.state;
+  s.state.world_size = world;
+  s.params = d.params;
+  s.flat_size = static_cast<int64_t>(d.weights.size());
+  s.rank = rank;
+  s.range = shard_of(s.flat_size, world, rank);
+  auto part = [&](const std::vector<float>& v) {
+    return std::vector<float>(v.begin() + s.range.begin, v.begin() + s.range.end);
+  };
+  s.weights = part(d.weights);
+  s.adam_m = part(d.adam_m);
+  s.adam_v = part(d.adam_v);
+  return s;
+}
+
+// Every rank's Checkpointer writes its shard at once (threads, as ranks would), then rank 0
+// commits. The shards are cut before the clock starts: a rank holds only its own.
+double write_sharded(const std::string& run_dir, const CheckpointData& d, int world) {
+  std::vector<CheckpointShard> parts;
+  for (int r = 0; r < world; ++r) parts.push_back(shard(d, r, world));
+  std::vector<std::unique_ptr<Checkpointer>> cks;
+  for (int r = 0; r < world; ++r)
+    cks.push_back(std::make_unique<Checkpointer>(run_dir, 0, false, r));
+  return seconds([&] {
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < world; ++r)
+      ranks.emplace_back([&, r] { cks[r]->save_shard(std::move(parts[r])); });
+    for (auto& t : ranks) t.join();
+    cks[0]->commit(d.state.step, world);
+  });
+}
+
+void evict_tree(const fs::path& p) {
+  if (fs::is_directory(p))
+    for (const auto& e : fs::directory_iterator(p)) evict(e.path().string());
+  else
+    evict(p.string());
+}
+
+// Deletes and waits until the file system is done with it: on a file system mounted with
+// `discard` (this VM's ext4) the TRIM of a deleted 1.5 GB file otherwise stalls whatever is
+// written next, 5-20 s measured, which would be charged to the next row.
+void remove_settled(const fs::path& p) {
+  fs::remove_all(p);
+  ::sync();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  ::sync();
+}
+
+struct Row {
+  std::string what;
+  std::vector<double> secs;
+  bool write;
+};
+
+void bench_size(const fs::path& dir, const std::vector<ParamEntry>& params, int reps) {
+  const CheckpointData data = state_of(params);
+  const int64_t n = static_cast<int64_t>(data.weights.size());
+  const double bytes = 3.0 * static_cast<double>(n) * sizeof(float);
+  const fs::path run = dir / fmt::format("trainrun-bench-run-{}", ::getpid());
+  const fs::path single = dir / fmt::format("trainrun-bench-ckpt-{}.h5", ::getpid());
+  const fs::path raw = dir / fmt::format("trainrun-bench-dd-{}.bin", ::getpid());
+  const fs::path folder = sharded_checkpoint_path(run.string(), data.state.step);
   const int64_t blocks = static_cast<int64_t>(bytes / (16 << 20)) + 1;  // dd: bs=16M
+  std::vector<Row> rows = {
+      {"write_checkpoint, one file (HDF5, fletcher32, fsync, rename)", {}, 1},
+      {"sharded, 1 rank (contiguous, CRC-32C, fsync, rename, MANIFEST)", {}, 1},
+      {"sharded, 2 ranks writing at once", {}, 1},
+      {"dd if=/dev/zero bs=16M conv=fsync (same size)", {}, 1},
+      {"read_checkpoint, one file (cold, checksums verified)", {}, 0},
+      {"read_checkpoint, sharded 2 ranks (cold, CRC-32C verified)", {}, 0},
+      {"dd of=/dev/null bs=16M (cold, same size)", {}, 0},
+      {"read_checkpoint, sharded 2 ranks (warm: CPU cost only)", {}, 0}};
+  bool same = true;
   for (int r = 0; r < reps; ++r) {
-    w_ck.push_back(seconds([&] { write_checkpoint(ck.string(), data); }));
-    evict(ck.string());
+    rows[0].secs.push_back(seconds([&] { write_checkpoint(single.string(), data); }));
+    evict(single.string());
     CheckpointData back;
-    r_ck.push_back(seconds([&] { back = read_checkpoint(ck.string()); }));
+    rows[4].secs.push_back(seconds([&] { back = read_checkpoint(single.string()); }));
     same = same && back.weights == data.weights && back.adam_v == data.adam_v;
-    fs::remove(ck);
+    remove_settled(single);
+
+    rows[1].secs.push_back(write_sharded(run.string(), data, 1));
+    remove_settled(run);
+    rows[2].secs.push_back(write_sharded(run.string(), data, 2));
+    evict_tree(folder);
+    back = {};
+    rows[5].secs.push_back(seconds([&] { back = read_checkpoint(folder.string()); }));
+    same = same && back.weights == data.weights && back.adam_v == data.adam_v;
+    back = {};
+    rows[7].secs.push_back(seconds([&] { back = read_checkpoint(folder.string()); }));
+    remove_settled(run);
 
     const std::string dd_w = fmt::format(
         "dd if=/dev/zero of={} bs=16M count={} conv=fsync status=none", raw.string(), blocks);
-    w_dd.push_back(seconds([&] {
+    rows[3].secs.push_back(seconds([&] {
       if (std::system(dd_w.c_str()) != 0) fmt::print(stderr, "dd write failed\n");
     }));
     evict(raw.string());
     const std::string dd_r = fmt::format("dd if={} of=/dev/null bs=16M status=none", raw.string());
-    r_dd.push_back(seconds([&] {
+    rows[6].secs.push_back(seconds([&] {
       if (std::system(dd_r.c_str()) != 0) fmt::print(stderr, "dd read failed\n");
     }));
-    fs::remove(raw);
+    remove_settled(raw);
   }
   const double dd_bytes = static_cast<double>(blocks) * (16 << 20);
-
+  const double ddw = dd_bytes / median(rows[3].secs) / 1e9;
+  const double ddr = dd_bytes / median(rows[6].secs) / 1e9;
   fmt::print(
-      "GPT-2 small state: {} parameters x 3 (weights, adam_m, adam_v) = {:.2f} GB, {} "
-      "datasets; median of {}\n",
-      n, bytes / 1e9, data.params.size() * 3, reps);
+      "\n### {:.0f} MB: {} parameters x 3 (weights, adam_m, adam_v), {} tensors; median of {}\n\n",
+      bytes / 1e6, n, data.params.size(), reps);
   fmt::print("| operation | seconds | GB/s | vs dd |\n| --- | ---: | ---: | ---: |\n");
-  const double ddw = dd_bytes / median(w_dd) / 1e9, ddr = dd_bytes / median(r_dd) / 1e9;
-  fmt::print("| write_checkpoint (HDF5, fletcher32, fsync, rename) | {:.2f} | {:.2f} | {:.2f}x |\n",
-             median(w_ck), bytes / median(w_ck) / 1e9, bytes / median(w_ck) / 1e9 / ddw);
-  fmt::print("| dd if=/dev/zero bs=16M conv=fsync (same size) | {:.2f} | {:.2f} | 1.00x |\n",
-             median(w_dd), ddw);
-  fmt::print("| read_checkpoint (cold, checksums verified) | {:.2f} | {:.2f} | {:.2f}x |\n",
-             median(r_ck), bytes / median(r_ck) / 1e9, bytes / median(r_ck) / 1e9 / ddr);
-  fmt::print("| dd of=/dev/null bs=16M (cold, same size) | {:.2f} | {:.2f} | 1.00x |\n",
-             median(r_dd), ddr);
+  for (const Row& row : rows) {
+    const double rate = bytes / median(row.secs) / 1e9;
+    fmt::print("| {} | {:.2f} | {:.2f} | {:.2f}x |\n", row.what, median(row.secs), rate,
+               rate / (row.write ? ddw : ddr));
+  }
   fmt::print("read-back matches what was written: {}\n", same ? "yes" : "NO");
-  return same ? 0 : 1;
+  if (!same) std::exit(1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const fs::path dir = argc > 1 ? argv[1] : "/tmp";
+  const int reps = argc > 2 ? std::max(1, std::atoi(argv[2])) : 2;
+  const std::vector<ParamEntry> all = gpt2_small_params();
+  const double full = 3.0 * static_cast<double>(numel(all)) * sizeof(float);
+  struct statvfs sv {};
+  if (::statvfs(dir.c_str(), &sv) == 0) {
+    const double avail = static_cast<double>(sv.f_bavail) * static_cast<double>(sv.f_frsize);
+    fmt::print("{}: {:.1f} GB free, need {:.1f} GB (checkpoint + dd file)\n", dir.string(),
+               avail / 1e9, 2.3 * full / 1e9);
+    if (avail < 2.3 * full) {
+      fmt::print(stderr, "not enough free space in {}: pass another directory\n", dir.string());
+      return 1;
+    }
+  }
+  double load[3] = {0, 0, 0};
+  if (::getloadavg(load, 3) > 0) fmt::print("load average at start: {:.2f}\n", load[0]);
+  for (double mb : {40.0, 300.0}) bench_size(dir, blocks_of(mb * 1e6), reps);
+  bench_size(dir, all, reps);
+  if (::getloadavg(load, 3) > 0) fmt::print("\nload average at end: {:.2f}\n", load[0]);
+  return 0;
 }

@@ -41,16 +41,6 @@ constexpr const char* kManifestTitle = "trainrun sharded checkpoint";
 constexpr const char* kManifestCrcKey = "manifest_crc32c=";
 constexpr size_t kManifestMaxBytes = size_t{64} << 20;  // a table of a million tensors
 
-uint32_t crc_of(const std::vector<float>& v, uint32_t crc) {
-  return crc32c(std::string_view(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float)),
-                crc);
-}
-
-// The weights, then m and v: one CRC-32C over the bytes of the shard in that order.
-uint32_t shard_crc(const CheckpointShard& s) {
-  return crc_of(s.adam_v, crc_of(s.adam_m, crc_of(s.weights, 0)));
-}
-
 Header header_of(const CheckpointShard& s) {
   Header h;
   h.state = s.state;
@@ -97,10 +87,10 @@ int64_t get_int(hid_t f, const char* name) {
 }
 
 void write_file(const std::string& file, const CheckpointShard& s) {
-  const hsize_t n = static_cast<hsize_t>(s.range.size());
+  const size_t n = static_cast<size_t>(s.range.size());
   const int tensors = s.adam_m.empty() ? 1 : 3;
   const std::string metadata = metadata_record(header_of(s), layout_of(s));
-  const uint64_t bound = 64 * 1024 + 4096 * 16 + tensors * stored_bytes({n}, sizeof(float)) +
+  const uint64_t bound = 64 * 1024 + 4096 * 16 + tensors * n * sizeof(float) +
                          stored_bytes({hsize_t(metadata.size())}, 1) +
                          stored_bytes({hsize_t(s.state.config_yaml.size())}, 1);
   create_reserved_file(file, empty_file_image(), bound);
@@ -114,14 +104,18 @@ void write_file(const std::string& file, const CheckpointShard& s) {
   put_int(f, "begin", s.range.begin);
   put_int(f, "end", s.range.end);
   put_int(f, "flat_size", s.flat_size);
-  put_int(f, "crc32c", shard_crc(s));
   write_text(f, "metadata", metadata);
   write_text(f, "config", s.state.config_yaml);
+  // The CRC is taken slab by slab as each is written, while it is in cache.
+  uint32_t crc = 0;
+  const SlabFn add = [&crc](const float* p, size_t k) {
+    crc = crc32c(std::string_view(reinterpret_cast<const char*>(p), k * sizeof(float)), crc);
+  };
   const std::pair<const char*, const std::vector<float>*> data[] = {
       {"weights", &s.weights}, {"adam_m", &s.adam_m}, {"adam_v", &s.adam_v}};
   for (int i = 0; i < tensors; ++i)
-    write_dataset(f, data[i].first, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, {n}, data[i].second->data(),
-                  sizeof(float));
+    write_floats_contiguous(f, data[i].first, data[i].second->data(), n, add);
+  put_int(f, "crc32c", crc);
   check(H5Fflush(f, H5F_SCOPE_GLOBAL), "flush file");
   f.close("close file");
 }
@@ -293,19 +287,21 @@ CheckpointData load(const std::string& dir, bool keep) {
       uint32_t crc = 0;
       for (int t = 0; t < (m.layout.has_optimizer ? 3 : 1); ++t) {
         float* out = keep ? fulls[t]->data() + line.begin : (scratch.resize(n), scratch.data());
-        Handle ds = dset_h(H5Dopen2(f, groups[t], H5P_DEFAULT), groups[t]);
-        if (dataset_shape(ds) != std::vector<int64_t>{static_cast<int64_t>(n)})
-          throw H5Failure(fmt::format("/{} is not {} elements", groups[t], n));
-        if (n > 0)
-          check(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out),
-                fmt::format("read /{}", groups[t]).c_str());
-        crc = crc32c(std::string_view(reinterpret_cast<const char*>(out), n * sizeof(float)), crc);
-        if (std::optional<NonFinite> nf = find_non_finite(out, n))
-          throw Unusable(fmt::format(
-              "{}: {}", line.file,
-              non_finite_message(
-                  tensor_at(d.params, names[t], line.begin + static_cast<int64_t>(nf->first)), *nf,
-                  n)));
+        size_t seen = 0;  // elements of this tensor checked so far (slabs come in order)
+        // Checked slab by slab as each arrives, while it is in cache. Verifying only, one
+        // reused slab-sized buffer would do: `out` is rewritten, never read back.
+        read_floats_contiguous(f, groups[t], out, n, [&](const float* p, size_t k) {
+          crc = crc32c(std::string_view(reinterpret_cast<const char*>(p), k * sizeof(float)), crc);
+          if (std::optional<NonFinite> nf = find_non_finite(p, k)) {
+            nf->first += seen;
+            throw Unusable(fmt::format(
+                "{}: {}", line.file,
+                non_finite_message(
+                    tensor_at(d.params, names[t], line.begin + static_cast<int64_t>(nf->first)),
+                    *nf, n)));
+          }
+          seen += k;
+        });
       }
       if (crc != line.crc)
         throw H5Failure(
