@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Step-time cost of checkpointing every N steps: none vs synchronous vs asynchronous (background
-# writer), on a small model (llm.c's CPU shape, ~40 MB of state) and a bigger one (8 x 512,
+# writer), one file and sharded (one rank here: the sharded writer's own speed), on a small model (llm.c's CPU shape, ~40 MB of state) and a bigger one (8 x 512,
 # ~300 MB of state). Per-step wall = step_time + t_checkpoint, averaged over steps (the final
 # step, where trainrun always checkpoints, is left out). Figures only.
 #   BUILD=build bench/ckpt_overhead.sh
@@ -19,10 +19,13 @@ model() {
   local label=$1 steps=$2
   shift 2
   local base=""
-  for mode in none sync async; do
+  for mode in none sync async sharded-sync sharded-async; do
     local ck=(--set checkpoint.every=0)
-    [[ $mode == sync ]] && ck=(--set checkpoint.every="$EVERY" --set checkpoint.async=false)
-    [[ $mode == async ]] && ck=(--set checkpoint.every="$EVERY" --set checkpoint.async=true)
+    case $mode in
+      sync | sharded-sync) ck=(--set checkpoint.every="$EVERY" --set checkpoint.async=false) ;;
+      async | sharded-async) ck=(--set checkpoint.every="$EVERY" --set checkpoint.async=true) ;;
+    esac
+    [[ $mode == sharded-* ]] && ck+=(--set checkpoint.sharded=true)
     OMP_NUM_THREADS=2 train "ckpt-$label-$mode" bench/configs/llmc-cpu.yaml \
       --set data.text="$SHAKESPEARE" --set train.steps="$steps" --set logging.every=1 \
       --set checkpoint.keep_last=2 "$@" "${ck[@]}"

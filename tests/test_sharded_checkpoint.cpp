@@ -207,6 +207,27 @@ TEST_CASE("the Checkpointer writes shards, commits on rank 0 and prunes whole fo
           std::vector<std::string>{sharded_checkpoint_path(tmp.str(), 30),
                                    sharded_checkpoint_path(tmp.str(), 20)});
     CHECK(!fs::exists(sharded_checkpoint_path(tmp.str(), 10)));
+    // The last snapshot's buffers come back for the next one (same memory, sizes kept), once.
+    CheckpointShard again = r1.reuse_shard();
+    CHECK(again.weights.size() == static_cast<size_t>(shard_of(441, 2, 1).size()));
+    CHECK(again.adam_v.capacity() >= again.weights.size());
+    CHECK(r1.reuse_shard().weights.empty());
+  }
+}
+
+TEST_CASE("a single-file Checkpointer hands the written snapshot's buffers back") {
+  for (bool async : {false, true}) {
+    CAPTURE(async);
+    TempDir tmp;
+    Checkpointer ck(tmp.str(), 2, async);
+    CHECK(ck.reuse_data().weights.empty());  // nothing written yet
+    CheckpointData d = full_state(10, 1, 3);
+    const float* buffer = d.weights.data();
+    ck.save(std::move(d));
+    ck.wait();
+    CheckpointData back = ck.reuse_data();
+    CHECK(back.weights.data() == buffer);  // the very allocation, not a copy
+    CHECK(back.weights.size() == 441);
   }
 }
 

@@ -129,6 +129,11 @@ class Checkpointer {
   double save_shard(CheckpointShard&& shard);
   // Rank 0, after every rank's save_shard() returned: writes the manifest, then prunes.
   void commit(int64_t step, int world);
+  // The buffers of the last snapshot written, sizes kept, for the next snapshot to fill (empty
+  // when none is free: the first save, or a background write still holds them). Filling them
+  // costs a copy; new ones would cost the page faults and zero fill of the whole state again.
+  CheckpointData reuse_data();
+  CheckpointShard reuse_shard();
   void wait();  // rethrows a background write's error
  private:
   struct Impl;

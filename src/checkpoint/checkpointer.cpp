@@ -43,6 +43,18 @@ struct Checkpointer::Impl {
   bool stop = false;
   std::exception_ptr error;
   std::thread writer;
+  // Written snapshots' buffers, kept for reuse (reuse_data, reuse_shard). Under mu.
+  CheckpointData spare_data;
+  CheckpointShard spare_shard;
+
+  void keep(CheckpointData&& d) {
+    std::lock_guard lock(mu);
+    spare_data = std::move(d);
+  }
+  void keep(CheckpointShard&& s) {
+    std::lock_guard lock(mu);
+    spare_shard = std::move(s);
+  }
 
   // Files known to verify: written by us, or verified once. Keyed by size and mtime so a file
   // changed since is checked again; pruning must not re-read gigabytes on every save.
@@ -143,7 +155,7 @@ struct Checkpointer::Impl {
       } catch (...) {
         err = std::current_exception();
       }
-      data = CheckpointData{};  // free the snapshot before reporting idle
+      std::visit([this](auto& d) { keep(std::move(d)); }, data);
       lock.lock();
       if (err && !error) error = err;
       busy = false;
@@ -156,6 +168,7 @@ struct Checkpointer::Impl {
   void enqueue(Snapshot&& data) {
     if (!async) {
       write(data);
+      keep(std::move(data));
       return;
     }
     if (std::exception_ptr err = drain()) std::rethrow_exception(err);
@@ -235,6 +248,16 @@ double Checkpointer::save_shard(CheckpointShard&& shard) {
 
 void Checkpointer::commit(int64_t step, int world) {
   impl_->commit_and_prune(step, world, Impl::kCommitTimeout);
+}
+
+CheckpointData Checkpointer::reuse_data() {
+  std::lock_guard lock(impl_->mu);
+  return std::exchange(impl_->spare_data, CheckpointData{});
+}
+
+CheckpointShard Checkpointer::reuse_shard() {
+  std::lock_guard lock(impl_->mu);
+  return std::exchange(impl_->spare_shard, CheckpointShard{});
 }
 
 void Checkpointer::wait() {

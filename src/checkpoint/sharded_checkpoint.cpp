@@ -471,7 +471,7 @@ std::string describe_sharded(const std::string& dir) {
         s.seed, s.world_size, s.restarts, s.bad_steps_total, s.lr_scale);
     out += fmt::format("parameters: {} tensors (flat size {}), optimizer moments: {}\n",
                        h.param_count, h.flat_size, m.layout.has_optimizer ? "yes" : "no");
-    out += "files (float32, chunked, fletcher32; CRC-32C of each in MANIFEST):\n";
+    out += "files (float32, contiguous, CRC-32C of each in MANIFEST):\n";
     for (const ShardLine& l : m.shards) {
       std::error_code ec;
       const auto size = fs::file_size(fs::path(dir) / l.file, ec);

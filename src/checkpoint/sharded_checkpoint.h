@@ -1,6 +1,6 @@
 // Internal to src/checkpoint: the sharded layout (docs/checkpoint-format.md). A checkpoint is a
 // folder step-NNNNNNN/ holding rank-RRRRR-of-WWWWW.h5, one per rank (its shard_of range of the
-// flat weights and moments, fletcher32-chunked, with its CRC-32C in an attribute), and MANIFEST,
+// flat weights and moments, contiguous, with its CRC-32C in an attribute), and MANIFEST,
 // written last by rank 0: the metadata record (checkpoint_metadata.h), one line per shard file
 // with its range and CRC-32C, and the CRC-32C of all that. The manifest is the commit point.
 #pragma once

@@ -150,8 +150,9 @@ class Zero1 final : public DataParallel {
     const Shard s = shard();
     const int64_t n = ps_.numel();
     if (ck) {
-      ck->adam_m.assign(static_cast<size_t>(n), 0.0f);
-      ck->adam_v.assign(static_cast<size_t>(n), 0.0f);
+      // Every element is overwritten below (this rank's shard, then the others' by the gather).
+      ck->adam_m.resize(static_cast<size_t>(n));
+      ck->adam_v.resize(static_cast<size_t>(n));
       copy_moments(ck->adam_m.data() + s.begin, ck->adam_v.data() + s.begin);
       gather(ck->adam_m.data() + s.begin, ck->adam_m.data());
       gather(ck->adam_v.data() + s.begin, ck->adam_v.data());

@@ -614,7 +614,7 @@ std::string Trainer::try_sharded_checkpoint(int64_t step) {
 // This rank's shard_of range of the weights and moments; nothing is gathered.
 CheckpointShard Trainer::shard_snapshot(int64_t step) {
   ParamStore& ps = model_->params();
-  CheckpointShard s;
+  CheckpointShard s = ckpt_->reuse_shard();  // the last save's buffers: no page faults, no zeroing
   s.state = state_;
   s.state.step = step;
   s.state.world_size = world_;
@@ -642,7 +642,7 @@ std::optional<CheckpointData> Trainer::snapshot(int64_t step) {
   }
   ParamStore& ps = model_->params();
   const int64_t n = ps.numel();
-  CheckpointData ck;
+  CheckpointData ck = ckpt_->reuse_data();  // the last save's buffers: no page faults, no zeroing
   ck.state = state_;
   ck.state.step = step;
   ck.state.world_size = world_;
