@@ -54,8 +54,9 @@ void write_dataset(hid_t parent, const std::string& name, hid_t mem_type, hid_t 
                    const std::vector<hsize_t>& dims, const void* data, size_t elem_size);
 // A 1-D float32 dataset of n elements stored contiguously, without a filter: for data the caller
 // checksums itself (a sharded checkpoint's CRC-32C), so HDF5 copies nothing and the disk sets
-// the pace. Moved in slabs of 1M elements; `each` sees every slab while it is in cache (before it
-// is written; after it is read).
+// the pace. Moved in slabs of 256K elements; `each` sees every slab while it is in cache (before
+// it is written; after it is read). Reading with out == nullptr only passes each slab to `each`
+// (verification without holding the data).
 using SlabFn = std::function<void(const float* slab, size_t n)>;
 void write_floats_contiguous(hid_t parent, const char* name, const float* data, size_t n,
                              const SlabFn& each);

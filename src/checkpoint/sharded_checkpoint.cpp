@@ -270,7 +270,6 @@ CheckpointData load(const std::string& dir, bool keep) {
   const char* groups[] = {"weights", "adam_m", "adam_v"};
   const char* names[] = {"model", "optimizer/m", "optimizer/v"};
   std::vector<float>* fulls[] = {&d.weights, &d.adam_m, &d.adam_v};
-  std::vector<float> scratch;
   for (int r = 0; r < h.state.world_size; ++r) {
     const ShardLine& line = m.shards[static_cast<size_t>(r)];
     const std::string path = (fs::path(dir) / line.file).string();
@@ -286,10 +285,9 @@ CheckpointData load(const std::string& dir, bool keep) {
       const size_t n = static_cast<size_t>(line.end - line.begin);
       uint32_t crc = 0;
       for (int t = 0; t < (m.layout.has_optimizer ? 3 : 1); ++t) {
-        float* out = keep ? fulls[t]->data() + line.begin : (scratch.resize(n), scratch.data());
+        float* out = keep ? fulls[t]->data() + line.begin : nullptr;  // null: verify only
         size_t seen = 0;  // elements of this tensor checked so far (slabs come in order)
-        // Checked slab by slab as each arrives, while it is in cache. Verifying only, one
-        // reused slab-sized buffer would do: `out` is rewritten, never read back.
+        // Checked slab by slab as each arrives, while it is in cache.
         read_floats_contiguous(f, groups[t], out, n, [&](const float* p, size_t k) {
           crc = crc32c(std::string_view(reinterpret_cast<const char*>(p), k * sizeof(float)), crc);
           if (std::optional<NonFinite> nf = find_non_finite(p, k)) {
