@@ -109,6 +109,32 @@ TEST_CASE("shards of 1, 2, 3 and 7 ranks read back as the exact full state") {
   }
 }
 
+TEST_CASE("a ranged read keeps one range of the moments and reads only the files holding it") {
+  TempDir tmp;
+  const CheckpointData d = full_state(30, 3, 11);
+  const std::string dir = save_all(tmp.str(), d);
+  // Every rank of a world of 2, and ranges that cut files in odd places.
+  std::vector<Shard> ranges = {shard_of(441, 2, 0), shard_of(441, 2, 1), {0, 441}, {5, 6},
+                               {146, 295},          {440, 441},          {7, 7}};
+  for (const Shard& r : ranges) {
+    CAPTURE(r.begin);
+    CAPTURE(r.end);
+    const CheckpointData back = read_checkpoint(dir, r);
+    CHECK(back.weights == d.weights);
+    CHECK(back.moments_begin == r.begin);
+    CHECK(back.adam_m == std::vector<float>(d.adam_m.begin() + r.begin, d.adam_m.begin() + r.end));
+    CHECK(back.adam_v == std::vector<float>(d.adam_v.begin() + r.begin, d.adam_v.begin() + r.end));
+  }
+  // A damaged moment in the last file: a rank whose range lies in the first file never reads
+  // it (its owner does, and a full verification does).
+  const std::string last = (fs::path(dir) / "rank-00002-of-00003.h5").string();
+  flip_byte(last, 0.97);
+  CHECK(read_checkpoint(dir, Shard{0, 100}).adam_m.size() == 100);
+  CHECK_THROWS_WITH_AS(read_checkpoint(dir, Shard{0, 441}),
+                       doctest::Contains("rank-00002-of-00003.h5"), CheckpointError);
+  CHECK(!verify_checkpoint(dir).ok);
+}
+
 TEST_CASE("commit waits for every rank's file, and refuses a missing or foreign one") {
   TempDir tmp;
   const CheckpointData d = full_state(10, 3, 1);

@@ -40,8 +40,9 @@ struct CheckpointData {
   TrainState state;
   std::vector<ParamEntry> params;
   std::vector<float> weights;  // flat, full size
-  std::vector<float> adam_m;   // flat, full size (gathered when ZeRO-1 sharded it)
-  std::vector<float> adam_v;
+  std::vector<float> adam_m;   // flat, full size (gathered when ZeRO-1 sharded it), or from
+  std::vector<float> adam_v;   // a ranged read: flat elements [moments_begin, + size)
+  int64_t moments_begin = 0;
 };
 
 // One rank's part of a sharded checkpoint: `range` = shard_of(flat_size, world, rank) of the
@@ -79,6 +80,11 @@ void write_checkpoint(const std::string& path, const CheckpointData& data);
 // Reads and verifies the file (verify_checkpoint's checks, the same code). Throws
 // CheckpointError naming the file and why it cannot be used.
 CheckpointData read_checkpoint(const std::string& path);
+// The same, keeping only the `moments` flat range of the optimizer moments (a ZeRO-1 rank's
+// shard): the weights whole, adam_m/adam_v that range, moments_begin its start. A sharded
+// checkpoint's other ranges are then not even read (their owners read and check them); a single
+// file is read whole and cut.
+CheckpointData read_checkpoint(const std::string& path, Shard moments);
 
 struct Verdict {
   bool ok = false;

@@ -413,17 +413,40 @@ void write_checkpoint(const std::string& path, const CheckpointData& data) {
   write_checked_checkpoint(path, data);
 }
 
-CheckpointData read_checkpoint(const std::string& path) {
+namespace {
+
+CheckpointData read_checkpoint(const std::string& path, std::optional<Shard> moments) {
   quiet();
   std::error_code ec;
   if (!fs::exists(path, ec))
     throw CheckpointError(fmt::format("checkpoint {} does not exist", path));
   CheckpointData d;
-  Verdict v = judge(path, &d);
+  const bool folder = fs::is_directory(path, ec);
+  Verdict v = folder ? judge_sharded(path, &d, moments) : judge(path, &d);
   if (!v.ok)
     throw CheckpointError(fmt::format("checkpoint {} is {}: {}", path, v.problem(), v.reason));
   if (!v.note.empty()) spdlog::warn("checkpoint {}: {}", path, v.note);
+  if (moments && !folder && !d.adam_m.empty()) {
+    if (moments->begin < 0 || moments->end > int64_t(d.adam_m.size()) ||
+        moments->begin > moments->end)
+      throw std::invalid_argument("read_checkpoint: the moments' range lies outside the state");
+    for (auto* v : {&d.adam_m, &d.adam_v}) {
+      v->erase(v->begin() + moments->end, v->end());
+      v->erase(v->begin(), v->begin() + moments->begin);
+    }
+    d.moments_begin = moments->begin;
+  }
   return d;
+}
+
+}  // namespace
+
+CheckpointData read_checkpoint(const std::string& path) {
+  return read_checkpoint(path, std::nullopt);
+}
+
+CheckpointData read_checkpoint(const std::string& path, Shard moments) {
+  return read_checkpoint(path, std::optional<Shard>(moments));
 }
 
 Verdict verify_checkpoint(const std::string& path) {

@@ -40,6 +40,10 @@ namespace fs = std::filesystem;
 constexpr const char* kManifestTitle = "trainrun sharded checkpoint";
 constexpr const char* kManifestCrcKey = "manifest_crc32c=";
 constexpr size_t kManifestMaxBytes = size_t{64} << 20;  // a table of a million tensors
+// The data sets of a shard file, each with its CRC-32C attribute; the moments may be absent.
+constexpr const char* kDatasets[] = {"weights", "adam_m", "adam_v"};
+constexpr const char* kCrcAttrs[] = {"crc32c_weights", "crc32c_adam_m", "crc32c_adam_v"};
+constexpr const char* kGroupNames[] = {"model", "optimizer/m", "optimizer/v"};
 
 Header header_of(const CheckpointShard& s) {
   Header h;
@@ -106,16 +110,16 @@ void write_file(const std::string& file, const CheckpointShard& s) {
   put_int(f, "flat_size", s.flat_size);
   write_text(f, "metadata", metadata);
   write_text(f, "config", s.state.config_yaml);
-  // The CRC is taken slab by slab as each is written, while it is in cache.
-  uint32_t crc = 0;
-  const SlabFn add = [&crc](const float* p, size_t k) {
-    crc = crc32c(std::string_view(reinterpret_cast<const char*>(p), k * sizeof(float)), crc);
-  };
-  const std::pair<const char*, const std::vector<float>*> data[] = {
-      {"weights", &s.weights}, {"adam_m", &s.adam_m}, {"adam_v", &s.adam_v}};
-  for (int i = 0; i < tensors; ++i)
-    write_floats_contiguous(f, data[i].first, data[i].second->data(), n, add);
-  put_int(f, "crc32c", crc);
+  // One CRC per dataset, so that a rank resuming reads (and checks) only the moments it needs.
+  // Taken slab by slab as each is written, while it is in cache.
+  const std::vector<float>* data[] = {&s.weights, &s.adam_m, &s.adam_v};
+  for (int t = 0; t < tensors; ++t) {
+    uint32_t crc = 0;
+    write_floats_contiguous(f, kDatasets[t], data[t]->data(), n, [&crc](const float* p, size_t k) {
+      crc = crc32c(std::string_view(reinterpret_cast<const char*>(p), k * sizeof(float)), crc);
+    });
+    put_int(f, kCrcAttrs[t], crc);
+  }
   check(H5Fflush(f, H5F_SCOPE_GLOBAL), "flush file");
   f.close("close file");
 }
@@ -128,16 +132,25 @@ Handle open_read(const std::string& path) {
 
 // What a shard file says about itself, checked against what it must be.
 struct ShardAttrs {
-  int64_t step, rank, world, begin, end, flat_size, crc;
+  int64_t step, rank, world, begin, end, flat_size;
+  std::vector<uint32_t> crcs;  // of weights, then adam_m and adam_v when present
 };
 
 ShardAttrs read_attrs(hid_t f) {
   if (int64_t v = get_int(f, "format_version"); v != kShardedFormatVersion)
     throw H5Failure(
         fmt::format("format_version {} is not a shard of format {}", v, kShardedFormatVersion));
-  return {get_int(f, "step"),  get_int(f, "rank"), get_int(f, "world_size"),
-          get_int(f, "begin"), get_int(f, "end"),  get_int(f, "flat_size"),
-          get_int(f, "crc32c")};
+  ShardAttrs a{get_int(f, "step"),
+               get_int(f, "rank"),
+               get_int(f, "world_size"),
+               get_int(f, "begin"),
+               get_int(f, "end"),
+               get_int(f, "flat_size"),
+               {}};
+  for (const char* name : kCrcAttrs)
+    if (a.crcs.empty() || check(H5Aexists(f, name), name) > 0)
+      a.crcs.push_back(static_cast<uint32_t>(get_int(f, name)));
+  return a;
 }
 
 void expect(int64_t actual, int64_t want, const char* what, const char* source) {
@@ -150,13 +163,20 @@ void expect(int64_t actual, int64_t want, const char* what, const char* source) 
 struct ShardLine {
   std::string file;
   int64_t begin = 0, end = 0;
-  uint32_t crc = 0;
+  std::vector<uint32_t> crcs;  // per data set, as in ShardAttrs
 };
+
+std::string crc_list(const std::vector<uint32_t>& crcs) {
+  std::string out;
+  for (uint32_t c : crcs) out += fmt::format("{}{:08x}", out.empty() ? "" : ",", c);
+  return out;
+}
 
 std::string manifest_text(const std::string& metadata, const std::vector<ShardLine>& shards) {
   std::string out = std::string(kManifestTitle) + "\n" + metadata;
   for (const ShardLine& s : shards)
-    out += fmt::format("shard={} begin={} end={} crc32c={:08x}\n", s.file, s.begin, s.end, s.crc);
+    out += fmt::format("shard={} begin={} end={} crc32c={}\n", s.file, s.begin, s.end,
+                       crc_list(s.crcs));
   return out + fmt::format("{}{:08x}\n", kManifestCrcKey, crc32c(out));
 }
 
@@ -207,10 +227,18 @@ Manifest read_manifest(const std::string& dir) {
     }
     ShardLine s;
     s.file = line.substr(6, line.find(' ') - 6);
-    if (!parse_field(std::string_view(line), " begin=", 10, &s.begin) ||
-        !parse_field(std::string_view(line), " end=", 10, &s.end) ||
-        !parse_field(std::string_view(line), " crc32c=", 16, &s.crc))
-      throw H5Failure(fmt::format("MANIFEST: cannot parse `{}`", line));
+    const size_t crcs = line.find(" crc32c=");
+    bool ok = parse_field(std::string_view(line), " begin=", 10, &s.begin) &&
+              parse_field(std::string_view(line), " end=", 10, &s.end) && crcs != std::string::npos;
+    for (size_t at = crcs + 8; ok && at < line.size() + 1;) {
+      const size_t comma = std::min(line.find(',', at), line.size());
+      uint32_t c = 0;
+      auto [p, ec] = std::from_chars(line.data() + at, line.data() + comma, c, 16);
+      ok = ec == std::errc() && p == line.data() + comma;
+      s.crcs.push_back(c);
+      at = comma + 1;
+    }
+    if (!ok) throw H5Failure(fmt::format("MANIFEST: cannot parse `{}`", line));
     m.shards.push_back(std::move(s));
   }
   if (std::string why = parse_metadata_record(metadata, &m.header, &m.layout); !why.empty())
@@ -228,7 +256,8 @@ Manifest read_manifest(const std::string& dir) {
   for (int r = 0; r < world; ++r) {
     const Shard want = shard_of(h.flat_size, world, r);
     const ShardLine& s = m.shards[static_cast<size_t>(r)];
-    if (s.file != shard_file_name(r, world) || s.begin != want.begin || s.end != want.end)
+    if (s.file != shard_file_name(r, world) || s.begin != want.begin || s.end != want.end ||
+        s.crcs.size() != (m.layout.has_optimizer ? 3u : 1u))
       throw H5Failure(fmt::format("MANIFEST: shard {} is `{}` [{}, {}), expected {} [{}, {})", r,
                                   s.file, s.begin, s.end, shard_file_name(r, world), want.begin,
                                   want.end));
@@ -253,23 +282,30 @@ std::string tensor_at(const std::vector<ParamEntry>& params, const char* group, 
   return fmt::format("{} (alignment padding, element {})", group, at);
 }
 
-// Reads (keep) or only verifies the whole checkpoint. Throws H5Failure for damage and Unusable
-// for an intact checkpoint that must not be used, naming the shard file.
-CheckpointData load(const std::string& dir, bool keep) {
+// Reads (keep) or only verifies the checkpoint: all of it, or with `moments` only the optimizer
+// moments of that flat range (the files holding none of it are not read for them). Throws
+// H5Failure for damage and Unusable for an intact checkpoint that must not be used, naming the
+// shard file.
+CheckpointData load(const std::string& dir, bool keep, std::optional<Shard> moments) {
   const Manifest m = read_manifest(dir);
   const Header& h = m.header;
   if (std::string why = absurd_value(h); !why.empty()) throw Unusable(why);
   CheckpointData d;
   d.state = h.state;
   d.params = m.layout.params;
-  const size_t flat = static_cast<size_t>(h.flat_size);
+  const Shard all{0, h.flat_size};
+  const Shard want = moments.value_or(all);
+  if (want.begin < 0 || want.end > h.flat_size || want.begin > want.end)
+    throw std::invalid_argument("read_checkpoint: the moments' range lies outside the state");
   if (keep) {
-    d.weights.assign(flat, 0.0f);
-    if (m.layout.has_optimizer) d.adam_m.assign(flat, 0.0f), d.adam_v.assign(flat, 0.0f);
+    d.weights.resize(static_cast<size_t>(h.flat_size));  // every element is read below
+    if (m.layout.has_optimizer) {
+      d.adam_m.resize(static_cast<size_t>(want.size()));
+      d.adam_v.resize(static_cast<size_t>(want.size()));
+      d.moments_begin = want.begin;
+    }
   }
-  const char* groups[] = {"weights", "adam_m", "adam_v"};
-  const char* names[] = {"model", "optimizer/m", "optimizer/v"};
-  std::vector<float>* fulls[] = {&d.weights, &d.adam_m, &d.adam_v};
+  std::vector<float>* outs[] = {&d.weights, &d.adam_m, &d.adam_v};
   for (int r = 0; r < h.state.world_size; ++r) {
     const ShardLine& line = m.shards[static_cast<size_t>(r)];
     const std::string path = (fs::path(dir) / line.file).string();
@@ -281,29 +317,43 @@ CheckpointData load(const std::string& dir, bool keep) {
       expect(a.world, h.state.world_size, "world_size", "MANIFEST");
       expect(a.begin, line.begin, "begin", "MANIFEST");
       expect(a.end, line.end, "end", "MANIFEST");
-      expect(a.crc, line.crc, "crc32c", "MANIFEST");
+      if (a.crcs != line.crcs)
+        throw H5Failure(fmt::format("it holds crc32c {}, MANIFEST says {}", crc_list(a.crcs),
+                                    crc_list(line.crcs)));
       const size_t n = static_cast<size_t>(line.end - line.begin);
-      uint32_t crc = 0;
-      for (int t = 0; t < (m.layout.has_optimizer ? 3 : 1); ++t) {
-        float* out = keep ? fulls[t]->data() + line.begin : nullptr;  // null: verify only
-        size_t seen = 0;  // elements of this tensor checked so far (slabs come in order)
-        // Checked slab by slab as each arrives, while it is in cache.
-        read_floats_contiguous(f, groups[t], out, n, [&](const float* p, size_t k) {
+      // The part of this file's range a kept tensor needs: all of it for the weights, the
+      // overlap with `want` for the moments.
+      const int64_t lo = std::max(line.begin, want.begin), hi = std::min(line.end, want.end);
+      for (size_t t = 0; t < line.crcs.size(); ++t) {
+        const bool whole = t == 0 || (lo <= line.begin && hi >= line.end);
+        if (t > 0 && lo >= hi && line.begin != line.end) continue;  // none of it is wanted
+        // Straight into place when the whole file range is kept; else through a slab buffer,
+        // copying the wanted part. Checked slab by slab as each arrives, while it is in cache.
+        float* direct =
+            keep && whole ? outs[t]->data() + (line.begin - (t ? want.begin : 0)) : nullptr;
+        uint32_t crc = 0;
+        size_t seen = 0;  // elements of this data set checked so far (slabs come in order)
+        read_floats_contiguous(f, kDatasets[t], direct, n, [&](const float* p, size_t k) {
           crc = crc32c(std::string_view(reinterpret_cast<const char*>(p), k * sizeof(float)), crc);
           if (std::optional<NonFinite> nf = find_non_finite(p, k)) {
             nf->first += seen;
             throw Unusable(fmt::format(
                 "{}: {}", line.file,
-                non_finite_message(
-                    tensor_at(d.params, names[t], line.begin + static_cast<int64_t>(nf->first)),
-                    *nf, n)));
+                non_finite_message(tensor_at(d.params, kGroupNames[t],
+                                             line.begin + static_cast<int64_t>(nf->first)),
+                                   *nf, n)));
+          }
+          if (keep && !direct) {  // copy [lo, hi) of the flat state where this slab has it
+            const int64_t s0 = line.begin + static_cast<int64_t>(seen);
+            const int64_t b = std::max(s0, lo), e = std::min(s0 + static_cast<int64_t>(k), hi);
+            if (b < e) std::copy(p + (b - s0), p + (e - s0), outs[t]->data() + (b - want.begin));
           }
           seen += k;
         });
+        if (crc != line.crcs[t])
+          throw H5Failure(fmt::format("/{}'s CRC-32C is {:08x}, MANIFEST says {:08x}", kDatasets[t],
+                                      crc, line.crcs[t]));
       }
-      if (crc != line.crc)
-        throw H5Failure(
-            fmt::format("its data's CRC-32C is {:08x}, MANIFEST says {:08x}", crc, line.crc));
       if (r == 0) {
         d.state.config_yaml = read_text(f, "config");
         if (d.state.config_yaml.size() != m.layout.config_bytes)
@@ -412,7 +462,7 @@ void commit_sharded(const std::string& dir, int64_t step, int world, double time
       expect(a.begin, want.begin, "begin", "the shard split");
       expect(a.end, want.end, "end", "the shard split");
       if (r == 0) metadata = read_text(f, "metadata");
-      lines.push_back({name, a.begin, a.end, static_cast<uint32_t>(a.crc)});
+      lines.push_back({name, a.begin, a.end, a.crcs});
       f.close("close");
     } catch (const std::exception& e) {
       throw CheckpointWriteError(
@@ -435,11 +485,11 @@ void commit_sharded(const std::string& dir, int64_t step, int world, double time
   }
 }
 
-Verdict judge_sharded(const std::string& dir, CheckpointData* data) {
+Verdict judge_sharded(const std::string& dir, CheckpointData* data, std::optional<Shard> moments) {
   quiet();
   Verdict v;
   try {
-    CheckpointData d = load(dir, data != nullptr);
+    CheckpointData d = load(dir, data != nullptr, moments);
     v.ok = true;
     v.step = d.state.step;
     if (data) *data = std::move(d);
@@ -469,11 +519,11 @@ std::string describe_sharded(const std::string& dir) {
         s.seed, s.world_size, s.restarts, s.bad_steps_total, s.lr_scale);
     out += fmt::format("parameters: {} tensors (flat size {}), optimizer moments: {}\n",
                        h.param_count, h.flat_size, m.layout.has_optimizer ? "yes" : "no");
-    out += "files (float32, contiguous, CRC-32C of each in MANIFEST):\n";
+    out += "files (float32, contiguous; CRC-32C of weights, m, v in MANIFEST):\n";
     for (const ShardLine& l : m.shards) {
       std::error_code ec;
       const auto size = fs::file_size(fs::path(dir) / l.file, ec);
-      out += fmt::format("  {} [{}, {}) crc32c {:08x}, {}\n", l.file, l.begin, l.end, l.crc,
+      out += fmt::format("  {} [{}, {}) crc32c {}, {}\n", l.file, l.begin, l.end, crc_list(l.crcs),
                          ec ? "missing" : fmt::format("{:.1f} MiB", double(size) / (1 << 20)));
     }
   } catch (const H5Failure& e) {

@@ -1,11 +1,13 @@
 // Internal to src/checkpoint: the sharded layout (docs/checkpoint-format.md). A checkpoint is a
 // folder step-NNNNNNN/ holding rank-RRRRR-of-WWWWW.h5, one per rank (its shard_of range of the
-// flat weights and moments, contiguous, with its CRC-32C in an attribute), and MANIFEST,
-// written last by rank 0: the metadata record (checkpoint_metadata.h), one line per shard file
-// with its range and CRC-32C, and the CRC-32C of all that. The manifest is the commit point.
+// flat weights and moments, contiguous, with a CRC-32C per data set in attributes), and
+// MANIFEST, written last by rank 0: the metadata record (checkpoint_metadata.h), one line per
+// shard file with its range and CRC-32Cs, and the CRC-32C of all that. The manifest is the
+// commit point.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "trainrun/checkpoint.h"
@@ -33,7 +35,10 @@ bool has_manifest(const std::string& dir);
 // The sharded counterparts of judge() and describe_headers() in checkpoint_file.cpp: read or
 // only verify every byte (manifest checksum, each shard's attributes against the manifest, its
 // data checksums, its CRC-32C, finiteness, sane values).
-Verdict judge_sharded(const std::string& dir, CheckpointData* data);
+// With `moments`, the data keeps only that flat range of the optimizer moments (and those of
+// the other ranges are neither read nor checked).
+Verdict judge_sharded(const std::string& dir, CheckpointData* data,
+                      std::optional<Shard> moments = std::nullopt);
 std::string describe_sharded(const std::string& dir);
 
 }  // namespace trainrun

@@ -83,9 +83,13 @@ void DataParallel::copy_moments_range(Shard range, float* m, float* v) const {
 void DataParallel::restore_optimizer_state(const CheckpointData& ck) {
   const Shard s = shard();
   if (s.size() == 0) return;
+  const int64_t held_end = ck.moments_begin + static_cast<int64_t>(ck.adam_m.size());
+  if (s.begin < ck.moments_begin || s.end > held_end)
+    throw std::logic_error("restore_optimizer_state: the checkpoint's moments miss this shard");
   // A Tensor views memory without constness; copy() only reads its source.
-  const auto range = [&s](const std::vector<float>& full) {
-    return Tensor(const_cast<float*>(full.data()) + s.begin, DType::f32, Device::cpu, {s.size()});
+  const auto range = [&s, &ck](const std::vector<float>& held) {
+    return Tensor(const_cast<float*>(held.data()) + (s.begin - ck.moments_begin), DType::f32,
+                  Device::cpu, {s.size()});
   };
   ps_.backend().copy(opt_.m(), range(ck.adam_m));
   ps_.backend().copy(opt_.v(), range(ck.adam_v));

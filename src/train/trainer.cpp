@@ -655,7 +655,8 @@ std::optional<CheckpointData> Trainer::snapshot(int64_t step) {
 }
 
 void Trainer::restore(const std::string& file) {
-  CheckpointData ck = read_checkpoint(file);
+  // Only this rank's range of the moments (all of them without ZeRO-1).
+  CheckpointData ck = read_checkpoint(file, dp_->shard());
   ParamStore& ps = model_->params();
   if (static_cast<int64_t>(ck.weights.size()) != ps.numel())
     throw CheckpointError(fmt::format("checkpoint {} holds {} parameters but the model has {}",
