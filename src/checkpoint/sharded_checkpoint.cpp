@@ -256,11 +256,13 @@ Manifest read_manifest(const std::string& dir) {
   for (int r = 0; r < world; ++r) {
     const Shard want = shard_of(h.flat_size, world, r);
     const ShardLine& s = m.shards[static_cast<size_t>(r)];
+    const size_t crcs = m.layout.has_optimizer ? 3 : 1;  // weights, and m and v
     if (s.file != shard_file_name(r, world) || s.begin != want.begin || s.end != want.end ||
-        s.crcs.size() != (m.layout.has_optimizer ? 3u : 1u))
-      throw H5Failure(fmt::format("MANIFEST: shard {} is `{}` [{}, {}), expected {} [{}, {})", r,
-                                  s.file, s.begin, s.end, shard_file_name(r, world), want.begin,
-                                  want.end));
+        s.crcs.size() != crcs)
+      throw H5Failure(fmt::format(
+          "MANIFEST: shard {} is `{}` [{}, {}) with {} CRC(s), expected {} [{}, {}) with {}", r,
+          s.file, s.begin, s.end, s.crcs.size(), shard_file_name(r, world), want.begin, want.end,
+          crcs));
   }
   int64_t end = 0;
   for (const ParamEntry& p : m.layout.params) {
