@@ -12,7 +12,10 @@ pkgs=(g++ meson ninja-build pkg-config libyaml-cpp-dev libcli11-dev libfmt-dev
       gnuplot-nox libcpp-httplib-dev)
 if [[ "${1:-}" == "--test" ]]; then
   # python3-numpy: the equivalence test recomputes the models in numpy (python3-h5py has it too)
+  # openssh-server, iproute2: tests/multihost's two "hosts" (network namespaces, `ip`), each
+  # with an sshd
   pkgs+=(python3 python3-pytest python3-yaml python3-h5py python3-numpy jq slurm-wlm munge
+         openssh-server iproute2
          clang-format debootstrap python3-venv python3-pil chromium clang prometheus)
 fi
 

@@ -112,7 +112,8 @@ echo "fresh: scripts/setup.sh --test in the same root"
 in_root "scripts/setup.sh --test" || die "scripts/setup.sh --test failed on a pristine Debian 12"
 # Every tool the test command and the integration tests call.
 missing=$(in_root 'for t in meson ninja mpirun gnuplot jq clang-format slurmctld slurmd munged \
-                     mungekey sbatch srun scancel debootstrap chromium clang++ prometheus; do
+                     mungekey sbatch srun scancel debootstrap chromium clang++ prometheus \
+                     sshd ssh ssh-keygen ip nsenter unshare; do
                      command -v $t >/dev/null || echo $t; done
                    python3 -c "import pytest, h5py, numpy, yaml, PIL" 2>/dev/null ||
                      echo "python3: pytest/h5py/numpy/yaml/PIL"
