@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "../src/launch/host.h"
+#include "../src/launch/host_probe.h"
 #include "../src/launch/run_dir.h"
 #include "../src/launch/stop_relay.h"
 #include "temp_dir.h"
@@ -1291,4 +1293,30 @@ TEST_CASE("run_launch: a failed job that will not tear down is killed after tear
     MpirunFailure f;
     CHECK(run_launch(plan, &f) == 0);
   }
+}
+
+TEST_CASE("unreachable_hosts asks every host at once and names the ones that do not answer") {
+  trainrun::testing::TempDir tmp;
+  // A stand-in for ssh: "up" answers, "down" refuses, "cut" never answers (a lost link).
+  const std::string agent = tmp / "fake-ssh";
+  {
+    std::ofstream f(agent);
+    f << "#!/bin/sh\ncase \"$1\" in up) exit 0 ;; cut) exec sleep 60 ;; *) exit 255 ;; esac\n";
+  }
+  chmod(agent.c_str(), 0755);
+  const char* old = std::getenv("OMPI_MCA_plm_rsh_agent");
+  const std::string saved = old ? old : "";
+  setenv("OMPI_MCA_plm_rsh_agent", agent.c_str(), 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<std::string> silent =
+      unreachable_hosts({"up", "down", trainrun::host_name(), "cut", "up2"}, 1.0);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (old)
+    setenv("OMPI_MCA_plm_rsh_agent", saved.c_str(), 1);
+  else
+    unsetenv("OMPI_MCA_plm_rsh_agent");
+  // This host is not asked; "up2" is refused like "down" (the stand-in knows only "up").
+  CHECK(silent == std::vector<std::string>{"down", "cut", "up2"});
+  // "cut" was killed at the deadline: nobody waits for sleep 60 (a generous bound: CI is noisy).
+  CHECK(took < 20);
 }

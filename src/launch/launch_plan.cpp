@@ -41,22 +41,6 @@ std::vector<std::string> trainrun_variables() {
   return names;
 }
 
-// The hosts a hostfile lists (first word of each line, comments and blank lines skipped),
-// each once, in order.
-std::vector<std::string> hostfile_hosts(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<std::string> hosts;
-  std::string line;
-  while (std::getline(in, line)) {
-    line = line.substr(0, line.find('#'));
-    std::istringstream words(line);
-    std::string host;
-    if (words >> host && std::find(hosts.begin(), hosts.end(), host) == hosts.end())
-      hosts.push_back(host);
-  }
-  return hosts;
-}
-
 // The hostfile must exist and list distributed.nodes hosts: Open MPI's mapper would otherwise
 // refuse the job only once it is launched (ppr:N:node maps N ranks on every host it lists).
 void check_hostfile(const Experiment& exp) {
@@ -93,6 +77,20 @@ void add_keepalive(const Experiment& exp, std::vector<std::string>* argv) {
 }
 
 }  // namespace
+
+std::vector<std::string> hostfile_hosts(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> hosts;
+  std::string line;
+  while (std::getline(in, line)) {
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::string host;
+    if (words >> host && std::find(hosts.begin(), hosts.end(), host) == hosts.end())
+      hosts.push_back(host);
+  }
+  return hosts;
+}
 
 LaunchPlan plan_launch(const Experiment& exp, const std::vector<std::string>& self_argv) {
   const DistributedConfig& d = exp.distributed;

@@ -13,6 +13,8 @@
 #include <optional>
 #include <variant>
 
+#include "host.h"
+#include "host_probe.h"
 #include "stop_relay.h"
 #include "trainrun/checkpoint.h"
 #include "trainrun/errors.h"
@@ -56,6 +58,32 @@ LaunchPlan attempt_plan(const RunRequest& r, const Experiment& exp, const std::s
   // the count (one-shot fault injection, restart events) forwarded by name.
   if (!plan.single_rank) plan.argv.insert(plan.argv.begin() + 1, {"-x", "TRAINRUN_RESTART_COUNT"});
   return plan;
+}
+
+// After a hang on several hosts: which hosts still answer. A link lost between hosts leaves
+// every rank alive and waiting, which the watchdog cannot tell apart from a stuck network.
+void name_unreachable_hosts(const Experiment& exp) {
+  const DistributedConfig& d = exp.distributed;
+  if (d.nodes < 2 || d.hostfile.empty()) return;
+  constexpr double kProbeSeconds = 5;
+  const std::vector<std::string> hosts = hostfile_hosts(d.hostfile);
+  const std::vector<std::string> silent = unreachable_hosts(hosts, kProbeSeconds);
+  if (silent.empty()) {
+    fmt::print(stderr,
+               "every host of {} answered over the remote shell within {:g} s: the hosts are "
+               "up, so the network the ranks use (or one of them) is stuck\n",
+               d.hostfile, kProbeSeconds);
+    return;
+  }
+  for (const std::string& host : silent) {
+    const auto at = std::find(hosts.begin(), hosts.end(), host) - hosts.begin();
+    const int first = static_cast<int>(at) * d.nproc, last = first + d.nproc - 1;
+    print_error(fmt::format(
+        "host {} did not answer over the remote shell within {:g} s: it is cut off or down, "
+        "with rank{} {} (the hang's cause; the other hosts answered)",
+        host, kProbeSeconds, d.nproc > 1 ? "s" : "",
+        d.nproc > 1 ? fmt::format("{}-{}", first, last) : std::to_string(first)));
+  }
 }
 
 // One launch: a clean slate of failure records, the job, then the verdict.
@@ -169,6 +197,7 @@ int supervise(const RunRequest& request, const Experiment& exp, std::string resu
     if (StopRelay::requested()) return stopped_between_attempts(exp, attempt);
     const JobOutcome outcome = run_attempt(plan, exp.run_dir);
     if (StopRelay::requested()) return after_stop(outcome);
+    if (outcome.code == kExitHang) name_unreachable_hosts(exp);
     if (!restartable(outcome.code)) {
       if (outcome.code != kExitOk && !outcome.cause.empty() && !outcome.from_record)
         print_error(outcome.cause);  // a rank that recorded its failure printed it already

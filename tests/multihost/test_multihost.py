@@ -206,8 +206,9 @@ def test_slurm_two_nodes_runs_to_completion(hosts, slurm, reference, tmp_path):
 # system still carries both heartbeats, so the watchdog says the network is stuck and lists
 # both ranks with their hosts. The test allows the watchdog step_timeout + 5 s and the whole job
 # step_timeout + teardown_timeout + 15 s from the link going down.
-STEP_TIMEOUT, TEARDOWN = 3, 5
-WATCHDOG_BOUND, END_BOUND = STEP_TIMEOUT + 5, STEP_TIMEOUT + TEARDOWN + 15
+# After the job ends the launcher asks each host over ssh (5 s at most) which one is cut off.
+STEP_TIMEOUT, TEARDOWN, PROBE = 3, 5, 5
+WATCHDOG_BOUND, END_BOUND = STEP_TIMEOUT + 5, STEP_TIMEOUT + TEARDOWN + PROBE + 15
 
 
 def test_link_down_is_caught_by_the_watchdog_and_the_job_ends(hosts, tmp_path):
@@ -261,4 +262,9 @@ def test_link_down_is_caught_by_the_watchdog_and_the_job_ends(hosts, tmp_path):
     # link is cut off).
     assert re.search(r"rank [01] on trnode[12] (ended with code 8 \(watchdog\)|was named by "
                      r"rank [01] on trnode[12]'s watchdog \(code 8\))", stderr), stderr[-4000:]
+    # The launcher, which can still reach trnode2's neighbour but not trnode2, names the host
+    # that is cut off and its rank.
+    assert (f"host {hosts['HOST2']} did not answer over the remote shell within 5 s: it is cut "
+            f"off or down, with rank 1") in stderr, stderr[-4000:]
+    assert f"host {hosts['HOST1']} did not answer" not in stderr
     print(f"link down: watchdog after {fired:.2f} s, job ended after {ended:.2f} s")
