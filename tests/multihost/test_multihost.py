@@ -200,6 +200,52 @@ def test_slurm_two_nodes_runs_to_completion(hosts, slurm, reference, tmp_path):
     assert elapsed < 90
 
 
+def test_slurm_two_nodes_preempted_requeues_and_resumes_sharded(hosts, slurm, tmp_path):
+    """A preemption (USR1, as Slurm sends before a time limit or for a higher-priority job) on two
+    nodes: every rank checkpoints its own shard from its own host, the job requeues, resumes on
+    both nodes and ends with the loss of the uninterrupted run."""
+    steps = 60
+    extra = [f"train.steps={steps}", "checkpoint.every=5", "checkpoint.sharded=true"]
+    ref = tmp_path / "ref"
+    ic.run([QS, *sets(*BASE, *extra, "distributed.nproc=2"), "--run-dir", str(ref)], check=0,
+           timeout=120)
+    rd = tmp_path / "run"
+    # Slow first attempt (60 ms a step) so that the preemption lands mid-run.
+    p = on_host1(hosts, ["slurm", QS, "--nodes", "2", *sets(*BASE, *extra, f"run_dir={rd}"),
+                         "--submit"], env={**slurm, "TRAINRUN_FAULTS": "slow:ms=60"}, timeout=60)
+    assert p.returncode == 0, out(p)
+    job = re.search(r"\b(\d+)\b", p.stdout.strip().splitlines()[-1]).group(1)
+
+    def log():
+        return "".join(f.read_text() for f in rd.glob("slurm-*.out"))
+
+    def gone():
+        q = in_ns1(hosts, ["squeue", "-h", "-j", job, "-o", "%T"], slurm)
+        return q.returncode == 0 and q.stdout.strip() == "" or "Invalid job id" in q.stderr
+
+    try:
+        assert ic.wait_for(lambda: list(rd.glob("checkpoints/step-*/MANIFEST")), timeout=60), \
+            "no committed checkpoint within 60 s:\n" + log()[-4000:]
+        in_ns1(hosts, ["scancel", "--full", "-s", "USR1", job], slurm)
+        assert ic.wait_for(gone, timeout=120), f"job {job} did not end within 120 s"
+    finally:
+        if not gone():
+            in_ns1(hosts, ["scancel", job], slurm)
+    text = log()
+    assert "trainrun: finished" in text, text[-4000:]
+    stopped = re.search(r"checkpoint saved at step (\d+)", text)
+    resumed = re.search(r"resumed from \S*step-(\d+) at step (\d+)", text)
+    assert stopped and resumed, text[-4000:]
+    assert int(resumed.group(2)) == int(stopped.group(1)) < steps
+    # The final checkpoint: one file per rank, each written on its own host, and a manifest.
+    folder = rd / "checkpoints" / f"step-{steps:07d}"
+    assert sorted(f.name for f in folder.iterdir()) == [
+        "MANIFEST", "rank-00000-of-00002.h5", "rank-00001-of-00002.h5"]
+    got, want = losses(rd), losses(ref)
+    assert sorted(got) == sorted(want) == list(range(1, steps + 1))
+    assert got[steps] == want[steps], "the resumed run ended with another loss"
+
+
 # Link down: measured on 2 cores (step_timeout 3 s, teardown_timeout 5 s), the watchdogs fire
 # 3.1 s after the link goes down and the job ends 8.3-8.6 s after it (step_timeout + teardown
 # timeout + ~0.5 s). Both ranks are then waiting in the step's allreduce and the shared file
