@@ -68,7 +68,11 @@ void write_text(hid_t f, const char* name, const std::string& text);
 std::string read_text(hid_t f, const char* name);
 std::vector<int64_t> dataset_shape(hid_t ds);
 
-// Bytes a dataset of shape `dims` takes on disk beyond its header.
+// Allocations of at least kAlignThreshold bytes (data, not headers) start at a multiple of
+// kAlignment: set_write_access says why.
+inline constexpr hsize_t kAlignThreshold = 64 * 1024, kAlignment = 4096;
+
+// Bytes a dataset of shape `dims` takes on disk beyond its header, alignment padding included.
 uint64_t stored_bytes(const std::vector<hsize_t>& dims, size_t elem_size);
 
 // The file access properties of every checkpoint write, on `fapl`.

@@ -94,7 +94,7 @@ void write_file(const std::string& file, const CheckpointShard& s) {
   const size_t n = static_cast<size_t>(s.range.size());
   const int tensors = s.adam_m.empty() ? 1 : 3;
   const std::string metadata = metadata_record(header_of(s), layout_of(s));
-  const uint64_t bound = 64 * 1024 + 4096 * 16 + tensors * n * sizeof(float) +
+  const uint64_t bound = 64 * 1024 + 4096 * 16 + tensors * (n * sizeof(float) + kAlignment) +
                          stored_bytes({hsize_t(metadata.size())}, 1) +
                          stored_bytes({hsize_t(s.state.config_yaml.size())}, 1);
   create_reserved_file(file, empty_file_image(), bound);
