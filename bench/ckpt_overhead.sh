@@ -4,6 +4,7 @@
 # ~300 MB of state). Per-step wall = step_time + t_checkpoint, averaged over steps (the final
 # step, where trainrun always checkpoints, is left out). Figures only.
 #   BUILD=build bench/ckpt_overhead.sh
+#   EVERY=50 SMALL_STEPS=151 BIG_STEPS=151 BUILD=build bench/ckpt_overhead.sh   (issue 16's case)
 # S_* variables are assigned by load_summary (eval).
 # shellcheck source=bench/lib.sh disable=SC2154
 source "$(dirname "$0")/lib.sh"
@@ -39,8 +40,8 @@ model() {
       "$(bc -l <<<"($S_mean_wall/$base-1)*100")")")
   done
 }
-model small 17
-model big 13 --set model.d_model=512 --set model.n_layer=8 --set model.n_head=8 \
+model small "${SMALL_STEPS:-17}"
+model big "${BIG_STEPS:-13}" --set model.d_model=512 --set model.n_layer=8 --set model.n_head=8 \
   --set model.seq_len=64 --set train.batch_size=4
 
 echo
