@@ -219,6 +219,11 @@ TEST_CASE("the Checkpointer writes shards, commits on rank 0 and prunes whole fo
   for (bool async : {false, true}) {
     CAPTURE(async);
     TempDir tmp;
+    // Unfinished saves: one of ours (a lone shard file), and a folder holding a stranger's file.
+    const CheckpointData early = full_state(6, 2, 6);
+    write_shard(sharded_checkpoint_path(tmp.str(), 6), shard_of_state(early, 0));
+    fs::create_directories(sharded_checkpoint_path(tmp.str(), 5));
+    std::ofstream(fs::path(sharded_checkpoint_path(tmp.str(), 5)) / "notes.txt") << "mine\n";
     Checkpointer r0(tmp.str(), 2, async, 0), r1(tmp.str(), 2, async, 1);
     for (int64_t step : {10, 20, 30}) {
       const CheckpointData d = full_state(step, 2, static_cast<uint32_t>(step));
@@ -233,6 +238,8 @@ TEST_CASE("the Checkpointer writes shards, commits on rank 0 and prunes whole fo
           std::vector<std::string>{sharded_checkpoint_path(tmp.str(), 30),
                                    sharded_checkpoint_path(tmp.str(), 20)});
     CHECK(!fs::exists(sharded_checkpoint_path(tmp.str(), 10)));
+    CHECK(!fs::exists(sharded_checkpoint_path(tmp.str(), 6)));  // never resumable: pruned
+    CHECK(fs::exists(fs::path(sharded_checkpoint_path(tmp.str(), 5)) / "notes.txt"));  // not ours
     // The last snapshot's buffers come back for the next one (same memory, sizes kept), once.
     CheckpointShard again = r1.reuse_shard();
     CHECK(again.weights.size() == static_cast<size_t>(shard_of(441, 2, 1).size()));

@@ -36,6 +36,11 @@ int64_t step_of(const std::string& name, std::string_view suffix = ".h5") {
   return name == fmt::format("step-{:07d}{}", step, suffix) ? step : -1;
 }
 
+// Sharded folders hold their own temporaries: rank-RRRRR-of-WWWWW.h5.tmp-PID, MANIFEST.tmp-PID.
+bool is_shard_temp_target(const std::string& name) {
+  return name == kManifestName || (name.starts_with("rank-") && name.ends_with(".h5"));
+}
+
 bool pid_alive(long pid) {
   return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno == EPERM);
 }
@@ -95,11 +100,6 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir) {
 
 namespace {
 
-// Sharded folders hold their own temporaries: rank-RRRRR-of-WWWWW.h5.tmp-PID, MANIFEST.tmp-PID.
-bool is_shard_temp_target(const std::string& name) {
-  return name == kManifestName || (name.starts_with("rank-") && name.ends_with(".h5"));
-}
-
 // `top`: the checkpoints folder, whose step folders are entered only when `enter` (a rank on
 // another host may be writing into one, and its pid means nothing here).
 int remove_stale_temp_files_in(const fs::path& dir, bool sharded, bool enter = false) {
@@ -139,8 +139,16 @@ std::vector<std::pair<int64_t, std::string>> unfinished_sharded_checkpoints(
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec)) {
     const int64_t step = step_of(entry.path().filename().string(), "");
-    if (step >= 0 && entry.is_directory(ec) && !has_manifest(entry.path().string()))
-      found.emplace_back(step, entry.path().string());
+    if (step < 0 || !entry.is_directory(ec) || has_manifest(entry.path().string())) continue;
+    // Only a folder holding nothing but shard files and their temporaries is trainrun's: pruning
+    // never deletes a file trainrun did not write.
+    bool ours = true;
+    for (const auto& f : fs::directory_iterator(entry.path(), ec)) {
+      const std::string name = f.path().filename().string();
+      const size_t tmp = name.rfind(".tmp-");
+      ours = ours && is_shard_temp_target(tmp == std::string::npos ? name : name.substr(0, tmp));
+    }
+    if (ours && !ec) found.emplace_back(step, entry.path().string());
   }
   return found;
 }

@@ -266,11 +266,6 @@ std::string check_metadata(hid_t f, const Header& h, const Layout& layout) {
   return "";
 }
 
-struct Loaded {
-  CheckpointData data;
-  std::string note;  // check_metadata's caveat
-};
-
 // The one verification behind read_checkpoint and verify_checkpoint (and so inspect, resume,
 // rollback and the supervisor). Reads (keep == true) or only verifies the whole file: checksums
 // of the metadata first, then whether its values make sense, then every tensor's checksum and
@@ -326,21 +321,7 @@ Verdict judge(const std::string& path, CheckpointData* data) {
     return v;
   }
   if (fs::is_directory(path, ec)) return judge_sharded(path, data);
-  try {
-    Loaded l = load(path, data != nullptr);
-    v.ok = true;
-    v.step = l.data.state.step;
-    v.note = std::move(l.note);
-    if (data) *data = std::move(l.data);
-  } catch (const Unusable& e) {
-    v.unusable = true;
-    v.reason = e.what();
-  } catch (const H5Failure& e) {
-    v.reason = e.what();
-  } catch (const std::bad_alloc&) {
-    v.reason = "its sizes do not fit in memory";
-  }
-  return v;
+  return verdict_of([&] { return load(path, data != nullptr); }, data);
 }
 
 // Everything the headers tell, which may survive damage to the data.
@@ -380,6 +361,25 @@ std::string describe_headers(const std::string& path) {
 }
 
 }  // namespace
+
+Verdict verdict_of(const std::function<Loaded()>& load, CheckpointData* data) {
+  Verdict v;
+  try {
+    Loaded l = load();
+    v.ok = true;
+    v.step = l.data.state.step;
+    v.note = std::move(l.note);
+    if (data) *data = std::move(l.data);
+  } catch (const Unusable& e) {
+    v.unusable = true;
+    v.reason = e.what();
+  } catch (const H5Failure& e) {
+    v.reason = e.what();
+  } catch (const std::bad_alloc&) {
+    v.reason = "its sizes do not fit in memory";
+  }
+  return v;
+}
 
 void write_checked_checkpoint(const std::string& path, const CheckpointData& data) {
   quiet();

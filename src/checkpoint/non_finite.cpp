@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -32,47 +33,45 @@ std::string non_finite_message(const std::string& where, const NonFinite& nf, si
                      nf.count, nf.count == 1 ? "" : "s", n, nf.first, nf.value);
 }
 
-std::string non_finite_reason(const CheckpointData& d) {
+namespace {
+
+// The first non-finite value in weights, m, v (each holding flat elements [begin, begin + size)),
+// named by its tensor and counted within the part of that tensor the buffer holds.
+std::string first_non_finite(const std::vector<ParamEntry>& params, int64_t begin,
+                             const std::vector<float>& weights, const std::vector<float>& m,
+                             const std::vector<float>& v) {
   const std::pair<const char*, const std::vector<float>*> buffers[] = {
-      {"model", &d.weights}, {"optimizer/m", &d.adam_m}, {"optimizer/v", &d.adam_v}};
-  for (const auto& [group, flat] : buffers) {
-    std::optional<NonFinite> nf = find_non_finite(flat->data(), flat->size());
+      {"model", &weights}, {"optimizer/m", &m}, {"optimizer/v", &v}};
+  for (const auto& [group, part] : buffers) {
+    std::optional<NonFinite> nf = find_non_finite(part->data(), part->size());
     if (!nf) continue;
-    // Name the tensor holding the first one, counting within it.
-    for (const ParamEntry& p : d.params) {
-      size_t numel = 1;
-      for (int64_t dim : p.shape) numel *= size_t(dim);
-      if (nf->first < size_t(p.offset) || nf->first >= size_t(p.offset) + numel) continue;
-      NonFinite in_tensor = *find_non_finite(flat->data() + p.offset, numel);
-      return non_finite_message(fmt::format("{}/{}", group, p.name), in_tensor, numel) +
+    const int64_t at = begin + static_cast<int64_t>(nf->first), end = begin + int64_t(part->size());
+    for (const ParamEntry& p : params) {
+      int64_t numel = 1;
+      for (int64_t dim : p.shape) numel *= dim;
+      if (at < p.offset || at >= p.offset + numel) continue;
+      // The tensor's part inside this buffer (all of it, unless a shard cuts it).
+      const int64_t lo = std::max(p.offset, begin), hi = std::min(p.offset + numel, end);
+      NonFinite in_tensor = *find_non_finite(part->data() + (lo - begin), size_t(hi - lo));
+      in_tensor.first += size_t(lo - p.offset);
+      return non_finite_message(fmt::format("{}/{}", group, p.name), in_tensor, size_t(numel)) +
              (in_tensor.count < nf->count ? fmt::format(", {} in all of {}", nf->count, group)
                                           : std::string());
     }
-    return non_finite_message(fmt::format("{} (alignment padding)", group), *nf, flat->size());
+    return non_finite_message(fmt::format("{} (alignment padding)", group), *nf, part->size());
   }
   return "";
 }
 
+}  // namespace
+
+std::string non_finite_reason(const CheckpointData& d) {
+  return first_non_finite(d.params, 0, d.weights, d.adam_m, d.adam_v);
+}
+
 std::string non_finite_reason(const CheckpointShard& s) {
-  const std::pair<const char*, const std::vector<float>*> buffers[] = {
-      {"model", &s.weights}, {"optimizer/m", &s.adam_m}, {"optimizer/v", &s.adam_v}};
-  for (const auto& [group, part] : buffers) {
-    std::optional<NonFinite> nf = find_non_finite(part->data(), part->size());
-    if (!nf) continue;
-    const int64_t at = s.range.begin + static_cast<int64_t>(nf->first);
-    for (const ParamEntry& p : s.params) {
-      int64_t numel = 1;
-      for (int64_t dim : p.shape) numel *= dim;
-      if (at >= p.offset && at < p.offset + numel)
-        return fmt::format(
-            "rank {}'s shard: {}/{} holds a non-finite value (element {} is {}), "
-            "{} in the shard's {} of {}",
-            s.rank, group, p.name, at - p.offset, nf->value, nf->count, part->size(), group);
-    }
-    return non_finite_message(fmt::format("rank {}'s shard of {}", s.rank, group), *nf,
-                              part->size());
-  }
-  return "";
+  const std::string why = first_non_finite(s.params, s.range.begin, s.weights, s.adam_m, s.adam_v);
+  return why.empty() ? why : fmt::format("rank {}'s shard: {}", s.rank, why);
 }
 
 }  // namespace trainrun

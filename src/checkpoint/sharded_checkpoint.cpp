@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "checkpoint_file.h"
 #include "checkpoint_metadata.h"
 #include "h5_io.h"
 #include "non_finite.h"
@@ -489,21 +490,7 @@ void commit_sharded(const std::string& dir, int64_t step, int world, double time
 
 Verdict judge_sharded(const std::string& dir, CheckpointData* data, std::optional<Shard> moments) {
   quiet();
-  Verdict v;
-  try {
-    CheckpointData d = load(dir, data != nullptr, moments);
-    v.ok = true;
-    v.step = d.state.step;
-    if (data) *data = std::move(d);
-  } catch (const Unusable& e) {
-    v.unusable = true;
-    v.reason = e.what();
-  } catch (const H5Failure& e) {
-    v.reason = e.what();
-  } catch (const std::bad_alloc&) {
-    v.reason = "its sizes do not fit in memory";
-  }
-  return v;
+  return verdict_of([&] { return Loaded{load(dir, data != nullptr, moments), ""}; }, data);
 }
 
 std::string describe_sharded(const std::string& dir) {

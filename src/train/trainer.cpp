@@ -125,6 +125,7 @@ class Trainer {
   std::string try_sharded_checkpoint(int64_t step);
   CheckpointShard shard_snapshot(int64_t step);
   std::string checkpoint_location(int64_t step) const;
+  TrainState saved_state(int64_t step) const;
   void restore(const std::string& file);
   int stopped(int64_t step, bool saved) const;
   int end_code(int64_t step, double loss, const std::string& unsaved) const;
@@ -571,6 +572,15 @@ std::string Trainer::try_checkpoint(int64_t step) {
   return refused;
 }
 
+// What a checkpoint of `step` records of the run, in either layout.
+TrainState Trainer::saved_state(int64_t step) const {
+  TrainState st = state_;
+  st.step = step;
+  st.world_size = world_;
+  st.config_yaml = to_yaml(exp_);
+  return st;
+}
+
 std::string Trainer::checkpoint_location(int64_t step) const {
   return exp_.checkpoint.sharded ? sharded_checkpoint_path(exp_.run_dir, step)
                                  : checkpoint_path(exp_.run_dir, step);
@@ -615,10 +625,7 @@ std::string Trainer::try_sharded_checkpoint(int64_t step) {
 CheckpointShard Trainer::shard_snapshot(int64_t step) {
   ParamStore& ps = model_->params();
   CheckpointShard s = ckpt_->reuse_shard();  // the last save's buffers: no page faults, no zeroing
-  s.state = state_;
-  s.state.step = step;
-  s.state.world_size = world_;
-  s.state.config_yaml = to_yaml(exp_);
+  s.state = saved_state(step);
   s.params = ps.entries();
   s.flat_size = ps.numel();
   s.rank = rank_;
@@ -643,10 +650,7 @@ std::optional<CheckpointData> Trainer::snapshot(int64_t step) {
   ParamStore& ps = model_->params();
   const int64_t n = ps.numel();
   CheckpointData ck = ckpt_->reuse_data();  // the last save's buffers: no page faults, no zeroing
-  ck.state = state_;
-  ck.state.step = step;
-  ck.state.world_size = world_;
-  ck.state.config_yaml = to_yaml(exp_);
+  ck.state = saved_state(step);
   ck.params = ps.entries();
   ck.weights.resize(static_cast<size_t>(n));
   be_->copy(Tensor(ck.weights.data(), DType::f32, Device::cpu, {n}), ps.params());

@@ -4,6 +4,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import subprocess
 import time
 
@@ -57,6 +58,16 @@ def metrics(run_dir, kind="train"):
         if row.get("kind") == kind:
             rows.append(row)
     return rows
+
+
+def checksums(run_dir):
+    """Each rank's last logged parameter checksum: {rank: hex}."""
+    out = {}
+    for log in sorted((pathlib.Path(run_dir) / "logs").glob("rank-*.log")):
+        m = re.findall(r"rank (\d+) parameter checksum ([0-9a-f]{16})", log.read_text())
+        assert m, f"no checksum in {log}"
+        out[int(m[-1][0])] = m[-1][1]
+    return out
 
 
 def losses(run_dir):

@@ -8,19 +8,10 @@ import time
 
 import pytest
 
-from conftest import REPO, TINY, losses, run, sets
+from conftest import REPO, TINY, checksums, losses, run, sets
 
 QS = str(REPO / "configs/quickstart.yaml")
 BASE = [*TINY, "train.steps=24", "optimizer.warmup_steps=3", "train.batch_size=8"]
-
-
-def checksums(rd):
-    out = {}
-    for log in sorted((rd / "logs").glob("rank-*.log")):
-        m = re.findall(r"rank (\d+) parameter checksum ([0-9a-f]{16})", log.read_text())
-        assert m, f"no checksum in {log}"
-        out[int(m[-1][0])] = m[-1][1]
-    return out
 
 
 @pytest.fixture(scope="module")

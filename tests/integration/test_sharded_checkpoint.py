@@ -8,7 +8,7 @@ import re
 import h5py
 import pytest
 
-from conftest import REPO, TINY, losses, run, sets
+from conftest import REPO, TINY, checksums, losses, run, sets
 
 QS = str(REPO / "configs/quickstart.yaml")
 STEPS = 20
@@ -20,14 +20,6 @@ SHARDED = [*BASE, "checkpoint.sharded=true"]
 
 def folder(rd, step):
     return rd / "checkpoints" / f"step-{step:07d}"
-
-
-def checksums(rd):
-    out = {}
-    for log in sorted((rd / "logs").glob("rank-*.log")):
-        m = re.findall(r"rank (\d+) parameter checksum ([0-9a-f]{16})", log.read_text())
-        out[int(m[-1][0])] = m[-1][1]
-    return out
 
 
 @pytest.fixture(scope="module")
