@@ -153,6 +153,19 @@ TEST_CASE("utf8_unit: well-formed code points, and every other byte alone") {
   }
 }
 
+TEST_CASE("printable_utf8 keeps well-formed text and replaces every stray byte with U+FFFD") {
+  CHECK(printable_utf8("ROMEO: caf\xC3\xA9 \xE2\x82\xAC") == "ROMEO: caf\xC3\xA9 \xE2\x82\xAC");
+  // A character cut in two (a sample that stopped inside it), a lone continuation byte, an
+  // overlong form: each invalid byte is one replacement.
+  CHECK(printable_utf8("ab\xC3") == "ab\xEF\xBF\xBD");
+  CHECK(printable_utf8("\x80x") == "\xEF\xBF\xBDx");
+  CHECK(printable_utf8("\xC0\xAF") == "\xEF\xBF\xBD\xEF\xBF\xBD");
+  CHECK(printable_utf8("\xC2\x41") ==
+        "\xEF\xBF\xBD"
+        "A");
+  CHECK(printable_utf8("") == "");
+}
+
 TEST_CASE("char_class: tokenizers' \\p{L}, \\p{N} and \\s") {
   CHECK(char_class('a') == CharClass::kLetter);
   CHECK(char_class(0xE9) == CharClass::kLetter);    // é

@@ -44,6 +44,11 @@ class Tokenizer {
   std::shared_ptr<const BpeModel> m_;
 };
 
+// `bytes` as well-formed UTF-8 for a terminal: every byte that does not belong to a well-formed
+// code point becomes U+FFFD. A sample that stops inside a multi-byte character, or a byte-level
+// token that is half of one, then prints as text.
+std::string printable_utf8(std::string_view bytes);
+
 // `data tokenizer encode`: the ids of a file's bytes. `decode`: the bytes of the
 // whitespace-separated ids in a file (standard input when ids_path is empty).
 std::vector<int32_t> encode_file(const Tokenizer& tok, const std::string& path);

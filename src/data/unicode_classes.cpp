@@ -1,6 +1,8 @@
 // UTF-8 decoding and the code point classes of the GPT-2 split (table: unicode_classes.inc).
 #include "unicode_classes.h"
 
+#include "trainrun/tokenizer.h"
+
 #include <algorithm>
 #include <array>
 #include <iterator>
@@ -68,6 +70,22 @@ Utf8Unit utf8_unit(const unsigned char* p, const unsigned char* end) {
             true};
   }
   return bad;
+}
+
+std::string printable_utf8(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  const auto* end = p + bytes.size();
+  while (p < end) {
+    const Utf8Unit u = utf8_unit(p, end);
+    if (u.valid)
+      out.append(reinterpret_cast<const char*>(p), static_cast<size_t>(u.len));
+    else
+      out += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
+    p += u.len;
+  }
+  return out;
 }
 
 }  // namespace trainrun
