@@ -5,6 +5,7 @@
 # step, where trainrun always checkpoints, is left out). Figures only.
 #   BUILD=build bench/ckpt_overhead.sh
 #   EVERY=50 SMALL_STEPS=151 BIG_STEPS=151 BUILD=build bench/ckpt_overhead.sh   (issue 16's case)
+#   MODELS=big MODES="none async sharded-async" ... (a subset; "none" first: it is the reference)
 # S_* variables are assigned by load_summary (eval).
 # shellcheck source=bench/lib.sh disable=SC2154
 source "$(dirname "$0")/lib.sh"
@@ -20,7 +21,7 @@ model() {
   local label=$1 steps=$2
   shift 2
   local base=""
-  for mode in none sync async sharded-sync sharded-async; do
+  for mode in ${MODES:-none sync async sharded-sync sharded-async}; do
     local ck=(--set checkpoint.every=0)
     case $mode in
       sync | sharded-sync) ck=(--set checkpoint.every="$EVERY" --set checkpoint.async=false) ;;
@@ -40,8 +41,9 @@ model() {
       "$(bc -l <<<"($S_mean_wall/$base-1)*100")")")
   done
 }
-model small "${SMALL_STEPS:-17}"
-model big "${BIG_STEPS:-13}" --set model.d_model=512 --set model.n_layer=8 --set model.n_head=8 \
+MODELS=${MODELS:-small big}
+[[ $MODELS == *small* ]] && model small "${SMALL_STEPS:-17}"
+[[ $MODELS == *big* ]] && model big "${BIG_STEPS:-13}" --set model.d_model=512 --set model.n_layer=8 --set model.n_head=8 \
   --set model.seq_len=64 --set train.batch_size=4
 
 echo

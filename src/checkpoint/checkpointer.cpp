@@ -5,8 +5,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <map>
@@ -30,6 +35,7 @@ struct Checkpointer::Impl {
   // that began when its own did, so this bounds a write, not a rank's lag; without async the
   // files exist already and it covers a shared file system's delay in showing them.
   static constexpr double kAsyncCommitTimeout = 1800, kCommitTimeout = 60;
+  static constexpr int kWriterNice = 19;
 
   std::string run_dir;
   int keep_last;
@@ -142,6 +148,13 @@ struct Checkpointer::Impl {
   }
 
   void writer_loop() {
+    // The writer yields to training: at the lowest priority it takes a core only while an
+    // OpenMP thread waits (a barrier, the data loader, an allreduce), instead of evicting
+    // one mid-kernel, which stalls the whole team at its next barrier. A checkpoint takes
+    // longer to reach the disk; the next save waits for it if it has not (drain()).
+    // Linux only: setpriority on a thread id sets that thread's nice value alone.
+    if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kWriterNice) != 0)
+      spdlog::debug("checkpoint writer keeps its priority: {}", std::strerror(errno));
     std::unique_lock lock(mu);
     for (;;) {
       cv.wait(lock, [&] { return stop || pending.has_value(); });
