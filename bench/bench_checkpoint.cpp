@@ -4,7 +4,9 @@
 // sharded layout is written by 1 and by 2 "ranks" (threads, each with its own Checkpointer, as
 // ranks on one host would). Figures only; nothing is asserted.
 //
-//   build/bench/bench_checkpoint [DIR] [REPS]      (DIR defaults to /tmp; needs ~3.5 GB free)
+//   build/bench/bench_checkpoint [DIR] [REPS] [SIZES]   (DIR defaults to /tmp; needs ~3.5 GB free)
+//
+// SIZES picks states, e.g. "300" or "40,gpt2" (default "40,300,gpt2"; numbers are MB).
 //
 // Reads are made cold for this file only (fsync, then posix_fadvise DONTNEED), so the page cache
 // of the rest of the machine is left alone.
@@ -298,8 +300,18 @@ int main(int argc, char** argv) {
   }
   double load[3] = {0, 0, 0};
   if (::getloadavg(load, 3) > 0) fmt::print("load average at start: {:.2f}\n", load[0]);
-  for (double mb : {40.0, 300.0}) bench_size(dir, blocks_of(mb * 1e6), reps);
-  bench_size(dir, all, reps);
+  std::string sizes = argc > 3 ? argv[3] : "40,300,gpt2";
+  for (size_t at = 0; at < sizes.size();) {
+    const size_t comma = std::min(sizes.find(',', at), sizes.size());
+    const std::string size = sizes.substr(at, comma - at);
+    at = comma + 1;
+    if (size == "gpt2")
+      bench_size(dir, all, reps);
+    else if (std::atof(size.c_str()) > 0)
+      bench_size(dir, blocks_of(std::atof(size.c_str()) * 1e6), reps);
+    else
+      fmt::print(stderr, "unknown size '{}': a number of MB or gpt2\n", size);
+  }
   if (::getloadavg(load, 3) > 0) fmt::print("\nload average at end: {:.2f}\n", load[0]);
   return 0;
 }

@@ -1,8 +1,10 @@
 // Sharded checkpoints: shards written by "ranks" (here one process) read back as the exact full
 // state, commit waits for every file and refuses a wrong one, damage to any part is named, the
-// manifest's metadata record parses back to what was written, and the CRC-32C's fast path
-// agrees with the table.
+// manifest's metadata record parses back to what was written, the CRC-32C's fast path agrees
+// with the table, and the reader thread under a read hands over every byte in order.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -11,6 +13,7 @@
 
 #include "../src/checkpoint/checkpoint_metadata.h"
 #include "../src/checkpoint/sharded_checkpoint.h"
+#include "../src/checkpoint/slab_reader.h"
 #include "temp_dir.h"
 #include "trainrun/checkpoint.h"
 #include "trainrun/crc32c.h"
@@ -185,7 +188,7 @@ TEST_CASE("a wrong range or a non-finite shard is never written") {
 }
 
 TEST_CASE("damage to a shard or the manifest is named, and the previous checkpoint is used") {
-  for (const char* damage : {"shard", "manifest", "swap"}) {
+  for (const char* damage : {"shard", "manifest", "swap", "truncated"}) {
     CAPTURE(damage);
     TempDir tmp;
     const CheckpointData older = full_state(10, 2, 4), newer = full_state(20, 2, 5);
@@ -194,6 +197,8 @@ TEST_CASE("damage to a shard or the manifest is named, and the previous checkpoi
     const std::string shard = (fs::path(dir) / "rank-00001-of-00002.h5").string();
     if (std::string(damage) == "shard") {
       flip_byte(shard, 0.7);
+    } else if (std::string(damage) == "truncated") {  // a copy that stopped short
+      fs::resize_file(shard, fs::file_size(shard) * 3 / 4);
     } else if (std::string(damage) == "manifest") {
       flip_byte((fs::path(dir) / "MANIFEST").string(), 0.3);
     } else {  // an intact shard of the same step but other data: only the CRC tells
@@ -309,4 +314,63 @@ TEST_CASE("CRC-32C: the 8-byte path equals the table at every length and split")
     const size_t cut = len / 3;
     CHECK(crc32c(s.substr(cut), crc32c(s.substr(0, cut))) == crc32c(s));
   }
+}
+
+namespace {
+
+// A file of `n` bytes, byte i = i * 7 mod 251 (no period that divides a slab), opened to read.
+struct PatternFile {
+  TempDir tmp;
+  std::string path = tmp / "pattern.bin";
+  int fd = -1;
+  explicit PatternFile(size_t n) {
+    std::string bytes(n, '\0');
+    for (size_t i = 0; i < n; ++i) bytes[i] = static_cast<char>(i * 7 % 251);
+    std::ofstream(path, std::ios::binary) << bytes;
+    fd = ::open(path.c_str(), O_RDONLY);
+    REQUIRE(fd >= 0);
+  }
+  ~PatternFile() { ::close(fd); }
+};
+
+}  // namespace
+
+TEST_CASE("read_slabs hands every slab over in order, into place or through its ring") {
+  const size_t slab = 4096, bytes = 40 * slab + 123;  // more slabs than the ring, a short last one
+  PatternFile file(bytes + 1000);
+  const off_t offset = 1000;
+  for (bool into_place : {true, false}) {
+    CAPTURE(into_place);
+    std::vector<char> out(into_place ? bytes : 0);
+    std::string seen;
+    read_slabs(file.fd, offset, bytes, slab, into_place ? out.data() : nullptr,
+               [&](const char* p, size_t n) {
+                 if (into_place) CHECK(p == out.data() + seen.size());
+                 CHECK(n == std::min(slab, bytes - seen.size()));
+                 seen.append(p, n);
+               });
+    REQUIRE(seen.size() == bytes);
+    size_t wrong = 0;
+    for (size_t i = 0; i < bytes; ++i)
+      wrong += seen[i] != static_cast<char>((i + offset) * 7 % 251);
+    CHECK(wrong == 0);
+    if (into_place) CHECK(std::string(out.begin(), out.end()) == seen);
+  }
+}
+
+TEST_CASE("read_slabs: a file that ends early is an error; a failing check stops the reader") {
+  const size_t slab = 4096;
+  PatternFile file(10 * slab);
+  size_t calls = 0;
+  CHECK_THROWS_WITH_AS(
+      read_slabs(file.fd, 0, 20 * slab, slab, nullptr, [&](const char*, size_t) { ++calls; }),
+      doctest::Contains("ends at byte 40960"), SlabReadError);
+  CHECK(calls == 10);  // everything before the end was still handed over
+  calls = 0;
+  CHECK_THROWS_WITH(read_slabs(file.fd, 0, 10 * slab, slab, nullptr,
+                               [&](const char*, size_t) {
+                                 if (++calls == 3) throw std::runtime_error("slab 3 is bad");
+                               }),
+                    "slab 3 is bad");
+  CHECK(calls == 3);
 }
