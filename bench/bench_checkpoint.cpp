@@ -129,8 +129,8 @@ CheckpointShard shard(const CheckpointData& d, int rank, int world) {
   s.flat_size = static_cast<int64_t>(d.weights.size());
   s.rank = rank;
   s.range = shard_of(s.flat_size, world, rank);
-  auto part = [&](const std::vector<float>& v) {
-    return std::vector<float>(v.begin() + s.range.begin, v.begin() + s.range.end);
+  auto part = [&](const StateBuffer& v) {
+    return StateBuffer(v.begin() + s.range.begin, v.begin() + s.range.end);
   };
   s.weights = part(d.weights);
   s.adam_m = part(d.adam_m);

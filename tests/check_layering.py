@@ -21,7 +21,7 @@ ORDER = ["core", "comm", "backend", "model", "optim", "config", "data", "checkpo
 PUBLIC = {
     "bf16.h": "core", "clock.h": "core", "crc32c.h": "core", "dropout_mask.h": "core", "enum_names.h": "core",
     "errors.h": "core", "experiment.h": "core", "host_device.h": "core", "param_entry.h": "core",
-    "rng.h": "core", "shard.h": "core", "tensor.h": "core", "thread_annotations.h": "core",
+    "rng.h": "core", "shard.h": "core", "state_buffer.h": "core", "tensor.h": "core", "thread_annotations.h": "core",
     "comm.h": "comm",
     "backend.h": "backend", "cuda_plugin.h": "backend",
     "model.h": "model", "params.h": "model", "flops.h": "model", "model_spec.h": "model",

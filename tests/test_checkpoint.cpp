@@ -53,7 +53,7 @@ CheckpointData fake_state(int64_t step, uint32_t seed = 1) {
   }
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal;
-  auto fill = [&](std::vector<float>& v) {
+  auto fill = [&](StateBuffer& v) {
     v.assign(size_t(off), 0.0f);
     for (const ParamEntry& p : d.params) {
       int64_t n = 1;
@@ -81,7 +81,7 @@ CheckpointData fake_state(int64_t step, uint32_t seed = 1) {
   return d;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+bool same_bits(const StateBuffer& a, const StateBuffer& b) {
   // memcmp of empty vectors would pass null pointers (undefined, and UBSan says so).
   return a.size() == b.size() &&
          (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
@@ -602,7 +602,7 @@ TEST_CASE("a non-finite snapshot is never written") {
       CAPTURE(bad);
       CAPTURE(buffer);
       CheckpointData d = fake_state(3);
-      std::vector<float>& flat = buffer == 0 ? d.weights : buffer == 1 ? d.adam_m : d.adam_v;
+      StateBuffer& flat = buffer == 0 ? d.weights : buffer == 1 ? d.adam_m : d.adam_v;
       const ParamEntry& fc = d.params[3];  // blocks.3.mlp.fc.weight, over one chunk
       flat[size_t(fc.offset + 1234)] = bad;
       flat[size_t(fc.offset + 999999)] = bad;

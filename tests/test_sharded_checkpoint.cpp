@@ -53,8 +53,8 @@ CheckpointShard shard_of_state(const CheckpointData& d, int rank) {
   s.flat_size = static_cast<int64_t>(d.weights.size());
   s.rank = rank;
   s.range = shard_of(s.flat_size, d.state.world_size, rank);
-  auto part = [&](const std::vector<float>& v) {
-    return std::vector<float>(v.begin() + s.range.begin, v.begin() + s.range.end);
+  auto part = [&](const StateBuffer& v) {
+    return StateBuffer(v.begin() + s.range.begin, v.begin() + s.range.end);
   };
   s.weights = part(d.weights);
   s.adam_m = part(d.adam_m);
@@ -125,8 +125,8 @@ TEST_CASE("a ranged read keeps one range of the moments and reads only the files
     const CheckpointData back = read_checkpoint(dir, r);
     CHECK(back.weights == d.weights);
     CHECK(back.moments_begin == r.begin);
-    CHECK(back.adam_m == std::vector<float>(d.adam_m.begin() + r.begin, d.adam_m.begin() + r.end));
-    CHECK(back.adam_v == std::vector<float>(d.adam_v.begin() + r.begin, d.adam_v.begin() + r.end));
+    CHECK(back.adam_m == StateBuffer(d.adam_m.begin() + r.begin, d.adam_m.begin() + r.end));
+    CHECK(back.adam_v == StateBuffer(d.adam_v.begin() + r.begin, d.adam_v.begin() + r.end));
   }
   // A damaged moment in the last file: a rank whose range lies in the first file never reads
   // it (its owner does, and a full verification does).

@@ -21,6 +21,7 @@
 #include "trainrun/errors.h"
 #include "trainrun/param_entry.h"
 #include "trainrun/shard.h"
+#include "trainrun/state_buffer.h"
 
 namespace trainrun {
 
@@ -39,9 +40,9 @@ struct TrainState {
 struct CheckpointData {
   TrainState state;
   std::vector<ParamEntry> params;
-  std::vector<float> weights;  // flat, full size
-  std::vector<float> adam_m;   // flat, full size (gathered when ZeRO-1 sharded it), or from
-  std::vector<float> adam_v;   // a ranged read: flat elements [moments_begin, + size)
+  StateBuffer weights;  // flat, full size
+  StateBuffer adam_m;   // flat, full size (gathered when ZeRO-1 sharded it), or from
+  StateBuffer adam_v;   // a ranged read: flat elements [moments_begin, + size)
   int64_t moments_begin = 0;
 };
 
@@ -53,9 +54,9 @@ struct CheckpointShard {
   int64_t flat_size = 0;
   int rank = 0;
   Shard range{0, 0};
-  std::vector<float> weights;  // range.size() each; the moments empty without an optimizer
-  std::vector<float> adam_m;
-  std::vector<float> adam_v;
+  StateBuffer weights;  // range.size() each; the moments empty without an optimizer
+  StateBuffer adam_m;
+  StateBuffer adam_v;
 };
 
 // Format 2 adds /metadata, the checksummed copy of the root attributes. Format 1 files (no

@@ -292,7 +292,7 @@ Loaded load(const std::string& path, bool keep) {
   if (std::string why = absurd_value(h); !why.empty()) throw Unusable(why);
 
   std::vector<float> scratch;
-  auto into = [&](std::vector<float>& flat) -> Sink {
+  auto into = [&](StateBuffer& flat) -> Sink {
     if (keep) {
       flat.assign(size_t(h.flat_size), 0.0f);
       return [&flat](const ParamEntry& p) { return flat.data() + p.offset; };

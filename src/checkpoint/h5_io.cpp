@@ -338,8 +338,9 @@ void read_floats_contiguous(hid_t parent, const char* name, float* out, size_t n
   H5Eclear2(H5E_DEFAULT);
   if (fd >= 0 && is_plain_floats(ds, n)) {
     try {
-      read_slabs(fd, static_cast<off_t>(base), n * sizeof(float), kContiguousSlab * sizeof(float),
-                 reinterpret_cast<char*>(out), [&](const char* p, size_t bytes) {
+      read_slabs(fd, static_cast<off_t>(base), n * sizeof(float),
+                 4 * kContiguousSlab * sizeof(float), reinterpret_cast<char*>(out),
+                 [&](const char* p, size_t bytes) {
                    if (each) each(reinterpret_cast<const float*>(p), bytes / sizeof(float));
                  });
     } catch (const SlabReadError& e) {

@@ -38,9 +38,9 @@ namespace {
 // The first non-finite value in weights, m, v (each holding flat elements [begin, begin + size)),
 // named by its tensor and counted within the part of that tensor the buffer holds.
 std::string first_non_finite(const std::vector<ParamEntry>& params, int64_t begin,
-                             const std::vector<float>& weights, const std::vector<float>& m,
-                             const std::vector<float>& v) {
-  const std::pair<const char*, const std::vector<float>*> buffers[] = {
+                             const StateBuffer& weights, const StateBuffer& m,
+                             const StateBuffer& v) {
+  const std::pair<const char*, const StateBuffer*> buffers[] = {
       {"model", &weights}, {"optimizer/m", &m}, {"optimizer/v", &v}};
   for (const auto& [group, part] : buffers) {
     std::optional<NonFinite> nf = find_non_finite(part->data(), part->size());

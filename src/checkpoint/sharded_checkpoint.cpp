@@ -113,7 +113,7 @@ void write_file(const std::string& file, const CheckpointShard& s) {
   write_text(f, "config", s.state.config_yaml);
   // One CRC per dataset, so that a rank resuming reads (and checks) only the moments it needs.
   // Taken slab by slab as each is written, while it is in cache.
-  const std::vector<float>* data[] = {&s.weights, &s.adam_m, &s.adam_v};
+  const StateBuffer* data[] = {&s.weights, &s.adam_m, &s.adam_v};
   for (int t = 0; t < tensors; ++t) {
     uint32_t crc = 0;
     write_floats_contiguous(f, kDatasets[t], data[t]->data(), n, [&crc](const float* p, size_t k) {
@@ -308,7 +308,7 @@ CheckpointData load(const std::string& dir, bool keep, std::optional<Shard> mome
       d.moments_begin = want.begin;
     }
   }
-  std::vector<float>* outs[] = {&d.weights, &d.adam_m, &d.adam_v};
+  StateBuffer* outs[] = {&d.weights, &d.adam_m, &d.adam_v};
   for (int r = 0; r < h.state.world_size; ++r) {
     const ShardLine& line = m.shards[static_cast<size_t>(r)];
     const std::string path = (fs::path(dir) / line.file).string();

@@ -21,7 +21,7 @@ namespace {
 
 // Slabs a verify-only read keeps in flight: enough that the reader never waits for the checker
 // in steady state, small enough to stay in the last-level cache's neighbourhood.
-constexpr size_t kRing = 16;
+constexpr size_t kRing = 8;
 // The kernel is told this far ahead what comes next, so the disk queue never runs dry between
 // the reader's calls.
 constexpr size_t kAheadBytes = size_t{64} << 20;

@@ -87,7 +87,7 @@ void DataParallel::restore_optimizer_state(const CheckpointData& ck) {
   if (s.begin < ck.moments_begin || s.end > held_end)
     throw std::logic_error("restore_optimizer_state: the checkpoint's moments miss this shard");
   // A Tensor views memory without constness; copy() only reads its source.
-  const auto range = [&s, &ck](const std::vector<float>& held) {
+  const auto range = [&s, &ck](const StateBuffer& held) {
     return Tensor(const_cast<float*>(held.data()) + (s.begin - ck.moments_begin), DType::f32,
                   Device::cpu, {s.size()});
   };
