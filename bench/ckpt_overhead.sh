@@ -35,10 +35,12 @@ model() {
     [[ -z $base ]] && base=$S_mean_wall
     local state_mb
     state_mb=$(bc -l <<<"$S_params*12/1000000")
-    rows+=("$(printf '| %s (%.0f MB state) | %s | %.0f | %.0f | %.0f | %.0f | %+.1f%% |' "$label" \
+    local cost=0
+    [[ $mode != none ]] && cost=$(bc -l <<<"($S_ckpt_blocked+$S_after_ckpt)/($EVERY*$S_step_time)*100")
+    rows+=("$(printf '| %s (%.0f MB state) | %s | %.0f | %.0f | %.0f | %.0f | %.0f | %+.1f%% | %.1f%% |' "$label" \
       "$state_mb" "$mode" "$(bc -l <<<"$S_step_time*1000")" "$(bc -l <<<"$S_mean_step_time*1000")" \
-      "$(bc -l <<<"$S_ckpt_blocked*1000")" "$(bc -l <<<"$S_mean_wall*1000")" \
-      "$(bc -l <<<"($S_mean_wall/$base-1)*100")")")
+      "$(bc -l <<<"$S_ckpt_blocked*1000")" "$(bc -l <<<"$S_after_ckpt*1000")" \
+      "$(bc -l <<<"$S_mean_wall*1000")" "$(bc -l <<<"($S_mean_wall/$base-1)*100")" "$cost")")
   done
 }
 MODELS=${MODELS:-small big}
@@ -47,11 +49,14 @@ MODELS=${MODELS:-small big}
   --set model.seq_len=64 --set train.batch_size=4
 
 echo
-echo "| model | checkpointing | median step_time ms | mean step_time ms | blocked per checkpoint ms | mean wall per step ms | vs none |"
-echo "| --- | --- | ---: | ---: | ---: | ---: | ---: |"
+echo "| model | checkpointing | median step_time ms | mean step_time ms | blocked per checkpoint ms | extra ms in the 15 steps after | mean wall per step ms | vs none | cost per save / steps between |"
+echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 printf '%s\n' "${rows[@]}"
 echo
 echo "reference: the run without checkpoints (vs none = +0%); 'blocked per checkpoint' is the mean t_checkpoint"
 echo "of the steps that checkpointed"
-echo "(the training loop's wait per checkpoint: snapshot copy, plus the whole write when sync)."
+echo "(the training loop's wait per checkpoint: snapshot copy, plus the whole write when sync);"
+echo "'extra ms after' compares the 15 steps after each save with the steps around them (summarize.py),"
+echo "and 'cost per save' = (blocked + extra after) / (EVERY x median step): the overhead measured within"
+echo "one run, immune to the drift between runs that 'vs none' suffers on a shared machine."
 load_line

@@ -7,6 +7,10 @@ Reads RUN_DIR/metrics.jsonl (train rows with step > SKIP; the final step is drop
 trainrun always checkpoints there) and the measured sgemm peak from RUN_DIR/logs/rank-0.log.
 Medians for step_time and tokens_per_sec (robust to a noisy, shared machine); means for the
 per-step costs that only some steps pay (checkpoints, comm) so they add up over a run.
+after_ckpt: the extra step time of the 15 steps after each checkpoint against the median of the
+steps around them (20 before, 20 from 20 after), i.e. what a background write costs the steps
+it overlaps, measured within the run: this machine's step time drifts by more than the effect
+between runs.
 """
 import json
 import re
@@ -34,6 +38,14 @@ def main() -> None:
     out["checkpoints"] = len(paid)
     out["ckpt_blocked"] = statistics.fmean(paid) if paid else 0.0
     out["mean_wall"] = out["mean_step_time"] + out["mean_t_checkpoint"]
+    times = [r["step_time"] for r in train]
+    extra = []
+    for i, r in enumerate(train):
+        if r["t_checkpoint"] <= 0 or r["step"] == last or i < 20 or i + 40 > len(train):
+            continue
+        around = times[i - 20:i] + times[i + 20:i + 40]
+        extra.append(sum(times[i + 1:i + 16]) - 15 * statistics.median(around))
+    out["after_ckpt"] = statistics.fmean(extra) if extra else 0.0
     out["peak"] = float("nan")
     out["world"] = 1
     log = run / "logs" / "rank-0.log"

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -148,12 +150,15 @@ struct Checkpointer::Impl {
   }
 
   void writer_loop() {
-    // The writer yields to training: at the lowest priority it takes a core only while an
-    // OpenMP thread waits (a barrier, the data loader, an allreduce), instead of evicting
-    // one mid-kernel, which stalls the whole team at its next barrier. A checkpoint takes
-    // longer to reach the disk; the next save waits for it if it has not (drain()).
-    // Linux only: setpriority on a thread id sets that thread's nice value alone.
-    if (::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kWriterNice) != 0)
+    // The writer yields to training: as SCHED_IDLE it runs only on a core no other thread
+    // wants (an OpenMP thread waiting at a barrier, the data loader, an allreduce), and a
+    // waking OpenMP thread takes the core back at once, instead of losing it mid-kernel and
+    // stalling the whole team at its next barrier. A checkpoint takes longer to reach the
+    // disk; the next save waits for it if it has not (drain()). Nice 19 where SCHED_IDLE is
+    // refused (Linux: setpriority on a thread id sets that thread's nice value alone).
+    sched_param idle{};
+    if (::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &idle) != 0 &&
+        ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kWriterNice) != 0)
       spdlog::debug("checkpoint writer keeps its priority: {}", std::strerror(errno));
     std::unique_lock lock(mu);
     for (;;) {
