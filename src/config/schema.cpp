@@ -161,11 +161,14 @@ std::vector<Field> make_schema() {
        .resumable = kResumable, .min = 0},
       {KEY(checkpoint, keep_last), .description = "Checkpoints kept on disk",
        .resumable = kResumable, .min = 1},
-      {KEY(checkpoint, async), .description = "Write checkpoints in the background",
+      {KEY(checkpoint, async),
+       .description = "Write checkpoints from a thread at idle priority; the step loop waits "
+                      "only for the copy of the state",
        .resumable = kResumable},
       {KEY(checkpoint, sharded),
        .description = "Every rank writes its part (a folder of per-rank files and a manifest) "
-                      "instead of rank 0 writing one file",
+                      "instead of rank 0 writing one file; data written past the page cache "
+                      "(O_DIRECT) where the file system allows",
        .resumable = kResumable},
 
       {KEY(logging, every), .description = "Log metrics every N steps", .resumable = kResumable,
