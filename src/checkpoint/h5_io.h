@@ -60,8 +60,14 @@ void write_dataset(hid_t parent, const std::string& name, hid_t mem_type, hid_t 
 using SlabFn = std::function<void(const float* slab, size_t n)>;
 void write_floats_contiguous(hid_t parent, const char* name, const float* data, size_t n,
                              const SlabFn& each);
-void read_floats_contiguous(hid_t parent, const char* name, float* out, size_t n,
-                            const SlabFn& each);
+// Reads several such data sets of one file (in file order, for one read pipeline).
+struct FloatsRead {
+  const char* name;
+  float* out;  // n elements, or nullptr: only verify
+  size_t n;
+  SlabFn each;
+};
+void read_floats_contiguous(hid_t parent, const std::vector<FloatsRead>& reads);
 
 // A 1-D character dataset: checksummed, unlike an attribute.
 void write_text(hid_t f, const char* name, const std::string& text);

@@ -45,6 +45,9 @@ constexpr size_t kManifestMaxBytes = size_t{64} << 20;  // a table of a million 
 constexpr const char* kDatasets[] = {"weights", "adam_m", "adam_v"};
 constexpr const char* kCrcAttrs[] = {"crc32c_weights", "crc32c_adam_m", "crc32c_adam_v"};
 constexpr const char* kGroupNames[] = {"model", "optimizer/m", "optimizer/v"};
+// Reads check a slab in pieces of 256 KiB: a piece stays in L2 between the CRC and the
+// finiteness check.
+constexpr size_t kCheckPiece = size_t{1} << 16;
 
 Header header_of(const CheckpointShard& s) {
   Header h;
@@ -327,36 +330,50 @@ CheckpointData load(const std::string& dir, bool keep, std::optional<Shard> mome
       // The part of this file's range a kept tensor needs: all of it for the weights, the
       // overlap with `want` for the moments.
       const int64_t lo = std::max(line.begin, want.begin), hi = std::min(line.end, want.end);
+      // All the wanted data sets of this file in one read pipeline, each checked slab by slab
+      // as it arrives (CRC-32C, finiteness) and copied into place.
+      std::vector<FloatsRead> reads;
+      std::vector<size_t> read_sets;  // t of each read
+      uint32_t crc[3] = {0, 0, 0};
+      size_t seen[3] = {0, 0, 0};  // elements of data set t checked so far (slabs come in order)
       for (size_t t = 0; t < line.crcs.size(); ++t) {
         const bool whole = t == 0 || (lo <= line.begin && hi >= line.end);
         if (t > 0 && lo >= hi && line.begin != line.end) continue;  // none of it is wanted
         // Straight into place when the whole file range is kept; else through a slab buffer,
-        // copying the wanted part. Checked slab by slab as each arrives, while it is in cache.
+        // copying the wanted part.
         float* direct =
             keep && whole ? outs[t]->data() + (line.begin - (t ? want.begin : 0)) : nullptr;
-        uint32_t crc = 0;
-        size_t seen = 0;  // elements of this data set checked so far (slabs come in order)
-        read_floats_contiguous(f, kDatasets[t], direct, n, [&](const float* p, size_t k) {
-          crc = crc32c(std::string_view(reinterpret_cast<const char*>(p), k * sizeof(float)), crc);
-          if (std::optional<NonFinite> nf = find_non_finite(p, k)) {
-            nf->first += seen;
-            throw Unusable(fmt::format(
-                "{}: {}", line.file,
-                non_finite_message(tensor_at(d.params, kGroupNames[t],
-                                             line.begin + static_cast<int64_t>(nf->first)),
-                                   *nf, n)));
-          }
-          if (keep && !direct) {  // copy [lo, hi) of the flat state where this slab has it
-            const int64_t s0 = line.begin + static_cast<int64_t>(seen);
-            const int64_t b = std::max(s0, lo), e = std::min(s0 + static_cast<int64_t>(k), hi);
-            if (b < e) std::copy(p + (b - s0), p + (e - s0), outs[t]->data() + (b - want.begin));
-          }
-          seen += k;
-        });
-        if (crc != line.crcs[t])
-          throw H5Failure(fmt::format("/{}'s CRC-32C is {:08x}, MANIFEST says {:08x}", kDatasets[t],
-                                      crc, line.crcs[t]));
+        reads.push_back(
+            {kDatasets[t], direct, n, [&, t, direct](const float* p, size_t k) {
+               for (size_t at = 0; at < k; at += kCheckPiece) {
+                 const size_t m = std::min(kCheckPiece, k - at);
+                 crc[t] = crc32c(
+                     std::string_view(reinterpret_cast<const char*>(p + at), m * sizeof(float)),
+                     crc[t]);
+                 if (std::optional<NonFinite> nf = find_non_finite(p + at, m)) {
+                   nf->first += seen[t] + at;
+                   throw Unusable(fmt::format(
+                       "{}: {}", line.file,
+                       non_finite_message(tensor_at(d.params, kGroupNames[t],
+                                                    line.begin + static_cast<int64_t>(nf->first)),
+                                          *nf, n)));
+                 }
+               }
+               if (keep && !direct) {  // copy [lo, hi) of the flat state from here
+                 const int64_t s0 = line.begin + static_cast<int64_t>(seen[t]);
+                 const int64_t b = std::max(s0, lo), e = std::min(s0 + static_cast<int64_t>(k), hi);
+                 if (b < e)
+                   std::copy(p + (b - s0), p + (e - s0), outs[t]->data() + (b - want.begin));
+               }
+               seen[t] += k;
+             }});
+        read_sets.push_back(t);
       }
+      read_floats_contiguous(f, reads);
+      for (size_t t : read_sets)
+        if (crc[t] != line.crcs[t])
+          throw H5Failure(fmt::format("/{}'s CRC-32C is {:08x}, MANIFEST says {:08x}", kDatasets[t],
+                                      crc[t], line.crcs[t]));
       if (r == 0) {
         d.state.config_yaml = read_text(f, "config");
         if (d.state.config_yaml.size() != m.layout.config_bytes)

@@ -40,34 +40,64 @@ std::string pread_fully(int fd, char* into, size_t n, off_t at) {
   return {};
 }
 
+// A slab to read: where in the file, how much, where to (null: a ring buffer), whose.
+struct Piece {
+  off_t at;
+  size_t size;
+  char* dest;
+  const ByteSlabFn* each;
+  size_t ring_slot;     // for dest == null
+  ptrdiff_t waits_for;  // the piece that must be consumed before this one is read (its ring slot's
+                        // last user), or -1
+};
+
 }  // namespace
 
-void read_slabs(int fd, off_t offset, size_t bytes, size_t slab, char* out,
-                const std::function<void(const char*, size_t)>& each) {
-  if (bytes == 0) return;
-  const size_t slabs = (bytes + slab - 1) / slab;
-  std::vector<char> ring(out ? 0 : std::min(slabs, kRing) * slab);
-  auto where = [&](size_t i) { return out ? out + i * slab : ring.data() + (i % kRing) * slab; };
-  auto size_of = [&](size_t i) { return std::min(slab, bytes - i * slab); };
+void read_slabs(int fd, const std::vector<SlabRange>& ranges, size_t slab) {
+  std::vector<Piece> pieces;
+  std::vector<size_t> ring_users;  // piece index of each ring-buffered piece, in order
+  for (const SlabRange& r : ranges)
+    for (size_t off = 0; off < r.bytes; off += slab) {
+      Piece p{r.offset + static_cast<off_t>(off),
+              std::min(slab, r.bytes - off),
+              r.out ? r.out + off : nullptr,
+              &r.each,
+              0,
+              -1};
+      if (!p.dest) {
+        const size_t q = ring_users.size();
+        p.ring_slot = q % kRing;
+        if (q >= kRing) p.waits_for = static_cast<ptrdiff_t>(ring_users[q - kRing]);
+        ring_users.push_back(pieces.size());
+      }
+      pieces.push_back(p);
+    }
+  if (pieces.empty()) return;
+  std::vector<char> ring(std::min(ring_users.size(), kRing) * slab);
+  auto where = [&](const Piece& p) { return p.dest ? p.dest : ring.data() + p.ring_slot * slab; };
 
   std::mutex mu;
   std::condition_variable cv;
-  size_t arrived = 0, consumed = 0;  // slabs, under mu
+  size_t arrived = 0, consumed = 0;  // pieces, under mu
   bool cancel = false;
   std::string error;
 
   std::thread reader([&] {
-    for (size_t i = 0; i < slabs; ++i) {
+    off_t hinted_to = 0;  // the kernel was told about the file up to here
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const Piece& p = pieces[i];
       {
         std::unique_lock lock(mu);
-        cv.wait(lock, [&] { return cancel || out || i < consumed + kRing; });
+        cv.wait(lock, [&] {
+          return cancel || p.waits_for < 0 || consumed > static_cast<size_t>(p.waits_for);
+        });
         if (cancel) return;
       }
-      const off_t at = offset + static_cast<off_t>(i * slab);
-      if ((i * slab) % kAheadBytes == 0)
-        ::posix_fadvise(fd, at, static_cast<off_t>(std::min(kAheadBytes, bytes - i * slab)),
-                        POSIX_FADV_WILLNEED);
-      std::string why = pread_fully(fd, where(i), size_of(i), at);
+      if (p.at + static_cast<off_t>(p.size) > hinted_to) {
+        hinted_to = p.at + static_cast<off_t>(kAheadBytes);
+        ::posix_fadvise(fd, p.at, static_cast<off_t>(kAheadBytes), POSIX_FADV_WILLNEED);
+      }
+      std::string why = pread_fully(fd, where(p), p.size, p.at);
       const bool failed = !why.empty();
       {
         std::lock_guard lock(mu);
@@ -96,20 +126,18 @@ void read_slabs(int fd, off_t offset, size_t bytes, size_t slab, char* out,
     }
   } join{reader, mu, cv, cancel};
 
-  for (size_t i = 0; i < slabs; ++i) {
+  for (size_t i = 0; i < pieces.size(); ++i) {
     {
       std::unique_lock lock(mu);
       cv.wait(lock, [&] { return arrived > i || !error.empty(); });
       if (arrived <= i) throw SlabReadError(error);
     }
-    each(where(i), size_of(i));
-    if (!out) {
-      {
-        std::lock_guard lock(mu);
-        consumed = i + 1;
-      }
-      cv.notify_all();
+    (*pieces[i].each)(where(pieces[i]), pieces[i].size);
+    {
+      std::lock_guard lock(mu);
+      consumed = i + 1;
     }
+    cv.notify_all();
   }
 }
 
