@@ -1,9 +1,6 @@
 // The HDF5 building blocks of checkpoint files (h5_io.h).
 #include "h5_io.h"
 
-#include "direct_write.h"
-#include "slab_reader.h"
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -13,6 +10,9 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+
+#include "direct_write.h"
+#include "slab_reader.h"
 
 namespace trainrun::ckpt_io {
 
@@ -362,8 +362,9 @@ bool is_plain_floats(hid_t ds, size_t n) {
 
 void read_floats_contiguous(hid_t parent, const std::vector<FloatsRead>& reads) {
   std::vector<Handle> sets;
-  std::vector<SlabRange> ranges;  // while every data set so far is plain bytes
-  int fd = -1;
+  std::vector<SlabRange> ranges;
+  bool all_plain = true;  // else every data set goes through HDF5
+  int fd = -1;            // the file's (one file: every data set's is the same)
   for (const FloatsRead& r : reads) {
     Handle ds = dset_h(H5Dopen2(parent, r.name, H5P_DEFAULT), r.name);
     if (dataset_shape(ds) != std::vector<int64_t>{static_cast<int64_t>(r.n)})
@@ -374,8 +375,7 @@ void read_floats_contiguous(hid_t parent, const std::vector<FloatsRead>& reads) 
     const haddr_t base = H5Dget_offset(ds);
     const int ds_fd = base == HADDR_UNDEF ? -1 : posix_fd_of(ds);
     H5Eclear2(H5E_DEFAULT);
-    const bool plain = ds_fd >= 0 && (fd < 0 || ds_fd == fd) && is_plain_floats(ds, r.n);
-    if (r.n > 0 && plain) {
+    if (r.n > 0 && ds_fd >= 0 && is_plain_floats(ds, r.n)) {
       fd = ds_fd;
       ranges.push_back({static_cast<off_t>(base), r.n * sizeof(float),
                         reinterpret_cast<char*>(r.out), [&r](const char* p, size_t bytes) {
@@ -383,12 +383,10 @@ void read_floats_contiguous(hid_t parent, const std::vector<FloatsRead>& reads) 
                             r.each(reinterpret_cast<const float*>(p), bytes / sizeof(float));
                         }});
     } else if (r.n > 0) {
-      ranges.push_back({0, 0, nullptr, {}});  // a marker: this one goes through HDF5
+      all_plain = false;
     }
     sets.push_back(std::move(ds));
   }
-  const bool all_plain =
-      std::none_of(ranges.begin(), ranges.end(), [](const SlabRange& r) { return r.bytes == 0; });
   if (all_plain) {  // one pipeline for the whole file: no restart between data sets
     try {
       read_slabs(fd, ranges, kReadSlabBytes);
