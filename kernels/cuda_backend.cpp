@@ -134,9 +134,10 @@ class CudaBackend final : public Backend {
                   in.rows(), in.cols(), w.rows());
   }
 
-  void matmul_backward_impl(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
-                            Tensor w) override {
+  void matmul_backward_impl(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
+                            GradWrite write) override {
     on_device();
+    overwrite_by_zeroing(din, write);
     const int64_t N = in.rows(), C = in.cols(), OC = w.rows();
     gemm_.backward(in.dtype, din.empty() ? nullptr : din.data, dw.data, dout.data, in.data, w.data,
                    N, C, OC);
@@ -180,16 +181,18 @@ class CudaBackend final : public Backend {
     on_device();
     cuda::gelu_forward(in.dtype, out.data, in.data, in.numel());
   }
-  void gelu_backward_impl(Tensor din, Tensor dout, Tensor in) override {
+  void gelu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) override {
     on_device();
+    overwrite_by_zeroing(din, write);
     cuda::gelu_backward(in.dtype, din.data, dout.data, in.data, in.numel());
   }
   void relu_impl(Tensor out, Tensor in) override {
     on_device();
     cuda::relu_forward(in.dtype, out.data, in.data, in.numel());
   }
-  void relu_backward_impl(Tensor din, Tensor dout, Tensor in) override {
+  void relu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) override {
     on_device();
+    overwrite_by_zeroing(din, write);
     cuda::relu_backward(in.dtype, din.data, dout.data, in.data, in.numel());
   }
   void dropout_impl(Tensor out, Tensor in, float p, uint64_t seed) override {
@@ -248,8 +251,9 @@ class CudaBackend final : public Backend {
     on_device();
     cuda::swiglu_forward(in.dtype, out.data, in.data, out.rows(), out.cols());
   }
-  void swiglu_backward_impl(Tensor din, Tensor dout, Tensor in) override {
+  void swiglu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) override {
     on_device();
+    overwrite_by_zeroing(din, write);
     cuda::swiglu_backward(in.dtype, din.data, dout.data, in.data, dout.rows(), dout.cols());
   }
 
@@ -307,6 +311,13 @@ class CudaBackend final : public Backend {
   // The CUDA runtime's current device is per host thread; the trainer, the checkpoint writer and
   // the communicator may call from different threads.
   void on_device() const { cuda_check(cudaSetDevice(ordinal_), "cudaSetDevice"); }
+
+  // GradWrite::overwrite as a zero fill before the accumulating kernel: the same result as the
+  // CPU's beta=0 GEMMs and overwriting loops, at the cost of one memset. Folding it into the
+  // kernels (cuBLAS beta, a second store variant) waits for a GPU to check them on.
+  void overwrite_by_zeroing(Tensor din, GradWrite write) {
+    if (write == GradWrite::overwrite && !din.empty()) fill_impl(din, 0.0);
+  }
 
   // Token ids live on the device, so the host cannot check them before the kernel as the CPU
   // does. The kernels instead atomicMin the position of any id outside [0, V) into bad_id_ (and

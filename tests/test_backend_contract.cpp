@@ -47,7 +47,7 @@ class FakeBackend final : public Backend {
   void cast_impl(Tensor, Tensor) override { ++calls["cast"]; }
   void fill_impl(Tensor, double) override { ++calls["fill"]; }
   void matmul_impl(Tensor, Tensor, Tensor, Tensor) override { ++calls["matmul"]; }
-  void matmul_backward_impl(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override {
+  void matmul_backward_impl(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, GradWrite) override {
     ++calls["matmul_backward"];
   }
   void layernorm_impl(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override {
@@ -58,9 +58,9 @@ class FakeBackend final : public Backend {
     ++calls["layernorm_backward"];
   }
   void gelu_impl(Tensor, Tensor) override { ++calls["gelu"]; }
-  void gelu_backward_impl(Tensor, Tensor, Tensor) override { ++calls["gelu_backward"]; }
+  void gelu_backward_impl(Tensor, Tensor, Tensor, GradWrite) override { ++calls["gelu_backward"]; }
   void relu_impl(Tensor, Tensor) override { ++calls["relu"]; }
-  void relu_backward_impl(Tensor, Tensor, Tensor) override { ++calls["relu_backward"]; }
+  void relu_backward_impl(Tensor, Tensor, Tensor, GradWrite) override { ++calls["relu_backward"]; }
   void dropout_impl(Tensor, Tensor, float, uint64_t) override { ++calls["dropout"]; }
   void dropout_backward_impl(Tensor, Tensor, float, uint64_t) override {
     ++calls["dropout_backward"];
@@ -79,7 +79,9 @@ class FakeBackend final : public Backend {
   void rope_impl(Tensor, Tensor, int, int, float) override { ++calls["rope"]; }
   void rope_backward_impl(Tensor, Tensor, int, int, float) override { ++calls["rope_backward"]; }
   void swiglu_impl(Tensor, Tensor) override { ++calls["swiglu"]; }
-  void swiglu_backward_impl(Tensor, Tensor, Tensor) override { ++calls["swiglu_backward"]; }
+  void swiglu_backward_impl(Tensor, Tensor, Tensor, GradWrite) override {
+    ++calls["swiglu_backward"];
+  }
   void embedding_impl(Tensor, Tensor ids, Tensor) override {
     ++calls["embedding"];
     if (on_embedding) on_embedding(ids);

@@ -17,7 +17,7 @@ using namespace trainrun::backend_ops;
 
 namespace {
 
-enum class Fault { none, overwrite_grad, skip_last_element, off_by_a_bit };
+enum class Fault { none, overwrite_grad, ignore_overwrite, skip_last_element, off_by_a_bit };
 
 // The CPU backend through its public methods, with one fault.
 class Faulty final : public Backend {
@@ -42,9 +42,9 @@ class Faulty final : public Backend {
     cpu_->matmul(out, in, w, b);
     if (fault_ == Fault::off_by_a_bit) out.as<float>()[0] *= 1.001f;
   }
-  void matmul_backward_impl(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in,
-                            Tensor w) override {
-    cpu_->matmul_backward(din, dw, db, dout, in, w);
+  void matmul_backward_impl(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
+                            GradWrite write) override {
+    cpu_->matmul_backward(din, dw, db, dout, in, w, write);
   }
   void layernorm_impl(Tensor o, Tensor m, Tensor r, Tensor in, Tensor w, Tensor b) override {
     cpu_->layernorm(o, m, r, in, w, b);
@@ -54,17 +54,18 @@ class Faulty final : public Backend {
     cpu_->layernorm_backward(din, dw, db, dout, in, w, m, r);
   }
   void gelu_impl(Tensor o, Tensor i) override { cpu_->gelu(o, i); }
-  void gelu_backward_impl(Tensor din, Tensor dout, Tensor in) override {
+  void gelu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) override {
     if (fault_ == Fault::overwrite_grad) cpu_->fill(din, 0.0);
-    cpu_->gelu_backward(din, dout, in);
+    if (fault_ == Fault::ignore_overwrite) write = GradWrite::accumulate;
+    cpu_->gelu_backward(din, dout, in, write);
   }
   void relu_impl(Tensor o, Tensor i) override {
     if (fault_ != Fault::skip_last_element) return cpu_->relu(o, i);
     const int64_t n = i.numel() - 1;
     cpu_->relu(o.slice(0, {n}), i.slice(0, {n}));
   }
-  void relu_backward_impl(Tensor din, Tensor dout, Tensor in) override {
-    cpu_->relu_backward(din, dout, in);
+  void relu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) override {
+    cpu_->relu_backward(din, dout, in, write);
   }
   void dropout_impl(Tensor o, Tensor i, float p, uint64_t s) override { cpu_->dropout(o, i, p, s); }
   void dropout_backward_impl(Tensor din, Tensor dout, float p, uint64_t s) override {
@@ -94,8 +95,8 @@ class Faulty final : public Backend {
     cpu_->rope_backward(din, dout, nh, nkv, theta);
   }
   void swiglu_impl(Tensor o, Tensor in) override { cpu_->swiglu(o, in); }
-  void swiglu_backward_impl(Tensor din, Tensor dout, Tensor in) override {
-    cpu_->swiglu_backward(din, dout, in);
+  void swiglu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) override {
+    cpu_->swiglu_backward(din, dout, in, write);
   }
   void embedding_impl(Tensor o, Tensor ids, Tensor t) override { cpu_->embedding(o, ids, t); }
   void embedding_backward_impl(Tensor dt, Tensor dout, Tensor ids) override {
@@ -162,6 +163,12 @@ TEST_CASE("a backward that overwrites its gradient fails") {
   const Outcome o = run(Fault::overwrite_grad, "gelu_backward").front();
   CHECK(o.status == Outcome::fail);
   CHECK(o.err > 1e-3);
+}
+
+TEST_CASE("a backward told to overwrite that adds to the old gradient fails") {
+  const Outcome o = run(Fault::ignore_overwrite, "gelu_backward overwrite").front();
+  CHECK(o.status == Outcome::fail);
+  CHECK(o.err == INFINITY);  // the overwritten gradient starts as NaN
 }
 
 TEST_CASE("an element the op forgets to write fails (outputs start as NaN)") {

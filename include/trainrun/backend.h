@@ -13,8 +13,11 @@
 //  - Shapes are read from the tensors; rows x cols means [..., cols] flattened.
 //  - Forward ops overwrite their output.
 //  - Backward ops ACCUMULATE (+=) into every gradient they produce, input and parameter
-//    gradients alike. The trainer zeroes activation gradients once per micro-batch and parameter
-//    gradients once per step, so gradient accumulation over micro-batches is free.
+//    gradients alike. The trainer zeroes parameter gradients once per step, so gradient
+//    accumulation over micro-batches is free. The ops whose input gradient is often a module's
+//    private buffer (matmul_backward's din, the activations' din) also take
+//    GradWrite::overwrite: din = ..., its old contents never read, which saves zeroing that
+//    buffer and reading the zeros back (parameter gradients always accumulate).
 //  - Every tensor of a call lives on the backend's device (copy() alone also takes host
 //    tensors). All float tensors of one call share a dtype, with two exceptions under bf16
 //    activations: saved statistics (layernorm mean/rstd, rmsnorm rstd, attention lse,
@@ -90,6 +93,9 @@ enum class Op : uint8_t {
 inline constexpr int kOpCount = static_cast<int>(Op::adamw) + 1;
 const char* op_name(Op op);
 
+// How a backward op writes an input gradient: add to it (the default), or replace it.
+enum class GradWrite : uint8_t { accumulate, overwrite };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -121,8 +127,9 @@ class Backend {
   // out[N,OC] = in[N,C] . w[OC,C]^T + bias[OC] (bias may be empty)
   void matmul(Tensor out, Tensor in, Tensor w, Tensor bias);
   // din[N,C] += dout . w ; dw[OC,C] += dout^T . in ; dbias[OC] += colsum(dout).
-  // din and dbias may be empty (skipped).
-  void matmul_backward(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w);
+  // din and dbias may be empty (skipped); `write` applies to din only.
+  void matmul_backward(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
+                       GradWrite write = GradWrite::accumulate);
 
   // ---- normalisation and activations ----
   // out = (in - mean) * rstd * w + b over the last dim; mean, rstd: [rows] (saved for backward)
@@ -135,9 +142,9 @@ class Backend {
   void rmsnorm_backward(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd);
   // GELU, tanh approximation (GPT-2's)
   void gelu(Tensor out, Tensor in);
-  void gelu_backward(Tensor din, Tensor dout, Tensor in);
+  void gelu_backward(Tensor din, Tensor dout, Tensor in, GradWrite write = GradWrite::accumulate);
   void relu(Tensor out, Tensor in);
-  void relu_backward(Tensor din, Tensor dout, Tensor in);
+  void relu_backward(Tensor din, Tensor dout, Tensor in, GradWrite write = GradWrite::accumulate);
   // Inverted dropout with probability p in [0, 1); the mask is a pure function of (seed,
   // element index) (dropout_mask.h), so backward recomputes it and a resumed run draws the same.
   void dropout(Tensor out, Tensor in, float p, uint64_t seed);
@@ -171,7 +178,8 @@ class Backend {
   // ---- gated MLP ----
   // SwiGLU: in [N,2H] = (gate | up); out [N,H] = silu(gate) * up, silu(x) = x / (1 + e^-x).
   void swiglu(Tensor out, Tensor in);
-  void swiglu_backward(Tensor din, Tensor dout, Tensor in);  // din [N,2H] +=
+  void swiglu_backward(Tensor din, Tensor dout, Tensor in,  // din [N,2H] +=
+                       GradWrite write = GradWrite::accumulate);
 
   // ---- embedding ----
   // out[N,C] = table[ids[n], :] ; dtable[ids[n], :] += dout[n, :]
@@ -204,15 +212,15 @@ class Backend {
   virtual void fill_impl(Tensor x, double value) = 0;
   virtual void matmul_impl(Tensor out, Tensor in, Tensor w, Tensor bias) = 0;
   virtual void matmul_backward_impl(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
-                                    Tensor w) = 0;
+                                    Tensor w, GradWrite write) = 0;
   virtual void layernorm_impl(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w,
                               Tensor b) = 0;
   virtual void layernorm_backward_impl(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in,
                                        Tensor w, Tensor mean, Tensor rstd) = 0;
   virtual void gelu_impl(Tensor out, Tensor in) = 0;
-  virtual void gelu_backward_impl(Tensor din, Tensor dout, Tensor in) = 0;
+  virtual void gelu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) = 0;
   virtual void relu_impl(Tensor out, Tensor in) = 0;
-  virtual void relu_backward_impl(Tensor din, Tensor dout, Tensor in) = 0;
+  virtual void relu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) = 0;
   virtual void dropout_impl(Tensor out, Tensor in, float p, uint64_t seed) = 0;
   virtual void dropout_backward_impl(Tensor din, Tensor dout, float p, uint64_t seed) = 0;
   virtual void add_impl(Tensor out, Tensor a, Tensor b) = 0;
@@ -229,7 +237,7 @@ class Backend {
   virtual void rope_backward_impl(Tensor din, Tensor dout, int n_head, int n_kv_head,
                                   float theta) = 0;
   virtual void swiglu_impl(Tensor out, Tensor in) = 0;
-  virtual void swiglu_backward_impl(Tensor din, Tensor dout, Tensor in) = 0;
+  virtual void swiglu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) = 0;
   virtual void embedding_impl(Tensor out, Tensor ids, Tensor table) = 0;
   virtual void embedding_backward_impl(Tensor dtable, Tensor dout, Tensor ids) = 0;
   virtual void cross_entropy_impl(Tensor losses, Tensor lse, Tensor logits, Tensor targets) = 0;

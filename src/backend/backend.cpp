@@ -106,8 +106,8 @@ void Backend::matmul(Tensor out, Tensor in, Tensor w, Tensor bias) {
   matmul_impl(out, in, w, bias);
 }
 
-void Backend::matmul_backward(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
-                              Tensor w) {
+void Backend::matmul_backward(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
+                              GradWrite write) {
   OpCheck c(*this, Op::matmul_backward);
   const DType dt = c.floats({{"dout", dout}, {"in", in}, {"w", w}}, {{"din", din}});
   c.param_grads(dt, {{"dw", dw}}, {{"dbias", dbias}});
@@ -117,7 +117,7 @@ void Backend::matmul_backward(Tensor din, Tensor dw, Tensor dbias, Tensor dout, 
                (dbias.empty() || dbias.numel() == OC),
            {{"din", din}, {"dw", dw}, {"dbias", dbias}, {"dout", dout}, {"in", in}, {"w", w}},
            "in/din [N,C], w/dw [OC,C], dout [N,OC], dbias [OC]");
-  matmul_backward_impl(din, dw, dbias, dout, in, w);
+  matmul_backward_impl(din, dw, dbias, dout, in, w, write);
 }
 
 // ---- normalisation and activations ----
@@ -200,9 +200,9 @@ void Backend::gelu(Tensor out, Tensor in) {
   gelu_impl(out, in);
 }
 
-void Backend::gelu_backward(Tensor din, Tensor dout, Tensor in) {
+void Backend::gelu_backward(Tensor din, Tensor dout, Tensor in, GradWrite write) {
   pointwise(*this, Op::gelu_backward, {{"din", din}, {"dout", dout}, {"in", in}});
-  gelu_backward_impl(din, dout, in);
+  gelu_backward_impl(din, dout, in, write);
 }
 
 void Backend::relu(Tensor out, Tensor in) {
@@ -210,9 +210,9 @@ void Backend::relu(Tensor out, Tensor in) {
   relu_impl(out, in);
 }
 
-void Backend::relu_backward(Tensor din, Tensor dout, Tensor in) {
+void Backend::relu_backward(Tensor din, Tensor dout, Tensor in, GradWrite write) {
   pointwise(*this, Op::relu_backward, {{"din", din}, {"dout", dout}, {"in", in}});
-  relu_backward_impl(din, dout, in);
+  relu_backward_impl(din, dout, in, write);
 }
 
 void Backend::dropout(Tensor out, Tensor in, float p, uint64_t seed) {
@@ -363,13 +363,13 @@ void Backend::swiglu(Tensor out, Tensor in) {
   swiglu_impl(out, in);
 }
 
-void Backend::swiglu_backward(Tensor din, Tensor dout, Tensor in) {
+void Backend::swiglu_backward(Tensor din, Tensor dout, Tensor in, GradWrite write) {
   OpCheck c(*this, Op::swiglu_backward);
   c.floats({{"din", din}, {"dout", dout}, {"in", in}});
   c.shapes(in.cols() % 2 == 0 && din.numel() == in.numel() && din.cols() == in.cols() &&
                dout.cols() * 2 == in.cols() && dout.numel() * 2 == in.numel(),
            {{"din", din}, {"dout", dout}, {"in", in}}, "din like in [N,2H], dout [N,H]");
-  swiglu_backward_impl(din, dout, in);
+  swiglu_backward_impl(din, dout, in, write);
 }
 
 // ---- embedding ----

@@ -127,12 +127,13 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void matmul_backward_impl(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
-                            Tensor w) override {
+  void matmul_backward_impl(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
+                            GradWrite write) override {
     dispatch(st_, in.dtype, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       cpu::matmul_backward<T>(st_.out<T>(din), st_.out<T>(dw), st_.out<T>(dbias), st_.in<T>(dout),
-                              st_.in<T>(in), st_.in<T>(w), in.rows(), in.cols(), w.rows());
+                              st_.in<T>(in), st_.in<T>(w), in.rows(), in.cols(), w.rows(),
+                              write == GradWrite::accumulate);
     });
   }
 
@@ -178,10 +179,11 @@ class CpuBackend final : public Backend {
       cpu::gelu_forward<T>(st_.out<T>(out), st_.in<T>(in), in.numel());
     });
   }
-  void gelu_backward_impl(Tensor din, Tensor dout, Tensor in) override {
+  void gelu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) override {
     dispatch(st_, in.dtype, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
-      cpu::gelu_backward<T>(st_.out<T>(din), st_.in<T>(dout), st_.in<T>(in), in.numel());
+      cpu::gelu_backward<T>(st_.out<T>(din), st_.in<T>(dout), st_.in<T>(in), in.numel(),
+                            write == GradWrite::accumulate);
     });
   }
   void relu_impl(Tensor out, Tensor in) override {
@@ -190,10 +192,11 @@ class CpuBackend final : public Backend {
       cpu::relu_forward<T>(st_.out<T>(out), st_.in<T>(in), in.numel());
     });
   }
-  void relu_backward_impl(Tensor din, Tensor dout, Tensor in) override {
+  void relu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) override {
     dispatch(st_, in.dtype, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
-      cpu::relu_backward<T>(st_.out<T>(din), st_.in<T>(dout), st_.in<T>(in), in.numel());
+      cpu::relu_backward<T>(st_.out<T>(din), st_.in<T>(dout), st_.in<T>(in), in.numel(),
+                            write == GradWrite::accumulate);
     });
   }
   void dropout_impl(Tensor out, Tensor in, float p, uint64_t seed) override {
@@ -270,11 +273,11 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void swiglu_backward_impl(Tensor din, Tensor dout, Tensor in) override {
+  void swiglu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) override {
     dispatch(st_, in.dtype, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       cpu::swiglu_backward<T>(st_.out<T>(din), st_.in<T>(dout), st_.in<T>(in), dout.rows(),
-                              dout.cols());
+                              dout.cols(), write == GradWrite::accumulate);
     });
   }
 

@@ -9,11 +9,11 @@ void Activation::forward(Tensor out, Tensor in) const {
     be_.relu(out, in);
 }
 
-void Activation::backward(Tensor din, Tensor dout, Tensor in) const {
+void Activation::backward(Tensor din, Tensor dout, Tensor in, GradWrite write) const {
   if (kind_ == gelu)
-    be_.gelu_backward(din, dout, in);
+    be_.gelu_backward(din, dout, in, write);
   else
-    be_.relu_backward(din, dout, in);
+    be_.relu_backward(din, dout, in, write);
 }
 
 }  // namespace trainrun

@@ -40,13 +40,19 @@ void CausalSelfAttention::forward(Tensor out, Tensor in) const {
   proj_.forward(out, y_.reshape({y_.rows(), d_model_}));
 }
 
-void CausalSelfAttention::backward(Tensor din, Tensor dout, Tensor in) const {
+void CausalSelfAttention::backward(Tensor din, Tensor dout, Tensor in, GradWrite write) const {
   Backend& be = ps_.backend();
   const int64_t rows = y_.rows();
-  proj_.backward(dy_.reshape({rows, d_model_}), dout, y_.reshape({rows, d_model_}));
+  proj_.backward(dy_.reshape({rows, d_model_}), dout, y_.reshape({rows, d_model_}),
+                 GradWrite::overwrite);
+  // attention_backward and rope_backward accumulate (dk, dv gather over queries).
+  be.fill(dqkv_, 0.0);
   be.attention_backward(dqkv_, dy_, qkv_out_, y_, lse_, n_head_, opt_.n_kv_head);
-  if (opt_.rope) be.rope_backward(dqkv_raw_, dqkv_, n_head_, opt_.n_kv_head, opt_.rope_theta);
-  qkv_.backward(din, dqkv_raw_.reshape({rows, qkv_width_}), in);
+  if (opt_.rope) {
+    be.fill(dqkv_raw_, 0.0);
+    be.rope_backward(dqkv_raw_, dqkv_, n_head_, opt_.n_kv_head, opt_.rope_theta);
+  }
+  qkv_.backward(din, dqkv_raw_.reshape({rows, qkv_width_}), in, write);
 }
 
 }  // namespace trainrun

@@ -65,8 +65,7 @@ class BlockStack {
   Tensor backward(Backend& be, float p, uint64_t seed, const GradReadyFn& ready) const {
     Tensor dcur = dres_[0], dnext = dres_[1];
     for (size_t l = blocks_.size(); l-- > 0;) {
-      be.fill(dnext, 0.0);
-      blocks_[l]->backward(dnext, dcur, xs_[l], p, hash_combine(seed, 100 + l));
+      blocks_[l]->backward(dnext, dcur, xs_[l], p, hash_combine(seed, 100 + l));  // overwrites
       std::swap(dcur, dnext);
       if (ready) ready(blocks_[l]->param_begin(), blocks_[l]->param_end());
     }

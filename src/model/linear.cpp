@@ -13,9 +13,9 @@ void Linear::forward(Tensor out, Tensor in) const {
   ps_.backend().matmul(out, in, ps_.param(w_), b_ >= 0 ? ps_.param(b_) : Tensor{});
 }
 
-void Linear::backward(Tensor din, Tensor dout, Tensor in) const {
+void Linear::backward(Tensor din, Tensor dout, Tensor in, GradWrite write) const {
   ps_.backend().matmul_backward(din, ps_.grad(w_), b_ >= 0 ? ps_.grad(b_) : Tensor{}, dout, in,
-                                ps_.param(w_));
+                                ps_.param(w_), write);
 }
 
 }  // namespace trainrun

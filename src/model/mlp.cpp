@@ -23,10 +23,11 @@ void MLP::forward(Tensor out, Tensor in) const {
   proj_.forward(out, a_);
 }
 
-void MLP::backward(Tensor din, Tensor dout, Tensor in) const {
-  proj_.backward(da_, dout, a_);
-  act_.backward(dh_, da_, h_);
-  fc_.backward(din, dh_, in);
+// The hidden gradients are this module's own scratch: overwritten, so nothing zeroes them.
+void MLP::backward(Tensor din, Tensor dout, Tensor in, GradWrite write) const {
+  proj_.backward(da_, dout, a_, GradWrite::overwrite);
+  act_.backward(dh_, da_, h_, GradWrite::overwrite);
+  fc_.backward(din, dh_, in, write);
 }
 
 }  // namespace trainrun

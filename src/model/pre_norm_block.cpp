@@ -12,7 +12,6 @@ template <class Norm, class Ffn>
 void PreNormBlock<Norm, Ffn>::bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq) {
   const int64_t rows = batch * seq, dm = dim_;
   const DType dt = ps_.dtype();
-  scratch_begin_ = scratch.mark();
   p_.norm1.bind(acts, rows);
   p_.norm2.bind(acts, rows);
   p_.attn.bind(acts, scratch, batch, seq);
@@ -27,8 +26,6 @@ void PreNormBlock<Norm, Ffn>::bind(Arena& acts, Arena& scratch, int64_t batch, i
   dx1_ = scratch.take(dt, {rows, dm});
   dao_ = scratch.take(dt, {rows, dm});
   dn1_ = scratch.take(dt, {rows, dm});
-  scratch_end_ = scratch.mark();
-  scratch_ = &scratch;
 }
 
 template <class Norm, class Ffn>
@@ -48,26 +45,29 @@ template <class Norm, class Ffn>
 void PreNormBlock<Norm, Ffn>::backward(Tensor dx, Tensor dout, Tensor x, float dropout,
                                        uint64_t seed) const {
   Backend& be = ps_.backend();
-  // The scratch is shared by all blocks and every backward op accumulates: start from zero.
-  scratch_->zero(scratch_begin_, scratch_end_);
+  // The scratch is shared by all blocks. Each buffer is either overwritten by its first writer
+  // (the branches' input gradients, the residual copies) or zeroed before an op accumulates
+  // into it, so no pass zeroes the whole scratch (it was 3% of a step).
   // out = x1 + drop(mo). Without dropout, mo's gradient is dout itself (the modules only read
   // the gradient they are given), which saves a copy of the stream per residual branch.
   Tensor dmo = dout.reshape({dmo_.dim(0), dmo_.dim(1)});
   if (dropout > 0) {
+    be.fill(dmo_, 0.0);
     be.dropout_backward(dmo_, dout, dropout, hash_combine(seed, 2));
     dmo = dmo_;
   }
-  p_.ffn.backward(dn2_, dmo, n2_);
-  be.accumulate(dx1_, dout);
+  p_.ffn.backward(dn2_, dmo, n2_, GradWrite::overwrite);
+  be.copy(dx1_, dout);
   p_.norm2.backward(dx1_, dn2_, x1_);
   // x1 = x + drop(ao)
   Tensor dao = dx1_;
   if (dropout > 0) {
+    be.fill(dao_, 0.0);
     be.dropout_backward(dao_, dx1_, dropout, hash_combine(seed, 1));
     dao = dao_;
   }
-  p_.attn.backward(dn1_, dao, n1_);
-  be.accumulate(dx, dx1_);
+  p_.attn.backward(dn1_, dao, n1_, GradWrite::overwrite);
+  be.copy(dx, dx1_);
   p_.norm1.backward(dx, dn1_, x);
 }
 

@@ -24,10 +24,11 @@ void SwiGluMLP::forward(Tensor out, Tensor in) const {
   down_.forward(out, s_);
 }
 
-void SwiGluMLP::backward(Tensor din, Tensor dout, Tensor in) const {
-  down_.backward(ds_, dout, s_);
-  ps_.backend().swiglu_backward(dg_, ds_, g_);
-  gate_up_.backward(din, dg_, in);
+// The hidden gradients are this module's own scratch: overwritten, so nothing zeroes them.
+void SwiGluMLP::backward(Tensor din, Tensor dout, Tensor in, GradWrite write) const {
+  down_.backward(ds_, dout, s_, GradWrite::overwrite);
+  ps_.backend().swiglu_backward(dg_, ds_, g_, GradWrite::overwrite);
+  gate_up_.backward(din, dg_, in, write);
 }
 
 }  // namespace trainrun

@@ -110,6 +110,18 @@ void add_matmul(std::vector<OpCase>& out, const Ctx& x, int64_t OC, bool bias, b
   b.tol = x.tol(1e-4, 2e-2);
   b.flops = (din ? 2 : 1) * flops;
   b.bytes = x.es * (2.0 * N * C + 3.0 * OC * C + N * OC);
+  if (din) {
+    // GradWrite::overwrite: din starts as NaN (an output), so reading it or missing an element
+    // fails; dw and dbias still accumulate.
+    OpCase o = b;
+    o.variant += " din overwrite";
+    o.tensors[0] = output("din", x.dt, {N, C});
+    o.call = op_call([](Backend& be, const Args& a) {
+      be.matmul_backward(a["din"], a["dw"], a["dbias"], a["dout"], a["in"], a["w"],
+                         GradWrite::overwrite);
+    });
+    out.push_back(std::move(o));
+  }
   out.push_back(std::move(b));
 }
 
@@ -182,12 +194,27 @@ void add_pointwise(std::vector<OpCase>& out, const Ctx& x) {
       x.tol(1e-5, 2e-2),
       [](Backend& be, const Args& a) { be.gelu_backward(a["din"], a["dout"], a["in"]); }, 4);
   unary(
+      Op::gelu_backward, " overwrite",
+      {output("din", dt, {n}), input("dout", dt, {n}), input("in", dt, {n}, -4, 4)},
+      x.tol(1e-5, 2e-2),
+      [](Backend& be, const Args& a) {
+        be.gelu_backward(a["din"], a["dout"], a["in"], GradWrite::overwrite);
+      },
+      3);
+  unary(
       Op::relu, "", {input("in", dt, {n}, -4, 4), output("out", dt, {n})}, exact,
       [](Backend& be, const Args& a) { be.relu(a["out"], a["in"]); }, 2);
   unary(
       Op::relu_backward, "",
       {grad("din", dt, {n}), input("dout", dt, {n}), input("in", dt, {n}, -4, 4)}, exact,
       [](Backend& be, const Args& a) { be.relu_backward(a["din"], a["dout"], a["in"]); }, 4);
+  unary(
+      Op::relu_backward, " overwrite",
+      {output("din", dt, {n}), input("dout", dt, {n}), input("in", dt, {n}, -4, 4)}, exact,
+      [](Backend& be, const Args& a) {
+        be.relu_backward(a["din"], a["dout"], a["in"], GradWrite::overwrite);
+      },
+      3);
   unary(
       Op::dropout, " p=0.1", {input("in", dt, {n}, -4, 4), output("out", dt, {n})}, exact,
       [](Backend& be, const Args& a) { be.dropout(a["out"], a["in"], 0.1f, 1234); }, 2);
@@ -384,6 +411,14 @@ void add_swiglu(std::vector<OpCase>& out, const Ctx& x) {
   b.tol = x.tol(1e-5, 2e-2);
   b.flops = 10.0 * N * H;
   b.bytes = x.es * 7.0 * N * H;
+  OpCase o = b;
+  o.variant = " overwrite";
+  o.tensors[0] = output("din", x.dt, {N, 2 * H});
+  o.call = op_call([](Backend& be, const Args& a) {
+    be.swiglu_backward(a["din"], a["dout"], a["in"], GradWrite::overwrite);
+  });
+  o.bytes = x.es * 5.0 * N * H;
+  out.push_back(std::move(o));
   out.push_back(std::move(b));
 }
 

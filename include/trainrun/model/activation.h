@@ -13,7 +13,7 @@ class Activation {
   using enum ActivationKind;
   Activation(Backend& be, Kind kind) : be_(be), kind_(kind) {}
   void forward(Tensor out, Tensor in) const;
-  void backward(Tensor din, Tensor dout, Tensor in) const;
+  void backward(Tensor din, Tensor dout, Tensor in, GradWrite write = GradWrite::accumulate) const;
 
  private:
   Backend& be_;

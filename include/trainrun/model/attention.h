@@ -25,7 +25,8 @@ class CausalSelfAttention {
                       float proj_std, AttentionOptions opt = {});
   void bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq);
   void forward(Tensor out, Tensor in) const;
-  void backward(Tensor din, Tensor dout, Tensor in) const;  // uses (zeroed) scratch
+  // din += (or =) d(loss)/d(in), as Linear::backward. Zeroes the scratch it accumulates into.
+  void backward(Tensor din, Tensor dout, Tensor in, GradWrite write = GradWrite::accumulate) const;
 
  private:
   ParamStore& ps_;

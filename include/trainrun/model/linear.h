@@ -12,8 +12,9 @@ class Linear {
   Linear(ParamStore& ps, const std::string& name, int in, int out, bool bias, float init_std,
          bool decay = true);
   void forward(Tensor out, Tensor in) const;
+  // din += (or =, with GradWrite::overwrite) d(loss)/d(in); the weight gradients accumulate.
   // din may be empty (first layer of a model fed by an embedding that is handled elsewhere).
-  void backward(Tensor din, Tensor dout, Tensor in) const;
+  void backward(Tensor din, Tensor dout, Tensor in, GradWrite write = GradWrite::accumulate) const;
   int in_features() const { return in_; }
   int out_features() const { return out_; }
 

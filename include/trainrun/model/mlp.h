@@ -13,7 +13,8 @@ class MLP {
   MLP(ParamStore& ps, const std::string& name, int d_model, float proj_std);
   void bind(Arena& acts, Arena& scratch, int64_t rows);
   void forward(Tensor out, Tensor in) const;
-  void backward(Tensor din, Tensor dout, Tensor in) const;
+  // din += (or =) d(loss)/d(in), as Linear::backward.
+  void backward(Tensor din, Tensor dout, Tensor in, GradWrite write = GradWrite::accumulate) const;
 
  private:
   ParamStore& ps_;

@@ -1,7 +1,8 @@
 // PreNormBlock: the residual structure the transformer families share,
 //   x1 = x + drop(attn(norm1(x)));  out = x1 + drop(ffn(norm2(x1))),
 // over a normalisation (LayerNorm, RMSNorm) and a feed-forward module (MLP, SwiGluMLP), each
-// with bind(acts[, scratch], rows), forward(out, in) and backward(din, dout, in) (din +=).
+// with bind(acts[, scratch], rows), forward(out, in) and backward(din, dout, in, GradWrite)
+// (din +=, or = with GradWrite::overwrite).
 // TransformerBlock (block.h) and LlamaBlock (llama_block.h) are its two instances; they choose
 // the parts and their parameter names.
 #pragma once
@@ -33,7 +34,7 @@ class PreNormBlock {
   // Activations are per block; gradient scratch is shared by all blocks (one backward at a time).
   void bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq);
   void forward(Tensor out, Tensor x, float dropout, uint64_t seed) const;
-  // dx += d(loss)/dx. Zeroes and reuses the shared scratch.
+  // dx = d(loss)/dx (overwritten: dx's old contents are never read). Reuses the shared scratch.
   void backward(Tensor dx, Tensor dout, Tensor x, float dropout, uint64_t seed) const;
   int64_t param_begin() const { return begin_; }
   int64_t param_end() const { return end_; }
@@ -53,8 +54,6 @@ class PreNormBlock {
   int dim_;
   Tensor n1_, ao_, x1_, n2_, mo_;       // activations
   Tensor dmo_, dn2_, dx1_, dao_, dn1_;  // gradient scratch
-  Arena* scratch_ = nullptr;
-  size_t scratch_begin_ = 0, scratch_end_ = 0;
 };
 
 }  // namespace trainrun

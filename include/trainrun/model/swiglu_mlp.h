@@ -16,7 +16,8 @@ class SwiGluMLP {
   void bind(Arena& acts, Arena& scratch, int64_t rows);
   void forward(Tensor out, Tensor in) const;
   // din += d(loss)/d(in). Uses the bound gradient scratch, which the caller zeroes.
-  void backward(Tensor din, Tensor dout, Tensor in) const;
+  // din += (or =) d(loss)/d(in), as Linear::backward.
+  void backward(Tensor din, Tensor dout, Tensor in, GradWrite write = GradWrite::accumulate) const;
 
  private:
   ParamStore& ps_;

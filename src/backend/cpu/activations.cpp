@@ -26,8 +26,10 @@ void gelu_forward(T* out, const T* in, int64_t n) {
   }
 }
 
-template <class T>
-void gelu_backward(T* din, const T* dout, const T* in, int64_t n) {
+namespace {
+// din = g (kAcc false) or din += g: two loops, so the overwriting one never loads din.
+template <bool kAcc, class T>
+void gelu_backward_loop(T* din, const T* dout, const T* in, int64_t n) {
   const T k = static_cast<T>(kSqrt2OverPi), a = static_cast<T>(kGeluCubic);
 #pragma omp parallel for simd
   for (int64_t i = 0; i < n; ++i) {
@@ -36,8 +38,32 @@ void gelu_backward(T* din, const T* dout, const T* in, int64_t n) {
     const T sech2 = 1 - th * th;
     const T grad =
         static_cast<T>(0.5) * (1 + th) + static_cast<T>(0.5) * x * sech2 * k * (1 + 3 * a * x * x);
-    din[i] += grad * dout[i];
+    if constexpr (kAcc)
+      din[i] += grad * dout[i];
+    else
+      din[i] = grad * dout[i];
   }
+}
+
+template <bool kAcc, class T>
+void relu_backward_loop(T* din, const T* dout, const T* in, int64_t n) {
+#pragma omp parallel for simd
+  for (int64_t i = 0; i < n; ++i) {
+    const T g = in[i] > 0 ? dout[i] : T(0);
+    if constexpr (kAcc)
+      din[i] += g;
+    else
+      din[i] = g;
+  }
+}
+}  // namespace
+
+template <class T>
+void gelu_backward(T* din, const T* dout, const T* in, int64_t n, bool acc) {
+  if (acc)
+    gelu_backward_loop<true>(din, dout, in, n);
+  else
+    gelu_backward_loop<false>(din, dout, in, n);
 }
 
 template <class T>
@@ -47,18 +73,20 @@ void relu_forward(T* out, const T* in, int64_t n) {
 }
 
 template <class T>
-void relu_backward(T* din, const T* dout, const T* in, int64_t n) {
-#pragma omp parallel for simd
-  for (int64_t i = 0; i < n; ++i) din[i] += in[i] > 0 ? dout[i] : T(0);
+void relu_backward(T* din, const T* dout, const T* in, int64_t n, bool acc) {
+  if (acc)
+    relu_backward_loop<true>(din, dout, in, n);
+  else
+    relu_backward_loop<false>(din, dout, in, n);
 }
 
 template void gelu_forward<float>(float*, const float*, int64_t);
 template void gelu_forward<double>(double*, const double*, int64_t);
-template void gelu_backward<float>(float*, const float*, const float*, int64_t);
-template void gelu_backward<double>(double*, const double*, const double*, int64_t);
+template void gelu_backward<float>(float*, const float*, const float*, int64_t, bool);
+template void gelu_backward<double>(double*, const double*, const double*, int64_t, bool);
 template void relu_forward<float>(float*, const float*, int64_t);
 template void relu_forward<double>(double*, const double*, int64_t);
-template void relu_backward<float>(float*, const float*, const float*, int64_t);
-template void relu_backward<double>(double*, const double*, const double*, int64_t);
+template void relu_backward<float>(float*, const float*, const float*, int64_t, bool);
+template void relu_backward<double>(double*, const double*, const double*, int64_t, bool);
 
 }  // namespace trainrun::cpu

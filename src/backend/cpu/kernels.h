@@ -1,7 +1,8 @@
 // The CPU reference kernels, one template per op over T = float or double, on raw contiguous
 // memory. Shapes arrive already checked by Backend's public methods (backend.cpp); each kernel file
 // explicitly instantiates both types. Conventions follow include/trainrun/backend.h: forward
-// overwrites, backward accumulates (+=).
+// overwrites, backward accumulates (+=); where a kernel takes `acc`, false overwrites din
+// instead (GradWrite::overwrite) and never reads it.
 #pragma once
 
 #include <cstdint>
@@ -12,10 +13,10 @@ namespace trainrun::cpu {
 template <class T>
 void matmul_forward(T* out, const T* in, const T* w, const T* bias, int64_t N, int64_t C,
                     int64_t OC);
-// din (may be null) += dout . w ; dw += dout^T . in ; dbias (may be null) += colsum(dout)
+// din (may be null) (+)= dout . w ; dw += dout^T . in ; dbias (may be null) += colsum(dout)
 template <class T>
 void matmul_backward(T* din, T* dw, T* dbias, const T* dout, const T* in, const T* w, int64_t N,
-                     int64_t C, int64_t OC);
+                     int64_t C, int64_t OC, bool acc);
 
 // layernorm.cpp
 template <class T>
@@ -45,17 +46,17 @@ void rope_backward(T* din, const T* dout, int64_t B, int64_t T_, int NH, int NKV
 template <class T>
 void swiglu_forward(T* out, const T* in, int64_t N, int64_t H);
 template <class T>
-void swiglu_backward(T* din, const T* dout, const T* in, int64_t N, int64_t H);
+void swiglu_backward(T* din, const T* dout, const T* in, int64_t N, int64_t H, bool acc);
 
 // activations.cpp
 template <class T>
 void gelu_forward(T* out, const T* in, int64_t n);
 template <class T>
-void gelu_backward(T* din, const T* dout, const T* in, int64_t n);
+void gelu_backward(T* din, const T* dout, const T* in, int64_t n, bool acc);
 template <class T>
 void relu_forward(T* out, const T* in, int64_t n);
 template <class T>
-void relu_backward(T* din, const T* dout, const T* in, int64_t n);
+void relu_backward(T* din, const T* dout, const T* in, int64_t n, bool acc);
 
 // dropout.cpp: the mask of trainrun/dropout_mask.h; kept elements scale by 1/(1-p).
 template <class T>

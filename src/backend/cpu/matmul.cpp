@@ -1,8 +1,11 @@
 // Dense layer GEMMs. f32 goes through oneDNN's row-major dnnl_sgemm, the fastest sgemm measured
 // on our CPUs (it picks AVX-512 itself and runs on our OpenMP threads). The forward seeds `out`
 // with the bias and runs with beta=1, so the bias costs one streaming pass and no second sweep;
-// the backward GEMMs use beta=1 because gradients accumulate. f64 exists only for gradient checks
-// at test sizes: plain OpenMP loops, parallel over output rows so no two threads share a write.
+// the backward GEMMs use beta=1 because gradients accumulate (din beta=0 when overwritten, so a
+// module's private gradient buffer needs no zeroing and its zeros are never read). f64 exists only
+// for gradient checks at test sizes: plain OpenMP loops, parallel over output rows so no two
+// threads share a write.
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <type_traits>
@@ -68,15 +71,17 @@ void matmul_forward(T* out, const T* in, const T* w, const T* bias, int64_t N, i
 
 template <class T>
 void matmul_backward(T* din, T* dw, T* dbias, const T* dout, const T* in, const T* w, int64_t N,
-                     int64_t C, int64_t OC) {
+                     int64_t C, int64_t OC, bool acc) {
   if constexpr (std::is_same_v<T, float>) {
-    if (din) sgemm('N', 'N', N, C, OC, dout, OC, w, C, 1.0f, din, C);  // din += dout . w
-    sgemm('T', 'N', OC, C, N, dout, OC, in, C, 1.0f, dw, C);           // dw += dout^T . in
+    if (din)
+      sgemm('N', 'N', N, C, OC, dout, OC, w, C, acc ? 1.0f : 0.0f, din, C);  // din (+)= dout . w
+    sgemm('T', 'N', OC, C, N, dout, OC, in, C, 1.0f, dw, C);                 // dw += dout^T . in
   } else {
     if (din) {
 #pragma omp parallel for
       for (int64_t n = 0; n < N; ++n) {
         T* dx = din + n * C;
+        if (!acc) std::fill(dx, dx + C, T(0));
         for (int64_t o = 0; o < OC; ++o) {
           const T g = dout[n * OC + o];
           const T* wr = w + o * C;
@@ -102,8 +107,8 @@ template void matmul_forward<float>(float*, const float*, const float*, const fl
 template void matmul_forward<double>(double*, const double*, const double*, const double*, int64_t,
                                      int64_t, int64_t);
 template void matmul_backward<float>(float*, float*, float*, const float*, const float*,
-                                     const float*, int64_t, int64_t, int64_t);
+                                     const float*, int64_t, int64_t, int64_t, bool);
 template void matmul_backward<double>(double*, double*, double*, const double*, const double*,
-                                      const double*, int64_t, int64_t, int64_t);
+                                      const double*, int64_t, int64_t, int64_t, bool);
 
 }  // namespace trainrun::cpu
