@@ -57,20 +57,28 @@ void causal_probabilities(float* S, int64_t rows, int64_t keys, int64_t t0, floa
   for (int64_t r = 0; r < rows; ++r) {
     float* s = S + r * keys;
     const int64_t n = t0 + r + 1;  // keys this query sees
-    float l;
     if (lse) {
-      l = lse[r];
+      const float l = lse[r];
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) s[j] = exp_vec(s[j] * scale - l);
     } else {
+      // One exp per score: e = exp(s - max) is stored and scaled by 1 / sum afterwards. The
+      // max is a simd reduction: as a plain loop it was a scalar dependency chain that took
+      // half of the forward's own time.
       float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
       for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j] * scale);
       float sum = 0;
 #pragma omp simd reduction(+ : sum)
-      for (int64_t j = 0; j < n; ++j) sum += exp_vec(s[j] * scale - mx);
-      l = mx + std::log(sum);
-      lse_out[r] = l;
-    }
+      for (int64_t j = 0; j < n; ++j) {
+        s[j] = exp_vec(s[j] * scale - mx);
+        sum += s[j];
+      }
+      lse_out[r] = mx + std::log(sum);
+      const float inv = 1.0f / sum;
 #pragma omp simd
-    for (int64_t j = 0; j < n; ++j) s[j] = exp_vec(s[j] * scale - l);
+      for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+    }
     for (int64_t j = n; j < keys; ++j) s[j] = 0;
   }
 }
