@@ -217,6 +217,31 @@ TEST_CASE("a valid call reaches the implementation exactly once") {
         std::map<std::string, int>{{"matmul", 1}, {"gelu", 1}, {"attention", 1}, {"sum", 1}});
 }
 
+TEST_CASE("an op observer is told every op that ran, once, and no refused call") {
+  struct Log : OpObserver {
+    std::vector<Op> ops;
+    bool ordered = true;
+    void op_done(Op op, double t0, double t1) override {
+      ops.push_back(op);
+      ordered = ordered && t0 <= t1;
+    }
+  } log;
+  Mem m;
+  const DType f = DType::f32;
+  FakeBackend fake(Device::cpu, {f});
+  fake.gelu(m.t(f, {24}), m.t(f, {4, 6}));  // before the observer: not told
+  fake.set_op_observer(&log);
+  fake.matmul(m.t(f, {4, 4}), m.t(f, {4, 6}), m.t(f, {4, 6}), m.t(f, {4}));
+  fake.matmul_backward(m.t(f, {4, 6}), m.t(f, {4, 6}), {}, m.t(f, {4, 4}), m.t(f, {4, 6}),
+                       m.t(f, {4, 6}), GradWrite::overwrite);
+  CHECK(fake.sum_squares(m.t(f, {5})) == 0.0);
+  CHECK_THROWS_AS(fake.gelu(m.t(f, {23}), m.t(f, {4, 6})), std::invalid_argument);
+  fake.set_op_observer(nullptr);
+  fake.relu(m.t(f, {24}), m.t(f, {4, 6}));  // after: not told
+  CHECK(log.ops == std::vector<Op>{Op::matmul, Op::matmul_backward, Op::sum_squares});
+  CHECK(log.ordered);
+}
+
 TEST_CASE("supports() is the contract: an unsupported dtype is refused up front") {
   Mem m;
   FakeBackend fake(Device::cpu, {DType::f32});

@@ -96,6 +96,16 @@ const char* op_name(Op op);
 // How a backward op writes an input gradient: add to it (the default), or replace it.
 enum class GradWrite : uint8_t { accumulate, overwrite };
 
+// Told the wall time of every op a backend runs while it is set (Backend::set_op_observer):
+// what `trainrun --profile` tabulates per op. Device backends synchronise after each observed
+// op, so an observed step runs slower than an unobserved one.
+class OpObserver {
+ public:
+  virtual ~OpObserver() = default;
+  virtual void op_done(Op op, double t0, double t1) = 0;  // steady-clock seconds (now())
+  static double now();
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -122,6 +132,9 @@ class Backend {
   void copy(Tensor dst, Tensor src);
   void fill(Tensor x, double value);  // any dtype; an empty tensor is a no-op
   virtual void synchronize() {}
+  // nullptr (the default) observes nothing; the observer must outlive its setting.
+  void set_op_observer(OpObserver* o) { observer_ = o; }
+  OpObserver* op_observer() const { return observer_; }
 
   // ---- dense ----
   // out[N,OC] = in[N,C] . w[OC,C]^T + bias[OC] (bias may be empty)
@@ -250,6 +263,9 @@ class Backend {
   // same on every backend.
   [[noreturn]] static void fail_out_of_range_id(Op op, const char* name, int64_t index,
                                                 int64_t value, int64_t limit);
+
+ private:
+  OpObserver* observer_ = nullptr;
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

@@ -2,7 +2,9 @@
 // backend.h), then the backend's *_impl. The generic checks are in op_check.cpp.
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
+#include <exception>
 #include <stdexcept>
 
 #include "op_check.h"
@@ -53,6 +55,33 @@ void Backend::fail_out_of_range_id(Op op, const char* name, int64_t index, int64
   throw out_of_range_id(op, name, index, value, limit);
 }
 
+namespace {
+// Reports one op's wall time to the backend's observer (trainrun --profile), if it has one. A
+// device backend is synchronised first, so the time is the op's, not its launch's; unobserved,
+// this costs a pointer test.
+class OpTimer {
+ public:
+  OpTimer(Backend& be, Op op) : be_(be), op_(op), t0_(be.op_observer() ? OpObserver::now() : 0.0) {}
+  ~OpTimer() {
+    OpObserver* o = be_.op_observer();
+    if (!o || std::uncaught_exceptions() > 0) return;
+    if (be_.device() != Device::cpu) be_.synchronize();
+    o->op_done(op_, t0_, OpObserver::now());
+  }
+  OpTimer(const OpTimer&) = delete;
+  OpTimer& operator=(const OpTimer&) = delete;
+
+ private:
+  Backend& be_;
+  Op op_;
+  double t0_;
+};
+}  // namespace
+
+double OpObserver::now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 void Backend::cast_impl(Tensor, Tensor) {
   throw std::logic_error("Backend::cast_impl: reached although supports(Op::cast) is false");
 }
@@ -72,6 +101,7 @@ void Backend::copy(Tensor dst, Tensor src) {
                     dst.device == device() && src.device == device() &&
                     supports(Op::cast, dst.dtype) && supports(Op::cast, src.dtype);
   if (cast) {
+    const OpTimer timer(*this, Op::cast);
     cast_impl(dst, src);
     return;
   }
@@ -80,6 +110,7 @@ void Backend::copy(Tensor dst, Tensor src) {
                        dtype_name(dst.dtype), dst.shape_str(), dst.bytes(), dtype_name(src.dtype),
                        src.shape_str(), src.bytes()));
   if (dst.bytes() == 0 || dst.data == src.data) return;
+  const OpTimer timer(*this, Op::copy);
   copy_impl(dst, src);
 }
 
@@ -90,6 +121,7 @@ void Backend::fill(Tensor x, double value) {
   if (!supports(Op::fill, x.dtype))
     c.fail(fmt::format("the {} backend cannot fill {} tensors", device_name(device()),
                        dtype_name(x.dtype)));
+  const OpTimer timer(*this, Op::fill);
   fill_impl(x, value);
 }
 
@@ -103,6 +135,7 @@ void Backend::matmul(Tensor out, Tensor in, Tensor w, Tensor bias) {
       w.cols() == C && out.rows() == N && out.cols() == OC && (bias.empty() || bias.numel() == OC),
       {{"out", out}, {"in", in}, {"w", w}, {"bias", bias}},
       "out [N,OC] = in [N,C] . w [OC,C]^T + bias [OC]");
+  const OpTimer timer(*this, Op::matmul);
   matmul_impl(out, in, w, bias);
 }
 
@@ -117,6 +150,7 @@ void Backend::matmul_backward(Tensor din, Tensor dw, Tensor dbias, Tensor dout, 
                (dbias.empty() || dbias.numel() == OC),
            {{"din", din}, {"dw", dw}, {"dbias", dbias}, {"dout", dout}, {"in", in}, {"w", w}},
            "in/din [N,C], w/dw [OC,C], dout [N,OC], dbias [OC]");
+  const OpTimer timer(*this, Op::matmul_backward);
   matmul_backward_impl(din, dw, dbias, dout, in, w, write);
 }
 
@@ -131,6 +165,7 @@ void Backend::layernorm(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor 
                rstd.numel() == rows && w.numel() == C && b.numel() == C,
            {{"out", out}, {"mean", mean}, {"rstd", rstd}, {"in", in}, {"w", w}, {"b", b}},
            "out like in [rows,C], mean/rstd [rows], w/b [C]");
+  const OpTimer timer(*this, Op::layernorm);
   layernorm_impl(out, mean, rstd, in, w, b);
 }
 
@@ -152,6 +187,7 @@ void Backend::layernorm_backward(Tensor din, Tensor dw, Tensor db, Tensor dout, 
             {"mean", mean},
             {"rstd", rstd}},
            "din/dout like in [rows,C], w/dw/db [C], mean/rstd [rows]");
+  const OpTimer timer(*this, Op::layernorm_backward);
   layernorm_backward_impl(din, dw, db, dout, in, w, mean, rstd);
 }
 
@@ -163,6 +199,7 @@ void Backend::rmsnorm(Tensor out, Tensor rstd, Tensor in, Tensor w) {
   c.shapes(out.numel() == in.numel() && out.cols() == C && rstd.numel() == rows && w.numel() == C,
            {{"out", out}, {"rstd", rstd}, {"in", in}, {"w", w}},
            "out like in [rows,C], rstd [rows], w [C]");
+  const OpTimer timer(*this, Op::rmsnorm);
   rmsnorm_impl(out, rstd, in, w);
 }
 
@@ -177,6 +214,7 @@ void Backend::rmsnorm_backward(Tensor din, Tensor dw, Tensor dout, Tensor in, Te
                w.numel() == C && dw.numel() == C,
            {{"din", din}, {"dw", dw}, {"dout", dout}, {"in", in}, {"w", w}, {"rstd", rstd}},
            "din/dout like in [rows,C], w/dw [C], rstd [rows]");
+  const OpTimer timer(*this, Op::rmsnorm_backward);
   rmsnorm_backward_impl(din, dw, dout, in, w, rstd);
 }
 
@@ -197,33 +235,39 @@ void check_dropout_p(const Backend& be, Op op, float p) {
 
 void Backend::gelu(Tensor out, Tensor in) {
   pointwise(*this, Op::gelu, {{"out", out}, {"in", in}});
+  const OpTimer timer(*this, Op::gelu);
   gelu_impl(out, in);
 }
 
 void Backend::gelu_backward(Tensor din, Tensor dout, Tensor in, GradWrite write) {
   pointwise(*this, Op::gelu_backward, {{"din", din}, {"dout", dout}, {"in", in}});
+  const OpTimer timer(*this, Op::gelu_backward);
   gelu_backward_impl(din, dout, in, write);
 }
 
 void Backend::relu(Tensor out, Tensor in) {
   pointwise(*this, Op::relu, {{"out", out}, {"in", in}});
+  const OpTimer timer(*this, Op::relu);
   relu_impl(out, in);
 }
 
 void Backend::relu_backward(Tensor din, Tensor dout, Tensor in, GradWrite write) {
   pointwise(*this, Op::relu_backward, {{"din", din}, {"dout", dout}, {"in", in}});
+  const OpTimer timer(*this, Op::relu_backward);
   relu_backward_impl(din, dout, in, write);
 }
 
 void Backend::dropout(Tensor out, Tensor in, float p, uint64_t seed) {
   pointwise(*this, Op::dropout, {{"out", out}, {"in", in}});
   check_dropout_p(*this, Op::dropout, p);
+  const OpTimer timer(*this, Op::dropout);
   dropout_impl(out, in, p, seed);
 }
 
 void Backend::dropout_backward(Tensor din, Tensor dout, float p, uint64_t seed) {
   pointwise(*this, Op::dropout_backward, {{"din", din}, {"dout", dout}});
   check_dropout_p(*this, Op::dropout_backward, p);
+  const OpTimer timer(*this, Op::dropout_backward);
   dropout_backward_impl(din, dout, p, seed);
 }
 
@@ -231,16 +275,19 @@ void Backend::dropout_backward(Tensor din, Tensor dout, float p, uint64_t seed) 
 
 void Backend::add(Tensor out, Tensor a, Tensor b) {
   pointwise(*this, Op::add, {{"out", out}, {"a", a}, {"b", b}});
+  const OpTimer timer(*this, Op::add);
   add_impl(out, a, b);
 }
 
 void Backend::accumulate(Tensor dst, Tensor src) {
   pointwise(*this, Op::accumulate, {{"dst", dst}, {"src", src}});
+  const OpTimer timer(*this, Op::accumulate);
   accumulate_impl(dst, src);
 }
 
 void Backend::scale(Tensor x, double s) {
   pointwise(*this, Op::scale, {{"x", x}});
+  const OpTimer timer(*this, Op::scale);
   scale_impl(x, s);
 }
 
@@ -300,6 +347,7 @@ void Backend::attention(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv
   c.shapes(out.numel() == d.B * d.T * C && out.cols() == C && lse.numel() == d.B * n_head * d.T,
            {{"out", out}, {"lse", lse}, {"qkv", qkv}},
            attention_layout(d.n_kv_head != n_head, false));
+  const OpTimer timer(*this, Op::attention);
   attention_impl(out, lse, qkv, n_head, d.n_kv_head);
 }
 
@@ -314,6 +362,7 @@ void Backend::attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor ou
                dout.numel() == out.numel() && dout.cols() == C && lse.numel() == d.B * n_head * d.T,
            {{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"out", out}, {"lse", lse}},
            attention_layout(d.n_kv_head != n_head, true));
+  const OpTimer timer(*this, Op::attention_backward);
   attention_backward_impl(dqkv, dout, qkv, out, lse, n_head, d.n_kv_head);
 }
 
@@ -344,12 +393,14 @@ int rope_check(OpCheck& c, Named a, Named b, int n_head, int n_kv_head, float th
 void Backend::rope(Tensor out, Tensor in, int n_head, int n_kv_head, float theta) {
   OpCheck c(*this, Op::rope);
   const int nkv = rope_check(c, {"out", out}, {"in", in}, n_head, n_kv_head, theta);
+  const OpTimer timer(*this, Op::rope);
   rope_impl(out, in, n_head, nkv, theta);
 }
 
 void Backend::rope_backward(Tensor din, Tensor dout, int n_head, int n_kv_head, float theta) {
   OpCheck c(*this, Op::rope_backward);
   const int nkv = rope_check(c, {"din", din}, {"dout", dout}, n_head, n_kv_head, theta);
+  const OpTimer timer(*this, Op::rope_backward);
   rope_backward_impl(din, dout, n_head, nkv, theta);
 }
 
@@ -360,6 +411,7 @@ void Backend::swiglu(Tensor out, Tensor in) {
   c.floats({{"out", out}, {"in", in}});
   c.shapes(in.cols() % 2 == 0 && out.cols() * 2 == in.cols() && out.numel() * 2 == in.numel(),
            {{"out", out}, {"in", in}}, "in [N,2H] = (gate | up), out [N,H]");
+  const OpTimer timer(*this, Op::swiglu);
   swiglu_impl(out, in);
 }
 
@@ -369,6 +421,7 @@ void Backend::swiglu_backward(Tensor din, Tensor dout, Tensor in, GradWrite writ
   c.shapes(in.cols() % 2 == 0 && din.numel() == in.numel() && din.cols() == in.cols() &&
                dout.cols() * 2 == in.cols() && dout.numel() * 2 == in.numel(),
            {{"din", din}, {"dout", dout}, {"in", in}}, "din like in [N,2H], dout [N,H]");
+  const OpTimer timer(*this, Op::swiglu_backward);
   swiglu_backward_impl(din, dout, in, write);
 }
 
@@ -380,6 +433,7 @@ void Backend::embedding(Tensor out, Tensor ids, Tensor table) {
   c.shapes(table.cols() == out.cols(), {{"out", out}, {"table", table}},
            "out [N,C] and table [V,C] of one row length");
   c.ids({"ids", ids}, out.rows(), table.rows());
+  const OpTimer timer(*this, Op::embedding);
   embedding_impl(out, ids, table);
 }
 
@@ -389,6 +443,7 @@ void Backend::embedding_backward(Tensor dtable, Tensor dout, Tensor ids) {
   c.shapes(dtable.cols() == dout.cols(), {{"dtable", dtable}, {"dout", dout}},
            "dout [N,C] and dtable [V,C] of one row length");
   c.ids({"ids", ids}, dout.rows(), dtable.rows());
+  const OpTimer timer(*this, Op::embedding_backward);
   embedding_backward_impl(dtable, dout, ids);
 }
 
@@ -403,6 +458,7 @@ void Backend::cross_entropy(Tensor losses, Tensor lse, Tensor logits, Tensor tar
            {{"losses", losses}, {"lse", lse}, {"logits", logits}},
            "losses [N], lse [N] for logits [N,V]");
   c.ids({"targets", targets}, N, V);
+  const OpTimer timer(*this, Op::cross_entropy);
   cross_entropy_impl(losses, lse, logits, targets);
 }
 
@@ -416,6 +472,7 @@ void Backend::cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, 
            {{"dlogits", dlogits}, {"logits", logits}, {"lse", lse}},
            "dlogits like logits [N,V], lse [N]");
   c.ids({"targets", targets}, N, V);
+  const OpTimer timer(*this, Op::cross_entropy_backward);
   cross_entropy_backward_impl(dlogits, logits, lse, targets, scale);
 }
 
@@ -423,11 +480,13 @@ void Backend::cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, 
 
 double Backend::sum(Tensor x) {
   OpCheck(*this, Op::sum).floats({{"x", x}});
+  const OpTimer timer(*this, Op::sum);
   return sum_impl(x, false);
 }
 
 double Backend::sum_squares(Tensor x) {
   OpCheck(*this, Op::sum_squares).floats({{"x", x}});
+  const OpTimer timer(*this, Op::sum_squares);
   return sum_impl(x, true);
 }
 
@@ -435,6 +494,7 @@ void Backend::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWPa
   pointwise(*this, Op::adamw, {{"param", param}, {"grad", grad}, {"m", m}, {"v", v}});
   if (hp.step < 1)
     OpCheck(*this, Op::adamw).fail(fmt::format("step is {}, must be >= 1 (1-based)", hp.step));
+  const OpTimer timer(*this, Op::adamw);
   adamw_impl(param, grad, m, v, hp);
 }
 

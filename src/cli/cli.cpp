@@ -84,7 +84,8 @@ Command add_run(CLI::App& app) {
       ->excludes(resume);
   sub->add_flag("--dry-run", a->dry_run,
                 "validate and print what would run (the mpirun command, or the resolved config)");
-  sub->add_option("--profile", a->profile, "write Chrome traces for steps A:B into RUN_DIR/trace/")
+  sub->add_option("--profile", a->profile,
+                  "write Chrome traces and a per-op time table for steps A:B into RUN_DIR/trace/")
       ->type_name("A:B");
   return {sub, [a] {
             return run_command(*a, [a](const Experiment& exp, const std::string& resume_file) {

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <chrono>
@@ -120,6 +121,49 @@ struct Tracer::Impl {
       if (!f.flush()) throw Error(kExitFailure, fmt::format("cannot write trace {}", tmp));
     }
     fs::rename(tmp, path);
+    write_op_table();
+  }
+
+  // Beside the timeline, the spans of category "op" (one per backend op, from the trainer's
+  // op observer) summed per op name, per traced step: where a step's time goes, op by op.
+  void write_op_table() const {
+    std::map<std::string, std::pair<int64_t, double>> per_op;  // calls, microseconds
+    double step_us = 0, op_us = 0;
+    int64_t steps = 0;
+    for (const Event& e : events) {
+      if (e.cat == "step") {
+        step_us += e.dur;
+        ++steps;
+      } else if (e.cat == "op") {
+        auto& [calls, us] = per_op[e.name];
+        ++calls;
+        us += e.dur;
+        op_us += e.dur;
+      }
+    }
+    if (per_op.empty() || steps == 0) return;
+    std::vector<std::pair<std::string, std::pair<int64_t, double>>> rows(per_op.begin(),
+                                                                         per_op.end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+    const double n = static_cast<double>(steps);
+    std::string out = fmt::format(
+        "# trainrun --profile: wall time per backend op, rank {}, {} traced step(s), per step\n"
+        "# (a device backend synchronises after every op while traced)\n"
+        "{:<26} {:>10} {:>10} {:>8}\n",
+        rank, steps, "op", "calls", "ms", "% step");
+    for (const auto& [name, cu] : rows)
+      out += fmt::format("{:<26} {:>10.1f} {:>10.3f} {:>8.1f}\n", name,
+                         static_cast<double>(cu.first) / n, cu.second / n / 1e3,
+                         100 * cu.second / step_us);
+    out += fmt::format("{:<26} {:>10} {:>10.3f} {:>8.1f}\n", "(outside ops)", "",
+                       (step_us - op_us) / n / 1e3, 100 * (step_us - op_us) / step_us);
+    out += fmt::format("{:<26} {:>10} {:>10.3f} {:>8.1f}\n", "step", "", step_us / n / 1e3, 100.0);
+    const std::string table =
+        (fs::path(path).parent_path() / fmt::format("ops-rank-{}.txt", rank)).string();
+    std::ofstream f(table, std::ios::binary | std::ios::trunc);
+    f << out;
+    if (!f.flush()) throw Error(kExitFailure, fmt::format("cannot write {}", table));
   }
 };
 

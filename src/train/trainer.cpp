@@ -96,6 +96,17 @@ struct StepResult {
   bool stop = false;                   // a stop request every rank agreed on (several ranks)
 };
 
+// Under --profile, every backend op of a traced step becomes a span of category "op", which the
+// tracer also sums per op (trace/ops-rank-N.txt): where the step's time goes, op by op.
+class OpSpans : public OpObserver {
+ public:
+  explicit OpSpans(Tracer& t) : t_(t) {}
+  void op_done(Op op, double t0, double t1) override { t_.span(op_name(op), "op", t0, t1); }
+
+ private:
+  Tracer& t_;
+};
+
 class Trainer {
  public:
   Trainer(const Experiment& exp, const RunOptions& opts)
@@ -159,6 +170,7 @@ class Trainer {
   std::unique_ptr<Checkpointer> ckpt_;  // rank 0 only; every rank's with checkpoint.sharded
   std::unique_ptr<StepReporter> reporter_;
   std::unique_ptr<Tracer> tracer_;
+  std::unique_ptr<OpSpans> op_spans_;
   std::unique_ptr<Watchdog> watchdog_;
   HealthMonitor health_;
   CheckpointPolicy checkpoint_policy_;
@@ -239,6 +251,7 @@ void Trainer::setup() {
 
   watchdog_ = std::make_unique<Watchdog>(*comm_, exp_.run_dir, exp_.fault_tolerance.step_timeout);
   tracer_ = std::make_unique<Tracer>(exp_.run_dir, rank_, opts_.profile);
+  op_spans_ = std::make_unique<OpSpans>(*tracer_);
   setup_device();
   setup_model();
   setup_data();
@@ -351,6 +364,7 @@ void Trainer::start() {
 StepResult Trainer::train_step(int64_t step, double lr) {
   phase(Phase::data, step);
   tracer_->set_step(step);
+  be_->set_op_observer(tracer_->active() ? op_spans_.get() : nullptr);
   const double t_iter = now();
   faults_.at_step_start(step);
   const double t_pre = now() - t_iter;  // an injected delay before the step counts as data time
@@ -378,6 +392,7 @@ StepResult Trainer::train_step(int64_t step, double lr) {
   t.optimizer = now() - t_opt;
   t.total = now() - t_start;
   tracer_->span("step", "step", t_iter, now());
+  be_->set_op_observer(nullptr);
   StepTimes sample = t;
   sample.total += t_pre;
   sample.data += t_pre;

@@ -67,6 +67,21 @@ def test_profile_writes_chrome_traces_for_the_window(tmp_path):
         assert len([e for e in spans if e["name"] == "step"]) == 3  # steps 3, 4, 5
         assert {"forward", "backward"} <= {e["name"] for e in spans}
         assert any(e["cat"] == "comm" for e in spans)
+        # Every backend op of a traced step is a span inside one of the steps, and the op table
+        # beside the trace sums them per op and per step.
+        steps = [e for e in spans if e["name"] == "step"]
+        ops = [e for e in spans if e["cat"] == "op"]
+        assert {"matmul", "matmul_backward", "attention", "adamw"} <= {e["name"] for e in ops}
+        assert all(any(s["ts"] <= o["ts"] <= s["ts"] + s["dur"] for s in steps) for o in ops)
+        table = (rd / "trace" / f"ops-rank-{rank}.txt").read_text().splitlines()
+        rows = {l.split()[0]: l.split()[1:] for l in table if not l.startswith("#")}
+        step_ms = sum(s["dur"] for s in steps) / 3 / 1e3
+        assert math.isclose(float(rows["step"][0]), step_ms, rel_tol=1e-3, abs_tol=0.01)
+        mm = [o["dur"] for o in ops if o["name"] == "matmul"]
+        assert math.isclose(float(rows["matmul"][0]), len(mm) / 3)
+        assert math.isclose(float(rows["matmul"][1]), sum(mm) / 3 / 1e3, rel_tol=1e-2, abs_tol=0.01)
+        op_ms = sum(float(v[1]) for k, v in rows.items() if k not in ("op", "step", "(outside"))
+        assert op_ms <= step_ms * 1.001
     assert not list((rd / "trace").glob("*.tmp"))
 
 
