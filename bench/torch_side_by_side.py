@@ -5,6 +5,7 @@ optimizer (bench/torch_gpt.py: nanoGPT's model with biases, dropout 0; AdamW, cl
 table with the load average beside each figure. Not a CI dependency: needs `torch`.
 
     python3 bench/torch_side_by_side.py [--configs A,B,C,D] [--rounds 2] [--no-compile]
+    python3 bench/torch_side_by_side.py --profile A,B,C    # where each step's time goes, op by op
 
 BUILD (default build) picks the trainrun binary; SHAKESPEARE the text (default: data/ or the
 shared copy beside the repository)."""
@@ -43,7 +44,7 @@ def params(n_layer, d, seq_len, vocab=256):
     return vocab * d + seq_len * d + n_layer * per_block + 2 * d
 
 
-def trainrun_ms(name, cfg, text):
+def trainrun_ms(name, cfg, text, profile=False):
     n_layer, d, n_head, T, B, steps, _ = cfg
     run_dir = pathlib.Path(os.environ.get("RUNS", "/tmp/trainrun-bench-runs")) / f"side-{name}"
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -55,13 +56,81 @@ def trainrun_ms(name, cfg, text):
     args = [str(binary), str(ROOT / "bench/configs/llmc-cpu.yaml")]
     for k, v in sets.items():
         args += ["--set", f"{k}={v}"]
+    if profile:  # per-op times of the steps after warm-up (trainrun --profile)
+        args += ["--profile", f"{WARMUP + 1}:{steps}"]
     env = dict(os.environ, OMP_NUM_THREADS=str(THREADS))
     p = subprocess.run(args, env=env, capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"trainrun failed ({p.returncode}):\n{p.stderr[-2000:]}")
     rows = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if l]
     times = [r["step_time"] for r in rows if r.get("kind") == "train" and WARMUP < r["step"] < steps]
+    if profile:
+        table = {}
+        for line in (run_dir / "trace" / "ops-rank-0.txt").read_text().splitlines():
+            f = line.split()
+            if line.startswith("#") or f[0] in ("op", "step"):
+                continue
+            table["(outside ops)" if f[0] == "(outside" else f[0]] = float(f[-2])
+        return 1000 * statistics.median(times), table
     return 1000 * statistics.median(times)
+
+
+# Op groups for the per-op comparison: (group, trainrun op pattern, PyTorch op pattern). An op
+# matching no group counts as "everything else".
+GROUPS = [
+    # aten::sum: the bias gradients (trainrun's are inside matmul_backward)
+    ("linear GEMMs (forward, backward, bias)", r"^matmul", r"^aten::(mm|addmm|bmm|sum)$"),
+    ("attention (with its GEMMs)", r"^attention", r"scaled_dot_product|flash_attention"),
+    ("GELU forward + backward", r"^gelu", r"^aten::gelu"),
+    ("layernorm forward + backward", r"^layernorm", r"layer_norm"),
+    # PyTorch's in-place elementwise ops are mostly AdamW's and clipping's (add_ also sums
+    # gradients in autograd): an approximate split, the step totals are exact.
+    ("AdamW and clipping (grad norm, scale)", r"^(adamw|sum_squares|scale)$",
+     r"^(aten::(lerp_|addcdiv_|addcmul_|sqrt|div|mul_|add_|_foreach_\w+|linalg_vector_norm|"
+     r"clamp|stack|reciprocal)$|Optimizer)"),
+    ("loss (cross-entropy)", r"^cross_entropy", r"(cross_entropy|log_softmax|nll_loss)"),
+    ("embedding", r"^embedding", r"embedding"),
+]
+
+
+def group_of(name, side):
+    import re
+    for g, tr, pt in GROUPS:
+        if re.search(tr if side == 0 else pt, name):
+            return g
+    return "everything else (zeroing, copies, adds, framework)"
+
+
+def profile_side_by_side(torch, names, text, data):
+    """trainrun's op table (--profile) beside PyTorch eager's profiler self times, per step,
+    grouped by what the ops do; then both step times."""
+    for name in names:
+        cfg = CONFIGS[name]
+        tr_ms, tr_ops = trainrun_ms(name, cfg, text, profile=True)
+        pt_ms, pt_ops = torch_ms(torch, cfg, data, False, profile=True)
+        groups = {}
+        for side, ops in ((0, tr_ops), (1, pt_ops)):
+            for op, ms in ops.items():
+                g = group_of(op, side)
+                groups.setdefault(g, [0.0, 0.0])[side] += ms
+        n_layer, d, _, T, B, _, _ = cfg
+        print(f"\n### {name}: {n_layer} layers, d {d}, T {T}, B {B}: ms per step "
+              f"(trainrun {tr_ms:.1f}, PyTorch eager {pt_ms:.1f}; load {load():.1f})\n")
+        print("| ops | trainrun | PyTorch eager | PyTorch - trainrun |")
+        print("|---|---:|---:|---:|")
+        order = [g for g, _, _ in GROUPS] + ["everything else (zeroing, copies, adds, framework)"]
+        for g in order:
+            if g in groups:
+                t, p = groups[g]
+                print(f"| {g} | {t:.1f} | {p:.1f} | {p - t:+.1f} |")
+        t_sum = sum(v[0] for v in groups.values())
+        p_sum = sum(v[1] for v in groups.values())
+        print(f"| sum of the rows (profiled steps) | {t_sum:.1f} | {p_sum:.1f} | {p_sum - t_sum:+.1f} |")
+        print("\ntrainrun's ops: " + ", ".join(f"{k} {v:.1f}" for k, v in
+                                                 sorted(tr_ops.items(), key=lambda kv: -kv[1])))
+        print("PyTorch's ops: " + ", ".join(f"{k} {v:.1f}" for k, v in
+                                             sorted(pt_ops.items(), key=lambda kv: -kv[1])[:25]),
+              flush=True)
 
 
 def torch_ms(torch, cfg, data, compiled, profile=False):
@@ -89,7 +158,10 @@ def torch_ms(torch, cfg, data, compiled, profile=False):
         times.append(time.perf_counter() - t0)
     if prof:
         prof.stop()
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20))
+        n = steps - WARMUP
+        ops = {e.key: e.self_cpu_time_total / 1e3 / n for e in prof.key_averages()
+               if e.self_cpu_time_total > 0}
+        return 1000 * statistics.median(times[WARMUP:]), ops
     return 1000 * statistics.median(times[WARMUP:])
 
 
@@ -98,8 +170,9 @@ def main():
     ap.add_argument("--configs", default="A,B,C,D")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--profile", metavar="CONFIG",
-                    help="print PyTorch eager's per-op profile of one config and stop")
+    ap.add_argument("--profile", metavar="CONFIGS",
+                    help="print trainrun's and PyTorch eager's time per op of these configs "
+                         "side by side (ms per step, grouped) and stop")
     a = ap.parse_args()
     try:
         import torch
@@ -109,7 +182,7 @@ def main():
     text = torch_gpt.shakespeare()
     data = torch.frombuffer(bytearray(text.read_bytes()), dtype=torch.uint8)
     if a.profile:
-        print(f"{a.profile}: {torch_ms(torch, CONFIGS[a.profile], data, False, True):.1f} ms/step")
+        profile_side_by_side(torch, a.profile.split(","), text, data)
         return
     print(f"## trainrun vs PyTorch {torch.__version__} on the CPU, {THREADS} threads, fp32, "
           f"median ms/step (load average after each figure)")

@@ -3,7 +3,8 @@
 // same order and in fp32, as the CPU reference (src/backend/cpu/adamw.cpp):
 //   m = b1 m + (1-b1) g ;  v = b2 v + (1-b2) g^2
 //   p -= lr * ( mhat / (sqrt(vhat) + eps) + wd * p ),  mhat = m/(1-b1^t), vhat = v/(1-b2^t)
-// The bias corrections depend only on the step and are computed on the host in double.
+// The bias corrections depend only on the step and are computed on the host in double; g is the
+// gradient times grad_scale (gradient clipping's factor), as on the CPU.
 #include "common.cuh"
 #include "launch.h"
 
@@ -14,10 +15,10 @@ constexpr int kThreads = 256;
 
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t n,
                              float lr, float b1, float b2, float eps, float wd, float inv_bc1,
-                             float inv_bc2) {
+                             float inv_bc2, float gs) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const float g = grad[i];
+    const float g = grad[i] * gs;
     const float mi = b1 * m[i] + (1.0f - b1) * g;
     const float vi = b2 * v[i] + (1.0f - b2) * g * g;
     m[i] = mi;
@@ -31,10 +32,12 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
 }  // namespace
 
 void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
-           float beta2, float eps, float weight_decay, float inv_bias_corr1, float inv_bias_corr2) {
+           float beta2, float eps, float weight_decay, float inv_bias_corr1, float inv_bias_corr2,
+           float grad_scale) {
   if (n <= 0) return;
   adamw_kernel<<<grid_for(n, kThreads), kThreads>>>(param, grad, m, v, n, lr, beta1, beta2, eps,
-                                                    weight_decay, inv_bias_corr1, inv_bias_corr2);
+                                                    weight_decay, inv_bias_corr1, inv_bias_corr2,
+                                                    grad_scale);
   check_launch("adamw");
 }
 

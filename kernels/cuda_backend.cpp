@@ -304,7 +304,8 @@ class CudaBackend final : public Backend {
     const float inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(double(hp.beta1), t)));
     const float inv_bc2 = static_cast<float>(1.0 / (1.0 - std::pow(double(hp.beta2), t)));
     cuda::adamw(param.as<float>(), grad.as<float>(), m.as<float>(), v.as<float>(), param.numel(),
-                hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, inv_bc1, inv_bc2);
+                hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, inv_bc1, inv_bc2,
+                static_cast<float>(hp.grad_scale));
   }
 
  private:

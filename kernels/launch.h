@@ -94,6 +94,7 @@ double sum(DType dt, const void* x, int64_t n, bool squares, void* scratch);
 
 // adamw.cu (f32 only)
 void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
-           float beta2, float eps, float weight_decay, float inv_bias_corr1, float inv_bias_corr2);
+           float beta2, float eps, float weight_decay, float inv_bias_corr1, float inv_bias_corr2,
+           float grad_scale);
 
 }  // namespace trainrun::cuda

@@ -54,6 +54,10 @@ struct AdamWParams {
   float eps = 1e-8f;
   float weight_decay = 0.0f;
   int64_t step = 1;  // 1-based, for bias correction
+  // Multiplies every gradient before it is used (gradient clipping's factor, 1 = none): folded
+  // into the update's one pass instead of a scale() pass of its own over the gradients, which
+  // stay unscaled in their buffer.
+  double grad_scale = 1.0;
 };
 
 // Every op of the set, for supports() and for naming ops in messages and tests.
@@ -212,7 +216,8 @@ class Backend {
   double sum_squares(Tensor x);  // NaN/Inf propagate, so callers detect bad steps
 
   // ---- optimizer ----
-  // Fused AdamW with decoupled weight decay over a contiguous range of the flat buffers.
+  // Fused AdamW with decoupled weight decay over a contiguous range of the flat buffers, on
+  // grad * hp.grad_scale.
   void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp);
 
  protected:

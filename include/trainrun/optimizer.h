@@ -22,8 +22,9 @@ class AdamW {
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
 
-  // One update of the shard's parameters from the shard's gradients. t is 1-based.
-  void step(double lr, int64_t t);
+  // One update of the shard's parameters from the shard's gradients times grad_scale (gradient
+  // clipping's factor; the gradient buffer is left as it was). t is 1-based.
+  void step(double lr, int64_t t, double grad_scale = 1.0);
   Tensor m() const;  // [shard.size()]
   Tensor v() const;
   Shard shard() const { return shard_; }

@@ -329,7 +329,7 @@ class CpuBackend final : public Backend {
     dispatch(param.dtype, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       cpu::adamw<T>(ptr<T>(param), ptr<T>(grad), ptr<T>(m), ptr<T>(v), param.numel(), hp.lr,
-                    hp.beta1, hp.beta2, hp.eps, hp.weight_decay, hp.step);
+                    hp.beta1, hp.beta2, hp.eps, hp.weight_decay, hp.step, hp.grad_scale);
     });
   }
 

@@ -41,7 +41,7 @@ Tensor AdamW::v() const {
   return Tensor(v_, ps_.master_dtype(), ps_.backend().device(), {shard_.size()});
 }
 
-void AdamW::step(double lr, int64_t t) {
+void AdamW::step(double lr, int64_t t, double grad_scale) {
   if (shard_.size() == 0) return;
   Backend& be = ps_.backend();
   AdamWParams hp;
@@ -50,6 +50,7 @@ void AdamW::step(double lr, int64_t t) {
   hp.beta2 = static_cast<float>(cfg_.betas.at(1));
   hp.eps = static_cast<float>(cfg_.eps);
   hp.step = t;
+  hp.grad_scale = grad_scale;
   Tensor params = ps_.params(), grads = ps_.grads(), m_all = m(), v_all = v();
   // Weight decay applies per parameter, so walk the parameters that overlap the shard and merge
   // neighbours with the same decay flag into one fused call.

@@ -494,6 +494,17 @@ void add_adamw(std::vector<OpCase>& out, const Ctx& x) {
   c.tol = 1e-5;
   c.flops = 14.0 * static_cast<double>(n);
   c.bytes = 28.0 * static_cast<double>(n);
+  OpCase clipped = c;  // gradient clipping's factor folded into the update
+  clipped.variant = " grad_scale";
+  clipped.call = op_call([](Backend& be, const Args& a) {
+    AdamWParams hp;
+    hp.lr = 3e-4f;
+    hp.weight_decay = 0.1f;
+    hp.step = 7;
+    hp.grad_scale = 0.37;
+    be.adamw(a["param"], a["grad"], a["m"], a["v"], hp);
+  });
+  out.push_back(std::move(clipped));
   out.push_back(std::move(c));
 }
 

@@ -106,6 +106,6 @@ double sum_squares(const T* x, int64_t n);
 // adamw.cpp: one fused pass over [0, n)
 template <class T>
 void adamw(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double beta1, double beta2,
-           double eps, double weight_decay, int64_t step);
+           double eps, double weight_decay, int64_t step, double grad_scale);
 
 }  // namespace trainrun::cpu
