@@ -17,6 +17,7 @@ void cross_entropy_forward(T* losses, T* lse, const T* logits, const int32_t* ta
   for (int64_t n = 0; n < N; ++n) {
     const T* x = logits + n * V;
     T mx = -INFINITY;
+#pragma omp simd reduction(max : mx)  // a plain loop is a chain of dependent compares
     for (int64_t v = 0; v < V; ++v) mx = x[v] > mx ? x[v] : mx;
     T sum = 0;
 #pragma omp simd reduction(+ : sum)

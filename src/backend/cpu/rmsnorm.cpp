@@ -20,9 +20,11 @@ void rmsnorm_forward(T* out, T* rstd, const T* in, const T* w, int64_t rows, int
   for (int64_t r = 0; r < rows; ++r) {
     const T* x = in + r * C;
     T ss = 0;
+#pragma omp simd reduction(+ : ss)
     for (int64_t c = 0; c < C; ++c) ss += x[c] * x[c];
     const T s = static_cast<T>(1) / std::sqrt(ss / static_cast<T>(C) + static_cast<T>(kRmsNormEps));
     T* o = out + r * C;
+#pragma omp simd
     for (int64_t c = 0; c < C; ++c) o[c] = x[c] * s * w[c];
     rstd[r] = s;
   }
@@ -37,9 +39,11 @@ void rmsnorm_backward(T* din, T* dw, const T* dout, const T* in, const T* w, con
     const T* g = dout + r * C;
     const T s = rstd[r];
     T dot = 0;
+#pragma omp simd reduction(+ : dot)
     for (int64_t c = 0; c < C; ++c) dot += g[c] * w[c] * x[c];
     const T k = dot / static_cast<T>(C) * s * s;
     T* dx = din + r * C;
+#pragma omp simd
     for (int64_t c = 0; c < C; ++c) dx[c] += (g[c] * w[c] - x[c] * k) * s;
   }
   constexpr int64_t kBlock = 64;
