@@ -135,9 +135,11 @@ class CudaBackend final : public Backend {
   }
 
   void matmul_backward_impl(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
-                            GradWrite write) override {
+                            GradWrite write, GradWrite param_write) override {
     on_device();
     overwrite_by_zeroing(din, write);
+    overwrite_by_zeroing(dw, param_write);
+    overwrite_by_zeroing(dbias, param_write);
     const int64_t N = in.rows(), C = in.cols(), OC = w.rows();
     gemm_.backward(in.dtype, din.empty() ? nullptr : din.data, dw.data, dout.data, in.data, w.data,
                    N, C, OC);
@@ -155,8 +157,10 @@ class CudaBackend final : public Backend {
   }
 
   void layernorm_backward_impl(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
-                               Tensor mean, Tensor rstd) override {
+                               Tensor mean, Tensor rstd, GradWrite param_write) override {
     on_device();
+    overwrite_by_zeroing(dw, param_write);
+    overwrite_by_zeroing(db, param_write);
     const int64_t rows = in.rows(), C = in.cols();
     cuda::layernorm_backward(in.dtype, mean.dtype, din.data, dw.data, db.data, dout.data, in.data,
                              w.data, mean.data, rstd.data, rows, C,
@@ -169,9 +173,10 @@ class CudaBackend final : public Backend {
                           in.cols());
   }
 
-  void rmsnorm_backward_impl(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w,
-                             Tensor rstd) override {
+  void rmsnorm_backward_impl(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd,
+                             GradWrite param_write) override {
     on_device();
+    overwrite_by_zeroing(dw, param_write);
     const int64_t rows = in.rows(), C = in.cols();
     cuda::rmsnorm_backward(in.dtype, rstd.dtype, din.data, dw.data, dout.data, in.data, w.data,
                            rstd.data, rows, C, scratch(rmsnorm_backward_scratch_bytes(rows, C)));

@@ -47,14 +47,15 @@ class FakeBackend final : public Backend {
   void cast_impl(Tensor, Tensor) override { ++calls["cast"]; }
   void fill_impl(Tensor, double) override { ++calls["fill"]; }
   void matmul_impl(Tensor, Tensor, Tensor, Tensor) override { ++calls["matmul"]; }
-  void matmul_backward_impl(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, GradWrite) override {
+  void matmul_backward_impl(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, GradWrite,
+                            GradWrite) override {
     ++calls["matmul_backward"];
   }
   void layernorm_impl(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override {
     ++calls["layernorm"];
   }
-  void layernorm_backward_impl(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
-                               Tensor) override {
+  void layernorm_backward_impl(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
+                               GradWrite) override {
     ++calls["layernorm_backward"];
   }
   void gelu_impl(Tensor, Tensor) override { ++calls["gelu"]; }
@@ -73,7 +74,7 @@ class FakeBackend final : public Backend {
     ++calls["attention_backward"];
   }
   void rmsnorm_impl(Tensor, Tensor, Tensor, Tensor) override { ++calls["rmsnorm"]; }
-  void rmsnorm_backward_impl(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor) override {
+  void rmsnorm_backward_impl(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, GradWrite) override {
     ++calls["rmsnorm_backward"];
   }
   void rope_impl(Tensor, Tensor, int, int, float) override { ++calls["rope"]; }

@@ -43,15 +43,15 @@ class Faulty final : public Backend {
     if (fault_ == Fault::off_by_a_bit) out.as<float>()[0] *= 1.001f;
   }
   void matmul_backward_impl(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
-                            GradWrite write) override {
-    cpu_->matmul_backward(din, dw, db, dout, in, w, write);
+                            GradWrite write, GradWrite param_write) override {
+    cpu_->matmul_backward(din, dw, db, dout, in, w, write, param_write);
   }
   void layernorm_impl(Tensor o, Tensor m, Tensor r, Tensor in, Tensor w, Tensor b) override {
     cpu_->layernorm(o, m, r, in, w, b);
   }
   void layernorm_backward_impl(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
-                               Tensor m, Tensor r) override {
-    cpu_->layernorm_backward(din, dw, db, dout, in, w, m, r);
+                               Tensor m, Tensor r, GradWrite param_write) override {
+    cpu_->layernorm_backward(din, dw, db, dout, in, w, m, r, param_write);
   }
   void gelu_impl(Tensor o, Tensor i) override { cpu_->gelu(o, i); }
   void gelu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) override {
@@ -84,9 +84,9 @@ class Faulty final : public Backend {
   void rmsnorm_impl(Tensor o, Tensor r, Tensor in, Tensor w) override {
     cpu_->rmsnorm(o, r, in, w);
   }
-  void rmsnorm_backward_impl(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w,
-                             Tensor r) override {
-    cpu_->rmsnorm_backward(din, dw, dout, in, w, r);
+  void rmsnorm_backward_impl(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor r,
+                             GradWrite param_write) override {
+    cpu_->rmsnorm_backward(din, dw, dout, in, w, r, param_write);
   }
   void rope_impl(Tensor o, Tensor in, int nh, int nkv, float theta) override {
     cpu_->rope(o, in, nh, nkv, theta);

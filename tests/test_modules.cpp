@@ -6,6 +6,7 @@
 // (up to ~1e-8 with the large random weights used here); a wrong gradient is off by O(1).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
@@ -631,6 +632,49 @@ TEST_CASE("ModelSpec: last_ready_params is what backward reports final last") {
   const ModelConfig gpt = gpt_config(2, 16, 2, 8, 32);
   CHECK(model_spec(ModelType::gpt).measure(gpt, 1, DType::f32).last_ready_params ==
         (32 + 8) * 16);  // wte and wpe
+}
+
+TEST_CASE(
+    "begin_grads: every model's gradients come out as from zeroed buffers, whatever was there") {
+  auto be = make_cpu_backend();
+  for (const ModelConfig& cfg : spec_zoo()) {
+    CAPTURE(enum_name(cfg.type));
+    CAPTURE(cfg.d_model);
+    auto model = model_spec(cfg.type).build(cfg, *be, 2, DType::f32);
+    ParamStore& ps = model->params();
+    ps.initialize(5);
+    const size_t n = static_cast<size_t>(2 * cfg.seq_len);
+    std::vector<int32_t> x(n), y(n);
+    for (size_t i = 0; i < n; ++i) {
+      x[i] = static_cast<int32_t>((i * 3) % static_cast<size_t>(cfg.vocab_size));
+      y[i] = static_cast<int32_t>((i * 5 + 1) % static_cast<size_t>(cfg.vocab_size));
+    }
+    model->set_batch(x.data(), y.data());
+    auto grads = [&] {
+      const float* g = ps.grads().as<float>();
+      return std::vector<float>(g, g + ps.numel());
+    };
+    // Reference: zeroed buffers, every op accumulating.
+    be->fill(ps.grads(), 0.0);
+    model->forward(true, 1);
+    model->backward(1.0f, 1, nullptr);
+    const std::vector<float> want = grads();
+    // Stale buffers (NaN: any value an op read would show), first writes overwrite, twice over
+    // so the second step starts from the first's gradients.
+    be->fill(ps.grads(), NAN);
+    for (int step = 0; step < 2; ++step) {
+      ps.begin_grads();
+      model->forward(true, 1);
+      int64_t ready_end = 0;
+      model->backward(1.0f, 1, [&](int64_t begin, int64_t end) {
+        ps.zero_stale(begin, end);
+        ready_end = std::max(ready_end, end);
+      });
+      ps.zero_stale(0, ps.numel());
+      CHECK(ready_end == ps.numel());
+      CHECK(grads() == want);
+    }
+  }
 }
 
 TEST_CASE("Llama: parameter counts by hand, names and modules in forward order") {

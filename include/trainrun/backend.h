@@ -17,7 +17,9 @@
 //    accumulation over micro-batches is free. The ops whose input gradient is often a module's
 //    private buffer (matmul_backward's din, the activations' din) also take
 //    GradWrite::overwrite: din = ..., its old contents never read, which saves zeroing that
-//    buffer and reading the zeros back (parameter gradients always accumulate).
+//    buffer and reading the zeros back. The ops producing parameter gradients (matmul_backward,
+//    layernorm_backward, rmsnorm_backward) take a second GradWrite for those: the first write of a
+//    step overwrites (ParamStore::grad_write), so no pass zeroes the gradients each step.
 //  - Every tensor of a call lives on the backend's device (copy() alone also takes host
 //    tensors). All float tensors of one call share a dtype, with two exceptions under bf16
 //    activations: saved statistics (layernorm mean/rstd, rmsnorm rstd, attention lse,
@@ -144,19 +146,22 @@ class Backend {
   // out[N,OC] = in[N,C] . w[OC,C]^T + bias[OC] (bias may be empty)
   void matmul(Tensor out, Tensor in, Tensor w, Tensor bias);
   // din[N,C] += dout . w ; dw[OC,C] += dout^T . in ; dbias[OC] += colsum(dout).
-  // din and dbias may be empty (skipped); `write` applies to din only.
+  // din and dbias may be empty (skipped); `write` applies to din, `param_write` to dw and dbias.
   void matmul_backward(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
-                       GradWrite write = GradWrite::accumulate);
+                       GradWrite write = GradWrite::accumulate,
+                       GradWrite param_write = GradWrite::accumulate);
 
   // ---- normalisation and activations ----
   // out = (in - mean) * rstd * w + b over the last dim; mean, rstd: [rows] (saved for backward)
   void layernorm(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b);
+  // din += ; dw, db += (or =, with param_write overwrite).
   void layernorm_backward(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
-                          Tensor mean, Tensor rstd);
+                          Tensor mean, Tensor rstd, GradWrite param_write = GradWrite::accumulate);
   // RMSNorm over the last dim: out = in * rstd * w; rstd [rows] = 1 / sqrt(mean(in^2) + 1e-5),
-  // saved for backward. din [rows,C] += ; dw [C] += .
+  // saved for backward. din [rows,C] += ; dw [C] += (or =, with param_write overwrite).
   void rmsnorm(Tensor out, Tensor rstd, Tensor in, Tensor w);
-  void rmsnorm_backward(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd);
+  void rmsnorm_backward(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd,
+                        GradWrite param_write = GradWrite::accumulate);
   // GELU, tanh approximation (GPT-2's)
   void gelu(Tensor out, Tensor in);
   void gelu_backward(Tensor din, Tensor dout, Tensor in, GradWrite write = GradWrite::accumulate);
@@ -230,11 +235,12 @@ class Backend {
   virtual void fill_impl(Tensor x, double value) = 0;
   virtual void matmul_impl(Tensor out, Tensor in, Tensor w, Tensor bias) = 0;
   virtual void matmul_backward_impl(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
-                                    Tensor w, GradWrite write) = 0;
+                                    Tensor w, GradWrite write, GradWrite param_write) = 0;
   virtual void layernorm_impl(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w,
                               Tensor b) = 0;
   virtual void layernorm_backward_impl(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in,
-                                       Tensor w, Tensor mean, Tensor rstd) = 0;
+                                       Tensor w, Tensor mean, Tensor rstd,
+                                       GradWrite param_write) = 0;
   virtual void gelu_impl(Tensor out, Tensor in) = 0;
   virtual void gelu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) = 0;
   virtual void relu_impl(Tensor out, Tensor in) = 0;
@@ -250,7 +256,7 @@ class Backend {
                                        int n_head, int n_kv_head) = 0;
   virtual void rmsnorm_impl(Tensor out, Tensor rstd, Tensor in, Tensor w) = 0;
   virtual void rmsnorm_backward_impl(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w,
-                                     Tensor rstd) = 0;
+                                     Tensor rstd, GradWrite param_write) = 0;
   virtual void rope_impl(Tensor out, Tensor in, int n_head, int n_kv_head, float theta) = 0;
   virtual void rope_backward_impl(Tensor din, Tensor dout, int n_head, int n_kv_head,
                                   float theta) = 0;

@@ -65,6 +65,17 @@ class ParamStore {
   // The dtype of saved statistics (norm mean/rstd, attention and loss lse) and per-token losses:
   // f32 under bf16, so softmax and the loss are never recomputed from a rounded lse.
   DType stats_dtype() const { return master_dtype(); }
+  // Gradients without a zeroing pass (a GPT-2-small step spent 3% zeroing them). begin_grads()
+  // marks every parameter's gradient stale instead of filling it with zeros; the first op of the
+  // step that produces a parameter's gradient asks grad_write(i), gets GradWrite::overwrite
+  // (once, then accumulate: later micro-batches add), and overwrites the stale values.
+  // zero_stale(begin, end) zeroes the gradients in that element range of the flat buffer that no
+  // op wrote, and must run before anything reads the range (the gradient allreduce, the norm,
+  // the optimizer). Without begin_grads() every gradient counts as written: ops accumulate into
+  // whatever the caller zeroed, as before.
+  void begin_grads();
+  GradWrite grad_write(int i);
+  void zero_stale(int64_t begin, int64_t end);
   const std::vector<ParamInfo>& infos() const { return infos_; }
   std::vector<ParamEntry> entries() const;  // for checkpoints
   Backend& backend() const { return be_; }
@@ -79,7 +90,8 @@ class ParamStore {
   int64_t total_ = 0;
   void* params_ = nullptr;
   void* grads_ = nullptr;
-  void* compute_ = nullptr;  // bf16 only
+  void* compute_ = nullptr;     // bf16 only
+  std::vector<uint8_t> stale_;  // per parameter: gradient not yet written since begin_grads()
 };
 
 // Activation memory planned once: modules take() their buffers in bind(); the first pass only

@@ -140,7 +140,7 @@ void Backend::matmul(Tensor out, Tensor in, Tensor w, Tensor bias) {
 }
 
 void Backend::matmul_backward(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
-                              GradWrite write) {
+                              GradWrite write, GradWrite param_write) {
   OpCheck c(*this, Op::matmul_backward);
   const DType dt = c.floats({{"dout", dout}, {"in", in}, {"w", w}}, {{"din", din}});
   c.param_grads(dt, {{"dw", dw}}, {{"dbias", dbias}});
@@ -151,7 +151,7 @@ void Backend::matmul_backward(Tensor din, Tensor dw, Tensor dbias, Tensor dout, 
            {{"din", din}, {"dw", dw}, {"dbias", dbias}, {"dout", dout}, {"in", in}, {"w", w}},
            "in/din [N,C], w/dw [OC,C], dout [N,OC], dbias [OC]");
   const OpTimer timer(*this, Op::matmul_backward);
-  matmul_backward_impl(din, dw, dbias, dout, in, w, write);
+  matmul_backward_impl(din, dw, dbias, dout, in, w, write, param_write);
 }
 
 // ---- normalisation and activations ----
@@ -170,7 +170,7 @@ void Backend::layernorm(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor 
 }
 
 void Backend::layernorm_backward(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
-                                 Tensor mean, Tensor rstd) {
+                                 Tensor mean, Tensor rstd, GradWrite param_write) {
   OpCheck c(*this, Op::layernorm_backward);
   const DType dt = c.floats({{"din", din}, {"dout", dout}, {"in", in}, {"w", w}});
   c.param_grads(dt, {{"dw", dw}, {"db", db}});
@@ -188,7 +188,7 @@ void Backend::layernorm_backward(Tensor din, Tensor dw, Tensor db, Tensor dout, 
             {"rstd", rstd}},
            "din/dout like in [rows,C], w/dw/db [C], mean/rstd [rows]");
   const OpTimer timer(*this, Op::layernorm_backward);
-  layernorm_backward_impl(din, dw, db, dout, in, w, mean, rstd);
+  layernorm_backward_impl(din, dw, db, dout, in, w, mean, rstd, param_write);
 }
 
 void Backend::rmsnorm(Tensor out, Tensor rstd, Tensor in, Tensor w) {
@@ -203,8 +203,8 @@ void Backend::rmsnorm(Tensor out, Tensor rstd, Tensor in, Tensor w) {
   rmsnorm_impl(out, rstd, in, w);
 }
 
-void Backend::rmsnorm_backward(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w,
-                               Tensor rstd) {
+void Backend::rmsnorm_backward(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd,
+                               GradWrite param_write) {
   OpCheck c(*this, Op::rmsnorm_backward);
   const DType dt = c.floats({{"din", din}, {"dout", dout}, {"in", in}, {"w", w}});
   c.param_grads(dt, {{"dw", dw}});
@@ -215,7 +215,7 @@ void Backend::rmsnorm_backward(Tensor din, Tensor dw, Tensor dout, Tensor in, Te
            {{"din", din}, {"dw", dw}, {"dout", dout}, {"in", in}, {"w", w}, {"rstd", rstd}},
            "din/dout like in [rows,C], w/dw [C], rstd [rows]");
   const OpTimer timer(*this, Op::rmsnorm_backward);
-  rmsnorm_backward_impl(din, dw, dout, in, w, rstd);
+  rmsnorm_backward_impl(din, dw, dout, in, w, rstd, param_write);
 }
 
 namespace {

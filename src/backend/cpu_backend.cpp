@@ -128,12 +128,12 @@ class CpuBackend final : public Backend {
   }
 
   void matmul_backward_impl(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
-                            GradWrite write) override {
+                            GradWrite write, GradWrite param_write) override {
     dispatch(st_, in.dtype, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       cpu::matmul_backward<T>(st_.out<T>(din), st_.out<T>(dw), st_.out<T>(dbias), st_.in<T>(dout),
                               st_.in<T>(in), st_.in<T>(w), in.rows(), in.cols(), w.rows(),
-                              write == GradWrite::accumulate);
+                              write == GradWrite::accumulate, param_write == GradWrite::accumulate);
     });
   }
 
@@ -147,12 +147,12 @@ class CpuBackend final : public Backend {
   }
 
   void layernorm_backward_impl(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
-                               Tensor mean, Tensor rstd) override {
+                               Tensor mean, Tensor rstd, GradWrite param_write) override {
     dispatch(st_, in.dtype, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       cpu::layernorm_backward<T>(st_.out<T>(din), st_.out<T>(dw), st_.out<T>(db), st_.in<T>(dout),
                                  st_.in<T>(in), st_.in<T>(w), st_.in<T>(mean), st_.in<T>(rstd),
-                                 in.rows(), in.cols());
+                                 in.rows(), in.cols(), param_write == GradWrite::accumulate);
     });
   }
 
@@ -164,12 +164,13 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void rmsnorm_backward_impl(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w,
-                             Tensor rstd) override {
+  void rmsnorm_backward_impl(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd,
+                             GradWrite param_write) override {
     dispatch(st_, in.dtype, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       cpu::rmsnorm_backward<T>(st_.out<T>(din), st_.out<T>(dw), st_.in<T>(dout), st_.in<T>(in),
-                               st_.in<T>(w), st_.in<T>(rstd), in.rows(), in.cols());
+                               st_.in<T>(w), st_.in<T>(rstd), in.rows(), in.cols(),
+                               param_write == GradWrite::accumulate);
     });
   }
 

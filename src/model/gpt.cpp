@@ -69,7 +69,8 @@ class Gpt final : public Model {
     Backend& be = ps_.backend();
     scratch_.zero(0, top_end_);
     be.cross_entropy_backward(logits_, logits_, lse_, targets_, scale);
-    be.matmul_backward(dlnf_, wte_.weight_grad(), Tensor{}, logits_, lnf_out_, wte_.weight());
+    be.matmul_backward(dlnf_, wte_.weight_grad(), Tensor{}, logits_, lnf_out_, wte_.weight(),
+                       GradWrite::accumulate, wte_.weight_grad_write());
     lnf_.backward(stack_.output_grad(), dlnf_, stack_.output());
     if (ready) ready(stack_.param_end(embed_end_), ps_.numel());
     const Tensor dx = stack_.backward(be, static_cast<float>(cfg_.dropout), seed, ready);

@@ -1,5 +1,7 @@
 #include "trainrun/model/layernorm.h"
 
+#include <stdexcept>
+
 namespace trainrun {
 
 LayerNorm::LayerNorm(ParamStore& ps, const std::string& name, int dim) : ps_(ps), dim_(dim) {
@@ -17,8 +19,11 @@ void LayerNorm::forward(Tensor out, Tensor in) const {
 }
 
 void LayerNorm::backward(Tensor din, Tensor dout, Tensor in) const {
+  const GradWrite pw = ps_.grad_write(w_);  // the bias is written with the weight, always
+  if (ps_.grad_write(b_) != pw)
+    throw std::logic_error("LayerNorm::backward: weight and bias gradients out of step");
   ps_.backend().layernorm_backward(din, ps_.grad(w_), ps_.grad(b_), dout, in, ps_.param(w_), mean_,
-                                   rstd_);
+                                   rstd_, pw);
 }
 
 }  // namespace trainrun

@@ -1,5 +1,7 @@
 #include "trainrun/model/linear.h"
 
+#include <stdexcept>
+
 namespace trainrun {
 
 Linear::Linear(ParamStore& ps, const std::string& name, int in, int out, bool bias, float init_std,
@@ -14,8 +16,11 @@ void Linear::forward(Tensor out, Tensor in) const {
 }
 
 void Linear::backward(Tensor din, Tensor dout, Tensor in, GradWrite write) const {
+  const GradWrite pw = ps_.grad_write(w_);  // the bias is written with the weight, always
+  if (b_ >= 0 && ps_.grad_write(b_) != pw)
+    throw std::logic_error("Linear::backward: weight and bias gradients out of step");
   ps_.backend().matmul_backward(din, ps_.grad(w_), b_ >= 0 ? ps_.grad(b_) : Tensor{}, dout, in,
-                                ps_.param(w_), write);
+                                ps_.param(w_), write, pw);
 }
 
 }  // namespace trainrun

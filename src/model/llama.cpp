@@ -68,7 +68,8 @@ class Llama final : public Model {
     if (lm_head_)
       lm_head_->backward(dnorm_, logits_, norm_out_);
     else
-      be.matmul_backward(dnorm_, wte_.weight_grad(), Tensor{}, logits_, norm_out_, wte_.weight());
+      be.matmul_backward(dnorm_, wte_.weight_grad(), Tensor{}, logits_, norm_out_, wte_.weight(),
+                         GradWrite::accumulate, wte_.weight_grad_write());
     norm_f_.backward(stack_.output_grad(), dnorm_, stack_.output());
     if (ready) ready(stack_.param_end(embed_end_), ps_.numel());  // norm_f and lm_head
     wte_.backward(stack_.backward(be, static_cast<float>(cfg_.dropout), seed, ready), ids_);

@@ -44,6 +44,26 @@ void ParamStore::allocate() {
   refresh_compute();
 }
 
+void ParamStore::begin_grads() {
+  stale_.assign(infos_.size(), 1);
+}
+
+GradWrite ParamStore::grad_write(int i) {
+  const auto k = static_cast<size_t>(i);
+  if (k >= stale_.size() || !stale_[k]) return GradWrite::accumulate;
+  stale_[k] = 0;
+  return GradWrite::overwrite;
+}
+
+void ParamStore::zero_stale(int64_t begin, int64_t end) {
+  for (size_t k = 0; k < stale_.size(); ++k) {
+    const ParamInfo& p = infos_[k];
+    if (!stale_[k] || p.offset + p.numel <= begin || p.offset >= end) continue;
+    be_.fill(grad(static_cast<int>(k)), 0.0);
+    stale_[k] = 0;
+  }
+}
+
 Tensor ParamStore::compute_params() const {
   return compute_ ? flat(compute_, dtype_) : params();
 }

@@ -15,7 +15,8 @@ void RMSNorm::forward(Tensor out, Tensor in) const {
 }
 
 void RMSNorm::backward(Tensor din, Tensor dout, Tensor in) const {
-  ps_.backend().rmsnorm_backward(din, ps_.grad(w_), dout, in, ps_.param(w_), rstd_);
+  ps_.backend().rmsnorm_backward(din, ps_.grad(w_), dout, in, ps_.param(w_), rstd_,
+                                 ps_.grad_write(w_));
 }
 
 }  // namespace trainrun

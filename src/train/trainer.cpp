@@ -372,7 +372,8 @@ StepResult Trainer::train_step(int64_t step, double lr) {
   StepTimes& t = r.times;
   const double t_start = now();
   const Tensor grads = model_->params().grads();
-  be_->fill(grads, 0.0);
+  // No zeroing pass: each gradient's first write of the step overwrites it (ParamStore).
+  model_->params().begin_grads();
   const double loss_sum = accumulate_gradients(step, t);
   phase(Phase::comm, step);
   dp_->reduce_grads(t);
@@ -404,6 +405,14 @@ StepResult Trainer::train_step(int64_t step, double lr) {
 double Trainer::accumulate_gradients(int64_t step, StepTimes& t) {
   const float scale = 1.0f / static_cast<float>(targets_per_step_);
   double loss = 0;
+  // A range of gradients goes to the allreduce only once what no op wrote in it is zeroed.
+  ParamStore& ps = model_->params();
+  GradReadyFn ready;
+  if (grad_ready_)
+    ready = [&ps, this](int64_t begin, int64_t end) {
+      ps.zero_stale(begin, end);
+      grad_ready_(begin, end);
+    };
   for (int m = 0; m < accum_; ++m) {
     phase(Phase::data, step);
     t.data += train_loader_->next(x_.data(), y_.data());
@@ -426,10 +435,11 @@ double Trainer::accumulate_gradients(int64_t step, StepTimes& t) {
     {
       // The last micro-batch's gradients are final as backward produces them: reduce them now.
       Tracer::Scope span(tracer_.get(), phase_name(Phase::backward), "phase");
-      model_->backward(scale, seed, m + 1 == accum_ ? grad_ready_ : GradReadyFn{});
+      model_->backward(scale, seed, m + 1 == accum_ ? ready : GradReadyFn{});
     }
     t.backward += now() - t1;
   }
+  ps.zero_stale(0, ps.numel());
   return loss;
 }
 

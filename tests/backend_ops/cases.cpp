@@ -122,6 +122,16 @@ void add_matmul(std::vector<OpCase>& out, const Ctx& x, int64_t OC, bool bias, b
     });
     out.push_back(std::move(o));
   }
+  // param_write overwrite: a parameter's first gradient of a step (ParamStore::grad_write).
+  OpCase pw = b;
+  pw.variant += " params overwrite";
+  pw.tensors[1] = output("dw", x.dt, {OC, C});
+  if (bias) pw.tensors[2] = output("dbias", x.dt, {OC});
+  pw.call = op_call([](Backend& be, const Args& a) {
+    be.matmul_backward(a["din"], a["dw"], a["dbias"], a["dout"], a["in"], a["w"],
+                       GradWrite::accumulate, GradWrite::overwrite);
+  });
+  out.push_back(std::move(pw));
   out.push_back(std::move(b));
 }
 
@@ -166,6 +176,15 @@ void add_layernorm(std::vector<OpCase>& out, const Ctx& x) {
   b.tol = x.tol(1e-4, 2e-2);
   b.flops = 14.0 * N * C;
   b.bytes = x.es * 5.0 * N * C;
+  OpCase pw = b;
+  pw.variant = " params overwrite";
+  pw.tensors[1] = output("dw", x.dt, {C});
+  pw.tensors[2] = output("db", x.dt, {C});
+  pw.call = op_call([](Backend& be, const Args& a) {
+    be.layernorm_backward(a["din"], a["dw"], a["db"], a["dout"], a["in"], a["w"], a["mean"],
+                          a["rstd"], GradWrite::overwrite);
+  });
+  out.push_back(std::move(pw));
   out.push_back(std::move(b));
 }
 
@@ -349,6 +368,14 @@ void add_rmsnorm(std::vector<OpCase>& out, const Ctx& x) {
   b.tol = x.tol(1e-4, 2e-2);
   b.flops = 10.0 * N * C;
   b.bytes = x.es * 4.0 * N * C;
+  OpCase pw = b;
+  pw.variant = " params overwrite";
+  pw.tensors[1] = output("dw", x.dt, {C});
+  pw.call = op_call([](Backend& be, const Args& a) {
+    be.rmsnorm_backward(a["din"], a["dw"], a["dout"], a["in"], a["w"], a["rstd"],
+                        GradWrite::overwrite);
+  });
+  out.push_back(std::move(pw));
   out.push_back(std::move(b));
 }
 

@@ -15,6 +15,9 @@ class Embedding {
   void backward(Tensor dout, Tensor ids) const;
   Tensor weight() const { return ps_.param(w_); }
   Tensor weight_grad() const { return ps_.grad(w_); }
+  // How the next write of the table's gradient goes (ParamStore::grad_write): a tied LM head
+  // that writes it before backward() asks here.
+  GradWrite weight_grad_write() const { return ps_.grad_write(w_); }
 
  private:
   ParamStore& ps_;

@@ -13,10 +13,11 @@ namespace trainrun::cpu {
 template <class T>
 void matmul_forward(T* out, const T* in, const T* w, const T* bias, int64_t N, int64_t C,
                     int64_t OC);
-// din (may be null) (+)= dout . w ; dw += dout^T . in ; dbias (may be null) += colsum(dout)
+// din (may be null) (+)= dout . w ; dw (+)= dout^T . in ; dbias (may be null) (+)= colsum(dout);
+// acc for din, param_acc for dw and dbias
 template <class T>
 void matmul_backward(T* din, T* dw, T* dbias, const T* dout, const T* in, const T* w, int64_t N,
-                     int64_t C, int64_t OC, bool acc);
+                     int64_t C, int64_t OC, bool acc, bool param_acc);
 
 // layernorm.cpp
 template <class T>
@@ -24,14 +25,14 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* in, const T* w, const 
                        int64_t C);
 template <class T>
 void layernorm_backward(T* din, T* dw, T* db, const T* dout, const T* in, const T* w, const T* mean,
-                        const T* rstd, int64_t rows, int64_t C);
+                        const T* rstd, int64_t rows, int64_t C, bool param_acc);
 
 // rmsnorm.cpp: out = in * rstd * w, rstd [rows] = 1 / sqrt(mean(in^2) + 1e-5)
 template <class T>
 void rmsnorm_forward(T* out, T* rstd, const T* in, const T* w, int64_t rows, int64_t C);
 template <class T>
 void rmsnorm_backward(T* din, T* dw, const T* dout, const T* in, const T* w, const T* rstd,
-                      int64_t rows, int64_t C);
+                      int64_t rows, int64_t C, bool param_acc);
 
 // rope.cpp: rotary embedding on the NH q and NKV k heads of qkv [B,T,(NH+2*NKV)*hd]; v copied.
 // out may alias in. Backward: din += R^T dout (v: din += dout).

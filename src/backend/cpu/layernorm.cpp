@@ -43,7 +43,7 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* in, const T* w, const 
 
 template <class T>
 void layernorm_backward(T* din, T* dw, T* db, const T* dout, const T* in, const T* w, const T* mean,
-                        const T* rstd, int64_t rows, int64_t C) {
+                        const T* rstd, int64_t rows, int64_t C, bool param_acc) {
   // din = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * w
 #pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r) {
@@ -83,8 +83,8 @@ void layernorm_backward(T* din, T* dw, T* db, const T* dout, const T* in, const 
       }
     }
     for (int64_t c = c0; c < c1; ++c) {
-      dw[c] += aw[c - c0];
-      db[c] += ab[c - c0];
+      dw[c] = param_acc ? dw[c] + aw[c - c0] : aw[c - c0];
+      db[c] = param_acc ? db[c] + ab[c - c0] : ab[c - c0];
     }
   }
 }
@@ -94,9 +94,10 @@ template void layernorm_forward<float>(float*, float*, float*, const float*, con
 template void layernorm_forward<double>(double*, double*, double*, const double*, const double*,
                                         const double*, int64_t, int64_t);
 template void layernorm_backward<float>(float*, float*, float*, const float*, const float*,
-                                        const float*, const float*, const float*, int64_t, int64_t);
+                                        const float*, const float*, const float*, int64_t, int64_t,
+                                        bool);
 template void layernorm_backward<double>(double*, double*, double*, const double*, const double*,
                                          const double*, const double*, const double*, int64_t,
-                                         int64_t);
+                                         int64_t, bool);
 
 }  // namespace trainrun::cpu

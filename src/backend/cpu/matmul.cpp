@@ -1,8 +1,9 @@
 // Dense layer GEMMs. f32 goes through oneDNN's row-major dnnl_sgemm, the fastest sgemm measured
 // on our CPUs (it picks AVX-512 itself and runs on our OpenMP threads). The forward seeds `out`
 // with the bias and runs with beta=1, so the bias costs one streaming pass and no second sweep;
-// the backward GEMMs use beta=1 because gradients accumulate (din beta=0 when overwritten, so a
-// module's private gradient buffer needs no zeroing and its zeros are never read). f64 exists only
+// the backward GEMMs use beta=1 because gradients accumulate, beta=0 where the caller says
+// GradWrite::overwrite (a module's private din; a parameter's first gradient of the step), so no
+// pass zeroes those buffers and no GEMM reads the zeros back. f64 exists only
 // for gradient checks at test sizes: plain OpenMP loops, parallel over output rows so no two
 // threads share a write.
 #include <algorithm>
@@ -29,21 +30,21 @@ void seed_rows_with_bias(T* out, const T* bias, int64_t N, int64_t OC) {
   }
 }
 
-// dbias[o] += sum_n dout[n, o]: threads own column ranges and walk the rows, so the reduction
+// dbias[o] (+)= sum_n dout[n, o]: threads own column ranges and walk the rows, so the reduction
 // is race-free and deterministic while every read stays a contiguous run.
 template <class T>
-void colsum_accumulate(T* dbias, const T* dout, int64_t N, int64_t OC) {
+void colsum(T* dbias, const T* dout, int64_t N, int64_t OC, bool acc) {
   constexpr int64_t kBlock = 64;
   const int64_t nblocks = (OC + kBlock - 1) / kBlock;
 #pragma omp parallel for
   for (int64_t blk = 0; blk < nblocks; ++blk) {
     const int64_t o0 = blk * kBlock, o1 = o0 + kBlock < OC ? o0 + kBlock : OC;
-    T acc[kBlock] = {};
+    T sum[kBlock] = {};
     for (int64_t n = 0; n < N; ++n) {
       const T* d = dout + n * OC;
-      for (int64_t o = o0; o < o1; ++o) acc[o - o0] += d[o];
+      for (int64_t o = o0; o < o1; ++o) sum[o - o0] += d[o];
     }
-    for (int64_t o = o0; o < o1; ++o) dbias[o] += acc[o - o0];
+    for (int64_t o = o0; o < o1; ++o) dbias[o] = acc ? dbias[o] + sum[o - o0] : sum[o - o0];
   }
 }
 
@@ -71,11 +72,10 @@ void matmul_forward(T* out, const T* in, const T* w, const T* bias, int64_t N, i
 
 template <class T>
 void matmul_backward(T* din, T* dw, T* dbias, const T* dout, const T* in, const T* w, int64_t N,
-                     int64_t C, int64_t OC, bool acc) {
+                     int64_t C, int64_t OC, bool acc, bool param_acc) {
   if constexpr (std::is_same_v<T, float>) {
-    if (din)
-      sgemm('N', 'N', N, C, OC, dout, OC, w, C, acc ? 1.0f : 0.0f, din, C);  // din (+)= dout . w
-    sgemm('T', 'N', OC, C, N, dout, OC, in, C, 1.0f, dw, C);                 // dw += dout^T . in
+    if (din) sgemm('N', 'N', N, C, OC, dout, OC, w, C, acc ? 1.0f : 0.0f, din, C);
+    sgemm('T', 'N', OC, C, N, dout, OC, in, C, param_acc ? 1.0f : 0.0f, dw, C);
   } else {
     if (din) {
 #pragma omp parallel for
@@ -92,6 +92,7 @@ void matmul_backward(T* din, T* dw, T* dbias, const T* dout, const T* in, const 
 #pragma omp parallel for
     for (int64_t o = 0; o < OC; ++o) {
       T* dwr = dw + o * C;
+      if (!param_acc) std::fill(dwr, dwr + C, T(0));
       for (int64_t n = 0; n < N; ++n) {
         const T g = dout[n * OC + o];
         const T* x = in + n * C;
@@ -99,7 +100,7 @@ void matmul_backward(T* din, T* dw, T* dbias, const T* dout, const T* in, const 
       }
     }
   }
-  if (dbias) colsum_accumulate(dbias, dout, N, OC);
+  if (dbias) colsum(dbias, dout, N, OC, param_acc);
 }
 
 template void matmul_forward<float>(float*, const float*, const float*, const float*, int64_t,
@@ -107,8 +108,8 @@ template void matmul_forward<float>(float*, const float*, const float*, const fl
 template void matmul_forward<double>(double*, const double*, const double*, const double*, int64_t,
                                      int64_t, int64_t);
 template void matmul_backward<float>(float*, float*, float*, const float*, const float*,
-                                     const float*, int64_t, int64_t, int64_t, bool);
+                                     const float*, int64_t, int64_t, int64_t, bool, bool);
 template void matmul_backward<double>(double*, double*, double*, const double*, const double*,
-                                      const double*, int64_t, int64_t, int64_t, bool);
+                                      const double*, int64_t, int64_t, int64_t, bool, bool);
 
 }  // namespace trainrun::cpu

@@ -32,7 +32,7 @@ void rmsnorm_forward(T* out, T* rstd, const T* in, const T* w, int64_t rows, int
 
 template <class T>
 void rmsnorm_backward(T* din, T* dw, const T* dout, const T* in, const T* w, const T* rstd,
-                      int64_t rows, int64_t C) {
+                      int64_t rows, int64_t C, bool param_acc) {
 #pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r) {
     const T* x = in + r * C;
@@ -58,7 +58,7 @@ void rmsnorm_backward(T* din, T* dw, const T* dout, const T* in, const T* w, con
       const T s = rstd[r];
       for (int64_t c = c0; c < c1; ++c) aw[c - c0] += g[c] * x[c] * s;
     }
-    for (int64_t c = c0; c < c1; ++c) dw[c] += aw[c - c0];
+    for (int64_t c = c0; c < c1; ++c) dw[c] = param_acc ? dw[c] + aw[c - c0] : aw[c - c0];
   }
 }
 
@@ -66,8 +66,8 @@ template void rmsnorm_forward<float>(float*, float*, const float*, const float*,
 template void rmsnorm_forward<double>(double*, double*, const double*, const double*, int64_t,
                                       int64_t);
 template void rmsnorm_backward<float>(float*, float*, const float*, const float*, const float*,
-                                      const float*, int64_t, int64_t);
+                                      const float*, int64_t, int64_t, bool);
 template void rmsnorm_backward<double>(double*, double*, const double*, const double*,
-                                       const double*, const double*, int64_t, int64_t);
+                                       const double*, const double*, int64_t, int64_t, bool);
 
 }  // namespace trainrun::cpu
