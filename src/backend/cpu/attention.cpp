@@ -30,6 +30,7 @@
 
 #include "kernels.h"
 #include "sgemm.h"
+#include "simd_clones.h"
 #include "vec_math.h"
 
 namespace trainrun::cpu {
@@ -52,8 +53,8 @@ float* scratch(std::vector<float>& v, int64_t n) {
 
 // P[r, j] = exp(S[r, j] scale - lse_t) for key j <= query t = t0 + r, else 0; S is overwritten.
 // With lse == nullptr the row's own log-sum-exp is taken first and written to lse_out.
-void causal_probabilities(float* S, int64_t rows, int64_t keys, int64_t t0, float scale,
-                          const float* lse, float* lse_out) {
+TRAINRUN_AVX512_CLONES void causal_probabilities(float* S, int64_t rows, int64_t keys, int64_t t0,
+                                                 float scale, const float* lse, float* lse_out) {
   for (int64_t r = 0; r < rows; ++r) {
     float* s = S + r * keys;
     const int64_t n = t0 + r + 1;  // keys this query sees
@@ -80,6 +81,22 @@ void causal_probabilities(float* S, int64_t rows, int64_t keys, int64_t t0, floa
       for (int64_t j = 0; j < n; ++j) s[j] *= inv;
     }
     for (int64_t j = n; j < keys; ++j) s[j] = 0;
+  }
+}
+
+// dS[r, j] = P[r, j] (dP[r, j] - D_r) scale in place of dP, D_r = dout_r . out_r (row r of the
+// block's dout and out, ld apart).
+TRAINRUN_AVX512_CLONES void softmax_backward_rows(float* dS, const float* P, const float* dout,
+                                                  const float* out, int64_t rows, int64_t keys,
+                                                  int64_t hd, int64_t ld, float scale) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float D = 0;
+#pragma omp simd reduction(+ : D)
+    for (int64_t i = 0; i < hd; ++i) D += dout[r * ld + i] * out[r * ld + i];
+    float* ds = dS + r * keys;
+    const float* p = P + r * keys;
+#pragma omp simd
+    for (int64_t j = 0; j < keys; ++j) ds[j] = p[j] * (ds[j] - D) * scale;
   }
 }
 
@@ -134,15 +151,7 @@ void attention_backward_f32(float* dqkv, const float* dout, const float* qkv, co
           sgemm('N', 'T', M, t1, hd, q, L.W, k, L.W, 0.0f, P, t1);
           causal_probabilities(P, M, t1, t0, scale, lse + (b * NH + h) * T_ + t0, nullptr);
           sgemm('N', 'T', M, t1, hd, go, L.C, v, L.W, 0.0f, dS, t1);  // dP
-          for (int64_t r = 0; r < M; ++r) {
-            float D = 0;
-#pragma omp simd reduction(+ : D)
-            for (int64_t i = 0; i < hd; ++i) D += go[r * L.C + i] * o[r * L.C + i];
-            float* ds = dS + r * t1;
-            const float* p = P + r * t1;
-#pragma omp simd
-            for (int64_t j = 0; j < t1; ++j) ds[j] = p[j] * (ds[j] - D) * scale;
-          }
+          softmax_backward_rows(dS, P, go, o, M, t1, hd, L.C, scale);
           sgemm('N', 'N', M, hd, t1, dS, t1, k, L.W, 1.0f, dq, L.W);
           sgemm('T', 'N', t1, hd, M, dS, t1, q, L.W, 1.0f, dk, L.W);
           sgemm('T', 'N', t1, hd, M, P, t1, go, L.C, 1.0f, dv, L.W);
