@@ -63,6 +63,10 @@ def test_readme_bpe_walkthrough_runs(shakespeare, tmp_path):
     # letters than the 100 tokens a byte-level reading could print, words between spaces.
     text = outputs[-1].stdout.decode("utf-8")
     assert text.startswith("ROMEO:"), repr(text)
-    assert all(c.isprintable() or c.isspace() for c in text), repr(text)
+    # A 150-step model at temperature 0.8 can still draw a byte token it never saw in training
+    # (a lone \x13 in 300 characters was seen on the licence-text corpus): one stray is sampling,
+    # a broken decoder prints many.
+    odd = [c for c in text if not (c.isprintable() or c.isspace())]
+    assert len(odd) <= len(text) // 100, repr(text)
     assert sum(c.isalpha() for c in text) > 100, repr(text)
     assert len(text.split()) >= 10, repr(text)
