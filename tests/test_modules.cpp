@@ -609,6 +609,19 @@ TEST_CASE("ModelSpec: parameter counts match the closed forms") {
   }
 }
 
+namespace {
+// A batch of 2 sequences with fixed ids and targets, for tests that need one forward/backward.
+void set_fixed_batch(Model& model, const ModelConfig& cfg) {
+  const size_t n = static_cast<size_t>(2 * cfg.seq_len);
+  std::vector<int32_t> x(n), y(n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = static_cast<int32_t>((i * 3) % static_cast<size_t>(cfg.vocab_size));
+    y[i] = static_cast<int32_t>((i * 5 + 1) % static_cast<size_t>(cfg.vocab_size));
+  }
+  model.set_batch(x.data(), y.data());
+}
+}  // namespace
+
 TEST_CASE("ModelSpec: last_ready_params is what backward reports final last") {
   auto be = make_cpu_backend();
   for (const ModelConfig& cfg : spec_zoo()) {
@@ -617,13 +630,7 @@ TEST_CASE("ModelSpec: last_ready_params is what backward reports final last") {
     const ModelSpec& spec = model_spec(cfg.type);
     auto model = spec.build(cfg, *be, 2, DType::f32);
     model->params().initialize(5);
-    const size_t n = static_cast<size_t>(2 * cfg.seq_len);
-    std::vector<int32_t> x(n), y(n);
-    for (size_t i = 0; i < n; ++i) {
-      x[i] = static_cast<int32_t>((i * 3) % static_cast<size_t>(cfg.vocab_size));
-      y[i] = static_cast<int32_t>((i * 5 + 1) % static_cast<size_t>(cfg.vocab_size));
-    }
-    model->set_batch(x.data(), y.data());
+    set_fixed_batch(*model, cfg);
     model->forward(true, 1);
     int64_t last = -1;
     model->backward(1.0f, 1, [&](int64_t begin, int64_t end) { last = end - begin; });
@@ -643,13 +650,7 @@ TEST_CASE(
     auto model = model_spec(cfg.type).build(cfg, *be, 2, DType::f32);
     ParamStore& ps = model->params();
     ps.initialize(5);
-    const size_t n = static_cast<size_t>(2 * cfg.seq_len);
-    std::vector<int32_t> x(n), y(n);
-    for (size_t i = 0; i < n; ++i) {
-      x[i] = static_cast<int32_t>((i * 3) % static_cast<size_t>(cfg.vocab_size));
-      y[i] = static_cast<int32_t>((i * 5 + 1) % static_cast<size_t>(cfg.vocab_size));
-    }
-    model->set_batch(x.data(), y.data());
+    set_fixed_batch(*model, cfg);
     auto grads = [&] {
       const float* g = ps.grads().as<float>();
       return std::vector<float>(g, g + ps.numel());

@@ -112,16 +112,20 @@ struct Tracer::Impl {
           "\"pid\":{},\"tid\":{}}}",
           escape(e.name), escape(e.cat), e.ts, e.dur, rank, e.tid);
     out += "\n],\"displayTimeUnit\":\"ms\"}\n";
-    // Temp file + rename: a reader never sees half a trace.
     fs::create_directories(fs::path(path).parent_path());
-    const std::string tmp = path + ".tmp";
+    replace_file(path, out);
+    write_op_table();
+  }
+
+  // Temp file + rename: a reader never sees half a trace or table.
+  static void replace_file(const std::string& file, const std::string& text) {
+    const std::string tmp = file + ".tmp";
     {
       std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-      f << out;
+      f << text;
       if (!f.flush()) throw Error(kExitFailure, fmt::format("cannot write trace {}", tmp));
     }
-    fs::rename(tmp, path);
-    write_op_table();
+    fs::rename(tmp, file);
   }
 
   // Beside the timeline, the spans of category "op" (one per backend op, from the trainer's
@@ -159,11 +163,8 @@ struct Tracer::Impl {
     out += fmt::format("{:<26} {:>10} {:>10.3f} {:>8.1f}\n", "(outside ops)", "",
                        (step_us - op_us) / n / 1e3, 100 * (step_us - op_us) / step_us);
     out += fmt::format("{:<26} {:>10} {:>10.3f} {:>8.1f}\n", "step", "", step_us / n / 1e3, 100.0);
-    const std::string table =
-        (fs::path(path).parent_path() / fmt::format("ops-rank-{}.txt", rank)).string();
-    std::ofstream f(table, std::ios::binary | std::ios::trunc);
-    f << out;
-    if (!f.flush()) throw Error(kExitFailure, fmt::format("cannot write {}", table));
+    replace_file((fs::path(path).parent_path() / fmt::format("ops-rank-{}.txt", rank)).string(),
+                 out);
   }
 };
 
