@@ -56,8 +56,8 @@ void gelu_forward(DType dt, void* out, const void* in, int64_t n) {
   if (n <= 0) return;
   by_dtype(dt, "gelu", [&](auto t) {
     using T = decltype(t);
-    gelu_forward_kernel<T>
-        <<<grid_for(n, kThreads), kThreads>>>(static_cast<T*>(out), static_cast<const T*>(in), n);
+    TRAINRUN_LAUNCH(grid_for(n, kThreads), kThreads, 0, gelu_forward_kernel<T>)
+    (static_cast<T*>(out), static_cast<const T*>(in), n);
   });
   check_launch("gelu_forward");
 }
@@ -66,8 +66,8 @@ void gelu_backward(DType dt, void* din, const void* dout, const void* in, int64_
   if (n <= 0) return;
   by_dtype(dt, "gelu_backward", [&](auto t) {
     using T = decltype(t);
-    gelu_backward_kernel<T><<<grid_for(n, kThreads), kThreads>>>(
-        static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in), n);
+    TRAINRUN_LAUNCH(grid_for(n, kThreads), kThreads, 0, gelu_backward_kernel<T>)
+    (static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in), n);
   });
   check_launch("gelu_backward");
 }
@@ -76,8 +76,8 @@ void relu_forward(DType dt, void* out, const void* in, int64_t n) {
   if (n <= 0) return;
   by_dtype(dt, "relu", [&](auto t) {
     using T = decltype(t);
-    relu_forward_kernel<T>
-        <<<grid_for(n, kThreads), kThreads>>>(static_cast<T*>(out), static_cast<const T*>(in), n);
+    TRAINRUN_LAUNCH(grid_for(n, kThreads), kThreads, 0, relu_forward_kernel<T>)
+    (static_cast<T*>(out), static_cast<const T*>(in), n);
   });
   check_launch("relu_forward");
 }
@@ -86,8 +86,8 @@ void relu_backward(DType dt, void* din, const void* dout, const void* in, int64_
   if (n <= 0) return;
   by_dtype(dt, "relu_backward", [&](auto t) {
     using T = decltype(t);
-    relu_backward_kernel<T><<<grid_for(n, kThreads), kThreads>>>(
-        static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in), n);
+    TRAINRUN_LAUNCH(grid_for(n, kThreads), kThreads, 0, relu_backward_kernel<T>)
+    (static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in), n);
   });
   check_launch("relu_backward");
 }

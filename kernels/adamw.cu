@@ -35,9 +35,9 @@ void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float
            float beta2, float eps, float weight_decay, float inv_bias_corr1, float inv_bias_corr2,
            float grad_scale) {
   if (n <= 0) return;
-  adamw_kernel<<<grid_for(n, kThreads), kThreads>>>(param, grad, m, v, n, lr, beta1, beta2, eps,
-                                                    weight_decay, inv_bias_corr1, inv_bias_corr2,
-                                                    grad_scale);
+  TRAINRUN_LAUNCH(grid_for(n, kThreads), kThreads, 0, adamw_kernel)
+  (param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, inv_bias_corr1, inv_bias_corr2,
+   grad_scale);
   check_launch("adamw");
 }
 

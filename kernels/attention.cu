@@ -61,7 +61,7 @@ __device__ void load_tile(float* dst, int stride, const T* src, int64_t ld, int6
 template <class T, class S>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_forward_kernel(T* out, S* lse, const T* qkv, Geometry g) {
-  extern __shared__ float smem[];
+  TRAINRUN_DYNAMIC_SHARED(float, smem);
   const int hd = g.hd;
   float* Qs = smem;                   // [kTile][hd]     broadcast reads
   float* Ks = Qs + kTile * hd;        // [kTile][hd + 1] lane j reads row j
@@ -157,7 +157,7 @@ template <class T, class S>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_dq_kernel(T* dqkv, const T* dout, const T* qkv, const S* lse, const float* D,
                         Geometry g) {
-  extern __shared__ float smem[];
+  TRAINRUN_DYNAMIC_SHARED(float, smem);
   const int hd = g.hd;
   float* Qs = smem;                   // [kTile][hd]     broadcast
   float* dOs = Qs + kTile * hd;       // [kTile][hd]     broadcast
@@ -236,7 +236,7 @@ template <class T, class S>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_dkv_kernel(T* dqkv, const T* dout, const T* qkv, const S* lse, const float* D,
                          Geometry g) {
-  extern __shared__ float smem[];
+  TRAINRUN_DYNAMIC_SHARED(float, smem);
   const int hd = g.hd;
   float* Ks = smem;                       // [kTile][hd]     broadcast
   float* Vs = Ks + kTile * hd;            // [kTile][hd]     broadcast
@@ -370,8 +370,8 @@ void attention_forward(DType dt, DType st, void* out, void* lse, const void* qkv
     using T = decltype(t);
     using S = decltype(s);
     allow_smem(attention_forward_kernel<T, S>, smem, "attention_forward");
-    attention_forward_kernel<T, S><<<grid, kWarps * 32, smem>>>(
-        static_cast<T*>(out), static_cast<S*>(lse), static_cast<const T*>(qkv), g);
+    TRAINRUN_LAUNCH(grid, kWarps * 32, smem, attention_forward_kernel<T, S>)
+    (static_cast<T*>(out), static_cast<S*>(lse), static_cast<const T*>(qkv), g);
   });
   check_launch("attention_forward");
 }
@@ -396,16 +396,17 @@ void attention_backward(DType dt, DType st, void* dqkv, const void* dout, const 
     using T = decltype(t);
     using S = decltype(s);
     const int64_t rows = B * T_ * NH;
-    attention_delta_kernel<T><<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kWarps * 32>>>(
-        D, static_cast<const T*>(dout), static_cast<const T*>(out), B, g);
+    TRAINRUN_LAUNCH(static_cast<unsigned>((rows + kWarps - 1) / kWarps), kWarps * 32, 0,
+                    attention_delta_kernel<T>)
+    (D, static_cast<const T*>(dout), static_cast<const T*>(out), B, g);
     allow_smem(attention_dq_kernel<T, S>, smem_dq, "attention_dq");
-    attention_dq_kernel<T, S><<<grid, kWarps * 32, smem_dq>>>(
-        static_cast<T*>(dqkv), static_cast<const T*>(dout), static_cast<const T*>(qkv),
-        static_cast<const S*>(lse), D, g);
+    TRAINRUN_LAUNCH(grid, kWarps * 32, smem_dq, attention_dq_kernel<T, S>)
+    (static_cast<T*>(dqkv), static_cast<const T*>(dout), static_cast<const T*>(qkv),
+     static_cast<const S*>(lse), D, g);
     allow_smem(attention_dkv_kernel<T, S>, smem_dkv, "attention_dkv");
-    attention_dkv_kernel<T, S><<<kv_grid, kWarps * 32, smem_dkv>>>(
-        static_cast<T*>(dqkv), static_cast<const T*>(dout), static_cast<const T*>(qkv),
-        static_cast<const S*>(lse), D, g);
+    TRAINRUN_LAUNCH(kv_grid, kWarps * 32, smem_dkv, attention_dkv_kernel<T, S>)
+    (static_cast<T*>(dqkv), static_cast<const T*>(dout), static_cast<const T*>(qkv),
+     static_cast<const S*>(lse), D, g);
   });
   check_launch("attention_backward");
 }

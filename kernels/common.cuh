@@ -1,6 +1,12 @@
-// Shared device helpers for the CUDA kernels: fp32 <-> storage-type conversion (every kernel
-// computes in fp32 whatever it stores), warp reductions, and the launch-error check. Kept tiny
-// so each kernel file reads on its own.
+// Shared device helpers for the CUDA kernels: the launch helper, fp32 <-> storage-type conversion
+// (every kernel computes in fp32 whatever it stores), warp reductions, and the launch-error check.
+// Kept tiny so each kernel file reads on its own.
+//
+// Two compilers build these kernels: nvcc for the GPU (libtrainrun_cuda.so), and the host C++
+// compiler for the CPU-executed device (libtrainrun_cudasim.so), which puts kernels/sim/include
+// first on the include path so <cuda_runtime.h> and <cuda_bf16.h> are its stand-ins. Kernels
+// launch through TRAINRUN_LAUNCH and take dynamic shared memory through TRAINRUN_DYNAMIC_SHARED,
+// the only two constructs whose CUDA syntax a C++ compiler cannot read.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,6 +17,15 @@
 
 #include "trainrun/errors.h"
 #include "trainrun/tensor.h"
+
+// TRAINRUN_LAUNCH(grid, block, dynamic shared bytes, kernel)(arguments...): kernel<<<...>>>.
+// The kernel comes last because its template arguments may hold commas.
+#if defined(__CUDACC__)
+#define TRAINRUN_LAUNCH(grid, block, smem, ...) __VA_ARGS__<<<(grid), (block), (smem)>>>
+#define TRAINRUN_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#elif !defined(TRAINRUN_LAUNCH)
+#error "kernels/ compiles under nvcc or against the sim's headers (kernels/sim/include)"
+#endif
 
 namespace trainrun::cuda {
 

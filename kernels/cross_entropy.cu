@@ -96,9 +96,9 @@ void cross_entropy_forward(DType dt, DType st, void* losses, void* lse, const vo
   by_dtypes(dt, st, "cross_entropy", [&](auto t, auto s) {
     using T = decltype(t);
     using S = decltype(s);
-    cross_entropy_forward_kernel<T, S>
-        <<<static_cast<unsigned>(N), kThreads>>>(static_cast<S*>(losses), static_cast<S*>(lse),
-                                                 static_cast<const T*>(logits), targets, V, bad_id);
+    TRAINRUN_LAUNCH(static_cast<unsigned>(N), kThreads, 0, cross_entropy_forward_kernel<T, S>)
+    (static_cast<S*>(losses), static_cast<S*>(lse), static_cast<const T*>(logits), targets, V,
+     bad_id);
   });
   check_launch("cross_entropy_forward");
 }
@@ -110,9 +110,9 @@ void cross_entropy_backward(DType dt, DType st, void* dlogits, const void* logit
   by_dtypes(dt, st, "cross_entropy_backward", [&](auto t, auto s) {
     using T = decltype(t);
     using S = decltype(s);
-    cross_entropy_backward_kernel<T, S><<<static_cast<unsigned>(N), kThreads>>>(
-        static_cast<T*>(dlogits), static_cast<const T*>(logits), static_cast<const S*>(lse),
-        targets, V, scale, bad_id);
+    TRAINRUN_LAUNCH(static_cast<unsigned>(N), kThreads, 0, cross_entropy_backward_kernel<T, S>)
+    (static_cast<T*>(dlogits), static_cast<const T*>(logits), static_cast<const S*>(lse), targets,
+     V, scale, bad_id);
   });
   check_launch("cross_entropy_backward");
 }

@@ -36,8 +36,8 @@ void dropout_forward(DType dt, void* out, const void* in, int64_t n, float p, ui
   const float s = static_cast<float>(dropout_scale(p));
   by_dtype(dt, "dropout", [&](auto t) {
     using T = decltype(t);
-    dropout_forward_kernel<T><<<grid_for(n, kThreads), kThreads>>>(
-        static_cast<T*>(out), static_cast<const T*>(in), n, DropoutMask::make(seed, p), s);
+    TRAINRUN_LAUNCH(grid_for(n, kThreads), kThreads, 0, dropout_forward_kernel<T>)
+    (static_cast<T*>(out), static_cast<const T*>(in), n, DropoutMask::make(seed, p), s);
   });
   check_launch("dropout_forward");
 }
@@ -47,8 +47,8 @@ void dropout_backward(DType dt, void* din, const void* dout, int64_t n, float p,
   const float s = static_cast<float>(dropout_scale(p));
   by_dtype(dt, "dropout_backward", [&](auto t) {
     using T = decltype(t);
-    dropout_backward_kernel<T><<<grid_for(n, kThreads), kThreads>>>(
-        static_cast<T*>(din), static_cast<const T*>(dout), n, DropoutMask::make(seed, p), s);
+    TRAINRUN_LAUNCH(grid_for(n, kThreads), kThreads, 0, dropout_backward_kernel<T>)
+    (static_cast<T*>(din), static_cast<const T*>(dout), n, DropoutMask::make(seed, p), s);
   });
   check_launch("dropout_backward");
 }

@@ -52,6 +52,14 @@ __global__ void scale_kernel(T* x, float s, int64_t n) {
     x[i] = from_f32<T>(to_f32(x[i]) * s);
 }
 
+template <class T>
+__global__ void add_bias_kernel(T* out, const T* bias, int64_t rows, int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = from_f32<T>(to_f32(out[i]) + to_f32(bias[i % cols]));
+}
+
 template <class D, class S>
 __global__ void cast_kernel(D* dst, const S* src, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
@@ -104,18 +112,19 @@ void fill(DType dt, void* x, double value, int64_t n) {
   const unsigned g = grid_for(n, kThreads);
   switch (dt) {
     case DType::f32:
-      fill_kernel<float><<<g, kThreads>>>(static_cast<float*>(x), static_cast<float>(value), n);
+      TRAINRUN_LAUNCH(g, kThreads, 0, fill_kernel<float>)
+      (static_cast<float*>(x), static_cast<float>(value), n);
       break;
     case DType::bf16:
-      fill_kernel<bf16><<<g, kThreads>>>(static_cast<bf16*>(x),
-                                         __float2bfloat16_rn(static_cast<float>(value)), n);
+      TRAINRUN_LAUNCH(g, kThreads, 0, fill_kernel<bf16>)
+      (static_cast<bf16*>(x), __float2bfloat16_rn(static_cast<float>(value)), n);
       break;
     case DType::i32:
-      fill_kernel<int32_t>
-          <<<g, kThreads>>>(static_cast<int32_t*>(x), static_cast<int32_t>(value), n);
+      TRAINRUN_LAUNCH(g, kThreads, 0, fill_kernel<int32_t>)
+      (static_cast<int32_t*>(x), static_cast<int32_t>(value), n);
       break;
     case DType::f64:
-      fill_kernel<double><<<g, kThreads>>>(static_cast<double*>(x), value, n);
+      TRAINRUN_LAUNCH(g, kThreads, 0, fill_kernel<double>)(static_cast<double*>(x), value, n);
       break;
   }
   check_launch("fill");
@@ -125,8 +134,8 @@ void add(DType dt, void* out, const void* a, const void* b, int64_t n) {
   if (n <= 0) return;
   by_dtype(dt, "add", [&](auto t) {
     using T = decltype(t);
-    add_kernel<T><<<grid_for(n, kThreads), kThreads>>>(
-        static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
+    TRAINRUN_LAUNCH(grid_for(n, kThreads), kThreads, 0, add_kernel<T>)
+    (static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
   });
   check_launch("add");
 }
@@ -135,8 +144,8 @@ void accumulate(DType dt, void* dst, const void* src, int64_t n) {
   if (n <= 0) return;
   by_dtype(dt, "accumulate", [&](auto t) {
     using T = decltype(t);
-    accumulate_kernel<T>
-        <<<grid_for(n, kThreads), kThreads>>>(static_cast<T*>(dst), static_cast<const T*>(src), n);
+    TRAINRUN_LAUNCH(grid_for(n, kThreads), kThreads, 0, accumulate_kernel<T>)
+    (static_cast<T*>(dst), static_cast<const T*>(src), n);
   });
   check_launch("accumulate");
 }
@@ -145,8 +154,8 @@ void scale(DType dt, void* x, double s, int64_t n) {
   if (n <= 0) return;
   by_dtype(dt, "scale", [&](auto t) {
     using T = decltype(t);
-    scale_kernel<T>
-        <<<grid_for(n, kThreads), kThreads>>>(static_cast<T*>(x), static_cast<float>(s), n);
+    TRAINRUN_LAUNCH(grid_for(n, kThreads), kThreads, 0, scale_kernel<T>)
+    (static_cast<T*>(x), static_cast<float>(s), n);
   });
   check_launch("scale");
 }
@@ -157,11 +166,21 @@ void cast(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n) {
     using D = decltype(d);
     by_dtype(src_dt, "cast", [&](auto s) {
       using S = decltype(s);
-      cast_kernel<D, S><<<grid_for(n, kThreads), kThreads>>>(static_cast<D*>(dst),
-                                                             static_cast<const S*>(src), n);
+      TRAINRUN_LAUNCH(grid_for(n, kThreads), kThreads, 0, cast_kernel<D, S>)
+      (static_cast<D*>(dst), static_cast<const S*>(src), n);
     });
   });
   check_launch("cast");
+}
+
+void add_bias(DType dt, void* out, const void* bias, int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return;
+  by_dtype(dt, "add_bias", [&](auto t) {
+    using T = decltype(t);
+    TRAINRUN_LAUNCH(grid_for(rows * cols, kThreads), kThreads, 0, add_bias_kernel<T>)
+    (static_cast<T*>(out), static_cast<const T*>(bias), rows, cols);
+  });
+  check_launch("add_bias");
 }
 
 size_t colsum_scratch_bytes(int64_t rows, int64_t cols) {
@@ -178,10 +197,11 @@ void colsum_accumulate(DType dt, void* dst, const void* src, int64_t rows, int64
     using T = decltype(t);
     const dim3 grid(static_cast<unsigned>((cols + kTileCols - 1) / kTileCols),
                     static_cast<unsigned>(chunks));
-    colsum_partial_kernel<T><<<grid, dim3(kTileCols, kTileRows)>>>(
-        partial, static_cast<const T*>(src), rows, cols, per_chunk);
-    colsum_finish_kernel<T><<<static_cast<unsigned>((cols + kThreads - 1) / kThreads), kThreads>>>(
-        static_cast<T*>(dst), partial, chunks, cols);
+    TRAINRUN_LAUNCH(grid, dim3(kTileCols, kTileRows), 0, colsum_partial_kernel<T>)
+    (partial, static_cast<const T*>(src), rows, cols, per_chunk);
+    TRAINRUN_LAUNCH(static_cast<unsigned>((cols + kThreads - 1) / kThreads), kThreads, 0,
+                    colsum_finish_kernel<T>)
+    (static_cast<T*>(dst), partial, chunks, cols);
   });
   check_launch("colsum");
 }

@@ -55,8 +55,8 @@ void embedding_forward(DType dt, void* out, const int32_t* ids, const void* tabl
   if (N <= 0 || C <= 0) return;
   by_dtype(dt, "embedding", [&](auto t) {
     using T = decltype(t);
-    embedding_forward_kernel<T><<<grid_for(N * C, kThreads), kThreads>>>(
-        static_cast<T*>(out), ids, static_cast<const T*>(table), N, C, V, bad_id);
+    TRAINRUN_LAUNCH(grid_for(N * C, kThreads), kThreads, 0, embedding_forward_kernel<T>)
+    (static_cast<T*>(out), ids, static_cast<const T*>(table), N, C, V, bad_id);
   });
   check_launch("embedding_forward");
 }
@@ -68,8 +68,8 @@ void embedding_backward(DType dt, void* dtable, const void* dout, const int32_t*
     throw DeviceError(std::string("embedding_backward: the CUDA backend accumulates the table "
                                   "gradient in f32 only, got ") +
                       dtype_name(dt));
-  embedding_backward_kernel<<<grid_for(N * C, kThreads), kThreads>>>(
-      static_cast<float*>(dtable), static_cast<const float*>(dout), ids, N, C, V, bad_id);
+  TRAINRUN_LAUNCH(grid_for(N * C, kThreads), kThreads, 0, embedding_backward_kernel)
+  (static_cast<float*>(dtable), static_cast<const float*>(dout), ids, N, C, V, bad_id);
   check_launch("embedding_backward");
 }
 

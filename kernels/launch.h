@@ -19,6 +19,8 @@ void add(DType dt, void* out, const void* a, const void* b, int64_t n);
 void accumulate(DType dt, void* dst, const void* src, int64_t n);
 void scale(DType dt, void* x, double s, int64_t n);
 void cast(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n);
+// out[r, c] += bias[c] (the matmul's bias where cuBLASLt's epilogue cannot read it).
+void add_bias(DType dt, void* out, const void* bias, int64_t rows, int64_t cols);
 // dst[c] += sum_r src[r, c]; deterministic two-pass reduction through `scratch`.
 size_t colsum_scratch_bytes(int64_t rows, int64_t cols);
 void colsum_accumulate(DType dt, void* dst, const void* src, int64_t rows, int64_t cols,

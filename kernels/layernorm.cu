@@ -134,9 +134,9 @@ void layernorm_forward(DType dt, DType st, void* out, void* mean, void* rstd, co
     using T = decltype(t);
     using S = decltype(s);
     const unsigned grid = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
-    layernorm_forward_kernel<T, S><<<grid, kWarps * 32>>>(
-        static_cast<T*>(out), static_cast<S*>(mean), static_cast<S*>(rstd),
-        static_cast<const T*>(in), static_cast<const T*>(w), static_cast<const T*>(b), rows, C);
+    TRAINRUN_LAUNCH(grid, kWarps * 32, 0, layernorm_forward_kernel<T, S>)
+    (static_cast<T*>(out), static_cast<S*>(mean), static_cast<S*>(rstd), static_cast<const T*>(in),
+     static_cast<const T*>(w), static_cast<const T*>(b), rows, C);
   });
   check_launch("layernorm_forward");
 }
@@ -155,18 +155,18 @@ void layernorm_backward(DType dt, DType st, void* din, void* dw, void* db, const
     using T = decltype(t);
     using S = decltype(s);
     const unsigned grid = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
-    layernorm_backward_din_kernel<T, S>
-        <<<grid, kWarps * 32>>>(static_cast<T*>(din), static_cast<const T*>(dout),
-                                static_cast<const T*>(in), static_cast<const T*>(w),
-                                static_cast<const S*>(mean), static_cast<const S*>(rstd), rows, C);
+    TRAINRUN_LAUNCH(grid, kWarps * 32, 0, layernorm_backward_din_kernel<T, S>)
+    (static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in),
+     static_cast<const T*>(w), static_cast<const S*>(mean), static_cast<const S*>(rstd), rows, C);
     float* partial = static_cast<float*>(scratch);
     const dim3 pgrid(static_cast<unsigned>((C + kTileCols - 1) / kTileCols),
                      static_cast<unsigned>(chunks));
-    layernorm_param_partial_kernel<T, S><<<pgrid, dim3(kTileCols, kTileRows)>>>(
-        partial, static_cast<const T*>(dout), static_cast<const T*>(in),
-        static_cast<const S*>(mean), static_cast<const S*>(rstd), rows, C, per_chunk);
-    layernorm_param_finish_kernel<T><<<static_cast<unsigned>((C + 255) / 256), 256>>>(
-        static_cast<T*>(dw), static_cast<T*>(db), partial, chunks, C);
+    TRAINRUN_LAUNCH(pgrid, dim3(kTileCols, kTileRows), 0, layernorm_param_partial_kernel<T, S>)
+    (partial, static_cast<const T*>(dout), static_cast<const T*>(in), static_cast<const S*>(mean),
+     static_cast<const S*>(rstd), rows, C, per_chunk);
+    TRAINRUN_LAUNCH(static_cast<unsigned>((C + 255) / 256), 256, 0,
+                    layernorm_param_finish_kernel<T>)
+    (static_cast<T*>(dw), static_cast<T*>(db), partial, chunks, C);
   });
   check_launch("layernorm_backward");
 }

@@ -22,12 +22,14 @@
 #include <cstring>
 #include <string>
 
+#include "launch.h"
 #include "trainrun/errors.h"
 
 namespace trainrun::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // what cuBLAS recommends for Hopper
+constexpr uint32_t kBiasAlignment = 16;  // the epilogue's vector loads (kernels/sim/cublaslt.cpp)
 
 void check(cublasStatus_t st, const char* call, const char* what) {
   if (st != CUBLAS_STATUS_SUCCESS)
@@ -151,8 +153,13 @@ void Gemm::run(DType dt, bool trans_a, bool trans_b, int64_t m, int64_t n, int64
 void Gemm::forward(DType dt, void* out, const void* in, const void* w, const void* bias, int64_t N,
                    int64_t C, int64_t OC) {
   if (N <= 0 || OC <= 0) return;
+  // The bias epilogue reads the bias vector with 16-byte loads; a bias in the packed parameter
+  // buffer sits at any 4-byte offset (d_model 57, say), where it would fault with "misaligned
+  // address". Such a bias is added by a kernel of ours after the GEMM instead.
+  const bool epilogue_bias = bias && alignment_of(bias) >= kBiasAlignment;
   run(dt, /*trans_a=*/true, /*trans_b=*/false, /*m=*/OC, /*n=*/N, /*k=*/C, w, /*lda=*/C, in,
-      /*ldb=*/C, out, /*ldd=*/OC, /*beta=*/0.0f, bias, "matmul");
+      /*ldb=*/C, out, /*ldd=*/OC, /*beta=*/0.0f, epilogue_bias ? bias : nullptr, "matmul");
+  if (bias && !epilogue_bias) add_bias(dt, out, bias, N, OC);
 }
 
 void Gemm::backward(DType dt, void* din, void* dw, const void* dout, const void* in, const void* w,

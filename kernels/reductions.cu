@@ -59,10 +59,10 @@ double sum(DType dt, const void* x, int64_t n, bool squares, void* scratch) {
   if (blocks > kBlocks) blocks = kBlocks;
   by_dtype(dt, squares ? "sum_squares" : "sum", [&](auto t) {
     using T = decltype(t);
-    sum_partial_kernel<T><<<static_cast<unsigned>(blocks), kThreads>>>(
-        partial, static_cast<const T*>(x), n, squares);
+    TRAINRUN_LAUNCH(static_cast<unsigned>(blocks), kThreads, 0, sum_partial_kernel<T>)
+    (partial, static_cast<const T*>(x), n, squares);
   });
-  sum_finish_kernel<<<1, kThreads>>>(result, partial, static_cast<int>(blocks));
+  TRAINRUN_LAUNCH(1, kThreads, 0, sum_finish_kernel)(result, partial, static_cast<int>(blocks));
   check_launch(squares ? "sum_squares" : "sum");
   double host = 0.0;
   const cudaError_t e = cudaMemcpy(&host, result, sizeof(double), cudaMemcpyDeviceToHost);

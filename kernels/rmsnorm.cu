@@ -98,9 +98,9 @@ void rmsnorm_forward(DType dt, DType st, void* out, void* rstd, const void* in, 
     using T = decltype(t);
     using S = decltype(s);
     const unsigned grid = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
-    rmsnorm_forward_kernel<T, S><<<grid, kWarps * 32>>>(static_cast<T*>(out), static_cast<S*>(rstd),
-                                                        static_cast<const T*>(in),
-                                                        static_cast<const T*>(w), rows, C);
+    TRAINRUN_LAUNCH(grid, kWarps * 32, 0, rmsnorm_forward_kernel<T, S>)
+    (static_cast<T*>(out), static_cast<S*>(rstd), static_cast<const T*>(in),
+     static_cast<const T*>(w), rows, C);
   });
   check_launch("rmsnorm_forward");
 }
@@ -118,17 +118,17 @@ void rmsnorm_backward(DType dt, DType st, void* din, void* dw, const void* dout,
     using T = decltype(t);
     using S = decltype(s);
     const unsigned grid = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
-    rmsnorm_backward_din_kernel<T, S><<<grid, kWarps * 32>>>(
-        static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in),
-        static_cast<const T*>(w), static_cast<const S*>(rstd), rows, C);
+    TRAINRUN_LAUNCH(grid, kWarps * 32, 0, rmsnorm_backward_din_kernel<T, S>)
+    (static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in),
+     static_cast<const T*>(w), static_cast<const S*>(rstd), rows, C);
     float* partial = static_cast<float*>(scratch);
     const dim3 pgrid(static_cast<unsigned>((C + kTileCols - 1) / kTileCols),
                      static_cast<unsigned>(chunks));
-    rmsnorm_dw_partial_kernel<T, S><<<pgrid, dim3(kTileCols, kTileRows)>>>(
-        partial, static_cast<const T*>(dout), static_cast<const T*>(in),
-        static_cast<const S*>(rstd), rows, C, per_chunk);
-    rmsnorm_dw_finish_kernel<T>
-        <<<static_cast<unsigned>((C + 255) / 256), 256>>>(static_cast<T*>(dw), partial, chunks, C);
+    TRAINRUN_LAUNCH(pgrid, dim3(kTileCols, kTileRows), 0, rmsnorm_dw_partial_kernel<T, S>)
+    (partial, static_cast<const T*>(dout), static_cast<const T*>(in), static_cast<const S*>(rstd),
+     rows, C, per_chunk);
+    TRAINRUN_LAUNCH(static_cast<unsigned>((C + 255) / 256), 256, 0, rmsnorm_dw_finish_kernel<T>)
+    (static_cast<T*>(dw), partial, chunks, C);
   });
   check_launch("rmsnorm_backward");
 }

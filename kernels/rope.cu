@@ -72,8 +72,8 @@ void launch(DType dt, void* out, const void* in, const RopeGeometry& g, const ch
   if (n <= 0) return;
   by_dtype(dt, name, [&](auto t) {
     using T = decltype(t);
-    rope_kernel<T, kBackward>
-        <<<grid_for(n, kThreads), kThreads>>>(static_cast<T*>(out), static_cast<const T*>(in), g);
+    TRAINRUN_LAUNCH(grid_for(n, kThreads), kThreads, 0, rope_kernel<T, kBackward>)
+    (static_cast<T*>(out), static_cast<const T*>(in), g);
   });
   check_launch(name);
 }

@@ -42,8 +42,8 @@ void swiglu_forward(DType dt, void* out, const void* in, int64_t N, int64_t H) {
   if (N <= 0 || H <= 0) return;
   by_dtype(dt, "swiglu", [&](auto t) {
     using T = decltype(t);
-    swiglu_forward_kernel<T><<<grid_for(N * H, kThreads), kThreads>>>(
-        static_cast<T*>(out), static_cast<const T*>(in), N, H);
+    TRAINRUN_LAUNCH(grid_for(N * H, kThreads), kThreads, 0, swiglu_forward_kernel<T>)
+    (static_cast<T*>(out), static_cast<const T*>(in), N, H);
   });
   check_launch("swiglu_forward");
 }
@@ -52,8 +52,8 @@ void swiglu_backward(DType dt, void* din, const void* dout, const void* in, int6
   if (N <= 0 || H <= 0) return;
   by_dtype(dt, "swiglu_backward", [&](auto t) {
     using T = decltype(t);
-    swiglu_backward_kernel<T><<<grid_for(N * H, kThreads), kThreads>>>(
-        static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in), N, H);
+    TRAINRUN_LAUNCH(grid_for(N * H, kThreads), kThreads, 0, swiglu_backward_kernel<T>)
+    (static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in), N, H);
   });
   check_launch("swiglu_backward");
 }

@@ -12,6 +12,12 @@ step() { printf '\n==== %s ====\n' "$*"; }
 step "build (release, -Werror)"
 [[ -f build/build.ninja ]] || meson setup build --buildtype=release -Dwerror=true >/dev/null
 ninja -C build
+# The CPU-executed CUDA device runs every CUDA kernel in the unit suite: it must have been built.
+[[ -f build/kernels/sim/libtrainrun_cudasim.so ]] || {
+  echo "error: build/kernels/sim/libtrainrun_cudasim.so was not built (Boost.Context missing?" \
+    "scripts/setup.sh --test installs it; then: meson setup --reconfigure build)" >&2
+  exit 1
+}
 
 step "unit and MPI tests"
 meson test -C build --suite unit --suite mpi --print-errorlogs
@@ -22,7 +28,10 @@ step "unit tests under AddressSanitizer + UBSan"
 [[ -f build-asan/build.ninja ]] || meson setup build-asan --buildtype=debugoptimized -Dwerror=true \
   -Dcpp_args=-Wno-maybe-uninitialized -Db_sanitize=address,undefined -Db_lundef=false \
   -Dcuda=disabled >/dev/null
-ninja -C build-asan $(cd build-asan && ninja -t targets all | sed -n 's/^\(tests\/test_[a-z0-9_]*\): .*/\1/p' | grep -v comm_mpi | sort -u)
+# The CPU-executed CUDA device and its fault plugins run under AddressSanitizer here (memcheck).
+ninja -C build-asan $(cd build-asan && ninja -t targets all |
+  sed -n 's/^\(tests\/test_[a-z0-9_]*\|kernels\/sim\/libtrainrun_cudasim[a-z_]*\.so\): .*/\1/p' |
+  grep -v comm_mpi | sort -u)
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
   meson test -C build-asan --suite unit --print-errorlogs --no-rebuild
 

@@ -5,10 +5,13 @@
 // overwrite/accumulate contract before GPU time is spent on it.
 //
 //   test_backend_ops [--backend cuda|cpu] [--quick] [--op SUBSTRING] [--seed N] [--no-timing]
+//                    [--require]
 //
-// --quick leaves out the large shapes (for compute-sanitizer and the CPU self-check). Inputs are
-// fresh each run from a seed printed first; --seed repeats a run. Exit status: 0 all cases
-// passed, 1 a case failed, 2 bad usage, 77 no such backend here.
+// --quick leaves out the large shapes (for compute-sanitizer, the CPU self-check and the
+// CPU-executed device). Inputs are fresh each run from a seed printed first; --seed repeats a
+// run. --require makes a missing backend a failure (the CPU-executed device must always load).
+// Exit status: 0 all cases passed, 1 a case failed (or --require and no backend), 2 bad usage,
+// 77 no such backend here.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +36,7 @@ struct Options {
   std::string backend = "cuda";
   bool quick = false;
   bool timing = true;
+  bool require = false;
   std::string op;
   uint64_t seed = 0;
   bool seed_given = false;
@@ -46,6 +50,8 @@ bool parse(int argc, char** argv, Options* o) {
       o->quick = true;
     } else if (a == "--no-timing") {
       o->timing = false;
+    } else if (a == "--require") {
+      o->require = true;
     } else if (a == "--backend" && has_value) {
       o->backend = argv[++i];
     } else if (a == "--op" && has_value) {
@@ -130,11 +136,11 @@ int main(int argc, char** argv) {
   if (!parse(argc, argv, &o)) {
     std::fprintf(stderr,
                  "usage: test_backend_ops [--backend cuda|cpu] [--quick] [--op SUBSTRING] "
-                 "[--seed N] [--no-timing]\n");
+                 "[--seed N] [--no-timing] [--require]\n");
     return 2;
   }
   std::unique_ptr<Backend> test = open_backend(o.backend);
-  if (!test) return kExitSkip;
+  if (!test) return o.require ? 1 : kExitSkip;
   std::unique_ptr<Backend> ref = make_cpu_backend();
   const uint64_t seed = o.seed_given ? o.seed : static_cast<uint64_t>(now() * 1e6);
   std::printf("test_backend_ops: %s against the reference %s (seed %llu%s)\n",

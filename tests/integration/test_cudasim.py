@@ -1,0 +1,91 @@
+"""Training on the CPU-executed CUDA device: the CUDA plugin's own sources, compiled by the host
+compiler into libtrainrun_cudasim.so (kernels/sim/), loaded through TRAINRUN_CUDA_PLUGIN exactly
+as trainrun loads the real plugin, against the CPU backend on the same runs."""
+import pathlib
+import struct
+
+import pytest
+
+from conftest import TINY, TRAINRUN, checksums, losses, run, sets
+
+SIM = pathlib.Path(TRAINRUN).parent / "kernels" / "sim" / "libtrainrun_cudasim.so"
+
+GPT = [*TINY, "train.steps=20", "checkpoint.every=10", "checkpoint.keep_last=5"]
+# d_model 34: biases sit in the packed parameter buffer at offsets that are not 16-byte aligned,
+# where cuBLASLt's bias epilogue would fault (matmul.cpp adds such a bias with a kernel instead).
+GPT_ODD = [*GPT, "model.d_model=34"]
+LLAMA = [*GPT, "model.type=llama", "model.n_head=4", "model.n_kv_head=2", "model.d_model=32",
+         "model.ffn_hidden=0"]
+
+
+@pytest.fixture(scope="module")
+def sim_env():
+    # Never a skip: the sim is built wherever the tests are (scripts/setup.sh --test installs
+    # Boost.Context, which it needs).
+    assert SIM.exists(), f"{SIM} was not built (scripts/setup.sh --test installs what it needs)"
+    return {"TRAINRUN_CUDA_PLUGIN": str(SIM), "OMP_NUM_THREADS": "1"}
+
+
+def train(quickstart, rd, device, extra, env):
+    return run([quickstart, *sets(*extra, f"device={device}"), "--run-dir", str(rd)], env=env,
+               check=0, timeout=600)
+
+
+def assert_close(a, b, rel):
+    assert a.keys() == b.keys()
+    for step in a:
+        assert abs(a[step] - b[step]) <= rel * abs(b[step]), (step, a[step], b[step])
+
+
+@pytest.mark.parametrize("model", ["gpt", "gpt-d34", "llama"])
+def test_fp32_training_matches_the_cpu(quickstart, tmp_path, sim_env, model):
+    extra = {"gpt": GPT, "gpt-d34": GPT_ODD, "llama": LLAMA}[model]
+    cpu = train(quickstart, tmp_path / "cpu", "cpu", extra, sim_env)
+    sim = train(quickstart, tmp_path / "sim", "cuda", extra, sim_env)
+    assert "cudasim" in sim.stderr  # the device the run used names itself
+    assert "cudasim" not in cpu.stderr
+    assert len(losses(tmp_path / "sim")) == 20
+    assert_close(losses(tmp_path / "sim"), losses(tmp_path / "cpu"), 1e-4)
+
+
+def test_two_ranks_over_nccl_match_one_rank(quickstart, tmp_path, sim_env):
+    one = tmp_path / "one"
+    two = tmp_path / "two"
+    train(quickstart, one, "cuda", GPT, sim_env)
+    p = train(quickstart, two, "cuda", [*GPT, "distributed.nproc=2"], sim_env)
+    assert "nccl" in (two / "logs" / "rank-0.log").read_text().lower() or "nccl" in p.stderr
+    assert_close(losses(two), losses(one), 1e-5)
+    assert len(set(checksums(two).values())) == 1  # the ranks agree on the parameters
+
+
+@pytest.mark.parametrize("first,then", [("cuda", "cpu"), ("cpu", "cuda")])
+def test_checkpoint_resumes_on_the_other_device(quickstart, tmp_path, sim_env, first, then):
+    whole = tmp_path / "whole"
+    train(quickstart, whole, first, GPT, sim_env)
+    rd = tmp_path / "rd"
+    train(quickstart, rd, first, [*GPT[:-3], "train.steps=10", "checkpoint.every=10"], sim_env)
+    run(["--resume", str(rd), *sets("train.steps=20", f"device={then}")], env=sim_env, check=0,
+        timeout=600)
+    resumed = losses(rd)
+    # Steps 11..20 continued on the other device from the checkpoint of step 10.
+    assert_close({s: resumed[s] for s in range(11, 21)},
+                 {s: losses(whole)[s] for s in range(11, 21)}, 1e-4)
+
+
+def test_out_of_range_token_gives_the_cpu_error(quickstart, tmp_path, sim_env):
+    # An llm.c shard carries no vocabulary, so only the kernels that read ids can catch 40 >= 32.
+    tokens = [i % 30 for i in range(4096)]
+    tokens[100] = 40
+    shard = tmp_path / "bad.bin"
+    header = [20240520, 1, len(tokens)] + [0] * 253
+    shard.write_bytes(struct.pack("<256i", *header) + struct.pack(f"<{len(tokens)}H", *tokens))
+    extra = [*TINY, "train.steps=50", "data.synthetic=''", f"data.train={shard}",
+             f"data.val={shard}"]
+    errors = {}
+    for device in ["cpu", "cuda"]:
+        p = run([quickstart, *sets(*extra, f"device={device}"), "--run-dir",
+                 str(tmp_path / device)], env=sim_env, timeout=600)
+        assert p.returncode == 3, p.stderr
+        errors[device] = [l for l in p.stderr.splitlines() if "40" in l and "vocab" in l.lower()]
+        assert errors[device], p.stderr
+    assert errors["cpu"][0].split("error")[-1] == errors["cuda"][0].split("error")[-1]
