@@ -46,6 +46,8 @@ def names_its_run_dir(args, cwd=None):
     args = [str(a) for a in args]
     if cwd is not None or not args or args[0] in NO_RUN_DIR or "--run-dir" in args:
         return True
+    if "--help" in args or "-h" in args:
+        return True
     if any(a.startswith("run_dir=") for a in args):
         return True
     at = args.index("--resume") if "--resume" in args else -1
