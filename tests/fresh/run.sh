@@ -47,7 +47,7 @@ mounts=(proc sys dev dev/pts dev/shm)
 cleanup() {
   local i m
   # Anything the tests mounted below the root (ip netns add mounts /run/netns), deepest first.
-  findmnt -rn -o TARGET | grep "^$root/" | sort -r | while read -r m; do
+  { findmnt -rn -o TARGET | grep "^$root/" || true; } | sort -r | while read -r m; do
     umount -l "$m" 2>/dev/null || true
   done
   for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
