@@ -38,7 +38,7 @@ PUBLIC = {
     "plan.h": "plan", "report.h": "plan",
     "launch.h": "launch", "failure_record.h": "launch", "mpirun_failure.h": "launch",
     "run_command.h": "launch", "supervisor.h": "launch", "stop_signals.h": "launch",
-    "omp_wait.h": "launch",
+    "omp_wait.h": "launch", "heartbeats.h": "launch",
     "trainer.h": "train",
     "cluster.h": "cluster",
     "cli.h": "cli",

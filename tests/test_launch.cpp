@@ -21,7 +21,9 @@
 
 #include "../src/launch/host.h"
 #include "../src/launch/host_probe.h"
+#include "../src/launch/process_tree.h"
 #include "../src/launch/run_dir.h"
+#include "../src/launch/start_bound.h"
 #include "../src/launch/stop_relay.h"
 #include "temp_dir.h"
 #include "trainrun/checkpoint.h"
@@ -29,6 +31,7 @@
 #include "trainrun/config.h"
 #include "trainrun/errors.h"
 #include "trainrun/failure_record.h"
+#include "trainrun/heartbeats.h"
 #include "trainrun/launch.h"
 #include "trainrun/mpirun_failure.h"
 #include "trainrun/run_command.h"
@@ -248,6 +251,7 @@ TEST_CASE("plan_launch: the mpirun command") {
   }
   EnvGuard g;
   g.unset("OMP_NUM_THREADS");
+  g.unset("HWLOC_COMPONENTS");
 
   SUBCASE("one node, 2 ranks") {
     LaunchPlan p = plan_launch(experiment(2), kSelf);
@@ -266,9 +270,21 @@ TEST_CASE("plan_launch: the mpirun command") {
     if (geteuid() == 0) {
       CHECK(has(p.env, "OMPI_ALLOW_RUN_AS_ROOT=1"));
       CHECK(has(p.env, "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"));
-    } else {
-      CHECK(p.env.empty());
     }
+    // hwloc's GL probe off for mpirun and every rank: it can block mpirun's start for ever.
+    CHECK(has(p.env, "HWLOC_COMPONENTS=-gl"));
+    CHECK(has_seq(p.argv, {"-x", "HWLOC_COMPONENTS"}));
+    CHECK(p.launch_timeout == Experiment{}.fault_tolerance.launch_timeout);
+  }
+  SUBCASE("a user's HWLOC_COMPONENTS is kept, with gl off unless it names gl") {
+    g.set("HWLOC_COMPONENTS", "-opencl");
+    CHECK(has(plan_launch(experiment(2), kSelf).env, "HWLOC_COMPONENTS=-opencl,-gl"));
+    CHECK(no_gl_probe(nullptr) == "HWLOC_COMPONENTS=-gl");
+    CHECK(no_gl_probe("") == "HWLOC_COMPONENTS=-gl");
+    CHECK(no_gl_probe("linux,x86") == "HWLOC_COMPONENTS=linux,x86,-gl");
+    CHECK(no_gl_probe("gl,linux") == "HWLOC_COMPONENTS=gl,linux");  // asked for: theirs
+    CHECK(no_gl_probe("-gl") == "HWLOC_COMPONENTS=-gl");
+    CHECK(no_gl_probe("glx") == "HWLOC_COMPONENTS=glx,-gl");
   }
   SUBCASE("OMP_NUM_THREADS from the environment wins") {
     g.set("OMP_NUM_THREADS", "5");
@@ -968,7 +984,9 @@ TEST_CASE("RunDirLock: one holder at a time, named; the kernel releases a dead h
     const std::string second = error_of([&] { RunDirLock::take(d); });
     CHECK(second.find("in use by another trainrun: pid " + std::to_string(getpid())) !=
           std::string::npos);
-    CHECK_FALSE(error_of([&] { check_run_dir(d, RunDirUse::resume, false); }).empty());
+    // --dry-run says what a real run would meet and refuses nothing.
+    const std::string said = run_dir_objection(d, RunDirUse::resume, false);
+    CHECK(said.find("in use by another trainrun") != std::string::npos);
     RunDirLock moved = std::move(lock);
     CHECK(moved.held());
     CHECK_FALSE(lock.held());
@@ -1292,6 +1310,152 @@ TEST_CASE("run_launch: a failed job that will not tear down is killed after tear
     plan.argv = {"/bin/sh", "-c", "sleep 3; exit 0"};
     MpirunFailure f;
     CHECK(run_launch(plan, &f) == 0);
+  }
+}
+
+namespace {
+
+// Gone: no such process, or a zombie (its parent, perhaps init, has yet to reap it).
+bool process_gone(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(f, line)) return true;
+  const size_t close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'Z';
+}
+
+pid_t read_pid(const std::string& path) {
+  for (int i = 0; i < 500; ++i) {  // up to 5 s for the stand-in to write it
+    std::ifstream f(path);
+    long pid = 0;
+    if (f >> pid && pid > 0) return static_cast<pid_t>(pid);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return 0;
+}
+
+// A stand-in for an mpirun blocked before it starts any rank (hwloc waiting for an X server):
+// deaf to the signals the relay sends, it never ends by itself. It has started one process in
+// a session of its own, as mpirun starts each rank in a process group of its own.
+LaunchPlan blocked_mpirun(const TempDir& dir) {
+  LaunchPlan plan;
+  plan.argv = {"/bin/sh", "-c",
+               "trap '' TERM INT USR1 USR2 HUP; setsid sleep 1000 & echo $! > " + dir / "child" +
+                   "; while :; do sleep 1; done"};
+  plan.run_dir = dir.str();
+  return plan;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST_CASE("kill_process_tree ends a process and what it started, in other sessions too") {
+  TempDir dir;
+  const pid_t root = fork();
+  if (root == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c",
+          ("setsid sh -c 'sleep 1000 & echo $! > " + dir / "grandchild" + "; wait' & echo $! > " +
+           dir / "child" + "; wait")
+              .c_str(),
+          static_cast<char*>(nullptr));
+    std::_Exit(127);
+  }
+  const pid_t child = read_pid(dir / "child"), grandchild = read_pid(dir / "grandchild");
+  REQUIRE(child > 0);
+  REQUIRE(grandchild > 0);
+  const std::vector<pid_t> below = descendants(root);
+  CHECK(std::find(below.begin(), below.end(), child) != below.end());
+  CHECK(std::find(below.begin(), below.end(), grandchild) != below.end());
+  CHECK(kill_process_tree(root, 5).empty());
+  int status = 0;
+  CHECK(waitpid(root, &status, 0) == root);  // left for its parent to reap
+  CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL));
+  CHECK(process_gone(child));
+  CHECK(process_gone(grandchild));
+}
+
+TEST_CASE("run_launch: an mpirun that starts no rank is ended after launch_timeout (exit 6)") {
+  TempDir dir;
+  LaunchPlan plan = blocked_mpirun(dir);
+  plan.launch_timeout = 1;
+  MpirunFailure f;
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(run_launch(plan, &f) == kExitLaunch);
+  const double took = seconds_since(t0);
+  CHECK(took >= 1.0);                           // not before the bound
+  CHECK(took < 1.0 + StartBound::kGrace + 10);  // nor much after (SIGTERM ignored: killed)
+  CHECK(f.not_launched);
+  CHECK(f.text.find("mpirun started no rank within 1 s (fault_tolerance.launch_timeout)") !=
+        std::string::npos);
+  CHECK(f.text.find("HWLOC_COMPONENTS=-gl") != std::string::npos);
+  const pid_t child = read_pid(dir / "child");
+  REQUIRE(child > 0);
+  CHECK(process_gone(child));  // the "rank" in its own session went too
+  // A rank caught starting may have recorded a stop: still a launch failure, restartable.
+  const JobOutcome o = judge_job(kExitLaunch, {record(0, kExitResumeMe, 1.0, "stopped")}, f);
+  CHECK(o.code == kExitLaunch);
+  CHECK(o.not_launched);
+  CHECK(o.cause == f.text);
+}
+
+TEST_CASE("run_launch: once a rank's heartbeat is there, the launch bound stands aside") {
+  TempDir dir;
+  LaunchPlan plan;
+  plan.run_dir = dir.str();
+  plan.launch_timeout = 1;
+  fs::create_directories(dir / "logs");
+  // The job's ranks beat at once, then the job runs past the bound and finishes.
+  plan.argv = {"/bin/sh", "-c", "echo beat > " + heartbeat_path(dir.str(), 0) + "; sleep 3"};
+  MpirunFailure f;
+  CHECK(run_launch(plan, &f) == 0);
+  // A heartbeat from an earlier attempt is cleared before a relaunch; without it the bound
+  // applies again.
+  clear_heartbeats(dir.str());
+  CHECK_FALSE(any_heartbeat(dir.str()));
+  plan.argv = {"/bin/sh", "-c", "sleep 3"};
+  CHECK(run_launch(plan, &f) == kExitLaunch);
+}
+
+TEST_CASE("run_launch: a stop before any rank started ends mpirun and what it started") {
+  // In a child process: the relay's handlers are process-wide.
+  TempDir dir;
+  struct Case {
+    std::vector<int> signals;
+    int code;
+    double within;
+  };
+  for (const Case& c : {Case{{SIGTERM}, kExitResumeMe, StartBound::kGrace + 5},
+                        Case{{SIGINT}, kExitInterrupted, StartBound::kGrace + 5},
+                        // A second SIGINT does not wait for mpirun's grace.
+                        Case{{SIGINT, SIGINT}, kExitInterrupted, StartBound::kGrace - 1}}) {
+    CAPTURE(c.signals.size());
+    CAPTURE(c.signals.front());
+    fs::remove(dir / "child");
+    const auto t0 = std::chrono::steady_clock::now();
+    const int status = in_child([&] {
+      LaunchPlan plan = blocked_mpirun(dir);
+      plan.launch_timeout = 600;
+      std::thread([&] {
+        read_pid(dir / "child");  // the "rank" exists
+        for (int sig : c.signals) {
+          kill(getpid(), sig);
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+      }).detach();
+      MpirunFailure f;
+      const int code = run_launch(plan, &f);
+      std::_Exit(code == c.code && !f.not_launched ? 0 : 100 + code % 100);
+    });
+    CHECK(seconds_since(t0) < c.within + 1);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    const pid_t child = read_pid(dir / "child");
+    REQUIRE(child > 0);
+    CHECK(process_gone(child));
   }
 }
 

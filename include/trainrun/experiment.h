@@ -147,6 +147,10 @@ struct FaultToleranceConfig {
   // Seconds the launcher gives a failed job to tear down (a rank recorded a failure) before it
   // kills mpirun: Open MPI can wait forever on a host that went silent.
   double teardown_timeout = 30;
+  // Seconds mpirun gets to start the ranks (the first rank's heartbeat) before the launcher
+  // ends it: a blocked mpirun never says so itself. Generous: a false alarm kills a launch that
+  // was only slow (thousands of ranks, a large checkpoint every rank reads before MPI starts).
+  double launch_timeout = 300;
   int max_bad_steps = 5;
   int max_rollbacks = 2;
   double rollback_lr_factor = 0.5;

@@ -26,10 +26,12 @@ struct JobOutcome {
 };
 
 // The decision, from the launcher's exit code, the records the ranks left, and what mpirun
-// said. In order: the earliest record of a failure (not a stop); else mpirun's report when it
-// names a rank that wrote no record (it was killed, its host was lost); else the earliest stop
-// record (75/130: every rank stopped on purpose, whatever mpirun's own code); else the
-// launcher's code and words. The code is one of man trainrun's table (job_code).
+// said. In order: the earliest record of a failure (not a stop); else a launch that started no
+// rank (launcher.not_launched: 6, whatever a rank caught starting recorded); else mpirun's
+// report when it names a rank that wrote no record (it was killed, its host was lost); else
+// the earliest stop record (75/130: every rank stopped on purpose, whatever mpirun's own
+// code); else the launcher's code and words. The code is one of man trainrun's table
+// (job_code).
 JobOutcome judge_job(int launcher_code, const std::vector<FailureRecord>& records,
                      const MpirunFailure& launcher);
 

@@ -83,7 +83,9 @@ Command add_run(CLI::App& app) {
                 "into RUN_DIR/archive-TIME/) or other files (left alone)")
       ->excludes(resume);
   sub->add_flag("--dry-run", a->dry_run,
-                "validate and print what would run (the mpirun command, or the resolved config)");
+                "validate and print what would run (the mpirun command, or the resolved "
+                "config); writes nothing, and says what a real run would be refused for in the "
+                "run directory instead of refusing");
   sub->add_option("--profile", a->profile,
                   "write Chrome traces and a per-op time table for steps A:B into RUN_DIR/trace/")
       ->type_name("A:B");

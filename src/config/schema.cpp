@@ -213,6 +213,10 @@ std::vector<Field> make_schema() {
       {KEY(fault_tolerance, teardown_timeout),
        .description = "Seconds a failed job may take to end before the launcher kills mpirun",
        .resumable = kResumable, .min = 1},
+      {KEY(fault_tolerance, launch_timeout),
+       .description = "Seconds mpirun may take to start the ranks (their first heartbeat) "
+                      "before the launcher ends it (exit 6)",
+       .resumable = kResumable, .min = 1},
       {KEY(fault_tolerance, max_bad_steps),
        .description = "Consecutive non-finite steps (skipped) before rolling back",
        .resumable = kResumable, .min = 1},

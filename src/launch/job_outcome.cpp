@@ -60,6 +60,12 @@ JobOutcome judge_job(int launcher_code, const std::vector<FailureRecord>& record
         return x.exit_code != kExitOk && !stopped_on_purpose(x.exit_code);
       }))
     return from_record(*r);
+  const std::string text = launcher.text.empty()
+                               ? fmt::format("the job exited with code {}", launcher_code)
+                               : launcher.text;
+  // A job that never started has no rank's code: it is a launch failure (6), restartable. A
+  // stop record here is a rank that was just starting, ended by the launch's teardown.
+  if (launcher.not_launched) return {kExitLaunch, text, -1, launcher.host, false, true};
   const bool named_wrote_one =
       std::any_of(records.begin(), records.end(),
                   [&](const FailureRecord& x) { return x.rank == launcher.rank; });
@@ -68,12 +74,6 @@ JobOutcome judge_job(int launcher_code, const std::vector<FailureRecord>& record
   if (const FailureRecord* r =
           earliest(records, [](const FailureRecord& x) { return stopped_on_purpose(x.exit_code); }))
     return from_record(*r);
-  const std::string text = launcher.text.empty()
-                               ? fmt::format("the job exited with code {}", launcher_code)
-                               : launcher.text;
-  // A job that never started has no rank's code: it is a launch failure (6), restartable.
-  if (launcher.not_launched && records.empty())
-    return {kExitLaunch, text, -1, launcher.host, false, true};
   return {job_code(launcher_code), text, launcher.rank, launcher.host, false};
 }
 

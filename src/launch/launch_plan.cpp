@@ -78,6 +78,15 @@ void add_keepalive(const Experiment& exp, std::vector<std::string>* argv) {
 
 }  // namespace
 
+std::string no_gl_probe(const char* user) {
+  const std::string mine = user ? user : "";
+  if (mine.empty()) return "HWLOC_COMPONENTS=-gl";
+  std::istringstream items(mine);
+  for (std::string item; std::getline(items, item, ',');)
+    if (item == "gl" || item == "-gl") return "HWLOC_COMPONENTS=" + mine;
+  return "HWLOC_COMPONENTS=" + mine + ",-gl";
+}
+
 std::vector<std::string> hostfile_hosts(const std::string& path) {
   std::ifstream in(path);
   std::vector<std::string> hosts;
@@ -121,6 +130,7 @@ LaunchPlan plan_launch(const Experiment& exp, const std::vector<std::string>& se
   LaunchPlan plan;
   plan.run_dir = exp.run_dir;
   plan.teardown_timeout = exp.fault_tolerance.teardown_timeout;
+  plan.launch_timeout = exp.fault_tolerance.launch_timeout;
   plan.omp_threads_per_rank = default_omp_threads(d.nproc);
   std::vector<std::string>& a = plan.argv;
   a = {mpirun, "-np", std::to_string(world)};
@@ -133,6 +143,7 @@ LaunchPlan plan_launch(const Experiment& exp, const std::vector<std::string>& se
   a.insert(a.end(), {"-x", fmt::format("OMP_NUM_THREADS={}", plan.omp_threads_per_rank)});
   for (const std::string& arg : omp_wait_mpirun_args(exp)) a.push_back(arg);
   a.insert(a.end(), {"-x", "TRAINRUN_LAUNCHED_BY=trainrun"});
+  a.insert(a.end(), {"-x", "HWLOC_COMPONENTS"});  // ranks on other hosts too (no_gl_probe)
   for (const char* name : {"PATH", "LD_LIBRARY_PATH"})
     if (std::getenv(name)) a.insert(a.end(), {"-x", name});
   for (const std::string& name : trainrun_variables()) a.insert(a.end(), {"-x", name});
@@ -141,6 +152,7 @@ LaunchPlan plan_launch(const Experiment& exp, const std::vector<std::string>& se
 
   // Open MPI refuses to run as root without both of these (or --allow-run-as-root).
   if (geteuid() == 0) plan.env = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"};
+  plan.env.push_back(no_gl_probe(std::getenv("HWLOC_COMPONENTS")));
   return plan;
 }
 

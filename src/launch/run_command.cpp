@@ -149,7 +149,13 @@ int run_command(const RunRequest& request, const RankMain& rank_main) {
   if (owner) {
     check_data(exp);  // before anything is written in the run directory
     check_metrics_port(exp);
-    if (request.dry_run) check_run_dir(exp.run_dir, run.use, request.renew);
+    // Said, not enforced: a dry run writes nothing, so a filled directory (the quick start's,
+    // say) must not stop a look at what would run there.
+    if (request.dry_run)
+      if (const std::string objection = run_dir_objection(exp.run_dir, run.use, request.renew);
+          !objection.empty())
+        fmt::print(stderr, "--dry-run: a real run would be refused here (exit 73): {}\n",
+                   printable(objection));
   }
   if (!supervising) return run_rank(request, run, env, supervised, owner, rank_main);
   std::optional<RunDirLock> lock;  // held for the life of the job, across restarts

@@ -271,9 +271,15 @@ void check_not_in_use(const std::string& dir) {
     throw_in_use(dir, holder);
 }
 
-void check_run_dir(const std::string& dir, RunDirUse use, bool renew) {
-  check_run_dir_use(dir, inspect_run_dir(dir), use, renew);
-  check_not_in_use(dir);
+std::string run_dir_objection(const std::string& dir, RunDirUse use, bool renew) {
+  const RunDirState state = inspect_run_dir(dir);  // a path no run could use: thrown
+  try {
+    check_run_dir_use(dir, state, use, renew);
+    check_not_in_use(dir);
+  } catch (const RunDirError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 std::optional<std::string> run_dir_of_checkpoint(const std::string& file) {

@@ -75,8 +75,11 @@ std::string archive_run(const std::string& dir);
 // What a job's owner does before its first write: inspect, check the use, create, lock, look
 // again under the lock, and archive (renew). Prints where an archive went.
 RunDirLock claim_run_dir(const std::string& dir, RunDirUse use, bool renew);
-// The same checks without writing anything (--dry-run): the lock is only looked at.
-void check_run_dir(const std::string& dir, RunDirUse use, bool renew);
+// --dry-run's look at the directory, which writes nothing and so refuses nothing a real run
+// could go on from: the refusal (exit 73) a real run would meet here (it holds a run, other
+// files, another trainrun's lock), or "" when a real run would go ahead. Throws RunDirError
+// only for a path that no run could use (a file, unreadable). The lock is only looked at.
+std::string run_dir_objection(const std::string& dir, RunDirUse use, bool renew);
 
 // The run directory a checkpoint file lies in (RUN_DIR/checkpoints/FILE, RUN_DIR holding a run
 // and either trainrun's lock file or nothing but trainrun's files), or nullopt for a file

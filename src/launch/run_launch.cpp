@@ -12,10 +12,13 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "host.h"
+#include "process_tree.h"
+#include "start_bound.h"
 #include "stop_relay.h"
 #include "trainrun/errors.h"
 #include "trainrun/failure_record.h"
@@ -120,9 +123,10 @@ class BlockedSignals {
 // Bounds the teardown of a failed job. Open MPI tears a job down through its daemons, and a
 // daemon on a host that went silent never answers: mpirun would wait until the link returns.
 // Once a rank has recorded a failure (a stop is no failure: its ranks may be writing a
-// checkpoint), mpirun gets `timeout` seconds to end; then its process group is killed. The
+// checkpoint), mpirun gets `timeout` seconds to end; then it and its processes are killed. The
 // ranks' records still decide the job's code; a checkpoint is never half written (temporary
-// file + rename), so the kill loses nothing the restart needs.
+// file + rename), so the kill loses nothing the restart needs. The ranks are in process groups
+// of their own, so the kill follows mpirun's children (process_tree.h).
 class TeardownDeadline {
  public:
   explicit TeardownDeadline(const LaunchPlan& plan)
@@ -137,7 +141,7 @@ class TeardownDeadline {
                "silent; fault_tolerance.teardown_timeout)\n",
                timeout_, first_.rank, first_.host.empty() ? "an unknown host" : first_.host,
                first_.cause);
-    kill(-pid, SIGKILL);
+    kill_process_tree(pid, 5);
   }
 
  private:
@@ -173,12 +177,13 @@ class TeardownDeadline {
 
 // Passes the child's stderr through while keeping its tail; returns its wait status. Ranks
 // could keep the pipe open after mpirun is gone, so EOF is not the end: the child exiting is.
-int pump_until_exit(pid_t pid, int err_fd, std::string* tail, TeardownDeadline* deadline) {
+// `tick` runs every ~200 ms until the child exits (the deadlines: they may kill it).
+int pump_until_exit(pid_t pid, int err_fd, std::string* tail, const std::function<void()>& tick) {
   char buf[16384];
   int status = 0;
   bool exited = false;
   for (;;) {
-    if (!exited) deadline->enforce(pid);
+    if (!exited) tick();
     pollfd pfd{err_fd, POLLIN, 0};
     int ready = poll(&pfd, 1, exited ? 0 : 200);
     if (ready > 0) {
@@ -202,7 +207,7 @@ int pump_until_exit(pid_t pid, int err_fd, std::string* tail, TeardownDeadline* 
     } else if (w < 0 && errno != EINTR) {
       break;
     } else {
-      deadline->enforce(pid);
+      tick();
       poll(nullptr, 0, 200);
     }
   }
@@ -266,8 +271,20 @@ int run_launch(const LaunchPlan& plan, MpirunFailure* failure) {
           fmt::format("cannot start mpirun: fork failed: {}", std::strerror(fork_errno)));
     }
     TeardownDeadline deadline(plan);
-    status = pump_until_exit(pid, err_pipe[0], &tail, &deadline);
+    StartBound start(plan);
+    status = pump_until_exit(pid, err_pipe[0], &tail, [&] {
+      start.enforce(pid);
+      deadline.enforce(pid);
+    });
     StopRelay::set_child(0, SIGTERM);
+    if (start.ended()) {  // mpirun started no rank: its own code means nothing
+      close(err_pipe[0]);
+      if (failure) {
+        failure->text = start.why();
+        failure->not_launched = start.timed_out();
+      }
+      return start.code();
+    }
   }
   close(err_pipe[0]);
 

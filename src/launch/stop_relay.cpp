@@ -83,6 +83,10 @@ int StopRelay::requested() {
   return g_first.load();
 }
 
+int StopRelay::interrupts() {
+  return g_interrupts.load();
+}
+
 int StopRelay::stop_code() {
   const int sig = g_first.load();
   return sig == 0 ? 0 : is_interrupt(sig) ? int{kExitInterrupted} : int{kExitResumeMe};

@@ -31,6 +31,8 @@ class StopRelay {
   static void set_child(pid_t pid, int hard_stop);
   // The first stop signal received (as received), 0 when none.
   static int requested();
+  // How many SIGINT or SIGUSR2 have come (the second means "at once").
+  static int interrupts();
   // The exit code that stop means: 130 for SIGINT or SIGUSR2, 75 for the others, 0 for none.
   static int stop_code();
   // Sleeps up to `seconds`; returns true at once when a stop has been requested.

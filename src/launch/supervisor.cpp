@@ -18,6 +18,7 @@
 #include "stop_relay.h"
 #include "trainrun/checkpoint.h"
 #include "trainrun/errors.h"
+#include "trainrun/heartbeats.h"
 #include "trainrun/launch.h"
 #include "trainrun/metrics.h"
 #include "trainrun/omp_wait.h"
@@ -86,9 +87,11 @@ void name_unreachable_hosts(const Experiment& exp) {
   }
 }
 
-// One launch: a clean slate of failure records, the job, then the verdict.
+// One launch: a clean slate of failure records and heartbeats (the launch bound waits for a
+// new one), the job, then the verdict.
 JobOutcome run_attempt(const LaunchPlan& plan, const std::string& run_dir) {
   clear_failure_records(run_dir);
+  clear_heartbeats(run_dir);
   MpirunFailure said;
   const int code = run_launch(plan, &said);
   return judge_job(

@@ -13,6 +13,7 @@
 
 #include "trainrun/errors.h"
 #include "trainrun/failure_record.h"
+#include "trainrun/heartbeats.h"
 
 namespace fs = std::filesystem;
 
@@ -46,7 +47,7 @@ Watchdog::~Watchdog() {
   cv_.notify_all();
   thread_.join();
   std::error_code ec;
-  fs::remove(fs::path(run_dir_) / "logs" / fmt::format("heartbeat-rank-{}", comm_.rank()), ec);
+  fs::remove(heartbeat_path(run_dir_, comm_.rank()), ec);
 }
 
 void Watchdog::enter(Phase phase, int64_t step) {
@@ -69,7 +70,7 @@ double Watchdog::timeout() const {
 
 void Watchdog::write_heartbeat() {
   const fs::path dir = fs::path(run_dir_) / "logs";
-  const fs::path final_path = dir / fmt::format("heartbeat-rank-{}", comm_.rank());
+  const fs::path final_path = heartbeat_path(run_dir_, comm_.rank());
   const fs::path tmp = dir / fmt::format(".heartbeat-rank-{}.tmp", comm_.rank());
   {
     std::ofstream f(tmp);
@@ -107,7 +108,7 @@ void Watchdog::fire(double stuck_for) {
   std::string culprit_host;
   std::map<std::string, std::string> silent_hosts;  // host -> its silent ranks
   for (int r = 0; r < comm_.size(); ++r) {
-    std::ifstream f(fs::path(run_dir_) / "logs" / fmt::format("heartbeat-rank-{}", r));
+    std::ifstream f(heartbeat_path(run_dir_, r));
     int rank = -1;
     std::string host, phase;
     int64_t step = -1;

@@ -6,9 +6,15 @@
 # It debootstraps a minbase bookworm root (cached in /var/cache/trainrun, outside the clone, so a
 # rerun on the same machine, from any clone, starts in seconds; TRAINRUN_FRESH_CACHE moves it),
 # clones this checkout's HEAD into it and, in a chroot with a clean
-# environment:
+# environment, runs the README's two commands in order in that one clone, as a user does:
 #   1. runs scripts/quickstart.sh: it must exit 0 and print its final loss line;
-#   2. runs scripts/setup.sh --test and checks that every tool the test suite calls is there.
+#   2. runs scripts/setup.sh --test and checks that every tool the test suite calls is there;
+#   3. runs, in the clone the quick start filled (runs/quickstart), the tests that a filled
+#      clone once broke: a dry run of the quick start's own config there and the test suite's
+#      dry-run tests (tests/multihost's failed with exit 73 after a quick start). Not the whole of
+#      scripts/test.sh: CI has just run it from a clean clone (.ci/run), it takes about 25
+#      minutes, and CI's budget is about 45; what differs after a quick start is the clone's
+#      runs/ directory, which these tests exercise.
 # The chroot gets this machine's apt sources, its Acquire:: settings and its site CA certificates
 # (how this machine reaches its mirror and PyPI), and nothing else from the host. No mirror reachable means the check fails.
 set -euo pipefail
@@ -39,7 +45,11 @@ url=$(mirror | head -n 1) || true
 
 mounts=(proc sys dev dev/pts dev/shm)
 cleanup() {
-  local i
+  local i m
+  # Anything the tests mounted below the root (ip netns add mounts /run/netns), deepest first.
+  { findmnt -rn -o TARGET | grep "^$root/" || true; } | sort -r | while read -r m; do
+    umount -l "$m" 2>/dev/null || true
+  done
   for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
     mountpoint -q "$root/${mounts[i]}" 2>/dev/null && umount -l "$root/${mounts[i]}"
   done
@@ -120,4 +130,14 @@ missing=$(in_root 'for t in meson ninja mpirun gnuplot jq clang-format slurmctld
                    build/test-venv/bin/python -c "import tensorboard, tokenizers" 2>/dev/null ||
                      echo "build/test-venv: tensorboard/tokenizers"')
 [[ -z $missing ]] || die "scripts/setup.sh --test left these missing: $missing"
-echo "fresh: PASS (quick start and the test command's install step on a pristine Debian 12)"
+
+echo "fresh: after the quick start, in the same clone: a dry run and the dry-run tests"
+in_root '[[ -d runs/quickstart/checkpoints ]]' ||
+  die "the quick start left no run in runs/quickstart: the check below would prove nothing"
+in_root "build/trainrun configs/quickstart.yaml --set distributed.nproc=2 --dry-run" ||
+  die "a dry run of the quick start's config failed in the clone the quick start filled"
+in_root 'TRAINRUN_BIN=$PWD/build/trainrun /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+           tests/integration/test_run_dir.py -k dry_run \
+           tests/multihost/test_multihost.py::test_dry_run_shows_the_hostfile_and_the_interfaces' ||
+  die "the dry-run tests failed in the clone the quick start filled"
+echo "fresh: PASS (quick start, the test command's install step, and the tests a filled clone broke, on a pristine Debian 12)"

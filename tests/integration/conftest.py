@@ -32,7 +32,33 @@ def sets(*pairs):
     return out
 
 
+# Commands that never use a run directory.
+NO_RUN_DIR = {"validate", "plan", "inspect", "sample", "export", "report", "data", "k8s", "--help",
+              "-h", "--version"}
+
+
+def names_its_run_dir(args, cwd=None):
+    """Whether trainrun ARGS (run from cwd) uses a run directory of the test's own. A run, or its
+    --dry-run, that names none uses the config's default, runs/NAME in the clone, which the
+    README's quick start fills: such a test passes in a fresh clone and fails after
+    `scripts/quickstart.sh` (exit 73, or a dry run that said so). So every test names one:
+    --run-dir, --set run_dir=..., --resume DIR|FILE, or a scratch cwd for relative paths."""
+    args = [str(a) for a in args]
+    if cwd is not None or not args or args[0] in NO_RUN_DIR or "--run-dir" in args:
+        return True
+    if "--help" in args or "-h" in args:
+        return True
+    if any(a.startswith("run_dir=") for a in args):
+        return True
+    at = args.index("--resume") if "--resume" in args else -1
+    return 0 <= at < len(args) - 1 and not args[at + 1].startswith("-")
+
+
 def run(args, *, cwd=None, env=None, timeout=300, check=None):
+    assert names_its_run_dir(args, cwd), (
+        f"trainrun {' '.join(map(str, args))}: name the test's own run directory (--run-dir "
+        f"tmp_path / ..., or cwd=tmp_path); the default runs/NAME is the clone's, which the "
+        f"quick start fills")
     e = dict(os.environ)
     # trainrun's own default (cores / ranks per node) is what users get; a stray
     # OMP_NUM_THREADS would oversubscribe multi-rank runs.

@@ -55,20 +55,22 @@ def test_yaml_syntax_error_has_line_and_column(tmp_path):
 def test_cross_field_rules(quickstart, tmp_path):
     p = run([quickstart, *sets("model.n_head=3"), "--run-dir", str(tmp_path / "r")], check=2)
     assert "d_model" in p.stderr and "n_head" in p.stderr
-    p = run([quickstart, *sets("train.batch_size=10", "train.micro_batch_size=4")], check=2)
+    p = run([quickstart, *sets("train.batch_size=10", "train.micro_batch_size=4"), "--run-dir",
+             str(tmp_path / "r")], check=2)
     assert "batch_size" in p.stderr and "micro_batch_size" in p.stderr
     assert not (tmp_path / "r").exists()
 
 
-def test_bad_set_override(quickstart):
-    p = run([quickstart, "--set", "train.stepz=3"], check=2)
+def test_bad_set_override(quickstart, tmp_path):
+    rd = ["--run-dir", str(tmp_path / "r")]
+    p = run([quickstart, "--set", "train.stepz=3", *rd], check=2)
     assert "train.stepz" in p.stderr and "train.steps" in p.stderr
-    p = run([quickstart, "--set", "train.steps=many"], check=2)
+    p = run([quickstart, "--set", "train.steps=many", *rd], check=2)
     assert "train.steps" in p.stderr
 
 
-def test_missing_config_file():
-    p = run(["no/such/config.yaml"], check=2)
+def test_missing_config_file(tmp_path):
+    p = run(["no/such/config.yaml", "--run-dir", str(tmp_path / "r")], check=2)
     assert "no/such/config.yaml" in p.stderr
 
 

@@ -171,7 +171,7 @@ def test_user_errors_have_their_own_message_and_code(tmp_path):
     for p in (run(["sample", str(tmp_path), "--temperature", "nan"]),
               run(["sample", str(tmp_path), "--temperature", "-1"])):
         assert p.returncode == 2 and "--temperature" in p.stderr, p.stderr
-    for p in (run([QS, *sets("name=x\x1b[31mred")], check=2),
+    for p in (run([QS, *sets("name=x\x1b[31mred")], cwd=tmp_path, check=2),
               run(["validate", QS, "--set", "data.train=a\x1b]0;pwned\x07b",
                    "--set", "data.synthetic=''"])):
         assert "\x1b" not in p.stderr and "\x07" not in p.stderr and "\\x1b" in p.stderr
@@ -211,16 +211,31 @@ def test_validate_and_dry_run_check_what_run_checks(tmp_path):
     run([QS, *sets(*missing), "--dry-run", "--run-dir", str(tmp_path / "d")], check=3)
     p = run(["validate", QS, *sets(*BASE)], check=0)
     assert "data opened" in p.stderr and "not checked: the device" in p.stderr
+    run([QS, *sets(*BASE), "--dry-run", "--run-dir", str(tmp_path / "n")], check=0)
+    assert not (tmp_path / "n").exists()
+
+
+def test_a_dry_run_where_a_run_is_says_what_a_real_run_would_meet_and_exits_0(tmp_path):
+    # The README's two commands in one clone: the quick start fills runs/quickstart, then a
+    # dry run there (it writes nothing) must still show what would run, and say what a real
+    # run would meet instead of refusing with it.
     rd = tmp_path / "r"
     run([QS, *sets(*BASE), "--run-dir", str(rd)], check=0)
     before = snapshot(rd)
     for nproc in (1, 2):
         p = run([QS, *sets(*BASE, f"distributed.nproc={nproc}"), "--dry-run", "--run-dir",
-                 str(rd)], check=73)
-        assert "already holds a run" in p.stderr
+                 str(rd)], check=0)
+        assert "a real run would be refused here (exit 73)" in p.stderr, p.stderr
+        assert "already holds a run (checkpoints up to step 8)" in p.stderr
+        shown = "mpirun" if nproc == 2 else "# dry run: 1 rank(s)"
+        assert shown in p.stdout, p.stdout
     assert snapshot(rd) == before
-    run([QS, *sets(*BASE), "--dry-run", "--run-dir", str(tmp_path / "n")], check=0)
-    assert not (tmp_path / "n").exists()
+    run([QS, *sets(*BASE), "--run-dir", str(rd)], check=73)  # the real run is still refused
+    p = run([QS, *sets(*BASE), "--dry-run", "--run-dir", str(rd), "--new"], check=0)
+    assert "refused" not in p.stderr  # --new would go ahead
+    (tmp_path / "f").write_text("a file")  # a path no run could use is still an error
+    p = run([QS, *sets(*BASE), "--dry-run", "--run-dir", str(tmp_path / "f")], check=73)
+    assert "is a file, not a directory" in p.stderr
 
 
 def test_slurm_submit_without_sbatch_writes_nothing(tmp_path):

@@ -69,6 +69,7 @@ def hosts(tmp_path_factory):
 
 def on_host1(hosts, args, *, env=None, timeout=120, popen=None):
     """trainrun ARGS as a process of trnode1: its network namespace and host name."""
+    assert ic.names_its_run_dir(args), f"name the test's own run directory: {args}"
     e = dict(os.environ)
     for k in ("OMP_NUM_THREADS", "GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
         e.pop(k, None)
@@ -105,8 +106,9 @@ def reference(tmp_path_factory):
     return rd
 
 
-def test_dry_run_shows_the_hostfile_and_the_interfaces(hosts):
-    p = on_host1(hosts, [QS, *two_hosts(hosts), "--dry-run"], timeout=30)
+def test_dry_run_shows_the_hostfile_and_the_interfaces(hosts, tmp_path):
+    p = on_host1(hosts, [QS, *two_hosts(hosts), "--dry-run", "--run-dir", str(tmp_path / "run")],
+                 timeout=30)
     assert p.returncode == 0, out(p)
     assert f"--hostfile {hosts['hostfile']}" in p.stdout + p.stderr
     assert "--mca btl_tcp_if_include 10.251.0.0/24 --mca oob_tcp_if_include 10.251.0.0/24" in \
