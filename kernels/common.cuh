@@ -101,4 +101,18 @@ void by_dtypes(DType dt, DType st, const char* op, F&& f) {
   });
 }
 
+// Calls f(G{}) for the parameter-gradient dtype gt beside activations of dtype dt: G = the
+// activation type, or float when dt is bf16 and gt is f32 (f32 gradients beside bf16
+// activations: docs/cuda.md, "bf16 mixed precision").
+template <class T, class F>
+void by_grad_dtype(DType dt, DType gt, const char* op, F&& f) {
+  if (gt == dt)
+    f(T{});
+  else if (gt == DType::f32 && dt == DType::bf16)
+    f(float{});
+  else
+    throw DeviceError(std::string(op) + ": parameter gradients must be " + dtype_name(dt) +
+                      " or f32 beside bf16, got " + dtype_name(gt));
+}
+
 }  // namespace trainrun::cuda

@@ -10,8 +10,9 @@
 // check_ids), and synchronize().
 //
 // dtypes (supports()): f32 everywhere; bf16 activations (f32 accumulation inside) for every op
-// except embedding_backward and adamw (f32 parameter state). f64 is refused: it exists for CPU
-// gradient checks only. CUDA failures throw DeviceError.
+// except adamw (f32 parameter state), with parameter gradients in bf16 or f32 (mixed precision;
+// embedding_backward's table gradient is f32 only). f64 is refused: it exists for CPU gradient
+// checks only. CUDA failures throw DeviceError.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -75,14 +76,17 @@ class CudaBackend final : public Backend {
       case Op::copy:
       case Op::fill:
         return true;
-      case Op::embedding_backward:  // the table gradient accumulates with f32 atomics
-      case Op::adamw:               // f32 master weights and moments
+      case Op::adamw:  // f32 master weights and moments
         return dt == DType::f32;
       default:
         return dt == DType::f32 || dt == DType::bf16;
     }
   }
   int64_t max_head_dim() const override { return kAttentionMaxHeadDim; }
+  // Mixed precision: the parameter-gradient outputs of matmul, layernorm and rmsnorm backward
+  // may be f32 beside bf16 activations (the weight GEMM writes an f32 C from bf16 A and B, the
+  // column sums finish in f32), and embedding_backward's table gradient is always f32.
+  bool f32_param_grads_with_bf16() const override { return true; }
 
   // ---- memory ----
   void* alloc(size_t bytes) override {
@@ -141,10 +145,10 @@ class CudaBackend final : public Backend {
     overwrite_by_zeroing(dw, param_write);
     overwrite_by_zeroing(dbias, param_write);
     const int64_t N = in.rows(), C = in.cols(), OC = w.rows();
-    gemm_.backward(in.dtype, din.empty() ? nullptr : din.data, dw.data, dout.data, in.data, w.data,
-                   N, C, OC);
+    gemm_.backward(in.dtype, dw.dtype, din.empty() ? nullptr : din.data, dw.data, dout.data,
+                   in.data, w.data, N, C, OC);
     if (!dbias.empty())
-      cuda::colsum_accumulate(in.dtype, dbias.data, dout.data, N, OC,
+      cuda::colsum_accumulate(in.dtype, dbias.dtype, dbias.data, dout.data, N, OC,
                               scratch(colsum_scratch_bytes(N, OC)));
   }
 
@@ -162,8 +166,8 @@ class CudaBackend final : public Backend {
     overwrite_by_zeroing(dw, param_write);
     overwrite_by_zeroing(db, param_write);
     const int64_t rows = in.rows(), C = in.cols();
-    cuda::layernorm_backward(in.dtype, mean.dtype, din.data, dw.data, db.data, dout.data, in.data,
-                             w.data, mean.data, rstd.data, rows, C,
+    cuda::layernorm_backward(in.dtype, mean.dtype, dw.dtype, din.data, dw.data, db.data, dout.data,
+                             in.data, w.data, mean.data, rstd.data, rows, C,
                              scratch(layernorm_backward_scratch_bytes(rows, C)));
   }
 
@@ -178,8 +182,9 @@ class CudaBackend final : public Backend {
     on_device();
     overwrite_by_zeroing(dw, param_write);
     const int64_t rows = in.rows(), C = in.cols();
-    cuda::rmsnorm_backward(in.dtype, rstd.dtype, din.data, dw.data, dout.data, in.data, w.data,
-                           rstd.data, rows, C, scratch(rmsnorm_backward_scratch_bytes(rows, C)));
+    cuda::rmsnorm_backward(in.dtype, rstd.dtype, dw.dtype, din.data, dw.data, dout.data, in.data,
+                           w.data, rstd.data, rows, C,
+                           scratch(rmsnorm_backward_scratch_bytes(rows, C)));
   }
 
   void gelu_impl(Tensor out, Tensor in) override {
@@ -273,6 +278,10 @@ class CudaBackend final : public Backend {
 
   void embedding_backward_impl(Tensor dtable, Tensor dout, Tensor ids) override {
     on_device();
+    if (dtable.dtype != DType::f32)
+      throw DeviceError(std::string("embedding_backward: the CUDA backend accumulates the table "
+                                    "gradient with f32 atomics; pass an f32 dtable, got ") +
+                        dtype_name(dtable.dtype));
     arm_id_check();
     cuda::embedding_backward(dout.dtype, dtable.data, dout.data, ids.as<int32_t>(), dout.rows(),
                              dout.cols(), dtable.rows(), bad_id_);

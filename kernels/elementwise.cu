@@ -96,13 +96,13 @@ __global__ void colsum_partial_kernel(float* partial, const T* src, int64_t rows
   }
 }
 
-template <class T>
-__global__ void colsum_finish_kernel(T* dst, const float* partial, int64_t chunks, int64_t cols) {
+template <class G>
+__global__ void colsum_finish_kernel(G* dst, const float* partial, int64_t chunks, int64_t cols) {
   const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (c >= cols) return;
   float t = 0.0f;
   for (int64_t k = 0; k < chunks; ++k) t += partial[k * cols + c];
-  dst[c] = from_f32<T>(to_f32(dst[c]) + t);
+  dst[c] = from_f32<G>(to_f32(dst[c]) + t);
 }
 
 }  // namespace
@@ -187,7 +187,7 @@ size_t colsum_scratch_bytes(int64_t rows, int64_t cols) {
   return static_cast<size_t>(colsum_chunks(rows) * cols) * sizeof(float);
 }
 
-void colsum_accumulate(DType dt, void* dst, const void* src, int64_t rows, int64_t cols,
+void colsum_accumulate(DType dt, DType gt, void* dst, const void* src, int64_t rows, int64_t cols,
                        void* scratch) {
   if (rows <= 0 || cols <= 0) return;
   const int64_t chunks = colsum_chunks(rows);
@@ -199,9 +199,12 @@ void colsum_accumulate(DType dt, void* dst, const void* src, int64_t rows, int64
                     static_cast<unsigned>(chunks));
     TRAINRUN_LAUNCH(grid, dim3(kTileCols, kTileRows), 0, colsum_partial_kernel<T>)
     (partial, static_cast<const T*>(src), rows, cols, per_chunk);
-    TRAINRUN_LAUNCH(static_cast<unsigned>((cols + kThreads - 1) / kThreads), kThreads, 0,
-                    colsum_finish_kernel<T>)
-    (static_cast<T*>(dst), partial, chunks, cols);
+    by_grad_dtype<T>(dt, gt, "colsum", [&](auto g) {
+      using G = decltype(g);
+      TRAINRUN_LAUNCH(static_cast<unsigned>((cols + kThreads - 1) / kThreads), kThreads, 0,
+                      colsum_finish_kernel<G>)
+      (static_cast<G*>(dst), partial, chunks, cols);
+    });
   });
   check_launch("colsum");
 }

@@ -2,7 +2,8 @@
 // Forward: one thread per output element (row n, column c), coalesced along c. An id outside
 // [0, V) writes a NaN row instead of reading out of bounds, and its position is flagged
 // (launch.h) so the backend raises the same DataError as the CPU.
-// Backward: dtable[ids[n], c] += dout[n, c] with fp32 atomicAdd, f32 only. Rows that share a
+// Backward: dtable[ids[n], c] += dout[n, c] with fp32 atomicAdd into an f32 table gradient (dout
+// f32, or bf16 under mixed precision). Rows that share a
 // token add in an unspecified order, so the result can differ in the last bits from run to run
 // (everything else in this plugin is deterministic). A sort-by-token pass would fix that; it is
 // not worth it for a gradient that is summed over thousands of rows anyway.
@@ -36,7 +37,8 @@ __global__ void embedding_forward_kernel(T* out, const int32_t* ids, const T* ta
   }
 }
 
-__global__ void embedding_backward_kernel(float* dtable, const float* dout, const int32_t* ids,
+template <class T>
+__global__ void embedding_backward_kernel(float* dtable, const T* dout, const int32_t* ids,
                                           int64_t N, int64_t C, int64_t V,
                                           unsigned long long* bad_id) {
   const int64_t total = N * C;
@@ -44,7 +46,7 @@ __global__ void embedding_backward_kernel(float* dtable, const float* dout, cons
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t n = i / C, c = i % C;
     const int64_t id = ids[n];
-    if (valid_id(id, V, n, c, bad_id)) atomicAdd(dtable + id * C + c, dout[i]);
+    if (valid_id(id, V, n, c, bad_id)) atomicAdd(dtable + id * C + c, to_f32(dout[i]));
   }
 }
 
@@ -64,12 +66,11 @@ void embedding_forward(DType dt, void* out, const int32_t* ids, const void* tabl
 void embedding_backward(DType dt, void* dtable, const void* dout, const int32_t* ids, int64_t N,
                         int64_t C, int64_t V, unsigned long long* bad_id) {
   if (N <= 0 || C <= 0) return;
-  if (dt != DType::f32)
-    throw DeviceError(std::string("embedding_backward: the CUDA backend accumulates the table "
-                                  "gradient in f32 only, got ") +
-                      dtype_name(dt));
-  TRAINRUN_LAUNCH(grid_for(N * C, kThreads), kThreads, 0, embedding_backward_kernel)
-  (static_cast<float*>(dtable), static_cast<const float*>(dout), ids, N, C, V, bad_id);
+  by_dtype(dt, "embedding_backward", [&](auto t) {
+    using T = decltype(t);
+    TRAINRUN_LAUNCH(grid_for(N * C, kThreads), kThreads, 0, embedding_backward_kernel<T>)
+    (static_cast<float*>(dtable), static_cast<const T*>(dout), ids, N, C, V, bad_id);
+  });
   check_launch("embedding_backward");
 }
 

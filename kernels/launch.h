@@ -21,9 +21,10 @@ void scale(DType dt, void* x, double s, int64_t n);
 void cast(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n);
 // out[r, c] += bias[c] (the matmul's bias where cuBLASLt's epilogue cannot read it).
 void add_bias(DType dt, void* out, const void* bias, int64_t rows, int64_t cols);
-// dst[c] += sum_r src[r, c]; deterministic two-pass reduction through `scratch`.
+// dst[c] += sum_r src[r, c]; deterministic two-pass reduction through `scratch`. dst has dtype
+// gt: dt, or f32 beside bf16 (a parameter gradient).
 size_t colsum_scratch_bytes(int64_t rows, int64_t cols);
-void colsum_accumulate(DType dt, void* dst, const void* src, int64_t rows, int64_t cols,
+void colsum_accumulate(DType dt, DType gt, void* dst, const void* src, int64_t rows, int64_t cols,
                        void* scratch);
 
 // activations.cu
@@ -40,9 +41,10 @@ void dropout_backward(DType dt, void* din, const void* dout, int64_t n, float p,
 void layernorm_forward(DType dt, DType st, void* out, void* mean, void* rstd, const void* in,
                        const void* w, const void* b, int64_t rows, int64_t C);
 size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t C);
-void layernorm_backward(DType dt, DType st, void* din, void* dw, void* db, const void* dout,
-                        const void* in, const void* w, const void* mean, const void* rstd,
-                        int64_t rows, int64_t C, void* scratch);
+// dw and db have dtype gt: dt, or f32 beside bf16.
+void layernorm_backward(DType dt, DType st, DType gt, void* din, void* dw, void* db,
+                        const void* dout, const void* in, const void* w, const void* mean,
+                        const void* rstd, int64_t rows, int64_t C, void* scratch);
 
 // Token ids outside [0, V): the kernels that read ids never read out of bounds (a bad id gives a
 // NaN row forward, is skipped backward) and atomicMin the id's position into *bad_id, which the
@@ -52,6 +54,7 @@ constexpr unsigned long long kNoBadId = ~0ull;
 // embedding.cu
 void embedding_forward(DType dt, void* out, const int32_t* ids, const void* table, int64_t N,
                        int64_t C, int64_t V, unsigned long long* bad_id);
+// dtable is f32 (atomics), dout f32 or bf16.
 void embedding_backward(DType dt, void* dtable, const void* dout, const int32_t* ids, int64_t N,
                         int64_t C, int64_t V, unsigned long long* bad_id);
 
@@ -68,8 +71,9 @@ void attention_backward(DType dt, DType st, void* dqkv, const void* dout, const 
 void rmsnorm_forward(DType dt, DType st, void* out, void* rstd, const void* in, const void* w,
                      int64_t rows, int64_t C);
 size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t C);
-void rmsnorm_backward(DType dt, DType st, void* din, void* dw, const void* dout, const void* in,
-                      const void* w, const void* rstd, int64_t rows, int64_t C, void* scratch);
+void rmsnorm_backward(DType dt, DType st, DType gt, void* din, void* dw, const void* dout,
+                      const void* in, const void* w, const void* rstd, int64_t rows, int64_t C,
+                      void* scratch);
 
 // rope.cu: on the NH q and NKV k heads of [B,T,(NH+2*NKV)*hd]; v copied (backward: added).
 // out may alias in.

@@ -111,8 +111,8 @@ __global__ void layernorm_param_partial_kernel(float* partial, const T* dout, co
   }
 }
 
-template <class T>
-__global__ void layernorm_param_finish_kernel(T* dw, T* db, const float* partial, int64_t chunks,
+template <class G>
+__global__ void layernorm_param_finish_kernel(G* dw, G* db, const float* partial, int64_t chunks,
                                               int64_t C) {
   const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (c >= C) return;
@@ -121,8 +121,8 @@ __global__ void layernorm_param_finish_kernel(T* dw, T* db, const float* partial
     tw += partial[k * C + c];
     tb += partial[(chunks + k) * C + c];
   }
-  dw[c] = from_f32<T>(to_f32(dw[c]) + tw);
-  db[c] = from_f32<T>(to_f32(db[c]) + tb);
+  dw[c] = from_f32<G>(to_f32(dw[c]) + tw);
+  db[c] = from_f32<G>(to_f32(db[c]) + tb);
 }
 
 }  // namespace
@@ -145,9 +145,9 @@ size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t C) {
   return static_cast<size_t>(2 * chunks_for(rows) * C) * sizeof(float);
 }
 
-void layernorm_backward(DType dt, DType st, void* din, void* dw, void* db, const void* dout,
-                        const void* in, const void* w, const void* mean, const void* rstd,
-                        int64_t rows, int64_t C, void* scratch) {
+void layernorm_backward(DType dt, DType st, DType gt, void* din, void* dw, void* db,
+                        const void* dout, const void* in, const void* w, const void* mean,
+                        const void* rstd, int64_t rows, int64_t C, void* scratch) {
   if (rows <= 0 || C <= 0) return;
   const int64_t chunks = chunks_for(rows);
   const int64_t per_chunk = (rows + chunks - 1) / chunks;
@@ -164,9 +164,12 @@ void layernorm_backward(DType dt, DType st, void* din, void* dw, void* db, const
     TRAINRUN_LAUNCH(pgrid, dim3(kTileCols, kTileRows), 0, layernorm_param_partial_kernel<T, S>)
     (partial, static_cast<const T*>(dout), static_cast<const T*>(in), static_cast<const S*>(mean),
      static_cast<const S*>(rstd), rows, C, per_chunk);
-    TRAINRUN_LAUNCH(static_cast<unsigned>((C + 255) / 256), 256, 0,
-                    layernorm_param_finish_kernel<T>)
-    (static_cast<T*>(dw), static_cast<T*>(db), partial, chunks, C);
+    by_grad_dtype<T>(dt, gt, "layernorm_backward", [&](auto g) {
+      using G = decltype(g);
+      TRAINRUN_LAUNCH(static_cast<unsigned>((C + 255) / 256), 256, 0,
+                      layernorm_param_finish_kernel<G>)
+      (static_cast<G*>(dw), static_cast<G*>(db), partial, chunks, C);
+    });
   });
   check_launch("layernorm_backward");
 }

@@ -78,13 +78,17 @@ Gemm::~Gemm() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-void Gemm::run(DType dt, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A,
-               int64_t lda, const void* B, int64_t ldb, void* D, int64_t ldd, float beta,
-               const void* bias, const char* what) {
+void Gemm::run(DType dt, DType d_dt, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+               const void* A, int64_t lda, const void* B, int64_t ldb, void* D, int64_t ldd,
+               float beta, const void* bias, const char* what) {
   if (dt != DType::f32 && dt != DType::bf16)
     throw DeviceError(std::string(what) + ": the CUDA backend's GEMMs take f32 or bf16, not " +
                       dtype_name(dt));
+  if (d_dt != dt && !(d_dt == DType::f32 && dt == DType::bf16))
+    throw DeviceError(std::string(what) + ": a " + dtype_name(d_dt) + " result of " +
+                      dtype_name(dt) + " inputs (f32 beside bf16 only)");
   const cudaDataType_t type = dt == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
+  const cudaDataType_t d_type = d_dt == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
   const cublasComputeType_t compute =
       (dt == DType::f32 && tf32_) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   Descs ds;
@@ -114,8 +118,8 @@ void Gemm::run(DType dt, bool trans_a, bool trans_b, int64_t m, int64_t n, int64
   const uint64_t b_cols = static_cast<uint64_t>(trans_b ? k : n);
   check(cublasLtMatrixLayoutCreate(&ds.a, type, a_rows, a_cols, lda), "layout A", what);
   check(cublasLtMatrixLayoutCreate(&ds.b, type, b_rows, b_cols, ldb), "layout B", what);
-  check(cublasLtMatrixLayoutCreate(&ds.d, type, static_cast<uint64_t>(m), static_cast<uint64_t>(n),
-                                   ldd),
+  check(cublasLtMatrixLayoutCreate(&ds.d, d_type, static_cast<uint64_t>(m),
+                                   static_cast<uint64_t>(n), ldd),
         "layout D", what);
 
   check(cublasLtMatmulPreferenceCreate(&ds.pref), "cublasLtMatmulPreferenceCreate", what);
@@ -157,18 +161,18 @@ void Gemm::forward(DType dt, void* out, const void* in, const void* w, const voi
   // buffer sits at any 4-byte offset (d_model 57, say), where it would fault with "misaligned
   // address". Such a bias is added by a kernel of ours after the GEMM instead.
   const bool epilogue_bias = bias && alignment_of(bias) >= kBiasAlignment;
-  run(dt, /*trans_a=*/true, /*trans_b=*/false, /*m=*/OC, /*n=*/N, /*k=*/C, w, /*lda=*/C, in,
+  run(dt, dt, /*trans_a=*/true, /*trans_b=*/false, /*m=*/OC, /*n=*/N, /*k=*/C, w, /*lda=*/C, in,
       /*ldb=*/C, out, /*ldd=*/OC, /*beta=*/0.0f, epilogue_bias ? bias : nullptr, "matmul");
   if (bias && !epilogue_bias) add_bias(dt, out, bias, N, OC);
 }
 
-void Gemm::backward(DType dt, void* din, void* dw, const void* dout, const void* in, const void* w,
-                    int64_t N, int64_t C, int64_t OC) {
+void Gemm::backward(DType dt, DType dw_dt, void* din, void* dw, const void* dout, const void* in,
+                    const void* w, int64_t N, int64_t C, int64_t OC) {
   if (N <= 0 || C <= 0 || OC <= 0) return;
   if (din)
-    run(dt, false, false, /*m=*/C, /*n=*/N, /*k=*/OC, w, /*lda=*/C, dout, /*ldb=*/OC, din,
+    run(dt, dt, false, false, /*m=*/C, /*n=*/N, /*k=*/OC, w, /*lda=*/C, dout, /*ldb=*/OC, din,
         /*ldd=*/C, 1.0f, nullptr, "matmul_backward (din)");
-  run(dt, false, true, /*m=*/C, /*n=*/OC, /*k=*/N, in, /*lda=*/C, dout, /*ldb=*/OC, dw,
+  run(dt, dw_dt, false, true, /*m=*/C, /*n=*/OC, /*k=*/N, in, /*lda=*/C, dout, /*ldb=*/OC, dw,
       /*ldd=*/C, 1.0f, nullptr, "matmul_backward (dw)");
 }
 

@@ -20,14 +20,16 @@ class Gemm {
   // out[N,OC] = in[N,C] . w[OC,C]^T + bias[OC] (bias may be null)
   void forward(DType dt, void* out, const void* in, const void* w, const void* bias, int64_t N,
                int64_t C, int64_t OC);
-  // din[N,C] += dout . w (din may be null); dw[OC,C] += dout^T . in
-  void backward(DType dt, void* din, void* dw, const void* dout, const void* in, const void* w,
-                int64_t N, int64_t C, int64_t OC);
+  // din[N,C] += dout . w (din may be null); dw[OC,C] += dout^T . in, dw of dtype dw_dt (dt, or
+  // f32 beside bf16: the parameter gradient of mixed precision)
+  void backward(DType dt, DType dw_dt, void* din, void* dw, const void* dout, const void* in,
+                const void* w, int64_t N, int64_t C, int64_t OC);
 
  private:
-  // Column-major D[m,n] = alpha op(A)[m,k] . op(B)[k,n] + beta D, optionally + bias[m].
-  void run(DType dt, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* A,
-           int64_t lda, const void* B, int64_t ldb, void* D, int64_t ldd, float beta,
+  // Column-major D[m,n] = alpha op(A)[m,k] . op(B)[k,n] + beta D, optionally + bias[m]; A and B
+  // of dtype dt, D of dtype d_dt (dt, or f32 beside bf16).
+  void run(DType dt, DType d_dt, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+           const void* A, int64_t lda, const void* B, int64_t ldb, void* D, int64_t ldd, float beta,
            const void* bias, const char* what);
 
   cublasLtHandle_t handle_ = nullptr;

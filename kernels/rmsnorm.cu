@@ -80,13 +80,13 @@ __global__ void rmsnorm_dw_partial_kernel(float* partial, const T* dout, const T
   }
 }
 
-template <class T>
-__global__ void rmsnorm_dw_finish_kernel(T* dw, const float* partial, int64_t chunks, int64_t C) {
+template <class G>
+__global__ void rmsnorm_dw_finish_kernel(G* dw, const float* partial, int64_t chunks, int64_t C) {
   const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (c >= C) return;
   float t = 0.0f;
   for (int64_t k = 0; k < chunks; ++k) t += partial[k * C + c];
-  dw[c] = from_f32<T>(to_f32(dw[c]) + t);
+  dw[c] = from_f32<G>(to_f32(dw[c]) + t);
 }
 
 }  // namespace
@@ -109,8 +109,9 @@ size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t C) {
   return static_cast<size_t>(chunks_for(rows) * C) * sizeof(float);
 }
 
-void rmsnorm_backward(DType dt, DType st, void* din, void* dw, const void* dout, const void* in,
-                      const void* w, const void* rstd, int64_t rows, int64_t C, void* scratch) {
+void rmsnorm_backward(DType dt, DType st, DType gt, void* din, void* dw, const void* dout,
+                      const void* in, const void* w, const void* rstd, int64_t rows, int64_t C,
+                      void* scratch) {
   if (rows <= 0 || C <= 0) return;
   const int64_t chunks = chunks_for(rows);
   const int64_t per_chunk = (rows + chunks - 1) / chunks;
@@ -127,8 +128,11 @@ void rmsnorm_backward(DType dt, DType st, void* din, void* dw, const void* dout,
     TRAINRUN_LAUNCH(pgrid, dim3(kTileCols, kTileRows), 0, rmsnorm_dw_partial_kernel<T, S>)
     (partial, static_cast<const T*>(dout), static_cast<const T*>(in), static_cast<const S*>(rstd),
      rows, C, per_chunk);
-    TRAINRUN_LAUNCH(static_cast<unsigned>((C + 255) / 256), 256, 0, rmsnorm_dw_finish_kernel<T>)
-    (static_cast<T*>(dw), partial, chunks, C);
+    by_grad_dtype<T>(dt, gt, "rmsnorm_backward", [&](auto g) {
+      using G = decltype(g);
+      TRAINRUN_LAUNCH(static_cast<unsigned>((C + 255) / 256), 256, 0, rmsnorm_dw_finish_kernel<G>)
+      (static_cast<G*>(dw), partial, chunks, C);
+    });
   });
   check_launch("rmsnorm_backward");
 }

@@ -100,6 +100,12 @@ def check(root):
             if not target.is_relative_to(home):
                 problems.append(f"{where}: includes \"{name}\" from outside its own folder: "
                                 "make it a public header (include/trainrun/) or move it")
+            # The CPU-executed device (kernels/sim/) is test infrastructure: the plugin's sources
+            # see its headers only as the toolkit's, through the include path, never by name.
+            sim = (root / "kernels" / "sim").resolve()
+            if target.is_relative_to(sim) and not path.resolve().is_relative_to(sim):
+                problems.append(f"{where}: includes \"{name}\" from kernels/sim/, the "
+                                "CPU-executed device: only its own files may name its headers")
     return problems
 
 

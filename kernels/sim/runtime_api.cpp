@@ -18,6 +18,22 @@ namespace {
 
 constexpr size_t kAlignment = 256;                   // what cudaMalloc guarantees
 constexpr size_t kDeviceMemory = size_t{141} << 30;  // an H200's 141 GB
+// An 8-GPU node by default, so every local rank of a multi-rank test has a device of its own to
+// select (trainrun picks GPU local_rank); all of them share this process's memory and scheduler.
+// TRAINRUN_SIM_DEVICES=N (1..64) sets another count, for tests of what a too-small node does.
+int device_count() {
+  static const int n = [] {
+    const char* env = std::getenv("TRAINRUN_SIM_DEVICES");
+    const int v = env ? std::atoi(env) : 8;
+    return v >= 1 && v <= 64 ? v : 8;
+  }();
+  return n;
+}
+
+int& current_device() {
+  static thread_local int d = 0;  // the runtime's current device is per host thread
+  return d;
+}
 
 struct Memory {
   std::mutex mutex;
@@ -109,21 +125,25 @@ using trainrun::sim::set_error;
 using trainrun::sim::take_pending;
 
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
+  *count = trainrun::sim::device_count();
   return cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int device) {
-  return device == 0 ? cudaSuccess : set_error(cudaErrorInvalidDevice, "cudaSetDevice");
+  if (device < 0 || device >= trainrun::sim::device_count())
+    return set_error(cudaErrorInvalidDevice, "cudaSetDevice");
+  trainrun::sim::current_device() = device;
+  return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
+  *device = trainrun::sim::current_device();
   return cudaSuccess;
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
-  if (device != 0) return set_error(cudaErrorInvalidDevice, "cudaGetDeviceProperties");
+  if (device < 0 || device >= trainrun::sim::device_count())
+    return set_error(cudaErrorInvalidDevice, "cudaGetDeviceProperties");
   *prop = cudaDeviceProp{};
   std::snprintf(prop->name, sizeof prop->name, "%s", "cudasim: CPU-executed, H200 limits");
   prop->totalGlobalMem = trainrun::sim::kDeviceMemory;

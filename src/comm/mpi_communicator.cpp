@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -151,6 +152,11 @@ class MpiCommunicator final : public Communicator {
     host_.assign(name, static_cast<size_t>(len));
   }
   ~MpiCommunicator() override {
+    // Torn down by an error of this rank's (other ranks may be waiting for it in a collective,
+    // as in a set-up step that failed here only): freeing the communicator and MPI_Finalize are
+    // collective and would wait for them for ever. MPI is left as it is; the rank exits with its
+    // error recorded, and mpirun ends the job because a rank exited without finalising.
+    if (std::uncaught_exceptions() > 0 && size_ > 1) return;
     MPI_Comm_free(&comm_);
     mpi_release();
   }

@@ -58,6 +58,9 @@ struct Ctx {
   double es;  // bytes per activation element
   bool bf;
   DType st = DType::f32;  // saved statistics stay f32 under bf16 activations
+  // Parameter gradients: f32 under bf16 activations, as mixed-precision training has them
+  // (Backend::f32_param_grads_with_bf16); matmul_backward also keeps a bf16-gradient variant.
+  DType gt;
 
   Ctx(const ModelShape& shape, DType d)
       : s(shape),
@@ -66,7 +69,8 @@ struct Ctx {
         C(shape.C),
         V(shape.V),
         es(static_cast<double>(dtype_size(d))),
-        bf(d == DType::bf16) {}
+        bf(d == DType::bf16),
+        gt(DType::f32) {}
   double tol(double f32_tol, double bf16_tol) const { return bf ? bf16_tol : f32_tol; }
   std::string sizes(const std::string& what) const { return std::string(s.name) + " " + what; }
   OpCase make(Op op, std::string variant, std::string what) const {
@@ -99,8 +103,8 @@ void add_matmul(std::vector<OpCase>& out, const Ctx& x, int64_t OC, bool bias, b
 
   OpCase b = x.make(Op::matmul_backward, variant, nco(N, C, OC));
   b.tensors = {din ? grad("din", x.dt, {N, C}) : absent("din"),
-               grad("dw", x.dt, {OC, C}),
-               bias ? grad("dbias", x.dt, {OC}) : absent("dbias"),
+               grad("dw", x.gt, {OC, C}),
+               bias ? grad("dbias", x.gt, {OC}) : absent("dbias"),
                input("dout", x.dt, {N, OC}, -0.1f, 0.1f),
                input("in", x.dt, {N, C}),
                input("w", x.dt, {OC, C}, -0.05f, 0.05f)};
@@ -125,13 +129,20 @@ void add_matmul(std::vector<OpCase>& out, const Ctx& x, int64_t OC, bool bias, b
   // param_write overwrite: a parameter's first gradient of a step (ParamStore::grad_write).
   OpCase pw = b;
   pw.variant += " params overwrite";
-  pw.tensors[1] = output("dw", x.dt, {OC, C});
-  if (bias) pw.tensors[2] = output("dbias", x.dt, {OC});
+  pw.tensors[1] = output("dw", x.gt, {OC, C});
+  if (bias) pw.tensors[2] = output("dbias", x.gt, {OC});
   pw.call = op_call([](Backend& be, const Args& a) {
     be.matmul_backward(a["din"], a["dw"], a["dbias"], a["dout"], a["in"], a["w"],
                        GradWrite::accumulate, GradWrite::overwrite);
   });
   out.push_back(std::move(pw));
+  if (x.bf) {
+    OpCase g = b;  // bf16 parameter gradients beside bf16 activations (no mixed precision)
+    g.variant += " bf16 grads";
+    g.tensors[1] = grad("dw", x.dt, {OC, C});
+    if (bias) g.tensors[2] = grad("dbias", x.dt, {OC});
+    out.push_back(std::move(g));
+  }
   out.push_back(std::move(b));
 }
 
@@ -157,8 +168,8 @@ void add_layernorm(std::vector<OpCase>& out, const Ctx& x) {
   // backends differentiate at the same point.
   OpCase b = x.make(Op::layernorm_backward, "", what);
   b.tensors = {grad("din", x.dt, {N, C}),
-               grad("dw", x.dt, {C}),
-               grad("db", x.dt, {C}),
+               grad("dw", x.gt, {C}),
+               grad("db", x.gt, {C}),
                input("dout", x.dt, {N, C}),
                input("in", x.dt, {N, C}, -2.0f, 3.0f),
                input("w", x.dt, {C}, 0.5f, 1.5f),
@@ -178,8 +189,8 @@ void add_layernorm(std::vector<OpCase>& out, const Ctx& x) {
   b.bytes = x.es * 5.0 * N * C;
   OpCase pw = b;
   pw.variant = " params overwrite";
-  pw.tensors[1] = output("dw", x.dt, {C});
-  pw.tensors[2] = output("db", x.dt, {C});
+  pw.tensors[1] = output("dw", x.gt, {C});
+  pw.tensors[2] = output("db", x.gt, {C});
   pw.call = op_call([](Backend& be, const Args& a) {
     be.layernorm_backward(a["din"], a["dw"], a["db"], a["dout"], a["in"], a["w"], a["mean"],
                           a["rstd"], GradWrite::overwrite);
@@ -357,7 +368,7 @@ void add_rmsnorm(std::vector<OpCase>& out, const Ctx& x) {
   out.push_back(std::move(f));
 
   OpCase b = x.make(Op::rmsnorm_backward, "", what);
-  b.tensors = {grad("din", x.dt, {N, C}),         grad("dw", x.dt, {C}),
+  b.tensors = {grad("din", x.dt, {N, C}),         grad("dw", x.gt, {C}),
                input("dout", x.dt, {N, C}),       input("in", x.dt, {N, C}, -2.0f, 3.0f),
                input("w", x.dt, {C}, 0.5f, 1.5f), derived("rstd", x.st, {N}),
                scratch("y", x.dt, {N, C})};
@@ -370,7 +381,7 @@ void add_rmsnorm(std::vector<OpCase>& out, const Ctx& x) {
   b.bytes = x.es * 4.0 * N * C;
   OpCase pw = b;
   pw.variant = " params overwrite";
-  pw.tensors[1] = output("dw", x.dt, {C});
+  pw.tensors[1] = output("dw", x.gt, {C});
   pw.call = op_call([](Backend& be, const Args& a) {
     be.rmsnorm_backward(a["din"], a["dw"], a["dout"], a["in"], a["w"], a["rstd"],
                         GradWrite::overwrite);
@@ -462,7 +473,7 @@ void add_embedding(std::vector<OpCase>& out, const Ctx& x) {
   out.push_back(std::move(f));
 
   OpCase b = x.make(Op::embedding_backward, "", what);
-  b.tensors = {grad("dtable", x.dt, {V, C}), input("dout", x.dt, {N, C}), ids("ids", N, V)};
+  b.tensors = {grad("dtable", x.gt, {V, C}), input("dout", x.dt, {N, C}), ids("ids", N, V)};
   b.call = op_call(
       [](Backend& be, const Args& a) { be.embedding_backward(a["dtable"], a["dout"], a["ids"]); });
   b.tol = x.tol(1e-5, 2e-2);  // rows sharing a token add in another order

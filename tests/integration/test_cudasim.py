@@ -49,6 +49,34 @@ def test_fp32_training_matches_the_cpu(quickstart, tmp_path, sim_env, model):
     assert_close(losses(tmp_path / "sim"), losses(tmp_path / "cpu"), 1e-4)
 
 
+@pytest.mark.parametrize("model", ["gpt", "llama"])
+def test_bf16_training_matches_the_cpu_bf16_reference(quickstart, tmp_path, sim_env, model):
+    # bf16 weights and activations, f32 parameter gradients and masters (docs/cuda.md).
+    extra = [*(GPT if model == "gpt" else LLAMA), "train.precision=bf16"]
+    train(quickstart, tmp_path / "cpu", "cpu", extra, sim_env)
+    train(quickstart, tmp_path / "sim", "cuda", extra, sim_env)
+    assert_close(losses(tmp_path / "sim"), losses(tmp_path / "cpu"), 2e-2)
+
+
+def test_two_ranks_over_nccl_match_one_rank(quickstart, tmp_path, sim_env):
+    one = tmp_path / "one"
+    two = tmp_path / "two"
+    train(quickstart, one, "cuda", GPT, sim_env)
+    train(quickstart, two, "cuda", [*GPT, "distributed.nproc=2"], sim_env)
+    assert_close(losses(two), losses(one), 1e-5)
+    assert len(set(checksums(two).values())) == 1  # the ranks agree on the parameters
+
+
+def test_a_rank_failing_alone_in_set_up_ends_the_job(quickstart, tmp_path, sim_env):
+    # One simulated GPU for two ranks: rank 1 cannot have GPU 1 and fails while rank 0 waits for
+    # it in the NCCL set-up. That waited for ever (rank 1's MPI_Finalize waited for rank 0);
+    # now the failing rank leaves MPI unfinalised and mpirun ends the job.
+    p = run([quickstart, *sets(*GPT, "device=cuda", "distributed.nproc=2"), "--run-dir",
+             str(tmp_path / "rd")], env={**sim_env, "TRAINRUN_SIM_DEVICES": "1"}, timeout=120)
+    assert p.returncode == 5, p.stderr
+    assert "GPU 1 does not exist: 1 CUDA device(s) are visible" in p.stderr
+
+
 @pytest.mark.parametrize("first,then", [("cuda", "cpu"), ("cpu", "cuda")])
 def test_checkpoint_resumes_on_the_other_device(quickstart, tmp_path, sim_env, first, then):
     # One 10-step checkpoint written on `first`, continued to step 20 on `first` and on `then`.

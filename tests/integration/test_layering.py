@@ -47,3 +47,13 @@ def test_an_unlisted_public_header_fails(tmp_path):
     p = check(root)
     assert p.returncode == 1
     assert "newthing.h: public header not in PUBLIC" in p.stdout
+
+
+def test_a_plugin_file_naming_a_sim_header_fails(tmp_path):
+    root = copy_tree(tmp_path)
+    src = root / "kernels" / "attention.cu"
+    src.write_text('#include "sim/include/sim_device.h"\n' + src.read_text())
+    p = check(root)
+    assert p.returncode == 1
+    assert "kernels/attention.cu:1: includes \"sim/include/sim_device.h\" from kernels/sim/" \
+        in p.stdout
