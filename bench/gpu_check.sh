@@ -2,7 +2,12 @@
 # Device check for the CUDA backend, in one command on a GPU machine (fits in ~8 minutes on one
 # H200, safe from a fresh clone):
 #   bench/gpu_check.sh LOGDIR
-# 1. builds with -Dcuda=enabled into build-gpu/ (plugin + test_backend_ops + trainrun)
+#   bench/gpu_check.sh --sim LOGDIR   the rehearsal: every step against the CPU-executed device
+#                                     (kernels/sim/, docs/cuda.md) on any machine, so a GPU's
+#                                     minutes go to GPU work only; its timings mean nothing, its
+#                                     shapes are shrunk, and compute-sanitizer is not run
+# 1. builds with -Dcuda=enabled into build-gpu/ (plugin + test_backend_ops + trainrun); --sim:
+#    build/ with the sim plugin
 # 2. runs the meson `gpu` suite (tests/test_backend_ops.cpp: every op vs the CPU reference, f32
 #    and bf16, awkward shapes up to GPT-2 small), then its --quick cases under compute-sanitizer
 #    memcheck, racecheck and initcheck
@@ -11,23 +16,41 @@
 # Everything is logged under LOGDIR; a short summary table is printed last.
 set -uo pipefail
 
-LOGDIR=${1:?usage: bench/gpu_check.sh LOGDIR}
+SIM=0
+if [ "${1:-}" = --sim ]; then SIM=1; shift; fi
+LOGDIR=${1:?usage: bench/gpu_check.sh [--sim] LOGDIR}
 mkdir -p "$LOGDIR"
 LOGDIR=$(cd "$LOGDIR" && pwd)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
-BUILD=build-gpu
+if [ "$SIM" = 1 ]; then
+  BUILD=build
+  PLUGIN=$BUILD/kernels/sim/libtrainrun_cudasim.so
+  SETUP=(meson setup "$BUILD" -Dbuildtype=release)
+  export TRAINRUN_CUDA_PLUGIN=$ROOT/$PLUGIN
+else
+  BUILD=build-gpu
+  PLUGIN=$BUILD/kernels/libtrainrun_cuda.so
+  SETUP=(meson setup "$BUILD" -Dcuda=enabled -Dbuildtype=release)
+fi
 declare -a SUMMARY=()
 status=0
+# One device call has a time limit: every step's own limit is cut to what is left of BUDGET_S
+# (default 540 s from the start), so the summary is always printed and the logs come back.
+DEADLINE=$(( $(date +%s) + ${BUDGET_S:-540} ))
+cap() {  # cap SECONDS: SECONDS, or what is left before the deadline (at least 1: timeout 0
+  local left=$(( DEADLINE - $(date +%s) - 15 ))  # would mean no limit at all)
+  (( left < 1 )) && left=1
+  echo $(( $1 < left ? $1 : left ))
+}
 note() { SUMMARY+=("$(printf '%-28s %s' "$1" "$2")"); }
 
 nvidia-smi > "$LOGDIR/nvidia-smi.txt" 2>&1 || true
 
 # ---- 1. build ----
 t0=$(date +%s)
-if { [ -d "$BUILD" ] || meson setup "$BUILD" -Dcuda=enabled -Dbuildtype=release; } \
-    > "$LOGDIR/build.log" 2>&1 &&
-   ninja -C "$BUILD" trainrun kernels/libtrainrun_cuda.so tests/test_backend_ops >> "$LOGDIR/build.log" 2>&1; then
+if { [ -d "$BUILD" ] || "${SETUP[@]}"; } > "$LOGDIR/build.log" 2>&1 &&
+   ninja -C "$BUILD" trainrun "${PLUGIN#"$BUILD"/}" tests/test_backend_ops >> "$LOGDIR/build.log" 2>&1; then
   note "build" "ok ($(( $(date +%s) - t0 )) s)"
 else
   note "build" "FAILED (see $LOGDIR/build.log)"
@@ -35,7 +58,7 @@ else
   printf '\n== summary ==\n'; printf '%s\n' "${SUMMARY[@]}"
   exit 1
 fi
-if ldd "$BUILD/kernels/libtrainrun_cuda.so" | grep -q 'libcuda\.so'; then
+if ldd "$PLUGIN" | grep -q 'libcuda\.so'; then
   note "plugin links libcuda" "YES (it must not)"; status=1
 else
   note "plugin links libcuda" "no (good)"
@@ -44,8 +67,10 @@ fi
 # ---- 2. every op against the CPU reference: the meson `gpu` suite, then under compute-sanitizer ----
 # The suite exits 77 (meson: SKIP) when it finds no GPU or plugin: that counts as a failure here.
 gpu_suite() {  # gpu_suite LOGNAME TIMEOUT [meson test options...]
-  local log="$LOGDIR/$1.txt" limit=$2
+  local log="$LOGDIR/$1.txt" limit
+  limit=$(cap "$2")
   shift 2
+  if [ "$limit" -le 1 ]; then echo "not run: out of time (BUDGET_S)"; return 1; fi
   OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(nproc)} timeout "$limit" \
     meson test -C "$BUILD" --suite gpu --no-rebuild --verbose "$@" > "$log" 2>&1
   local rc=$?
@@ -59,60 +84,71 @@ gpu_suite() {  # gpu_suite LOGNAME TIMEOUT [meson test options...]
   fi
 }
 t0=$(date +%s)
-r=$(gpu_suite gpu-suite 300) || status=1
+if [ "$SIM" = 1 ]; then  # the sim runs the quick shapes (GPT-2's micro-batch would take hours)
+  r=$(gpu_suite gpu-suite 300 --test-args '--quick --no-timing') || status=1
+else
+  r=$(gpu_suite gpu-suite 180) || status=1
+fi
 note "gpu suite" "$r ($(( $(date +%s) - t0 )) s)"
 SANITIZER=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
 for tool in memcheck racecheck initcheck; do
+  if [ "$SIM" = 1 ]; then
+    note "compute-sanitizer $tool" "not on the sim (its own checkers ran in the suite)"; continue
+  fi
   if [ ! -x "$SANITIZER" ]; then
     note "compute-sanitizer $tool" "not run: compute-sanitizer not found"; status=1; continue
   fi
   t0=$(date +%s)
-  r=$(gpu_suite "sanitizer-$tool" 150 --test-args '--quick --no-timing' \
+  r=$(gpu_suite "sanitizer-$tool" 75 --test-args '--quick --no-timing' \
       --wrapper "$SANITIZER --tool $tool --error-exitcode 99") || status=1
   note "compute-sanitizer $tool" "$r ($(( $(date +%s) - t0 )) s)"
 done
 
-# ---- 3. training on cpu vs cuda, then GPT-2 124M step time ----
+# ---- 3. training on cpu vs cuda (every step's loss), then GPT-2 124M steps ----
 TR="$BUILD/trainrun"
-if "$TR" --help 2>&1 | grep -q device || "$TR" run --help 2>&1 | grep -qi device ||
-   grep -q '^device:' configs/shakespeare-char.yaml; then
-  DATA=data/tinyshakespeare.txt
-  if [ ! -s "$DATA" ]; then  # no network on GPU machines: any few hundred KB of text will do
-    DATA="$LOGDIR/text.txt"
-    cat docs/*.md man/* README* 2>/dev/null > "$DATA"
-    while [ "$(stat -c %s "$DATA")" -lt 400000 ]; do cat "$DATA" "$DATA" > "$DATA.2"; mv "$DATA.2" "$DATA"; done
-  fi
+DATA=data/tinyshakespeare.txt
+if [ ! -s "$DATA" ]; then  # no network on GPU machines: any few hundred KB of text will do
+  DATA="$LOGDIR/text.txt"
+  cat docs/*.md man/* README* 2>/dev/null > "$DATA"
+  while [ "$(stat -c %s "$DATA")" -lt 400000 ]; do cat "$DATA" "$DATA" > "$DATA.2"; mv "$DATA.2" "$DATA"; done
+fi
+# metrics.jsonl's train rows: one field's values, space-separated (trainrun writes step_time in s).
+field() { python3 -c 'import json,sys
+print(" ".join(str(r[sys.argv[2]]) for r in map(json.loads, open(sys.argv[1]))
+               if r.get("kind") == "train" and sys.argv[2] in r))' "$1/metrics.jsonl" "$2" 2>/dev/null; }
+# The largest relative difference between two runs' losses at the same steps.
+worst() { python3 -c 'import sys
+a, b = (list(map(float, x.split())) for x in sys.argv[1:3])
+print(max(abs(x - y) / abs(y) for x, y in zip(a, b)) if a and len(a) == len(b) else "n/a")' "$1" "$2"; }
+CHAR=(--set train.steps=20 --set logging.every=1 --set train.eval_every=1000
+      --set checkpoint.every=1000 --set "data.text=$DATA")
+[ "$SIM" = 1 ] && CHAR+=(--set model.seq_len=64 --set train.batch_size=4)
+for prec in fp32 bf16; do
   for dev in cpu cuda; do
-    timeout 120 "$TR" run configs/shakespeare-char.yaml --run-dir "$LOGDIR/char-$dev" \
-      --set device=$dev --set train.steps=20 --set logging.every=5 --set train.eval_every=1000 \
-      --set checkpoint.every=1000 --set "data.text=$DATA" > "$LOGDIR/char-$dev.log" 2>&1
+    timeout "$(cap 120)" "$TR" run configs/shakespeare-char.yaml --run-dir "$LOGDIR/char-$prec-$dev" \
+      --set device=$dev --set train.precision=$prec "${CHAR[@]}" \
+      > "$LOGDIR/char-$prec-$dev.log" 2>&1
   done
-  last_loss() {  # the last training loss in a run's metrics.jsonl
-    local f="$1/metrics.jsonl"
-    [ -f "$f" ] || { echo "none"; return; }
-    grep -o '"loss":[ ]*[0-9.eE+-]*' "$f" | tail -1 | sed 's/.*: *//'
-  }
-  lc=$(last_loss "$LOGDIR/char-cpu"); lg=$(last_loss "$LOGDIR/char-cuda")
-  if [ "$lc" != none ] && [ "$lg" != none ] && [ -n "$lc" ] && [ -n "$lg" ]; then
-    verdict=$(awk -v a="$lc" -v b="$lg" 'BEGIN{d=a-b; if(d<0)d=-d; print (d/a < 0.02) ? "match" : "DIFFER"}')
-    note "char 20 steps cpu vs cuda" "loss $lc vs $lg: $verdict"
-    [ "$verdict" = match ] || status=1
-  else
-    note "char 20 steps cpu vs cuda" "no losses (see char-cpu.log, char-cuda.log)"
-  fi
-  t0=$(date +%s)
-  timeout 180 "$TR" run configs/gpt2-124m.yaml --run-dir "$LOGDIR/gpt2" --set train.steps=10 \
-    --set logging.every=1 --set checkpoint.every=100000 --set "data.text=$DATA" \
-    > "$LOGDIR/gpt2.log" 2>&1
-  rc=$?
-  if [ -f "$LOGDIR/gpt2/metrics.jsonl" ]; then
-    ms=$(grep -o '"step_ms":[ ]*[0-9.eE+-]*' "$LOGDIR/gpt2/metrics.jsonl" | tail -3 | sed 's/.*: *//' | paste -sd' ')
-    note "gpt2-124m 10 steps" "rc=$rc, last step ms: ${ms:-?} ($(( $(date +%s) - t0 )) s)"
-  else
-    note "gpt2-124m 10 steps" "rc=$rc, no metrics (see gpt2.log)"
-  fi
+  d=$(worst "$(field "$LOGDIR/char-$prec-cuda" loss)" "$(field "$LOGDIR/char-$prec-cpu" loss)")
+  lim=$([ "$prec" = fp32 ] && echo 1e-4 || echo 2e-2)
+  verdict=$(python3 -c "import sys; print('match' if sys.argv[1] != 'n/a' and float(sys.argv[1]) <= $lim else 'DIFFER')" "$d")
+  note "char 20 steps $prec cpu/cuda" "worst step loss difference $d (limit $lim): $verdict"
+  [ "$verdict" = match ] || status=1
+done
+t0=$(date +%s)
+GPT2=(--set distributed.nproc=1 --set train.precision=bf16 --set train.steps=10 --set logging.every=1
+      --set checkpoint.every=100000 --set train.eval_every=100000 --set data.train= --set data.val=
+      --set "data.text=$DATA" --set train.batch_size=16 --set train.micro_batch_size=16)
+[ "$SIM" = 1 ] && GPT2+=(--set model.n_layer=2 --set model.seq_len=64 --set train.batch_size=2
+                         --set train.micro_batch_size=2 --set train.steps=2)
+timeout "$(cap 180)" "$TR" run configs/gpt2-124m.yaml --run-dir "$LOGDIR/gpt2" "${GPT2[@]}" \
+  > "$LOGDIR/gpt2.log" 2>&1
+rc=$?
+st=$(field "$LOGDIR/gpt2" step_time | awk '{print $NF}')
+if [ -n "$st" ]; then
+  note "gpt2-124m bf16" "rc=$rc, last step $st s, $(field "$LOGDIR/gpt2" tokens_per_sec | awk '{print $NF}') tok/s, MFU $(field "$LOGDIR/gpt2" mfu | awk '{print $NF}') ($(( $(date +%s) - t0 )) s)"
 else
-  note "training comparison" "skipped: this trainrun has no device option yet"
+  note "gpt2-124m bf16" "rc=$rc, no metrics (see gpt2.log)"; status=1
 fi
 
 printf '\n== summary (logs in %s) ==\n' "$LOGDIR"
