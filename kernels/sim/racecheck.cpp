@@ -8,8 +8,9 @@
 // ThreadSanitizer itself cannot be the detector: it watches OS threads, and the sim's GPU threads
 // are fibers on one OS thread.
 //
-// What it checks: the block's shared memory (the static section every __shared__ array lives in,
-// and the launch's dynamic shared memory) has one shadow cell per byte: the last writer and the
+// What it checks: the block's shared memory (static __shared__ arrays, which are thread_locals
+// here (sim_device.h), so this thread's TLS block of the module holding the kernels; and the
+// launch's dynamic shared memory) has one shadow cell per byte: the last writer and the
 // last reader, each with the barrier interval (epoch) of its access. Two accesses to one byte in
 // the same interval by different threads, at least one a write, are a hazard (read-after-write,
 // write-after-read, write-after-write), exactly what a missing __syncthreads produces; a read of
@@ -17,6 +18,9 @@
 // accesses (atomics.cpp is not instrumented), so they never count, as in compute-sanitizer.
 // Warp-synchronous sharing without a barrier counts as a hazard: since Volta it needs __syncwarp,
 // which this checker does not treat as an interval boundary (no kernel here relies on it).
+#include <dlfcn.h>
+#include <link.h>
+
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -24,10 +28,6 @@
 
 #include "racecheck.h"
 #include "scheduler.h"
-
-// Bounds of the static shared section, from the linker (weak: no kernel may have one).
-extern "C" char __start_trainrun_sim_shared[] __attribute__((weak));
-extern "C" char __stop_trainrun_sim_shared[] __attribute__((weak));
 
 namespace trainrun::sim::race {
 namespace {
@@ -59,6 +59,49 @@ struct Checker {
 Checker& checker() {
   static Checker c;
   return c;
+}
+
+// This thread's TLS block of the module this file (and the kernels) are linked into: where the
+// static __shared__ arrays live. The module's other thread_locals are the runtime's, which no
+// instrumented (kernel) code touches, so watching the whole block watches the shared arrays.
+thread_local char tls_anchor;  // also makes sure the block is allocated for this thread
+
+struct TlsBlock {
+  uintptr_t lo = 0;
+  size_t len = 0;
+};
+
+TlsBlock module_tls() {
+  tls_anchor = 0;
+  Dl_info self{};
+  TlsBlock found;
+  if (!dladdr(reinterpret_cast<void*>(&module_tls), &self)) return found;
+  struct Search {
+    const void* base;
+    TlsBlock* out;
+  } search{self.dli_fbase, &found};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* p) {
+        auto* s = static_cast<Search*>(p);
+        // dli_fbase is where the module is mapped; dlpi_addr its load bias: find the module
+        // whose loaded segments contain the base.
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          const uintptr_t lo = info->dlpi_addr + ph.p_vaddr;
+          if (ph.p_type == PT_LOAD && reinterpret_cast<uintptr_t>(s->base) >= lo &&
+              reinterpret_cast<uintptr_t>(s->base) < lo + ph.p_memsz) {
+            for (int j = 0; j < info->dlpi_phnum; ++j)
+              if (info->dlpi_phdr[j].p_type == PT_TLS && info->dlpi_tls_data) {
+                s->out->lo = reinterpret_cast<uintptr_t>(info->dlpi_tls_data);
+                s->out->len = info->dlpi_phdr[j].p_memsz;
+              }
+            return 1;
+          }
+        }
+        return 0;
+      },
+      &search);
+  return found;
 }
 
 void next_epoch(Checker& c) {
@@ -132,12 +175,10 @@ void check_access(uintptr_t a, size_t size, bool write) {
 void block_begin(void* dyn, size_t dynamic) {
   Checker& c = checker();
   c.stat.name = "static shared";
-  c.stat.lo = reinterpret_cast<uintptr_t>(__start_trainrun_sim_shared);
-  c.stat.len = __start_trainrun_sim_shared
-                   ? static_cast<size_t>(__stop_trainrun_sim_shared - __start_trainrun_sim_shared)
-                   : 0;
+  static thread_local const TlsBlock tls = module_tls();
+  c.stat.lo = tls.lo;
+  c.stat.len = tls.len;
   if (c.stat.shadow.size() < c.stat.len) c.stat.shadow.resize(c.stat.len);
-  if (c.stat.len) std::memset(__start_trainrun_sim_shared, 0xFF, c.stat.len);
   c.dyn.name = "dynamic shared";
   c.dyn.lo = reinterpret_cast<uintptr_t>(dyn);
   c.dyn.len = dynamic;

@@ -47,11 +47,12 @@ constexpr int warpSize = 32;
 #define __forceinline__ inline
 #define __launch_bounds__(...)
 // Static shared memory: one instance per kernel (blocks run one at a time, so each block has it
-// to itself). Under the race checker it lives in a section of its own, whose bounds the checker
-// watches and which every block starts filled with 0xFF (NaN); under AddressSanitizer plain
-// statics, which get red zones, so an index past a shared array is caught.
+// to itself). Under the race checker a thread_local: the kernels are templates, and GCC drops a
+// section attribute on a template's static locals (GCC bug 88061), but every thread_local of the
+// plugin lives in its TLS block, whose bounds the checker can read (racecheck.cpp). Under
+// AddressSanitizer plain statics, which get red zones, so an index past a shared array is caught.
 #if defined(TRAINRUN_SIM_RACECHECK)
-#define __shared__ static __attribute__((section("trainrun_sim_shared"), aligned(16)))
+#define __shared__ static thread_local
 #else
 #define __shared__ static
 #endif
