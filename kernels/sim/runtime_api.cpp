@@ -109,7 +109,11 @@ bool is_device_range(const void* p, size_t bytes) {
 }
 
 void fail_kernel(int cuda_error, const char* kernel, const char* message) {
-  const std::string detail = std::string("cudasim: kernel ") + kernel + ": " + message;
+  // Reports from inside a block already say "kernel NAME, block ..., thread ...".
+  const std::string named = std::string("kernel ") + kernel;
+  const std::string detail = std::string(message).find(named) != std::string::npos
+                                 ? std::string("cudasim: ") + message
+                                 : "cudasim: " + named + ": " + message;
   std::fprintf(stderr, "%s\n", detail.c_str());
   std::fflush(stderr);
   set_error(static_cast<cudaError_t>(cuda_error), detail);
