@@ -16,8 +16,8 @@ mkdir -p "$dir"
 
 echo "## data_share: data time as a share of the step (1 rank, CPU, fp32)"
 load_line
-"$TRAINRUN" data tokenizer train "$SHAKESPEARE" --vocab-size 4096 --out "$dir/tok.json" >/dev/null
-"$TRAINRUN" data prepare "$SHAKESPEARE" --tokenizer "$dir/tok.json" --out "$dir/shards" >/dev/null
+"$TRAINRUN" data tokenizer train "$SHAKESPEARE" --vocab-size 4096 --out "$dir/tok.json" --force >/dev/null
+"$TRAINRUN" data prepare "$SHAKESPEARE" --tokenizer "$dir/tok.json" --out "$dir/shards" --force >/dev/null
 bytes=(--set data.text="$SHAKESPEARE")
 bpe=(--set data.text= --set data.train="$dir/shards/train.bin" --set data.val="$dir/shards/val.bin"
      --set data.tokenizer="$dir/tok.json" --set model.vocab_size=4096)

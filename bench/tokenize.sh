@@ -24,7 +24,7 @@ echo "## tokenize: byte-level BPE encode, trainrun vs tokenizers $("$VENV_PY" -c
   'import tokenizers; print(tokenizers.__version__)')"
 load_line
 start=$(date +%s%N)
-"$TRAINRUN" data tokenizer train "$SHAKESPEARE" --vocab-size "$vocab" --out "$dir/tok.json"
+"$TRAINRUN" data tokenizer train "$SHAKESPEARE" --vocab-size "$vocab" --out "$dir/tok.json" --force
 echo "trainrun data tokenizer train (vocab $vocab): $((($(date +%s%N) - start) / 1000000)) ms"
 
 hf() {  # THREADS SEG_KB

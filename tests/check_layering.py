@@ -31,7 +31,7 @@ PUBLIC = {
     "model/llama_block.h": "model", "model/pre_norm_block.h": "model",
     "optimizer.h": "optim",
     "config.h": "config", "schema.h": "config",
-    "data.h": "data", "markov.h": "data", "tokenizer.h": "data",
+    "data.h": "data", "markov.h": "data", "tokenizer.h": "data", "output_files.h": "data",
     "checkpoint.h": "checkpoint", "h5_handle.h": "checkpoint",
     "metrics.h": "obs", "trace.h": "obs", "stragglers.h": "obs", "tensorboard.h": "obs",
     "tb_events.h": "obs", "prometheus.h": "obs", "metrics_server.h": "obs",

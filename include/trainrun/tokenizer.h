@@ -67,6 +67,7 @@ struct PrepareRequest {
   int threads = 0;                 // <= 0: all cores
   size_t block_bytes = 64 << 20;   // read at a time (memory is a few times this)
   bool progress = true;            // a progress line on stderr when it is a terminal
+  bool force = false;              // replace outputs that exist (trainrun/output_files.h)
 };
 
 // `trainrun data prepare`: prepare_token_shards with a tokenizer, else prepare_text_shards

@@ -21,6 +21,7 @@
 #include "trainrun/errors.h"
 #include "trainrun/experiment.h"
 #include "trainrun/launch.h"
+#include "trainrun/output_files.h"
 #include "trainrun/plan.h"
 #include "trainrun/report.h"
 #include "trainrun/run_command.h"
@@ -177,6 +178,7 @@ Command add_data_prepare(CLI::App& app) {
   sub->add_option("--tokenizer", a->tokenizer,
                   "tokenizer.json to encode with (also writes manifest.json)");
   sub->add_option("--threads", a->threads, "encoding threads (default: all cores)");
+  sub->add_flag("--force", a->force, "replace shards, manifest and tokenizer copy that exist");
   sub->add_option("--val-fraction", a->val_fraction, "fraction held out for validation")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 0.9));
@@ -192,6 +194,7 @@ Command add_data_tokenizer(CLI::App& app) {
     std::vector<std::string> texts;
     std::string tokenizer, out, ids_file;
     int vocab_size = 0, threads = 0;
+    bool force = false;
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.get_subcommand("data")->add_subcommand("tokenizer", "byte-level BPE tokenizers");
@@ -201,6 +204,7 @@ Command add_data_tokenizer(CLI::App& app) {
   train->add_option("--vocab-size", a->vocab_size, "tokens, the 256 bytes included")->required();
   train->add_option("--out", a->out, "tokenizer.json to write")->required();
   train->add_option("--threads", a->threads, "threads (default: all cores)");
+  train->add_flag("--force", a->force, "replace --out if it exists");
   auto* enc = sub->add_subcommand("encode", "print the token ids of a text file");
   enc->add_option("tokenizer", a->tokenizer, "tokenizer.json")->required();
   enc->add_option("text", a->out, "text file")->required();
@@ -209,6 +213,7 @@ Command add_data_tokenizer(CLI::App& app) {
   dec->add_option("ids", a->ids_file, "file of ids (default: standard input)");
   return {sub, [a, train, enc] {
             if (*train) {
+              check_outputs(a->texts, {a->out}, a->force, "data tokenizer train");
               const Tokenizer t = train_tokenizer(a->texts, a->vocab_size, a->threads);
               t.save(a->out);
               fmt::print("wrote {}: {} tokens ({} merges)\n", a->out, t.vocab_size(),
@@ -275,8 +280,6 @@ Command add_export(CLI::App& app) {
   sub->add_flag("--force", a->force, "replace --out if it exists");
   return {sub, [a] {
             std::string from = a->from;
-            namespace fs = std::filesystem;
-            std::error_code ec;
             if (is_run_directory(from)) {
               std::vector<std::string> warnings;
               auto good = latest_good_checkpoint(from, &warnings);
@@ -285,9 +288,7 @@ Command add_export(CLI::App& app) {
                 throw CheckpointError(fmt::format("run {} has no checkpoint that verifies", from));
               from = *good;
             }
-            if (fs::exists(a->out, ec) && !a->force)
-              throw ConfigError(fmt::format(
-                  "--out {} exists; pass --force to replace it, or choose another name", a->out));
+            check_outputs({from}, {a->out}, a->force, "export");
             const CheckpointData ck = read_checkpoint(from);
             write_checkpoint(a->out, ck);
             fmt::print("exported {} (step {}, {} parameters) to {}\n", from, ck.state.step,

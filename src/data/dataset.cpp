@@ -325,7 +325,10 @@ std::string prepare_text_shards(const std::string& text_path, const std::string&
   const std::vector<int32_t> val(tokens.begin() + ntrain, tokens.end());
   write_token_shard(train_path, train, 256);
   write_token_shard(val_path, val, 256);
-  fs::remove(fs::path(out_dir) / kManifestName, ec);  // a tokenized run's, no longer true
+  // A tokenized prepare's manifest no longer describes these shards: remove it, but only when it
+  // is trainrun's (a dataset's own manifest.json is not ours to delete; shards ignore it).
+  if (is_trainrun_manifest((fs::path(out_dir) / kManifestName).string()))
+    fs::remove(fs::path(out_dir) / kManifestName, ec);
   return fmt::format("wrote {} ({} tokens) and val.bin ({} tokens)", train_path, train.size(),
                      val.size());
 }

@@ -91,6 +91,12 @@ std::string manifest_json(const ShardManifest& m) {
   return out;
 }
 
+bool is_trainrun_manifest(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return false;
+  return slurp(path).find(kManifestFormat) != std::string::npos;
+}
+
 std::optional<ShardManifest> read_manifest(const std::string& dir) {
   const fs::path path = fs::path(dir) / kManifestName;
   std::error_code ec;

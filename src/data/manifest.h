@@ -29,6 +29,9 @@ struct ShardManifest {
 inline constexpr const char* kManifestName = "manifest.json";
 inline constexpr const char* kManifestFormat = "trainrun token shards";  // its "format" field
 
+// True when `path` is a regular file that trainrun wrote as a shard manifest (its format field).
+bool is_trainrun_manifest(const std::string& path);
+
 std::string manifest_json(const ShardManifest& m);
 // The manifest in dir, if there is one (a manifest.json without trainrun's "format" is not);
 // throws DataError for one of ours that does not parse.

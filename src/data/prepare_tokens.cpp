@@ -20,6 +20,7 @@
 #include "text_blocks.h"
 #include "trainrun/data.h"
 #include "trainrun/errors.h"
+#include "trainrun/output_files.h"
 #include "trainrun/tokenizer.h"
 
 namespace trainrun {
@@ -164,6 +165,21 @@ std::string prepare_token_shards(const PrepareRequest& req) {
 }
 
 std::string prepare_shards(const PrepareRequest& req) {
+  const fs::path out(req.out_dir);
+  std::vector<std::string> inputs = req.texts;
+  std::vector<std::string> outputs = {(out / "train.bin").string(), (out / "val.bin").string()};
+  const std::string manifest = (out / kManifestName).string();
+  if (!req.tokenizer.empty()) {
+    inputs.push_back(req.tokenizer);
+    outputs.push_back(manifest);
+    // The tokenizer's copy beside the shards may be the tokenizer itself: then it is not written.
+    const std::string copy = (out / "tokenizer.json").string();
+    std::error_code ec;
+    if (!fs::equivalent(req.tokenizer, copy, ec)) outputs.push_back(copy);
+  } else if (is_trainrun_manifest(manifest)) {
+    outputs.push_back(manifest);  // byte-level shards make an earlier tokenized manifest untrue
+  }
+  check_outputs(inputs, outputs, req.force, "data prepare");
   if (!req.tokenizer.empty()) return prepare_token_shards(req);
   if (req.texts.size() != 1)
     throw ConfigError(fmt::format(

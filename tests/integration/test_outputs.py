@@ -1,0 +1,85 @@
+"""Files trainrun writes outside a run directory (`data prepare`, `data tokenizer train`,
+`export`): an output that is an input is always refused, an existing output needs --force, and
+nothing is deleted that trainrun did not write (issue 27 item 2)."""
+import hashlib
+
+from conftest import run
+
+TEXT = "To be, or not to be, that is the question.\n" * 400
+
+
+def digest(p):
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def test_tokenizer_train_refuses_to_overwrite_its_corpus(tmp_path):
+    corpus = tmp_path / "in.txt"
+    corpus.write_text(TEXT)
+    before = digest(corpus)
+    p = run(["data", "tokenizer", "train", str(corpus), "--vocab-size", "300", "--out",
+             str(corpus)], check=2)
+    assert "is also an input" in p.stderr and digest(corpus) == before
+    # --force does not make an input an output.
+    run(["data", "tokenizer", "train", str(corpus), "--vocab-size", "300", "--out", str(corpus),
+         "--force"], check=2)
+    assert digest(corpus) == before
+
+
+def test_an_existing_output_needs_force(tmp_path):
+    corpus = tmp_path / "in.txt"
+    corpus.write_text(TEXT)
+    mine = tmp_path / "mine.json"
+    mine.write_text('{"my": "notes"}')
+    p = run(["data", "tokenizer", "train", str(corpus), "--vocab-size", "300", "--out",
+             str(mine)], check=2)
+    assert "mine.json exists; pass --force" in p.stderr
+    assert mine.read_text() == '{"my": "notes"}'
+    run(["data", "tokenizer", "train", str(corpus), "--vocab-size", "300", "--out", str(mine),
+         "--force"], check=0)
+    assert '"model"' in mine.read_text()
+
+
+def test_prepare_refuses_its_own_input_and_a_second_run_without_force(tmp_path):
+    corpus = tmp_path / "in.txt"
+    corpus.write_text(TEXT)
+    out = tmp_path / "shards"
+    run(["data", "prepare", str(corpus), "--out", str(out)], check=0)
+    train = out / "train.bin"
+    before = digest(train)
+    p = run(["data", "prepare", str(train), "--out", str(out)], check=2)
+    assert "is also an input" in p.stderr and digest(train) == before
+    p = run(["data", "prepare", str(corpus), "--out", str(out)], check=2)
+    assert "train.bin exists; pass --force" in p.stderr
+    run(["data", "prepare", str(corpus), "--out", str(out), "--force"], check=0)
+
+
+def test_byte_level_prepare_keeps_a_manifest_it_did_not_write(tmp_path):
+    corpus = tmp_path / "in.txt"
+    corpus.write_text(TEXT)
+    out = tmp_path / "shards"
+    out.mkdir()
+    theirs = out / "manifest.json"
+    theirs.write_text('{"dataset": "someone else\'s"}')
+    run(["data", "prepare", str(corpus), "--out", str(out)], check=0)
+    assert theirs.read_text() == '{"dataset": "someone else\'s"}'
+    # ... and as an input it is read, not deleted.
+    other = tmp_path / "other"
+    run(["data", "prepare", str(theirs), "--out", str(other)], check=0)
+    assert theirs.exists()
+
+
+def test_byte_level_prepare_replaces_trainrun_s_own_manifest_only_with_force(tmp_path):
+    corpus = tmp_path / "in.txt"
+    corpus.write_text(TEXT)
+    tok = tmp_path / "tok.json"
+    run(["data", "tokenizer", "train", str(corpus), "--vocab-size", "300", "--out", str(tok)],
+        check=0)
+    out = tmp_path / "shards"
+    run(["data", "prepare", str(corpus), "--tokenizer", str(tok), "--out", str(out)], check=0)
+    manifest = out / "manifest.json"
+    assert manifest.exists()
+    # Its own manifest as the input of a byte-level prepare into the same folder: refused.
+    p = run(["data", "prepare", str(manifest), "--out", str(out), "--force"], check=2)
+    assert "is also an input" in p.stderr and manifest.exists()
+    run(["data", "prepare", str(corpus), "--out", str(out), "--force"], check=0)
+    assert not manifest.exists()  # it described the tokenized shards the byte ones replaced
