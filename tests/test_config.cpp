@@ -195,7 +195,7 @@ TEST_CASE("top level and sections must be mappings") {
 TEST_CASE("out-of-range values say what is allowed") {
   auto msg = error_of("data: {synthetic: markov}\nmodel:\n  n_layer: 0\n");
   CHECK(has(msg, "exp.yaml:3:12"));
-  CHECK(has(msg, "model.n_layer=0 is out of range: must be >= 1"));
+  CHECK(has(msg, "model.n_layer=0 is out of range: must be in [1, 4096]"));
   msg = error_of("data: {synthetic: markov}\nmodel:\n  dropout: 1.0\n");
   CHECK(has(msg, "must be in [0, 1)"));
   msg = error_of("data: {synthetic: markov}\nmodel:\n  type: gtp\n");

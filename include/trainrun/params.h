@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "trainrun/backend.h"
@@ -87,6 +88,7 @@ class ParamStore {
   Backend& be_;
   DType dtype_;
   std::vector<ParamInfo> infos_;
+  std::unordered_set<std::string> names_;  // declared names: one lookup per declare, not a scan
   int64_t total_ = 0;
   void* params_ = nullptr;
   void* grads_ = nullptr;

@@ -34,6 +34,10 @@ namespace trainrun {
 
 namespace {
 
+// --threads of the data commands: each thread holds its own buffers, so a count from the command
+// line is bounded (0: all cores).
+constexpr int kMaxThreads = 1024;
+
 const char* kDescription =
     "trainrun: train GPT and MLP language models from a YAML experiment, on CPU or CUDA,\n"
     "data-parallel over MPI/NCCL, with HDF5 checkpoints and metric logs.\n\n"
@@ -177,7 +181,8 @@ Command add_data_prepare(CLI::App& app) {
   sub->add_option("--out", a->out_dir, "output directory for train.bin and val.bin")->required();
   sub->add_option("--tokenizer", a->tokenizer,
                   "tokenizer.json to encode with (also writes manifest.json)");
-  sub->add_option("--threads", a->threads, "encoding threads (default: all cores)");
+  sub->add_option("--threads", a->threads, "encoding threads (default: all cores)")
+      ->check(CLI::Range(0, kMaxThreads));
   sub->add_flag("--force", a->force, "replace shards, manifest and tokenizer copy that exist");
   sub->add_option("--val-fraction", a->val_fraction, "fraction held out for validation")
       ->capture_default_str()
@@ -203,7 +208,8 @@ Command add_data_tokenizer(CLI::App& app) {
   train->add_option("text", a->texts, "input text files")->required();
   train->add_option("--vocab-size", a->vocab_size, "tokens, the 256 bytes included")->required();
   train->add_option("--out", a->out, "tokenizer.json to write")->required();
-  train->add_option("--threads", a->threads, "threads (default: all cores)");
+  train->add_option("--threads", a->threads, "threads (default: all cores)")
+      ->check(CLI::Range(0, kMaxThreads));
   train->add_flag("--force", a->force, "replace --out if it exists");
   auto* enc = sub->add_subcommand("encode", "print the token ids of a text file");
   enc->add_option("tokenizer", a->tokenizer, "tokenizer.json")->required();

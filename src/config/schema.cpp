@@ -68,7 +68,7 @@ std::vector<Field> make_schema() {
       {KEY(model, seq_len), .description = "Context length in tokens", .resumable = kFixed,
        .min = 1},
       {KEY(model, n_layer), .description = "Transformer blocks (gpt, llama)", .resumable = kFixed,
-       .min = 1},
+       .min = 1, .max = 4096},
       {KEY(model, n_head), .description = "Attention heads per block (gpt, llama); divides d_model",
        .resumable = kFixed, .min = 1},
       {KEY(model, d_model), .description = "Embedding width (gpt, llama)", .resumable = kFixed,

@@ -153,6 +153,9 @@ void sizes_fit(const Experiment& e, int, Fail& out) {
   };
   std::vector<Tensor> tensors = {{"token embedding (vocab_size x d_model)", V * C},
                                  {"logits (batch_size x seq_len x vocab_size)", B * T * V}};
+  if (m.type == ModelType::gpt || m.type == ModelType::llama)
+    tensors.push_back(
+        {"parameters of all blocks (about n_layer x 12 d_model^2)", 12.0 * m.n_layer * C * C});
   if (m.type == ModelType::gpt) {
     tensors.push_back({"attention scores (batch_size x n_head x seq_len^2)", B * m.n_head * T * T});
     tensors.push_back({"MLP weight (4 d_model x d_model)", 4 * C * C});
@@ -168,7 +171,9 @@ void sizes_fit(const Experiment& e, int, Fail& out) {
   }
   for (const auto& t : tensors) {
     if (t.elements > kMaxTensorElements) {
-      fail(out, {"model.vocab_size", "model.d_model", "model.seq_len", "train.batch_size"},
+      fail(out,
+           {"model.vocab_size", "model.d_model", "model.seq_len", "model.n_layer",
+            "train.batch_size"},
            fmt::format("the {} would hold {:.3g} elements, more than any machine holds (limit "
                        "2^46): shrink the model or the batch",
                        t.what, t.elements));

@@ -18,8 +18,7 @@ ParamStore::~ParamStore() {
 int ParamStore::declare(const std::string& name, std::vector<int64_t> shape, Init init, float std,
                         bool decay) {
   if (params_) throw std::logic_error("ParamStore::declare after allocate");
-  for (const auto& p : infos_)
-    if (p.name == name) throw std::logic_error("duplicate parameter name " + name);
+  if (!names_.insert(name).second) throw std::logic_error("duplicate parameter name " + name);
   ParamInfo p;
   p.name = name;
   p.shape = std::move(shape);
