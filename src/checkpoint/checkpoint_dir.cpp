@@ -50,6 +50,7 @@ bool pid_alive(long pid) {
 bool is_trainrun_checkpoint(const std::string& path) {
   std::error_code ec;
   if (fs::is_directory(path, ec)) return has_manifest(path);
+  if (!fs::is_regular_file(path, ec)) return false;  // a FIFO would block the open
   h5::quiet();
   const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (f < 0) {

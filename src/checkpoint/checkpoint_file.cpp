@@ -273,7 +273,7 @@ std::string check_metadata(hid_t f, const Header& h, const Layout& layout) {
 Loaded load(const std::string& path, bool keep) {
   Handle fapl = plist_h(H5Pcreate(H5P_FILE_ACCESS), "create file access properties");
   check(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), "set close degree");
-  Handle f = file_h(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "open");
+  Handle f = open_readonly(path, fapl);
   const Header h = read_header(f);
   if (h.flat_size < 0 || h.param_count < 0) throw H5Failure("negative flat_size or param_count");
   Loaded out;
@@ -326,7 +326,7 @@ Verdict judge(const std::string& path, CheckpointData* data) {
 
 // Everything the headers tell, which may survive damage to the data.
 std::string describe_headers(const std::string& path) {
-  Handle f = file_h(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "open");
+  Handle f = open_readonly(path, H5P_DEFAULT);
   Header h = read_header(f);
   const TrainState& s = h.state;
   std::string out = fmt::format("format_version: {}\ntrainrun_version: {}\ncreated: {}\n",

@@ -2,6 +2,7 @@
 #include "h5_io.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +25,19 @@ constexpr hsize_t kChunkElems = hsize_t{1} << 20;
 // global lock per call; bounded writes let the training thread's metric appends interleave
 // with a background checkpoint instead of waiting for a whole embedding table.
 constexpr hsize_t kSlabElems = hsize_t{4} << 20;
+
+void require_regular_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw H5Failure(
+        "not a regular file (a FIFO, device or socket in a checkpoint's place): "
+        "remove it or point at the real checkpoint");
+}
+
+Handle open_readonly(const std::string& path, hid_t fapl) {
+  require_regular_file(path);
+  return file_h(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "open");
+}
 
 int64_t numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;

@@ -24,6 +24,12 @@ struct Unusable : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Opens an existing checkpoint file read-only. Only a regular file: a FIFO (or a device) in a
+// checkpoint's place would block the open for ever, so it is refused first (H5Failure).
+Handle open_readonly(const std::string& path, hid_t fapl);
+// Throws H5Failure unless `path` is a regular file (or does not exist: the open then says so).
+void require_regular_file(const std::string& path);
+
 int64_t numel(const std::vector<int64_t>& shape);
 std::string shape_str(const std::vector<int64_t>& shape);  // "[2, 3]"
 std::string iso_now();                                     // UTC, "2026-12-01T07:25:42Z"

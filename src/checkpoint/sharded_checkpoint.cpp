@@ -131,7 +131,7 @@ void write_file(const std::string& file, const CheckpointShard& s) {
 Handle open_read(const std::string& path) {
   Handle fapl = plist_h(H5Pcreate(H5P_FILE_ACCESS), "create file access properties");
   check(H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG), "set close degree");
-  return file_h(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl), "open");
+  return open_readonly(path, fapl);
 }
 
 // What a shard file says about itself, checked against what it must be.
@@ -207,6 +207,7 @@ Manifest read_manifest(const std::string& dir) {
     throw H5Failure(
         "it has no MANIFEST: its save never finished (rank 0 writes the manifest after every "
         "rank's file), so it is not a checkpoint");
+  require_regular_file(path);
   if (fs::file_size(path, ec) > kManifestMaxBytes) throw H5Failure("MANIFEST is too large");
   std::ifstream in(path, std::ios::binary);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -286,3 +286,18 @@ def test_inspect_agrees_with_resume_on_every_file(tmp_path):
         assert inspected in (0, 4) and resumed.returncode in (0, 4), resumed.stderr
         assert (inspected == 0) == (resumed.returncode == 0), (path.name, resumed.stderr[-2000:])
     assert [run(["inspect", str(p)]).returncode for p in ck[: len(damage)]] == [0, 4, 4, 4, 0, 4, 4]
+
+
+def test_a_fifo_in_a_checkpoint_s_place_is_refused_not_waited_on(quickstart, tmp_path):
+    # Opening a FIFO blocks until a writer comes: inspect, export and --resume each hung for ever.
+    rd = tmp_path / "r"
+    run([quickstart, *sets(*TINY, "train.steps=4", "checkpoint.every=2"), "--run-dir", str(rd)],
+        check=0)
+    newest = rd / "checkpoints" / "step-0000004.h5"
+    newest.unlink()
+    os.mkfifo(newest)
+    p = run(["inspect", str(newest)], check=4, timeout=60)
+    assert "not a regular file" in p.stdout + p.stderr
+    run(["export", str(newest), "--out", str(tmp_path / "x.h5")], check=4, timeout=60)
+    p = run(["--resume", str(rd), *sets("train.steps=5")], check=0, timeout=120)
+    assert "step-0000002" in p.stderr  # it went back to the checkpoint before the FIFO
