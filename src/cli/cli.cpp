@@ -184,9 +184,18 @@ Command add_data_prepare(CLI::App& app) {
   sub->add_option("--threads", a->threads, "encoding threads (default: all cores)")
       ->check(CLI::Range(0, kMaxThreads));
   sub->add_flag("--force", a->force, "replace shards, manifest and tokenizer copy that exist");
-  sub->add_option("--val-fraction", a->val_fraction, "fraction held out for validation")
+  sub->add_option("--val-fraction", a->val_fraction,
+                  "fraction held out for validation, in (0, 0.9]")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 0.9));
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            char* end = nullptr;
+            const double v = std::strtod(s.c_str(), &end);
+            if (end == s.c_str() || *end != '\0' || !(v > 0.0 && v <= 0.9))
+              return "must be in (0, 0.9]: the share of the text held out for validation";
+            return "";
+          },
+          "(0, 0.9]"));
   return {sub, [a] {
             fmt::print("{}\n", prepare_shards(*a));
             return kExitOk;

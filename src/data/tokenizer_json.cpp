@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -52,10 +53,15 @@ class Reader {
     const Json* t = v->get("type");
     return t && t->kind == Kind::kString ? t->str : "";
   }
+  // Ids are bounded: the vocabulary table is sized by the largest one, so one absurd id in a
+  // small file would otherwise allocate gigabytes.
+  static constexpr double kMaxIds = 1 << 24;  // 16,777,216: far past any real vocabulary
   int32_t id(const Json& v, const std::string& of) const {
-    if (v.kind != Kind::kNumber || v.number < 0 || v.number >= (1u << 31) ||
-        v.number != static_cast<double>(static_cast<int32_t>(v.number)))
-      bad(fmt::format("the id of {} is not a non-negative integer", of));
+    if (v.kind != Kind::kNumber || v.number != std::floor(v.number))
+      bad(fmt::format("the id of {} is not an integer", of));
+    if (v.number < 0 || v.number >= kMaxIds)
+      bad(fmt::format("the id of {} is {:.0f}, outside [0, {:.0f}): no vocabulary is that large",
+                      of, v.number, kMaxIds));
     return static_cast<int32_t>(v.number);
   }
 
@@ -87,8 +93,20 @@ class Reader {
     m.ignore_merges = flag(model, "ignore_merges", false);
     const Json* vocab = model.get("vocab");
     if (!vocab || vocab->kind != Kind::kObject) bad("the model has no \"vocab\" object");
+    // A vocabulary's ids are dense (0 .. n-1); a few holes are tolerated, a sparse one would make
+    // the table far larger than the file.
+    const size_t max_ids = 4 * vocab->props.size() + 1024;
+    std::unordered_map<int32_t, const std::string*> owner;
     for (const auto& [text, idv] : vocab->props) {
       const int32_t i = id(idv, fmt::format("token '{}'", text));
+      if (static_cast<size_t>(i) >= max_ids)
+        bad(
+            fmt::format("the id of token '{}' is {}, but the vocabulary has only {} tokens: ids "
+                        "must run from 0 without large gaps",
+                        text, i, vocab->props.size()));
+      if (const auto [it, fresh] = owner.emplace(i, &text); !fresh)
+        bad(fmt::format("the tokens '{}' and '{}' share the id {}: each id names one token",
+                        *it->second, text, i));
       if (static_cast<size_t>(i) >= m.tokens.size()) m.tokens.resize(static_cast<size_t>(i) + 1);
       if (!from_byte_level(text, m.tokens[static_cast<size_t>(i)]))
         unsupported(fmt::format("the token '{}' (id {}) is not byte-level text", text, i));

@@ -73,8 +73,10 @@ std::string sample_text(const std::string& run_dir_or_file, const std::string& p
   }
   for (const int32_t c : ctx)
     if (c >= V)
-      throw ConfigError(fmt::format("prompt {} {} is outside the model's vocab {}",
-                                    tok ? "token" : "byte", c, V));
+      throw DataError(fmt::format(
+          "prompt {} {} is outside the model's vocabulary of {}: the prompt needs a token the "
+          "model was not trained on (a tokenizer or text of another vocabulary)",
+          tok ? "token" : "byte", c, V));
   if (ctx.empty()) ctx.push_back('\n');
   std::vector<int32_t> x(static_cast<size_t>(T)), y(static_cast<size_t>(T), 0);
   std::vector<float> logits(static_cast<size_t>(model->targets_per_batch()) * V);

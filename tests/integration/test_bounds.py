@@ -31,3 +31,40 @@ def test_many_layers_declare_in_linear_time(tmp_path):
     p = run(["plan", QS, *sets("model.n_layer=4096", "model.d_model=16", "model.n_head=2")],
             check=0, timeout=120)
     assert "blocks.4095" in p.stdout or "4096" in p.stdout
+
+
+def test_tokenizer_ids_are_bounded_and_unique(tmp_path):
+    import json
+    text = tmp_path / "t.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog\n" * 200)
+    tok = tmp_path / "tok.json"
+    run(["data", "tokenizer", "train", str(text), "--vocab-size", "280", "--out", str(tok)],
+        check=0)
+    doc = json.loads(tok.read_text())
+    name = next(t for t, i in doc["model"]["vocab"].items() if i == 270)
+    for bad_id, says in [(2**31 - 1, "outside [0, 16777216)"), (4_000_000_000, "outside"),
+                         (60_000_000, "outside"), (5000, "without large gaps"),
+                         (1.5, "not an integer"), (3, "share the id 3")]:
+        d = json.loads(tok.read_text())
+        d["model"]["vocab"][name] = bad_id
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps(d))
+        p = run(["data", "tokenizer", "encode", str(bad), str(text)], check=3, timeout=60)
+        assert says in p.stderr, (bad_id, p.stderr)
+
+
+def test_a_prompt_outside_the_vocabulary_is_a_data_error(tmp_path):
+    # The man page gives exit 3 (data) for a prompt token the model does not have; it was 2.
+    from conftest import TINY
+    rd = tmp_path / "r"
+    run([QS, *sets(*TINY, "train.steps=2"), "--run-dir", str(rd)], check=0)
+    p = run(["sample", str(rd), "--prompt", "zzz", "--tokens", "2"], check=3)  # 'z' = 122 >= 32
+    assert "prompt byte 122 is outside the model's vocabulary of 32" in p.stderr
+
+
+def test_val_fraction_zero_is_refused_with_the_range_help_gives(tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("hello\n" * 100)
+    p = run(["data", "prepare", str(text), "--out", str(tmp_path / "o"), "--val-fraction", "0"],
+            check=2)
+    assert "(0, 0.9]" in p.stderr and "(0, 1)" not in p.stderr
