@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -281,18 +282,39 @@ std::vector<int32_t> encode_file(const Tokenizer& tok, const std::string& path) 
   return tok.encode(read_file(path));
 }
 
+// Streams the ids, one character at a time: a file that is not ids (/dev/zero, a binary) is
+// refused at its first wrong byte instead of being read whole into memory first.
 std::string decode_ids_text(const Tokenizer& tok, const std::string& ids_path) {
-  std::istringstream in(ids_path.empty() ? std::string(std::istreambuf_iterator<char>(std::cin), {})
-                                         : read_file(ids_path));
+  std::ifstream file;
+  if (!ids_path.empty()) {
+    file.open(ids_path, std::ios::binary);
+    if (!file)
+      throw DataError(
+          fmt::format("{}: cannot read it ({}); check the path", ids_path, std::strerror(errno)));
+  }
+  std::istream& in = ids_path.empty() ? std::cin : file;
   std::vector<int32_t> ids;
   std::string word;
-  while (in >> word) {
-    char* end = nullptr;
-    const long v = std::strtol(word.c_str(), &end, 10);
-    if (*end != '\0' || v < 0 || v > INT32_MAX)
-      throw DataError(fmt::format("'{}' is not a token id", word));
+  auto take = [&] {
+    if (word.empty()) return;
+    const long long v = std::stoll(word);
+    if (v > INT32_MAX) throw DataError(fmt::format("'{}' is not a token id (too large)", word));
     ids.push_back(static_cast<int32_t>(v));
+    word.clear();
+  };
+  for (int c = in.get(); c != std::char_traits<char>::eof(); c = in.get()) {
+    if (std::isspace(c)) {
+      take();
+    } else if (std::isdigit(c) && word.size() < 10) {
+      word += static_cast<char>(c);
+    } else {
+      throw DataError(
+          fmt::format("'{}' is not a token id: ids are decimal numbers separated by white space",
+                      word + (std::isprint(c) ? std::string(1, static_cast<char>(c))
+                                              : fmt::format("\\x{:02x}", c))));
+    }
   }
+  take();
   return tok.decode(ids);
 }
 

@@ -68,3 +68,14 @@ def test_val_fraction_zero_is_refused_with_the_range_help_gives(tmp_path):
     p = run(["data", "prepare", str(text), "--out", str(tmp_path / "o"), "--val-fraction", "0"],
             check=2)
     assert "(0, 0.9]" in p.stderr and "(0, 1)" not in p.stderr
+
+
+def test_decode_of_something_that_is_not_ids_stops_at_once(tmp_path):
+    # /dev/zero was read whole into memory (gigabytes) before the first id was parsed.
+    text = tmp_path / "t.txt"
+    text.write_text("abc def\n" * 200)
+    tok = tmp_path / "tok.json"
+    run(["data", "tokenizer", "train", str(text), "--vocab-size", "270", "--out", str(tok)],
+        check=0)
+    p = run(["data", "tokenizer", "decode", str(tok), "/dev/zero"], check=3, timeout=20)
+    assert "'\\x00' is not a token id" in p.stderr
