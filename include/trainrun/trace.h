@@ -16,6 +16,10 @@ class Tracer {
   ~Tracer();  // writes the file when anything was recorded
   void set_step(int64_t step);
   bool active() const;
+  // Whether the window traces any of the steps [from, to) (a run's remaining steps). False
+  // when tracing is off.
+  bool covers(int64_t from, int64_t to) const;
+  std::string window() const;  // "A:B" as given
   // A complete event ("ph":"X") from t0 to t1 (seconds, steady clock); `cat` e.g. "phase", "comm".
   void span(const char* name, const char* cat, double t0, double t1);
   void flush();  // writes the file now

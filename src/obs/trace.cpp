@@ -191,6 +191,14 @@ void Tracer::set_step(int64_t step) {
                   std::memory_order_relaxed);
 }
 
+bool Tracer::covers(int64_t from, int64_t to) const {
+  return impl_->enabled && impl_->first < to && from < impl_->end;
+}
+
+std::string Tracer::window() const {
+  return fmt::format("{}:{}", impl_->first, impl_->end);
+}
+
 bool Tracer::active() const {
   return impl_->on.load(std::memory_order_relaxed);
 }
@@ -202,6 +210,7 @@ void Tracer::span(const char* name, const char* cat, double t0, double t1) {
 void Tracer::flush() {
   if (!impl_->enabled) return;
   std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->events.empty()) return;  // nothing traced: no empty file
   impl_->write();
 }
 

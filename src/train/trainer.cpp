@@ -196,6 +196,11 @@ int Trainer::run() {
   std::string unsaved;   // why the last checkpoint due was not written; "" when it was
   int exit_code = kExitOk;
   spdlog::info("training steps {}..{}", step, total);
+  if (!opts_.profile.empty() && !tracer_->covers(step, total))
+    spdlog::warn(
+        "--profile {}: this run trains steps {}..{}, none of them in the window, so no "
+        "trace is written; pick steps in that range",
+        tracer_->window(), step, total);
   while (step < total) {
     const double lr = learning_rate(exp_.optimizer, step, total) * state_.lr_scale;
     StepResult r = train_step(step, lr);

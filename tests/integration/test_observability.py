@@ -91,6 +91,15 @@ def test_profile_window_is_checked(tmp_path):
         assert "--profile" in p.stderr
 
 
+def test_a_profile_window_past_the_run_warns_and_writes_no_trace(tmp_path):
+    # It wrote an empty trace with rc 0 and no word (issue 27 item 5).
+    rd = tmp_path / "r"
+    p = run([QS, *sets(*TINY, "train.steps=5"), "--profile", "20:25", "--run-dir", str(rd)],
+            check=0)
+    assert "--profile 20:25: this run trains steps 0..5, none of them in the window" in p.stderr
+    assert not (rd / "trace").exists()
+
+
 STRAGGLER_RUN = [*TINY, "train.steps=20", "logging.every=5", "distributed.nproc=2"]
 # One thread per rank: 2 ranks fill 2 cores without oversubscribing them, so timings are steady.
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
