@@ -56,7 +56,18 @@ std::string sample_text(const std::string& run_dir_or_file, const std::string& p
   // The tokenizer asked for, else the run's (data.tokenizer, else its shards' manifest), else
   // bytes; one the manifest contradicts is refused there (DataError).
   if (!tokenizer.empty()) exp.data.tokenizer = tokenizer;
-  const std::unique_ptr<Tokenizer> tok = data_tokenizer(exp.data);
+  std::unique_ptr<Tokenizer> tok = data_tokenizer(exp.data);
+  if (!tok && !tokenizer.empty()) {
+    // A run on text or synthetic data has no shards to check the tokenizer against (it was
+    // ignored, even a missing file): load it, and refuse one the model cannot have trained on.
+    tok = std::make_unique<Tokenizer>(Tokenizer::load(tokenizer));
+    if (tok->vocab_size() > V)
+      throw DataError(fmt::format(
+          "--tokenizer {}: it has {} tokens, but this run's model has a vocabulary of {}, so it "
+          "cannot be the tokenizer the run trained with (runs on data.text train on bytes: drop "
+          "--tokenizer)",
+          tokenizer, tok->vocab_size(), V));
+  }
   if (!tok && V > 256 && !exp.data.train.empty())
     fmt::print(
         stderr,

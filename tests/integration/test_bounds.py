@@ -79,3 +79,19 @@ def test_decode_of_something_that_is_not_ids_stops_at_once(tmp_path):
         check=0)
     p = run(["data", "tokenizer", "decode", str(tok), "/dev/zero"], check=3, timeout=20)
     assert "'\\x00' is not a token id" in p.stderr
+
+
+def test_sample_honours_tokenizer_on_a_run_without_shards(tmp_path):
+    # --tokenizer was silently ignored (even a missing file) for runs on text or synthetic data.
+    from conftest import TINY
+    rd = tmp_path / "r"
+    run([QS, *sets(*TINY, "train.steps=2"), "--run-dir", str(rd)], check=0)
+    p = run(["sample", str(rd), "--tokenizer", str(tmp_path / "missing.json")], check=3)
+    assert "missing.json" in p.stderr
+    text = tmp_path / "t.txt"
+    text.write_text("the quick brown fox\n" * 300)
+    tok = tmp_path / "tok.json"
+    run(["data", "tokenizer", "train", str(text), "--vocab-size", "300", "--out", str(tok)],
+        check=0)
+    p = run(["sample", str(rd), "--tokenizer", str(tok), "--tokens", "2"], check=3)
+    assert "tokens, but this run's model has a vocabulary of 32" in p.stderr
