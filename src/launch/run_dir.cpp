@@ -253,7 +253,14 @@ std::string archive_run(const std::string& dir) {
   return archive.string();
 }
 
+void check_not_in_use(const std::string& dir) {
+  if (const std::string holder = run_dir_lock_holder(dir); !holder.empty())
+    throw_in_use(dir, holder);
+}
+
 RunDirLock claim_run_dir(const std::string& dir, RunDirUse use, bool renew) {
+  // A run going on here is the first thing to say (not "it holds a run: --resume it").
+  check_not_in_use(dir);
   check_run_dir_use(dir, inspect_run_dir(dir), use, renew);  // before writing anything
   RunDirLock lock = RunDirLock::take(dir);
   // Another run may have started here between the look and the lock: look again.
@@ -266,16 +273,11 @@ RunDirLock claim_run_dir(const std::string& dir, RunDirUse use, bool renew) {
   return lock;
 }
 
-void check_not_in_use(const std::string& dir) {
-  if (const std::string holder = run_dir_lock_holder(dir); !holder.empty())
-    throw_in_use(dir, holder);
-}
-
 std::string run_dir_objection(const std::string& dir, RunDirUse use, bool renew) {
   const RunDirState state = inspect_run_dir(dir);  // a path no run could use: thrown
   try {
-    check_run_dir_use(dir, state, use, renew);
     check_not_in_use(dir);
+    check_run_dir_use(dir, state, use, renew);
   } catch (const RunDirError& e) {
     return e.what();
   }

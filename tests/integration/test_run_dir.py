@@ -73,7 +73,9 @@ def test_a_second_process_is_refused_with_the_holders_pid_and_host(tmp_path):
         assert wait_for(lambda: (rd / "checkpoints").is_dir() and
                         any((rd / "checkpoints").glob("step-*.h5")))
         holder = f"pid {proc.pid} on {socket.gethostname()}"
-        for args in (["--resume", str(rd)], [QS, *sets(*TINY), "--run-dir", str(rd), "--new"],
+        # The plain second start said "already holds a run: --resume it" (issue 27 item 6).
+        for args in (["--resume", str(rd)], [QS, *sets(*TINY), "--run-dir", str(rd)],
+                     [QS, *sets(*TINY), "--run-dir", str(rd), "--new"],
                      ["--resume", str(rd), "--dry-run"]):
             p = run(args, check=73)
             assert "in use by another trainrun" in p.stderr and holder in p.stderr, p.stderr
