@@ -126,7 +126,7 @@ void synthetic_fits_a_sequence(const Experiment& e, int, Fail& out) {
     fail(out, {"data.synthetic_tokens", "model.seq_len"},
          fmt::format("data.synthetic_tokens={} leaves {:.0f} training tokens, fewer than one "
                      "sequence of model.seq_len + 1 = {}",
-                     d.synthetic_tokens, train_tokens, e.model.seq_len + 1));
+                     d.synthetic_tokens, train_tokens, int64_t{e.model.seq_len} + 1));
   }
 }
 

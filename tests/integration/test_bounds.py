@@ -95,3 +95,9 @@ def test_sample_honours_tokenizer_on_a_run_without_shards(tmp_path):
         check=0)
     p = run(["sample", str(rd), "--tokenizer", str(tok), "--tokens", "2"], check=3)
     assert "tokens, but this run's model has a vocabulary of 32" in p.stderr
+
+
+def test_the_largest_seq_len_is_reported_without_overflow():
+    # "seq_len + 1 = -2147483648": an int overflow in the message (undefined behaviour).
+    p = run(["validate", QS, *sets("model.seq_len=2147483647")], check=2)
+    assert "-2147483648" not in p.stderr and "model.seq_len" in p.stderr, p.stderr
