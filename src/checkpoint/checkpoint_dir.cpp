@@ -184,9 +184,9 @@ std::optional<std::string> latest_good_checkpoint(const std::string& run_dir,
       warnings->push_back(
           good ? fmt::format("checkpoint {} is {} ({}); falling back to {}", path, v.problem(),
                              v.reason, *good)
-               : fmt::format("checkpoint {} is {} ({}); no older checkpoint is left to fall "
-                             "back to",
-                             path, v.problem(), v.reason));
+               : fmt::format("checkpoint {} is {} ({}); none of the {} checkpoint(s) of the run "
+                             "verifies, so there is nothing to fall back to",
+                             path, v.problem(), v.reason, bad.size()));
   }
   return good;
 }

@@ -301,3 +301,16 @@ def test_a_fifo_in_a_checkpoint_s_place_is_refused_not_waited_on(quickstart, tmp
     run(["export", str(newest), "--out", str(tmp_path / "x.h5")], check=4, timeout=60)
     p = run(["--resume", str(rd), *sets("train.steps=5")], check=0, timeout=120)
     assert "step-0000002" in p.stderr  # it went back to the checkpoint before the FIFO
+
+
+def test_when_every_checkpoint_is_damaged_the_warnings_say_so(quickstart, tmp_path):
+    # Each said "no older checkpoint is left to fall back to", also while older ones existed.
+    rd = tmp_path / "r"
+    run([quickstart, *sets(*TINY, "train.steps=4", "checkpoint.every=2"), "--run-dir", str(rd)],
+        check=0)
+    for f in (rd / "checkpoints").glob("step-*.h5"):
+        f.write_bytes(f.read_bytes()[:1000])
+    p = run(["--resume", str(rd)], check=None, timeout=120)
+    assert p.returncode != 0
+    assert p.stderr.count("none of the 2 checkpoint(s) of the run verifies") == 2, p.stderr
+    assert "no older checkpoint is left" not in p.stderr
