@@ -3,10 +3,10 @@
 // Ordering: backend ops run on the legacy default stream; collectives run on a dedicated
 // non-blocking stream so they can overlap compute. Each collective first makes its stream wait
 // for everything already queued on the default stream (an event), so it reads finished
-// gradients; afterwards the default stream waits for the collective (another event), so later
-// ops see its result. Blocking calls also wait on the host, which surfaces NCCL errors where
-// they happen; the i* calls return a Request whose wait() orders the default stream after the
-// collective and waits for it on the host, and whose test() polls the event.
+// gradients. A Request's wait() waits for the collective on the host (which surfaces NCCL errors
+// where they happen) and only then makes the default stream wait for it (another event), so
+// later ops see its result while kernels queued in between overlap with it; test() polls the
+// event. Blocking calls are the i* calls followed by wait().
 //
 // Uneven shards: reduce_scatter_sum and all_gather use the ranges [r*n/w, (r+1)*n/w) of
 // trainrun/shard.h, the formula every other communicator uses. When w divides n they are single
@@ -73,10 +73,13 @@ class Event {
 class NcclRequest final : public Communicator::Request {
  public:
   NcclRequest(std::unique_ptr<Event> done, int device) : done_(std::move(done)), device_(device) {}
+  // The host waits for the collective first, and only then orders the default stream after it:
+  // issued before, that stream wait would hold every kernel queued meanwhile behind the
+  // collective (the gradient-sync thread calls this while backward kernels are being queued).
   void wait() override {
     cudaSetDevice(device_);
-    cuda_check(cudaStreamWaitEvent(cudaStreamLegacy, done_->get(), 0), "cudaStreamWaitEvent");
     cuda_check(cudaEventSynchronize(done_->get()), "cudaEventSynchronize (collective)");
+    cuda_check(cudaStreamWaitEvent(cudaStreamLegacy, done_->get(), 0), "cudaStreamWaitEvent");
   }
   bool test() override {
     const cudaError_t e = cudaEventQuery(done_->get());
@@ -282,7 +285,8 @@ class NcclCommunicator final : public Communicator {
     enqueue();
     auto done = std::make_unique<Event>();
     cuda_check(cudaEventRecord(done->get(), stream_), "cudaEventRecord");
-    cuda_check(cudaStreamWaitEvent(cudaStreamLegacy, done->get(), 0), "cudaStreamWaitEvent");
+    // No stream wait here: the request's wait() orders the default stream after the collective,
+    // so compute queued before that overlaps with it (as grad_sync intends).
     return std::make_unique<NcclRequest>(std::move(done), device_);
   }
 
