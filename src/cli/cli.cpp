@@ -156,14 +156,20 @@ Command add_plan(CLI::App& app) {
 Command add_report(CLI::App& app) {
   struct Args {
     std::string dir, out;
-    bool html = false;
+    bool html = false, force = false;
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand("report", "summarise a run and plot its metrics");
   sub->add_option("run_dir", a->dir, "run directory")->required();
   sub->add_option("--out", a->out, "PNG to write (default RUN_DIR/report.png)");
+  sub->add_flag("--force", a->force, "replace --out if it exists");
   sub->add_flag("--html", a->html, "also write RUN_DIR/report.html, a self-contained page");
   return {sub, [a] {
+            // --out may point anywhere: the rule for files outside the run directory.
+            if (!a->out.empty())
+              check_outputs({(fs::path(a->dir) / "metrics.jsonl").string(),
+                             (fs::path(a->dir) / "config.yaml").string()},
+                            {a->out}, a->force, "report");
             fmt::print("{}", report_text(a->dir));
             if (a->html) fmt::print("html: {}\n", write_report_html(a->dir));
             fmt::print("plot: {}\n", write_report_plot(a->dir, a->out));

@@ -83,3 +83,20 @@ def test_byte_level_prepare_replaces_trainrun_s_own_manifest_only_with_force(tmp
     assert "is also an input" in p.stderr and manifest.exists()
     run(["data", "prepare", str(corpus), "--out", str(out), "--force"], check=0)
     assert not manifest.exists()  # it described the tokenized shards the byte ones replaced
+
+
+def test_report_out_follows_the_rule(tmp_path):
+    from conftest import REPO, TINY, sets
+    rd = tmp_path / "r"
+    run([str(REPO / "configs" / "quickstart.yaml"), *sets(*TINY, "train.steps=3"), "--run-dir",
+         str(rd)], check=0)
+    mine = tmp_path / "mine.png"
+    mine.write_bytes(b"my picture")
+    p = run(["report", str(rd), "--out", str(mine)], check=2)
+    assert "mine.png exists; pass --force" in p.stderr and mine.read_bytes() == b"my picture"
+    metrics = rd / "metrics.jsonl"
+    before = digest(metrics)
+    run(["report", str(rd), "--out", str(metrics), "--force"], check=2)
+    assert digest(metrics) == before
+    run(["report", str(rd), "--out", str(mine), "--force"], check=0)
+    assert mine.read_bytes()[:4] == b"\x89PNG"
