@@ -1,7 +1,7 @@
 // The rule for every file trainrun writes outside a run directory (`data prepare`, `data tokenizer
-// train`, `export`, `report --out`): an output that is also an input is always refused (the input would be lost),
-// an output that already exists is replaced only with --force, and nothing is deleted that
-// trainrun did not write.
+// train`, `export`, `report --out`): an output that is also an input is always refused (the input
+// would be lost), an output that already exists is replaced only with --force, and nothing is
+// deleted that trainrun did not write.
 #pragma once
 
 #include <string>
