@@ -2,6 +2,7 @@
 // file it writes (docs/data-format.md).
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -169,6 +170,13 @@ class Reader {
 };
 
 std::string read_file(const std::string& path) {
+  // A FIFO would block the open until some writer came; a device could be endless.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw DataError(
+        fmt::format("{}: not a regular file (a directory, device or FIFO); point it "
+                    "at a file",
+                    path));
   std::ifstream in(path, std::ios::binary);
   if (!in)
     throw DataError(

@@ -101,3 +101,13 @@ def test_the_largest_seq_len_is_reported_without_overflow():
     # "seq_len + 1 = -2147483648": an int overflow in the message (undefined behaviour).
     p = run(["validate", QS, *sets("model.seq_len=2147483647")], check=2)
     assert "-2147483648" not in p.stderr and "model.seq_len" in p.stderr, p.stderr
+
+
+def test_a_fifo_as_a_tokenizer_is_refused_not_waited_on(tmp_path):
+    import os
+    fifo = tmp_path / "tok.json"
+    os.mkfifo(fifo)
+    text = tmp_path / "t.txt"
+    text.write_text("hello\n")
+    p = run(["data", "tokenizer", "encode", str(fifo), str(text)], check=3, timeout=20)
+    assert "not a regular file" in p.stderr
