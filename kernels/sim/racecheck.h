@@ -9,8 +9,9 @@
 namespace trainrun::sim::race {
 
 #if defined(TRAINRUN_SIM_RACECHECK)
-// A block starts: its shared memory (the static section and `dynamic` bytes at `dyn`) is filled
-// with 0xFF and every access from now on is checked against the others since the last barrier.
+// A block starts: every access to its shared memory (this thread's TLS block of the module, where
+// the static __shared__ arrays live, and the `dynamic` bytes at `dyn`, which the scheduler has
+// filled with 0xFF) is checked from now on against the others since the last barrier.
 void block_begin(void* dyn, size_t dynamic);
 void barrier();  // all threads of the block passed __syncthreads: a new interval
 // The block is done: the first hazard it found (empty when none), as a report.
