@@ -1,17 +1,20 @@
 // The Prometheus endpoint: the exact exposition of a known snapshot (names, HELP/TYPE lines,
 // labels and their escaping, numbers), and the server over a real socket: an ephemeral port,
-// GET /metrics with the latest published snapshot, 404 elsewhere, a port in use refused with the
-// key to change, and a stop that joins promptly.
+// GET /metrics with the latest published snapshot, 404 elsewhere, 413 for a body, a port in use
+// refused with the key to change, a stop that joins promptly, and hostile clients (slow ones,
+// a flood) that cannot keep scrapes out.
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "temp_dir.h"
 #include "trainrun/errors.h"
@@ -259,4 +262,95 @@ TEST_CASE("stopping joins promptly, also with a client holding a keep-alive conn
   const auto t1 = std::chrono::steady_clock::now();
   MetricsServer::start("127.0.0.1", 0).reset();
   CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count() < 1.0);
+}
+
+namespace {
+
+int connect_to(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  return fd;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST_CASE("a request with a body is refused unread, and an oversized header too") {
+  auto server = MetricsServer::start("127.0.0.1", 0);
+  const int port = server->port();
+  const std::string post = http(port, "POST /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello");
+  CHECK(has(post, "HTTP/1.1 413"));
+  CHECK(!has(post, "trainrun_info"));
+  CHECK(has(http(port, "GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+            "HTTP/1.1 413"));
+  CHECK(has(http(port, "GET /metrics HTTP/1.0\r\nX-Big: " + std::string(9000, 'a') + "\r\n\r\n"),
+            "HTTP/1.1 431"));
+  CHECK(!has(http(port, "not http at all\r\n\r\n"), "200"));  // closed, and the server lives
+  CHECK(has(get(port, "/metrics"), "HTTP/1.1 200"));
+}
+
+// Issue 27 item 4: clients that trickle a header line now and then held the old server's two
+// workers for as long as they liked, and scrapes timed out behind them.
+TEST_CASE("fifty slow clients neither delay scrapes nor keep their connections past the deadline") {
+  auto server = MetricsServer::start("127.0.0.1", 0);
+  const int port = server->port();
+  std::vector<int> slow;
+  for (int i = 0; i < 50; ++i) {
+    slow.push_back(connect_to(port));
+    const std::string start = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
+    REQUIRE(send(slow.back(), start.data(), start.size(), MSG_NOSIGNAL) > 0);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  double slowest_scrape = 0;
+  int scrapes = 0;
+  size_t closed_by_server = 0;
+  std::vector<bool> closed(slow.size(), false);
+  // For four seconds: every client sends another header line (never the blank line that ends
+  // the request) every 250 ms, and a scrape is timed in between.
+  while (seconds_since(t0) < 4.0) {
+    for (size_t i = 0; i < slow.size(); ++i) {
+      if (closed[i]) continue;
+      const std::string line = "X-Slow: still here\r\n";
+      char c;
+      const bool eof = recv(slow[i], &c, 1, MSG_DONTWAIT) == 0;
+      if (eof || send(slow[i], line.data(), line.size(), MSG_NOSIGNAL) < 0) {
+        closed[i] = true;
+        ++closed_by_server;
+        CHECK_MESSAGE(seconds_since(t0) > 1.0, "closed before the deadline");
+      }
+    }
+    const auto s0 = std::chrono::steady_clock::now();
+    CHECK(has(get(port, "/metrics"), "HTTP/1.1 200"));
+    slowest_scrape = std::max(slowest_scrape, seconds_since(s0));
+    ++scrapes;
+    usleep(250000);
+  }
+  for (const int fd : slow) close(fd);
+  CHECK(scrapes >= 10);
+  CHECK_MESSAGE(slowest_scrape < 1.0, slowest_scrape);
+  // Each was cut at the two-second deadline although it never stopped sending.
+  CHECK(closed_by_server == slow.size());
+}
+
+TEST_CASE("a flood of connections beyond the limit is shed, and scrapes answer once it ages out") {
+  auto server = MetricsServer::start("127.0.0.1", 0);
+  const int port = server->port();
+  std::vector<int> flood;
+  for (int i = 0; i < 300; ++i) flood.push_back(connect_to(port));
+  const auto t0 = std::chrono::steady_clock::now();
+  bool answered = false;
+  while (!answered && seconds_since(t0) < 5.0) {
+    answered = has(get(port, "/metrics"), "HTTP/1.1 200");
+    if (!answered) usleep(100000);
+  }
+  CHECK(answered);
+  for (const int fd : flood) close(fd);
 }

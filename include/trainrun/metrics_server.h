@@ -1,13 +1,16 @@
 // MetricsServer: rank 0's Prometheus endpoint. GET /metrics answers the text exposition
-// (prometheus.h) of the LiveMetrics last published (HEAD too); any other path or method is 404.
+// (prometheus.h) of the LiveMetrics last published (HEAD too); any other path or method is 404, a
+// request with a body 413 (unread), a header over 8 KiB 431.
 //
 // It never holds up the step loop: publish() copies the snapshot under a mutex that the server
 // holds only to copy it back out, and formatting, checkpoint stat()s and socket I/O happen on the
-// server's own threads. Bounded: two worker threads, keep-alive of one second and at most 16
-// requests per connection, two-second read and write timeouts, request bodies refused.
+// server's own thread. Bounded against hostile clients: every connection is served
+// asynchronously by that one thread, so a slow one delays no other; each gets two seconds for the
+// whole exchange (request in, answer out), one request, and at most 256 are open at once (more
+// are closed as they arrive).
 //
 // Thread safety: publish() from one thread (the step loop); the destructor stops the server and
-// joins its threads (within about a second: the keep-alive timeout).
+// joins its thread at once, whatever the clients do.
 #pragma once
 
 #include <memory>

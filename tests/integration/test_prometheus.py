@@ -128,7 +128,10 @@ def test_prometheus_scrapes_the_loss_series_of_a_run(tmp_path):
             return (len(scraped_rows(prom)) >= 4 and "trainrun_val_loss" in meta
                     and "trainrun_checkpoint_age_seconds" in meta)
 
-        assert wait_for(enough, timeout=90), scraped_rows(prom)
+        # On failure: what was stored, and Prometheus's own word on its last scrape.
+        assert wait_for(enough, timeout=90), (scraped_rows(prom), [
+            (t["health"], t["lastError"], t["lastScrapeDuration"])
+            for t in prom.api("targets")["activeTargets"]])
         train.send_signal(signal.SIGTERM)
         out, _ = train.communicate(timeout=60)
         assert train.returncode == 75, out  # stopped after a checkpoint: resume me
