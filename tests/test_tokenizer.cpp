@@ -109,6 +109,13 @@ std::vector<std::pair<int32_t, int32_t>> naive_merges(std::string_view text, int
   return merges;
 }
 
+// n tokens "t0", "t1", ...: a vocabulary made large without merges.
+std::vector<std::string> numbered(int n) {
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) out.push_back(std::string(1, 't').append(std::to_string(i)));
+  return out;
+}
+
 // A tokenizer.json with the 256 bytes and the given extra tokens and merges.
 std::string tokenizer_json(const std::vector<std::string>& extra,
                            const std::vector<std::string>& merges, const std::string& added = "",
@@ -300,16 +307,33 @@ TEST_CASE("encode merges the lowest rank first, the leftmost of equal ranks") {
 
 TEST_CASE("added tokens are matched before the split, longest first") {
   const std::string added =
-      R"({"id": 300, "content": "<|endoftext|>", "special": true},
-         {"id": 301, "content": "<|end", "special": true})";
+      R"({"id": 256, "content": "<|endoftext|>", "special": true},
+         {"id": 257, "content": "<|end", "special": true})";
   const Tokenizer t = Tokenizer::parse(tokenizer_json({}, {}, added), "t.json");
-  CHECK(t.vocab_size() == 302);
-  CHECK(t.encode("a<|endoftext|>b") == std::vector<int32_t>{'a', 300, 'b'});
-  CHECK(t.encode("<|end") == std::vector<int32_t>{301});
-  CHECK(t.decode({'x', 300}) == "x<|endoftext|>");
+  CHECK(t.vocab_size() == 258);
+  CHECK(t.encode("a<|endoftext|>b") == std::vector<int32_t>{'a', 256, 'b'});
+  CHECK(t.encode("<|end") == std::vector<int32_t>{257});
+  CHECK(t.decode({'x', 256}) == "x<|endoftext|>");
   // Written and read back: the same ids.
   const Tokenizer back = Tokenizer::parse(t.to_json(), "back.json");
   CHECK(back.encode("a<|endoftext|>b<|end") == t.encode("a<|endoftext|>b<|end"));
+}
+
+// The ids tokenizers 0.23 gives this file (checked against it in tests/integration's
+// test_tokenizer.py): an added token that is a vocabulary entry keeps the entry's id, the others
+// are numbered after the vocabulary in file order, whatever ids the file wrote.
+TEST_CASE("added tokens take the ids tokenizers assigns, not the ones a file claims") {
+  const std::string added = R"({"id": 5, "content": "e", "special": false},
+      {"id": 300, "content": "<x>", "special": true},
+      {"id": 263, "content": "<y>", "special": true},
+      {"id": 7, "content": "<z>", "special": true},
+      {"id": 258, "content": "ab", "special": false})";
+  const Tokenizer t = Tokenizer::parse(tokenizer_json({"ab"}, {"a b"}, added), "t.json");
+  const std::string text = "hello<x>abe<y><z>";
+  CHECK(t.encode(text) == std::vector<int32_t>{'h', 'e', 'l', 'l', 'o', 257, 256, 'e', 258, 259});
+  CHECK(t.decode(t.encode(text)) == text);
+  CHECK(t.decode({5, 7}) == "\x05\x07");  // the bytes those ids are, not "e" and "<z>"
+  CHECK(t.vocab_size() == 260);
 }
 
 TEST_CASE("tokenizer.json that trainrun cannot reproduce is refused with the reason") {
@@ -422,7 +446,7 @@ TEST_CASE("prepare: streamed, parallel shards hold the ids of each file encoded 
 TEST_CASE("open_dataset refuses shards whose tokenizer does not fit model.vocab_size") {
   TempDir dir;
   // 401 ids, of which the text uses only bytes: the tokens fit 256, the vocabulary does not.
-  write(dir / "tok.json", tokenizer_json({}, {}, R"({"id": 400, "content": "<|x|>"})"));
+  write(dir / "tok.json", tokenizer_json(numbered(144), {}, R"({"id": 400, "content": "<|x|>"})"));
   write(dir / "a.txt", corpus());
   PrepareRequest req;
   req.texts = {dir / "a.txt"};
@@ -484,7 +508,8 @@ TEST_CASE("data.tokenizer: shards made with another tokenizer are refused; it is
 
 TEST_CASE("prepare writes 4-byte tokens when the vocabulary passes 65536") {
   TempDir dir;
-  write(dir / "tok.json", tokenizer_json({}, {}, R"({"id": 70000, "content": "<|x|>"})"));
+  write(dir / "tok.json",
+        tokenizer_json(numbered(70000 - 256), {}, R"({"id": 70000, "content": "<|x|>"})"));
   write(dir / "a.txt", corpus() + "<|x|>");
   PrepareRequest req;
   req.texts = {dir / "a.txt"};

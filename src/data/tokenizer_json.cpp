@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <climits>
@@ -148,7 +149,8 @@ class Reader {
     return it->second;
   }
 
-  void read_added(const Json& root, BpeModel& m) const {
+  // After read_model: `vocab` is the model's (checked) vocab object.
+  void read_added(const Json& root, const Json& vocab, BpeModel& m) const {
     const Json* added = root.get("added_tokens");
     if (!added || added->is_null()) return;
     if (added->kind != Kind::kArray) bad("\"added_tokens\" is not an array");
@@ -161,8 +163,28 @@ class Reader {
           unsupported(fmt::format("the added token '{}' sets {}", content->str, key));
       const Json* idv = t.get("id");
       if (!idv) bad(fmt::format("the added token '{}' has no id", content->str));
-      m.added.push_back({id(*idv, content->str), content->str, flag(t, "special", false)});
+      id(*idv, content->str);  // checked, but tokenizers assigns the id itself:
+      m.added.push_back(
+          {assigned_id(content->str, vocab, m.added), content->str, flag(t, "special", false)});
     }
+  }
+
+  // The id tokenizers gives an added token (AddedVocabulary::add_tokens), whatever the file
+  // says: a content that is already an added token or a vocabulary entry keeps that id (so "e"
+  // added is still the vocabulary's "e"); any other takes the next id after the vocabulary and
+  // the added tokens before it, in file order. Files tokenizers wrote say the same ids; a
+  // hand-edited one would otherwise give ids tokenizers never produces, and decode(encode(x))
+  // would name other tokens.
+  static int32_t assigned_id(const std::string& content, const Json& vocab,
+                             const std::vector<AddedToken>& before) {
+    for (const AddedToken& t : before)
+      if (t.content == content) return t.id;
+    if (const Json* in_vocab = vocab.get(content)) return static_cast<int32_t>(in_vocab->number);
+    const auto vocab_size = static_cast<int32_t>(vocab.props.size());
+    int32_t next = vocab_size;
+    for (const AddedToken& t : before)
+      if (t.id >= vocab_size) next = std::max(next, t.id + 1);
+    return next;
   }
 
  private:
@@ -199,7 +221,7 @@ Tokenizer Tokenizer::parse(std::string_view text, const std::string& what) {
   const Json* model = root.get("model");
   if (!model) r.bad("no \"model\"");
   r.read_model(*model, *m);
-  r.read_added(root, *m);
+  r.read_added(root, *model->get("vocab"), *m);
   m->index(what);
   return Tokenizer(std::move(m));
 }

@@ -173,6 +173,36 @@ def test_tokenizers_tokenizer_in_trainrun(venv_py, shakespeare, tmp_path):
     assert trainrun_ids(tok, special).count(0) == 3  # <|endoftext|> is id 0, found whole
 
 
+def test_added_tokens_get_the_ids_tokenizers_assigns(venv_py, shakespeare, tmp_path):
+    """A hand-edited added_tokens list: "e" and " the" already in the vocabulary, the others
+    written with ids tokenizers does not use. Both tools must give the same ids, and decode must
+    give the text back."""
+    tok = tmp_path / "tokenizer.json"
+    run(["data", "tokenizer", "train", shakespeare, "--vocab-size", "600", "--out", str(tok)])
+    j = json.loads(tok.read_text())
+    vocab = j["model"]["vocab"]
+    j["added_tokens"] = [
+        {"id": 5, "content": "e", "special": False},
+        {"id": 9000, "content": "<x>", "special": True},
+        {"id": 7, "content": "<y>", "special": True},
+        {"id": 1, "content": "Ġthe", "special": False},  # a vocabulary key, not its text
+        {"id": 3, "content": "ROMEO", "special": False},
+    ]
+    for t in j["added_tokens"]:
+        t.update(single_word=False, lstrip=False, rstrip=False, normalized=False)
+    tok.write_text(json.dumps(j))
+    text = tmp_path / "t.txt"
+    text.write_text("ROMEO: the<x> thee<y>Ġthe e\n" + pathlib.Path(shakespeare).read_text()[:9000])
+    mine = trainrun_ids(tok, text)
+    assert mine == hf_ids(venv_py, tok, text)
+    assert vocab["e"] in mine and 5 not in mine and 600 in mine  # "e" keeps its id; <x> is 600
+    back = trainrun_decode(tok, mine, tmp_path)
+    (tmp_path / "ids.json").write_text(json.dumps(mine))
+    assert back == py(venv_py, DECODE, tok, tmp_path / "ids.json", text=False)
+    # The text back, but for the added "Ġthe": it is the vocabulary's " the", in both tools.
+    assert back == text.read_bytes().replace("Ġthe".encode(), b" the")
+
+
 def test_unsupported_tokenizer_is_refused(tmp_path):
     tok = tmp_path / "nfc.json"
     tok.write_text(json.dumps({"normalizer": {"type": "NFC"}, "model": {"type": "BPE"}}))
