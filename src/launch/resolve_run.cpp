@@ -18,9 +18,20 @@ namespace fs = std::filesystem;
 namespace trainrun {
 namespace {
 
+// A config's file paths are relative to the directory trainrun starts in. A run records them
+// absolute (config.yaml, every checkpoint's config), so that --resume and `sample` from any
+// other directory read the files the run trained on. A stored relative path (a run recorded
+// before this) is resolved the same way, so a config and a checkpoint still compare equal.
+void absolute_paths(Experiment& exp) {
+  for (std::string* p : {&exp.data.train, &exp.data.val, &exp.data.text, &exp.data.tokenizer,
+                         &exp.distributed.hostfile})
+    if (!p->empty()) *p = fs::absolute(*p).lexically_normal().string();
+}
+
 Experiment from_config(const RunRequest& r) {
   Experiment exp = load_experiment(r.config, r.sets);
   if (!r.run_dir.empty()) exp.run_dir = r.run_dir;
+  absolute_paths(exp);
   return exp;
 }
 
@@ -82,6 +93,7 @@ ResolvedRun resume_from(const RunRequest& r, const std::string& file) {
   ResolvedRun run;
   run.exp = parse_experiment(ck.state.config_yaml, file + ":/config", {});
   apply_overrides(run.exp, r.sets, /*resume=*/true);
+  absolute_paths(run.exp);
   run.resume_file = file;
   run.resume_step = ck.state.step;
   const std::optional<std::string> home = run_dir_of_checkpoint(file);
