@@ -12,6 +12,7 @@
 //   nan:step=S | nan:from=S   poison the gradients with NaN at step S / every step >= S
 //   inf:step=S                after step S's update every weight is +inf (a diverged update),
 //                             once per process: a rollback that replays step S gets past it
+// Steps are numbered from 1, as metrics rows and checkpoints are (the trainer passes the Nth).
 // rank defaults to every rank. A fault fires only on the first attempt of a job (so a restarted
 // job gets past it) unless attempt=N (only the Nth relaunch) or attempts=all is given.
 #pragma once

@@ -206,7 +206,7 @@ int Trainer::run() {
     StepResult r = train_step(step, lr);
     loss = r.loss;
     trained = true;
-    const HealthMonitor::Action health = judge(step, r);
+    const HealthMonitor::Action health = judge(step + 1, r);  // numbered as its metrics row
     if (health == HealthMonitor::Action::roll_back && rollback(&step)) continue;
     if (health == HealthMonitor::Action::roll_back || health == HealthMonitor::Action::give_up) {
       exit_code = kExitGaveUp;
@@ -371,7 +371,9 @@ StepResult Trainer::train_step(int64_t step, double lr) {
   tracer_->set_step(step);
   be_->set_op_observer(tracer_->active() ? op_spans_.get() : nullptr);
   const double t_iter = now();
-  faults_.at_step_start(step);
+  // Faults name a step as logs, metrics rows, events and checkpoints do: the Nth, counted from 1.
+  const int64_t nth = step + 1;
+  faults_.at_step_start(nth);
   const double t_pre = now() - t_iter;  // an injected delay before the step counts as data time
   StepResult r;
   StepTimes& t = r.times;
@@ -382,7 +384,7 @@ StepResult Trainer::train_step(int64_t step, double lr) {
   const double loss_sum = accumulate_gradients(step, t);
   phase(Phase::comm, step);
   dp_->reduce_grads(t);
-  if (faults_.poison(step)) be_->fill(grads, NAN);
+  if (faults_.poison(nth)) be_->fill(grads, NAN);
   // Every micro-batch's loss is a mean over the same number of targets, so the global loss is
   // the mean of all micro-batch means over all ranks.
   const StepStats stats = dp_->reduce_stats(loss_sum / accum_, stop_signal() != 0, t);
@@ -392,7 +394,7 @@ StepResult Trainer::train_step(int64_t step, double lr) {
   phase(Phase::optimizer, step);
   const double t_opt = now();
   if (HealthMonitor::finite(r.loss, r.grad_norm)) dp_->update(lr, step + 1, r.grad_norm, t);
-  if (faults_.diverge(step)) be_->fill(model_->params().params(), INFINITY);
+  if (faults_.diverge(nth)) be_->fill(model_->params().params(), INFINITY);
   model_->params().refresh_compute();  // bf16: the next forward reads the updated masters
   be_->synchronize();
   t.optimizer = now() - t_opt;

@@ -66,7 +66,7 @@ def test_bf16_resume_is_bitwise_identical(tmp_path, bf16_run):
     rd, full, full_sum = bf16_run
     r = tmp_path / "r"
     p = run([str(REPO / "configs/quickstart.yaml"), *sets(*BASE), "--run-dir", str(r)],
-            env={"TRAINRUN_FAULTS": "exit:step=12:code=9"})
+            env={"TRAINRUN_FAULTS": "exit:step=13:code=9"})
     assert p.returncode != 0
     p = run(["--resume", str(r)], check=0)
     assert "step-0000010.h5" in p.stderr

@@ -27,7 +27,7 @@ def full_run(tmp_path_factory):
     return losses(rd)
 
 
-def start_interrupted(rd, extra=(), fault="exit:step=12:code=9", expect=10):
+def start_interrupted(rd, extra=(), fault="exit:step=13:code=9", expect=10):
     """A run that dies at step 12 (after its step-10 checkpoint), as a crash would."""
     p = run([str(REPO / "configs/quickstart.yaml"), *sets(*BASE, *extra), "--run-dir", str(rd)],
             env={"TRAINRUN_FAULTS": fault})
@@ -96,7 +96,7 @@ def flip_byte(path, frac=0.6):
 @pytest.mark.parametrize("damage", ["flip", "truncate"])
 def test_damaged_newest_checkpoint_falls_back(tmp_path, full_run, damage):
     rd = tmp_path / "r"
-    start_interrupted(rd, fault="exit:step=17:code=9")
+    start_interrupted(rd, fault="exit:step=18:code=9")
     newest = rd / "checkpoints" / "step-0000015.h5"
     if damage == "flip":
         flip_byte(newest)
@@ -222,7 +222,7 @@ def rewrite_lr_scale(path, value):
 @pytest.mark.parametrize("how", ["disk-inf", "disk-half", "rewrite-inf", "rewrite-half"])
 def test_flipped_lr_scale_bit_is_detected(tmp_path, full_run, how):
     rd = tmp_path / "r"
-    start_interrupted(rd, fault="exit:step=17:code=9")
+    start_interrupted(rd, fault="exit:step=18:code=9")
     newest = rd / "checkpoints" / "step-0000015.h5"
     value = float("inf") if how.endswith("inf") else 0.5
     if how.startswith("disk"):  # 1.0 -> inf (exponent's top bit) or 0.5 (its lowest bit)
@@ -241,7 +241,7 @@ def test_flipped_lr_scale_bit_is_detected(tmp_path, full_run, how):
 
 def test_non_finite_checkpoint_is_unusable_and_skipped(tmp_path, full_run):
     rd = tmp_path / "r"
-    start_interrupted(rd, fault="exit:step=17:code=9")
+    start_interrupted(rd, fault="exit:step=18:code=9")
     newest = rd / "checkpoints" / "step-0000015.h5"
     poison(newest)
     p = run(["inspect", str(newest)], check=4)
@@ -268,7 +268,7 @@ def test_format_1_checkpoint_still_resumes(tmp_path, full_run):
 def test_inspect_agrees_with_resume_on_every_file(tmp_path):
     """Each kind of file, good or not: `inspect` exits 0 exactly when --resume FILE can start."""
     rd = tmp_path / "r"
-    start_interrupted(rd, ["checkpoint.every=2"], fault="exit:step=15:code=9", expect=14)
+    start_interrupted(rd, ["checkpoint.every=2"], fault="exit:step=16:code=9", expect=14)
     ck = sorted((rd / "checkpoints").glob("step-*.h5"))
     assert len(ck) == 7
     damage = [lambda p: None, lambda p: flip_lr_scale(p, 7, 0x40),

@@ -91,7 +91,7 @@ def test_killed_rank_ends_the_job_and_is_named(tmp_path):
     rd = tmp_path / "r"
     t0 = time.time()
     p = run([QS, *sets(*TINY, "train.steps=100000", "distributed.nproc=2"), "--run-dir", str(rd)],
-            env={"TRAINRUN_FAULTS": "kill:rank=1:step=5"}, timeout=120)
+            env={"TRAINRUN_FAULTS": "kill:rank=1:step=6"}, timeout=120)
     assert time.time() - t0 < 30
     assert p.returncode != 0
     assert re.search(r"rank 1\b", p.stderr), p.stderr[-2000:]

@@ -175,7 +175,7 @@ def test_a_stop_during_the_restart_backoff_ends_the_supervisor(tmp_path):
     rd = tmp_path / "r"
     proc = start([*sets(*TINY, "train.steps=100", "checkpoint.every=2",
                         "fault_tolerance.max_restarts=3", "fault_tolerance.restart_backoff=50")],
-                 rd, TRAINRUN_FAULTS="kill:step=5")
+                 rd, TRAINRUN_FAULTS="kill:step=6")
     err = ""
     for line in proc.stderr:
         err += line
@@ -192,20 +192,20 @@ def test_a_stop_during_the_restart_backoff_ends_the_supervisor(tmp_path):
 def test_a_killed_rank_is_128_plus_n_and_named(tmp_path):
     rd = tmp_path / "r"
     p = run([QS, *sets(*TINY, "train.steps=100000", "distributed.nproc=2"), "--run-dir",
-             str(rd)], env={"TRAINRUN_FAULTS": "kill:rank=1:step=5"}, timeout=120)
+             str(rd)], env={"TRAINRUN_FAULTS": "kill:rank=1:step=6"}, timeout=120)
     assert p.returncode == 128 + signal.SIGKILL, p.stderr[-3000:]
     assert re.search(rf"rank 1 on {re.escape(socket.gethostname())} killed by signal 9", p.stderr)
     # The same under the supervisor with one rank: rank 0, on this host.
     p = run([QS, *sets(*TINY, "train.steps=100000", "fault_tolerance.max_restarts=1",
                        "fault_tolerance.restart_backoff=0"), "--run-dir", str(tmp_path / "s")],
-            env={"TRAINRUN_FAULTS": "kill:step=5:attempts=all"}, timeout=120)
+            env={"TRAINRUN_FAULTS": "kill:step=6:attempts=all"}, timeout=120)
     assert p.returncode == 7, p.stderr[-3000:]  # gave up: the same step twice
     assert f"rank 0 on {socket.gethostname()} killed by signal 9" in p.stderr
 
 
 def test_a_rank_exit_code_outside_the_table_is_a_launch_failure(tmp_path):
     p = run([QS, *sets(*TINY, "train.steps=100", "distributed.nproc=2"), "--run-dir",
-             str(tmp_path / "r")], env={"TRAINRUN_FAULTS": "exit:rank=1:step=3:code=42"},
+             str(tmp_path / "r")], env={"TRAINRUN_FAULTS": "exit:rank=1:step=4:code=42"},
             timeout=120)
     assert p.returncode == 6, p.stderr[-3000:]
     assert re.search(r"rank 1\b.*code 42", p.stderr)

@@ -37,13 +37,14 @@ def events(rd, name):
 
 def test_killed_rank_restarts_and_ends_bitwise_identical(tmp_path, clean):
     rng = random.Random()
-    rank, step = rng.randrange(2), rng.randrange(5, 22)
+    rank, step = rng.randrange(2), rng.randrange(6, 23)
     rd = tmp_path / "r"
     p = run([QS, *sets(*BASE, "fault_tolerance.max_restarts=2"), "--run-dir", str(rd)],
             env={"TRAINRUN_FAULTS": f"kill:rank={rank}:step={step}"}, check=0, timeout=300)
     restarts = events(rd, "restart")
     assert len(restarts) == 1, p.stderr[-3000:]
-    assert restarts[0]["step"] == (step // 4) * 4  # resumed from the newest checkpoint
+    # Killed as step `step` starts: resumed from the newest checkpoint of the steps done before.
+    assert restarts[0]["step"] == ((step - 1) // 4) * 4
     assert "restart 1/2" in p.stderr
     assert losses(rd) == losses(clean), f"killed rank {rank} at step {step}"
     # Both ranks end with the very parameters of the uninterrupted run.
@@ -60,7 +61,7 @@ def test_stalled_rank_is_caught_named_and_restarted(tmp_path, clean):
     t0 = time.time()
     p = run([QS, *sets(*BASE, "fault_tolerance.max_restarts=1",
                        "fault_tolerance.step_timeout=3"), "--run-dir", str(rd)],
-            env={"TRAINRUN_FAULTS": "stall:rank=1:step=9"}, check=0, timeout=300)
+            env={"TRAINRUN_FAULTS": "stall:rank=1:step=10"}, check=0, timeout=300)
     elapsed = time.time() - t0
     assert "ranks that did not arrive: 1 on" in p.stderr, p.stderr[-3000:]
     dumps = list((rd / "logs").glob("watchdog-rank-*.txt"))
@@ -80,7 +81,7 @@ def test_frozen_rank_is_named_silent_and_the_job_still_ends_and_restarts(tmp_pat
     t0 = time.time()
     p = run([QS, *sets(*BASE, "fault_tolerance.max_restarts=1", "fault_tolerance.step_timeout=12",
                        "fault_tolerance.teardown_timeout=5"), "--run-dir", str(rd)],
-            env={"TRAINRUN_FAULTS": "freeze:rank=1:step=9"}, check=0, timeout=300)
+            env={"TRAINRUN_FAULTS": "freeze:rank=1:step=10"}, check=0, timeout=300)
     elapsed = time.time() - t0
     assert re.search(r"ranks that did not arrive: 1 on \S+ \(silent: last heartbeat \d+ s ago\)",
                      p.stderr), p.stderr[-3000:]
@@ -94,9 +95,9 @@ def test_frozen_rank_is_named_silent_and_the_job_still_ends_and_restarts(tmp_pat
 def test_one_nan_step_is_skipped_and_counted(tmp_path):
     rd = tmp_path / "r"
     run([QS, *sets(*TINY, "train.steps=12"), "--run-dir", str(rd)],
-        env={"TRAINRUN_FAULTS": "nan:step=5"}, check=0)
+        env={"TRAINRUN_FAULTS": "nan:step=6"}, check=0)
     bad = events(rd, "bad_step")
-    assert [b["step"] for b in bad] == [5]
+    assert [b["step"] for b in bad] == [6]  # the step the fault names, as its metrics row
     rows = metrics(rd)
     assert rows[-1]["step"] == 12
     assert all(r["loss"] == r["loss"] for r in rows)  # no NaN loss: the update was skipped
@@ -106,7 +107,7 @@ def test_nan_every_step_rolls_back_then_gives_up(tmp_path):
     rd = tmp_path / "r"
     p = run([QS, *sets(*TINY, "train.steps=40", "checkpoint.every=5",
                        "fault_tolerance.max_bad_steps=2", "fault_tolerance.max_rollbacks=2"),
-             "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": "nan:from=7"}, check=7)
+             "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": "nan:from=8"}, check=7)
     rollbacks = events(rd, "rollback")
     assert len(rollbacks) == 2 and all(r["step"] == 5 for r in rollbacks)
     assert rollbacks[1]["lr_scale"] == pytest.approx(0.25)
@@ -115,7 +116,7 @@ def test_nan_every_step_rolls_back_then_gives_up(tmp_path):
 
 def test_max_restarts_is_honoured(tmp_path):
     rd = tmp_path / "r"
-    faults = "kill:rank=0:step=3:attempt=0,kill:rank=1:step=7:attempt=1,kill:rank=0:step=11:attempt=2"
+    faults = "kill:rank=0:step=4:attempt=0,kill:rank=1:step=8:attempt=1,kill:rank=0:step=12:attempt=2"
     p = run([QS, *sets(*BASE, "fault_tolerance.max_restarts=2"), "--run-dir", str(rd)],
             env={"TRAINRUN_FAULTS": faults}, check=7, timeout=300)
     assert "gave up after 2 restart(s)" in p.stderr
@@ -126,7 +127,7 @@ def test_max_restarts_is_honoured(tmp_path):
 def test_failing_at_the_same_step_stops_restarting(tmp_path):
     rd = tmp_path / "r"
     p = run([QS, *sets(*BASE, "fault_tolerance.max_restarts=5"), "--run-dir", str(rd)],
-            env={"TRAINRUN_FAULTS": "exit:rank=1:step=6:code=9:attempts=all"}, check=7,
+            env={"TRAINRUN_FAULTS": "exit:rank=1:step=7:code=9:attempts=all"}, check=7,
             timeout=300)
     assert "without getting past step 4" in p.stderr
     assert len(events(rd, "restart")) == 1
@@ -138,7 +139,7 @@ def test_single_rank_supervised_restart(tmp_path):
             "fault_tolerance.restart_backoff=0"]
     clean = tmp_path / "c"
     run([QS, *sets(*base), "--run-dir", str(clean)], check=0)
-    run([QS, *sets(*base), "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": "kill:step=6"}, check=0)
+    run([QS, *sets(*base), "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": "kill:step=7"}, check=0)
     assert losses(rd) == losses(clean)
     assert len(events(rd, "restart")) == 1
 
@@ -152,14 +153,14 @@ def checkpoint_steps(rd):
 @pytest.mark.parametrize("every,nproc,zero,lands", [(1, 1, 0, 7), (5, 1, 0, 5), (5, 2, 1, 5)])
 def test_inf_weights_are_never_checkpointed_and_rollback_lands_on_finite(tmp_path, every, nproc,
                                                                          zero, lands):
-    # After step 7's update every weight is +inf (once): the checkpoint right after it (bad
+    # After step 8's update every weight is +inf (once): the checkpoint right after it (bad
     # counter still 0) is refused for its non-finite weights, the ones during the NaN streak
     # for the streak; the rollback lands on the last finite checkpoint and the run finishes.
     rd = tmp_path / "r"
     p = run([QS, *sets(*TINY, "train.steps=20", f"checkpoint.every={every}",
                        "checkpoint.keep_last=30", "fault_tolerance.max_bad_steps=3",
                        f"distributed.nproc={nproc}", f"distributed.zero={zero}"),
-             "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": "inf:step=7"}, check=0, timeout=300)
+             "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": "inf:step=8"}, check=0, timeout=300)
     rollbacks = events(rd, "rollback")
     assert [r["step"] for r in rollbacks] == [lands], p.stderr[-3000:]
     # (The rollback drops the metrics rows after step `lands`, checkpoint_skipped events too.)
@@ -178,9 +179,9 @@ def test_inf_weights_are_never_checkpointed_and_rollback_lands_on_finite(tmp_pat
 
 
 @pytest.mark.parametrize("fault,why", [
-    ("nan:from=11", "no final checkpoint"),       # last step bad: the streak rule
-    ("inf:step=11", "no final checkpoint"),       # last update diverged: the finiteness rule
-    ("inf:step=10", "a non-finite loss"),         # last loss NaN
+    ("nan:from=12", "no final checkpoint"),       # last step bad: the streak rule
+    ("inf:step=12", "no final checkpoint"),       # last update diverged: the finiteness rule
+    ("inf:step=11", "a non-finite loss"),         # last loss NaN
 ])
 def test_a_run_ending_non_finite_exits_7(tmp_path, fault, why):
     rd = tmp_path / "r"
@@ -196,14 +197,14 @@ def test_a_supervised_run_ending_non_finite_exits_7(tmp_path):
     # Through the supervisor and mpirun, 2 ranks: every rank ends 7, and 7 is never restarted.
     rd = tmp_path / "r"
     p = run([QS, *sets(*BASE, "fault_tolerance.max_restarts=2"), "--run-dir", str(rd)],
-            env={"TRAINRUN_FAULTS": "nan:from=23:attempts=all"}, check=7, timeout=300)
+            env={"TRAINRUN_FAULTS": "nan:from=24:attempts=all"}, check=7, timeout=300)
     assert not events(rd, "restart"), p.stderr[-3000:]
     assert checkpoint_steps(rd)[-1] == 20
 
 
 def test_stop_during_a_bad_streak_keeps_the_good_checkpoint(tmp_path):
     rd = tmp_path / "r"
-    env = dict(os.environ, OMP_NUM_THREADS="2", TRAINRUN_FAULTS="nan:from=3")
+    env = dict(os.environ, OMP_NUM_THREADS="2", TRAINRUN_FAULTS="nan:from=4")
     proc = subprocess.Popen(
         [TRAINRUN, QS, *sets(*TINY, "train.steps=100000", "checkpoint.every=2",
                              "fault_tolerance.max_bad_steps=1000000"), "--run-dir", str(rd)],

@@ -20,7 +20,7 @@ def near(pixel, colour, tol=24):
 def test_html_report_has_the_numbers_and_renders_in_chromium(tmp_path):
     rd = tmp_path / "r"
     run([QS, *sets(*TINY, "train.steps=16", "train.eval_every=8", "train.eval_steps=2"),
-         "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": "nan:step=5"}, check=0)
+         "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": "nan:step=6"}, check=0)
     p = run(["report", str(rd), "--html"], check=0)
     page = rd / "report.html"
     assert str(page) in p.stdout
@@ -39,7 +39,7 @@ def test_html_report_has_the_numbers_and_renders_in_chromium(tmp_path):
     assert f"{last['loss']:.4f} at step 16" in html
     assert f"final {evals[-1]['val_loss']:.4f} (step 16)" in html
     assert "bad_step" in html  # the events table
-    assert re.search(r"bad steps</td><td>\d+ \(steps 5\b", html)  # the summary, as a table
+    assert re.search(r"bad steps</td><td>\d+ \(steps 6\b", html)  # the summary, as a table
 
     shot = tmp_path / "shot.png"
     b = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu",

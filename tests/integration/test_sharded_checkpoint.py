@@ -30,7 +30,7 @@ def full_run(tmp_path_factory):
     return losses(rd)
 
 
-def interrupted(rd, extra=(), fault="exit:step=12:code=9"):
+def interrupted(rd, extra=(), fault="exit:step=13:code=9"):
     """A sharded run that dies at step 12, after committing step 10."""
     p = run([QS, *sets(*SHARDED, *extra), "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": fault})
     assert p.returncode != 0
@@ -88,7 +88,7 @@ def test_resume_on_another_world_size(tmp_path, full_run, first, then, zero):
 
 def test_single_file_checkpoint_resumes_into_a_sharded_run(tmp_path, full_run):
     rd = tmp_path / "r"
-    p = run([QS, *sets(*BASE), "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": "exit:step=12:code=9"})
+    p = run([QS, *sets(*BASE), "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": "exit:step=13:code=9"})
     assert p.returncode != 0 and (rd / "checkpoints" / "step-0000010.h5").exists()
     run(["--resume", str(rd), *sets("checkpoint.sharded=true", "distributed.nproc=2")], check=0)
     assert (folder(rd, 15) / "MANIFEST").exists()
@@ -105,7 +105,7 @@ def flip_middle(path):
 @pytest.mark.parametrize("damage", ["flip", "delete", "stale"])
 def test_damaged_shard_falls_back_to_the_previous_checkpoint(tmp_path, full_run, damage):
     rd = tmp_path / "r"
-    interrupted(rd, ["distributed.nproc=2"], fault="exit:step=17:code=9")
+    interrupted(rd, ["distributed.nproc=2"], fault="exit:step=18:code=9")
     newest, older = folder(rd, 15), folder(rd, 10)
     shard = newest / "rank-00001-of-00002.h5"
     if damage == "flip":
@@ -124,7 +124,7 @@ def test_damaged_shard_falls_back_to_the_previous_checkpoint(tmp_path, full_run,
 
 def test_a_folder_without_manifest_is_not_a_checkpoint(tmp_path, full_run):
     rd = tmp_path / "r"
-    interrupted(rd, ["distributed.nproc=2"], fault="exit:step=17:code=9")
+    interrupted(rd, ["distributed.nproc=2"], fault="exit:step=18:code=9")
     (folder(rd, 15) / "MANIFEST").unlink()  # as if rank 0 died before it committed
     p = run(["inspect", str(folder(rd, 15))], check=4)
     assert "no MANIFEST" in p.stdout

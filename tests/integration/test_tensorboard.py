@@ -109,7 +109,7 @@ def test_scalars_match_metrics_across_sigterm_resume_and_restart(tmp_path, venv)
     run(["--resume", str(rd),
          *sets(f"train.steps={ckpt + 8}", "checkpoint.every=4", "fault_tolerance.max_restarts=1",
                "fault_tolerance.restart_backoff=0")],
-        env={"TRAINRUN_FAULTS": f"kill:step={ckpt + 3}"}, check=0)
+        env={"TRAINRUN_FAULTS": f"kill:step={ckpt + 4}"}, check=0)
     assert max(r["step"] for r in metrics(rd)) == ckpt + 8
     assert [r["event"] for r in metrics(rd, "event")] == ["restart"]
 

@@ -138,12 +138,12 @@ def test_rank_killed_on_the_second_host_is_named_and_restarted(hosts, tmp_path):
     rd = tmp_path / "run"
     t0 = time.time()
     p = on_host1(hosts, [QS, *two_hosts(hosts, "fault_tolerance.max_restarts=2"), "--run-dir",
-                         str(rd)], env={"TRAINRUN_FAULTS": "kill:rank=1:step=10"}, timeout=180)
+                         str(rd)], env={"TRAINRUN_FAULTS": "kill:rank=1:step=11"}, timeout=180)
     elapsed = time.time() - t0
     assert p.returncode == 0, out(p)
     restarts = [r for r in metrics(rd, "event") if r.get("event") == "restart"]
     assert len(restarts) == 1, out(p)
-    assert restarts[0]["step"] == 8  # resumed from the newest checkpoint before step 10
+    assert restarts[0]["step"] == 8  # the newest checkpoint of the 10 steps done
     # The failure names the rank and its host (killed: no record, so mpirun's name for it).
     assert f"error: rank 1 on {hosts['HOST2']} killed by signal 9" in p.stderr, out(p)
     assert "restart 1/2" in p.stderr
