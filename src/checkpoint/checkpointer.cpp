@@ -37,7 +37,6 @@ struct Checkpointer::Impl {
   // that began when its own did, so this bounds a write, not a rank's lag; without async the
   // files exist already and it covers a shared file system's delay in showing them.
   static constexpr double kAsyncCommitTimeout = 1800, kCommitTimeout = 60;
-  static constexpr int kWriterNice = 19;
 
   std::string run_dir;
   int keep_last;
@@ -149,23 +148,83 @@ struct Checkpointer::Impl {
     prune();
   }
 
-  void writer_loop() {
-    // The writer yields to training: as SCHED_IDLE it runs only on a core no other thread
-    // wants (an OpenMP thread waiting at a barrier, the data loader, an allreduce), and a
-    // waking OpenMP thread takes the core back at once, instead of losing it mid-kernel and
-    // stalling the whole team at its next barrier. A checkpoint takes longer to reach the
-    // disk; the next save waits for it if it has not (drain()). Nice 19 where SCHED_IDLE is
-    // refused (Linux: setpriority on a thread id sets that thread's nice value alone).
-    sched_param idle{};
-    if (::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &idle) != 0 &&
-        ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), kWriterNice) != 0)
+  // The writer yields to training: as SCHED_IDLE it runs only on a core no other thread wants
+  // (an OpenMP thread waiting at a barrier, the data loader, an allreduce), and a waking OpenMP
+  // thread takes the core back at once, instead of losing it mid-kernel and stalling the whole
+  // team at its next barrier. But on a node whose cores other processes keep busy, SCHED_IDLE
+  // gets almost no CPU at all, and a save could take hours. So a write is bounded: once it is
+  // late (kPromoteAfter seconds, or the trainer waiting for it: the next save is due, or the
+  // run ends) the writer is raised to the normal policy until that write is done. Raising a
+  // thread out of SCHED_IDLE needs CAP_SYS_NICE or an RLIMIT_NICE of 20 (sched(7)); where the
+  // process has neither, the writer is SCHED_BATCH instead: a normal share of the CPU, never
+  // starved, only slower to take a core from a waking thread.
+  static constexpr double kPromoteAfter = 30;
+
+  // Whether this process may raise a thread from SCHED_IDLE back to normal: tried on a thread
+  // of its own, the only way to know without parsing capabilities and limits.
+  static bool can_leave_idle() {
+    bool ok = false;
+    std::thread([&ok] {
+      sched_param p{};
+      ok = ::pthread_setschedparam(::pthread_self(), SCHED_IDLE, &p) == 0 &&
+           ::pthread_setschedparam(::pthread_self(), SCHED_OTHER, &p) == 0;
+    }).join();
+    return ok;
+  }
+
+  bool idle_policy = false;    // SCHED_IDLE between writes (else SCHED_BATCH); set before writer
+  bool raised = false;         // the current write runs at the normal policy. Under mu.
+  bool said_raised = false;    // the info line, once per run. Under mu.
+  int64_t writes_started = 0;  // under mu
+  std::thread watch;           // raises a write that passes kPromoteAfter
+
+  void lower_self() {
+    sched_param p{};
+    if (::pthread_setschedparam(::pthread_self(), idle_policy ? SCHED_IDLE : SCHED_BATCH, &p) != 0)
       spdlog::debug("checkpoint writer keeps its priority: {}", std::strerror(errno));
+  }
+
+  // Raises the writer for the rest of its current write. Under mu.
+  void raise_writer(const char* why) {
+    if (!busy || raised || !idle_policy) return;
+    sched_param p{};
+    const int err = ::pthread_setschedparam(writer.native_handle(), SCHED_OTHER, &p);
+    if (err != 0) {
+      spdlog::debug("checkpoint writer cannot be raised: {}", std::strerror(err));
+      return;
+    }
+    raised = true;
+    if (!std::exchange(said_raised, true))
+      spdlog::info(
+          "checkpoint writer raised to normal priority: {} (the cores are busy; said once)", why);
+  }
+
+  void watch_loop() {
+    ::pthread_setname_np(::pthread_self(), "ckpt-watch");
     std::unique_lock lock(mu);
+    while (!stop) {
+      cv.wait(lock, [&] { return stop || (busy && !raised); });
+      if (stop) return;
+      const int64_t write = writes_started;
+      const auto late =
+          std::chrono::steady_clock::now() + std::chrono::duration<double>(kPromoteAfter);
+      if (!cv.wait_until(lock, late, [&] { return stop || !busy || writes_started != write; }))
+        raise_writer("a save took longer than 30 s");
+      cv.wait(lock, [&] { return stop || !busy || writes_started != write; });
+    }
+  }
+
+  void writer_loop() {
+    ::pthread_setname_np(::pthread_self(), "ckpt-writer");  // ps, top, /proc/PID/task/*/comm
+    std::unique_lock lock(mu);
+    lower_self();
     for (;;) {
       cv.wait(lock, [&] { return stop || pending.has_value(); });
       if (!pending) return;  // stop requested and nothing left to write
       std::variant<CheckpointData, CheckpointShard> data = std::move(*pending);
       pending.reset();
+      ++writes_started;
+      cv.notify_all();  // the watch starts its clock
       lock.unlock();
       std::exception_ptr err;
       try {
@@ -177,6 +236,7 @@ struct Checkpointer::Impl {
       lock.lock();
       if (err && !error) error = err;
       busy = false;
+      if (std::exchange(raised, false)) lower_self();  // the next write starts yielding again
       cv.notify_all();
     }
   }
@@ -201,6 +261,7 @@ struct Checkpointer::Impl {
   // Waits until the writer is idle; returns (and clears) its error, if any.
   std::exception_ptr drain() {
     std::unique_lock lock(mu);
+    raise_writer("training waits for the previous save");
     cv.wait(lock, [&] { return !busy; });
     return std::exchange(error, nullptr);
   }
@@ -214,7 +275,11 @@ Checkpointer::Checkpointer(std::string run_dir, int keep_last, bool async, int r
   impl_->rank = rank;
   // Before any rank of this job writes: the one time a shard's temporary is known stale.
   if (rank == 0) remove_stale_temp_files(impl_->run_dir, /*sharded_folders=*/true);
-  if (async) impl_->writer = std::thread([this] { impl_->writer_loop(); });
+  if (async) {
+    impl_->idle_policy = Impl::can_leave_idle();
+    impl_->writer = std::thread([this] { impl_->writer_loop(); });
+    impl_->watch = std::thread([this] { impl_->watch_loop(); });
+  }
 }
 
 Checkpointer::~Checkpointer() {
@@ -226,6 +291,7 @@ Checkpointer::~Checkpointer() {
   }
   impl_->cv.notify_all();
   impl_->writer.join();
+  impl_->watch.join();
   if (err) {
     try {
       std::rethrow_exception(err);

@@ -162,7 +162,8 @@ std::vector<Field> make_schema() {
       {KEY(checkpoint, keep_last), .description = "Checkpoints kept on disk",
        .resumable = kResumable, .min = 1},
       {KEY(checkpoint, async),
-       .description = "Write checkpoints from a thread at idle priority; the step loop waits "
+       .description = "Write checkpoints from a thread that yields to training (raised when late); "
+                      "the step loop waits "
                       "only for the copy of the state",
        .resumable = kResumable},
       {KEY(checkpoint, sharded),
