@@ -1,7 +1,14 @@
 // Reading a config: the YAML file, then --set overrides in order, then defaults that depend on
 // other keys, then every rule. Each value remembers where it came from so that a rule broken
 // later still points at the line (or the --set) to fix.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -255,22 +262,80 @@ Experiment parse_experiment(const std::string& yaml_text, const std::string& pat
   return exp;
 }
 
-Experiment load_experiment(const std::string& path, const std::vector<std::string>& overrides) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
+namespace {
+
+// How long a pipe or FIFO may take to deliver the whole config: `trainrun <(gen)` writes at
+// once, a FIFO nobody writes to never would.
+constexpr int kPipeWaitMs = 10000;
+
+std::string too_big(const std::string& path) {
+  return fmt::format("{}: more than {} MiB, which is not a config file; give the YAML config", path,
+                     kMaxConfigBytes >> 20);
+}
+
+// The config's text, kMaxConfigBytes at most (a config is a few KiB: more is a data file or a
+// device given by mistake). A regular file is read whole; a pipe, FIFO or device (process
+// substitution, /dev/stdin) is read without blocking forever on one that has no writer, and
+// without growing past kMaxConfigBytes on one that never ends (/dev/zero).
+std::string read_config_text(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
     throw ConfigError(fmt::format("{}: config file not found", path));
-  }
-  if (std::filesystem::is_directory(path, ec)) {
+  if (S_ISDIR(st.st_mode))
     throw ConfigError(fmt::format("{}: is a directory, expected a YAML config file", path));
+  if (S_ISREG(st.st_mode)) {
+    if (static_cast<size_t>(st.st_size) > kMaxConfigBytes) throw ConfigError(too_big(path));
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+      throw ConfigError(
+          fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno)));
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
     throw ConfigError(
         fmt::format("{}: cannot read the config file: {}", path, std::strerror(errno)));
+  std::string text;
+  char buf[65536];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kPipeWaitMs);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) {
+      ::close(fd);
+      throw ConfigError(fmt::format(
+          "{}: the config did not arrive within {} s (a FIFO or device nobody writes to, or "
+          "a writer that never finishes); give a config file",
+          path, kPipeWaitMs / 1000));
+    }
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n == 0) break;  // the end of the input
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      throw ConfigError(
+          fmt::format("{}: cannot read the config file: {}", path, std::strerror(err)));
+    }
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxConfigBytes) {
+      ::close(fd);
+      throw ConfigError(too_big(path));
+    }
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_experiment(text.str(), path, overrides);
+  ::close(fd);
+  return text;
+}
+
+}  // namespace
+
+Experiment load_experiment(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_experiment(read_config_text(path), path, overrides);
 }
 
 void apply_overrides(Experiment& exp, const std::vector<std::string>& overrides, bool resume) {

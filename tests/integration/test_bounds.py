@@ -111,3 +111,26 @@ def test_a_fifo_as_a_tokenizer_is_refused_not_waited_on(tmp_path):
     text.write_text("hello\n")
     p = run(["data", "tokenizer", "encode", str(fifo), str(text)], check=3, timeout=20)
     assert "not a regular file" in p.stderr
+
+
+def test_a_config_from_a_fifo_a_pipe_or_a_device_is_bounded(tmp_path):
+    import os
+    import subprocess
+    from conftest import TRAINRUN
+    # A FIFO nobody writes to: refused after the stated wait (10 s), not waited on forever.
+    fifo = tmp_path / "c.yaml"
+    os.mkfifo(fifo)
+    p = run(["validate", str(fifo)], check=2, timeout=60)
+    assert "did not arrive within 10 s" in p.stderr, p.stderr
+    # /dev/zero never ends: refused at the size bound, not grown into memory.
+    p = run(["validate", "/dev/zero"], check=2, timeout=60)
+    assert "more than 16 MiB" in p.stderr, p.stderr
+    # Process substitution (a pipe with a writer) still reads: trainrun validate <(cat qs.yaml).
+    r, w = os.pipe()
+    q = subprocess.Popen([TRAINRUN, "validate", f"/dev/fd/{r}"], pass_fds=(r,),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    os.close(r)
+    with os.fdopen(w, "w") as f:
+        f.write((REPO / "configs" / "quickstart.yaml").read_text())
+    out, err = q.communicate(timeout=60)
+    assert q.returncode == 0, err
