@@ -203,10 +203,9 @@ struct ImageCapture {
   }
 };
 
-// An empty checkpoint file, built in memory (HDF5's core driver, no backing store), so that the
-// file on disk can have its space reserved before HDF5 opens it (reserved_file.h). Trailing
-// zeros past its end are harmless: HDF5 trims a file to its end when it closes it.
-std::vector<char> empty_file_image() {
+namespace {
+
+std::vector<char> build_empty_file_image() {
   ImageCapture capture;
   Handle fapl = plist_h(H5Pcreate(H5P_FILE_ACCESS), "create file access properties");
   set_write_access(fapl);
@@ -221,6 +220,18 @@ std::vector<char> empty_file_image() {
   f.close("close image");
   if (capture.image.empty()) throw H5Failure("HDF5 kept the in-memory image");
   return std::move(capture.image);
+}
+
+}  // namespace
+
+// An empty checkpoint file, built in memory (HDF5's core driver, no backing store), so that the
+// file on disk can have its space reserved before HDF5 opens it (reserved_file.h). Trailing
+// zeros past its end are harmless: HDF5 trims a file to its end when it closes it. Built once
+// per process: the core driver knows an in-memory file by its name, so two threads building it
+// at once (a sync save beside an async writer) would find "checkpoint image" already open.
+const std::vector<char>& empty_file_image() {
+  static const std::vector<char> image = build_empty_file_image();
+  return image;
 }
 
 // Bytes a dataset of shape `dims` takes on disk beyond its header: whole chunks (edge chunks

@@ -90,7 +90,7 @@ uint64_t stored_bytes(const std::vector<hsize_t>& dims, size_t elem_size);
 // The file access properties of every checkpoint write, on `fapl`.
 void set_write_access(hid_t fapl);
 // An empty checkpoint file built in memory, for create_reserved_file.
-std::vector<char> empty_file_image();
+const std::vector<char>& empty_file_image();  // built once per process
 
 void fsync_path(const std::string& path, bool directory);
 // Renames `tmp` to `path` and makes the rename durable (fsync of the folder).
