@@ -12,19 +12,13 @@
 #include "sha256.h"
 #include "trainrun/errors.h"
 #include "trainrun/tokenizer.h"
+#include "whole_file.h"
 
 namespace trainrun {
 
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 uint64_t as_u64(const Json* v) {
   return v && v->kind == Json::Kind::kNumber && v->number >= 0 ? static_cast<uint64_t>(v->number)
@@ -46,7 +40,7 @@ ConfiguredTokenizer read_configured(const std::string& path) {
   if (!fs::is_regular_file(path, ec))
     throw DataError(fmt::format(
         "data.tokenizer='{}': no such file (the tokenizer.json the shards were made with)", path));
-  const std::string bytes = slurp(path);
+  const std::string bytes = read_whole_file(path);
   return {path, sha256_hex(bytes), Tokenizer::parse(bytes, path)};
 }
 
@@ -94,7 +88,7 @@ std::string manifest_json(const ShardManifest& m) {
 bool is_trainrun_manifest(const std::string& path) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return false;
-  return slurp(path).find(kManifestFormat) != std::string::npos;
+  return read_whole_file(path).find(kManifestFormat) != std::string::npos;
 }
 
 std::optional<ShardManifest> read_manifest(const std::string& dir) {
@@ -102,7 +96,7 @@ std::optional<ShardManifest> read_manifest(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return std::nullopt;
   // A manifest.json of some other tool's (a dataset's own) is not ours to judge the shards by.
-  const std::string text = slurp(path.string());
+  const std::string text = read_whole_file(path.string());
   if (text.find(kManifestFormat) == std::string::npos) return std::nullopt;
   const Json j = parse_json(text, path.string());
   if (as_str(j.get("format")) != kManifestFormat) return std::nullopt;
@@ -172,7 +166,7 @@ std::unique_ptr<Tokenizer> data_tokenizer(const DataConfig& data) {
   }
   if (!m) return nullptr;
   const std::string path = (fs::path(m->dir) / m->tokenizer_file).string();
-  const std::string bytes = slurp(path);
+  const std::string bytes = read_whole_file(path);
   if (bytes.empty() || sha256_hex(bytes) != m->tokenizer_sha256)
     throw DataError(fmt::format(
         "{}: missing, or not the tokenizer {}/{} records (sha256 {}); restore it from {} or "

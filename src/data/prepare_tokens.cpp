@@ -22,6 +22,7 @@
 #include "trainrun/errors.h"
 #include "trainrun/output_files.h"
 #include "trainrun/tokenizer.h"
+#include "whole_file.h"
 
 namespace trainrun {
 
@@ -30,16 +31,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kSegmentBytes = size_t{1} << 20;
-
-std::string read_bytes(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw DataError(fmt::format("{}: cannot read the {} ({}); check the path", path, what,
-                                std::strerror(errno)));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 void write_text_file(const std::string& path, const std::string& text) {
   const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
@@ -95,7 +86,7 @@ std::string prepare_token_shards(const PrepareRequest& req) {
   if (req.texts.empty()) throw ConfigError("no text files to prepare");
   if (!(req.val_fraction > 0.0 && req.val_fraction < 1.0))
     throw DataError(fmt::format("val_fraction={} must be in (0, 1)", req.val_fraction));
-  const std::string tok_bytes = read_bytes(req.tokenizer, "tokenizer");
+  const std::string tok_bytes = read_whole_file(req.tokenizer);
   const Tokenizer tok = Tokenizer::parse(tok_bytes, req.tokenizer);
   ShardManifest man;
   man.tokenizer_file = "tokenizer.json";

@@ -24,6 +24,7 @@
 #include "json.h"
 #include "trainrun/errors.h"
 #include "trainrun/tokenizer.h"
+#include "whole_file.h"
 
 namespace trainrun {
 
@@ -191,23 +192,6 @@ class Reader {
   const std::string& what_;
 };
 
-std::string read_file(const std::string& path) {
-  // A FIFO would block the open until some writer came; a device could be endless.
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-    throw DataError(
-        fmt::format("{}: not a regular file (a directory, device or FIFO); point it "
-                    "at a file",
-                    path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw DataError(
-        fmt::format("{}: cannot read it ({}); check the path", path, std::strerror(errno)));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 }  // namespace
 
 Tokenizer::Tokenizer(std::shared_ptr<const BpeModel> model) : m_(std::move(model)) {}
@@ -227,7 +211,7 @@ Tokenizer Tokenizer::parse(std::string_view text, const std::string& what) {
 }
 
 Tokenizer Tokenizer::load(const std::string& path) {
-  return parse(read_file(path), path);
+  return parse(read_whole_file(path), path);
 }
 
 std::string Tokenizer::to_json() const {
@@ -309,7 +293,7 @@ int Tokenizer::vocab_size() const {
 }
 
 std::vector<int32_t> encode_file(const Tokenizer& tok, const std::string& path) {
-  return tok.encode(read_file(path));
+  return tok.encode(read_whole_file(path));
 }
 
 // Streams the ids, one character at a time: a file that is not ids (/dev/zero, a binary) is

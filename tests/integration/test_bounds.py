@@ -111,6 +111,10 @@ def test_a_fifo_as_a_tokenizer_is_refused_not_waited_on(tmp_path):
     text.write_text("hello\n")
     p = run(["data", "tokenizer", "encode", str(fifo), str(text)], check=3, timeout=20)
     assert "not a regular file" in p.stderr
+    # The same for the tokenizer `data prepare` encodes with (one reader for every data input).
+    p = run(["data", "prepare", str(text), "--tokenizer", str(fifo), "--out",
+             str(tmp_path / "shards")], check=3, timeout=20)
+    assert "not a regular file" in p.stderr, p.stderr
 
 
 def test_a_config_from_a_fifo_a_pipe_or_a_device_is_bounded(tmp_path):
