@@ -257,6 +257,14 @@ std::unique_ptr<TokenDataset> open_dataset(const DataConfig& data, Split split, 
           fmt::format("data.synthetic: markov needs model.vocab_size >= 2 (got {})", vocab_size));
     if (data.synthetic_tokens < 2)
       throw DataError(fmt::format("data.synthetic_tokens={} is too small", data.synthetic_tokens));
+    // The stream is generated whole, a byte a token: refuse one the machine cannot hold (half
+    // its memory) before allocating it, instead of failing with bad_alloc or swapping.
+    const double memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
+    if (memory > 0 && double(data.synthetic_tokens) > memory / 2)
+      throw DataError(fmt::format(
+          "data.synthetic_tokens={} needs {:.1f} GiB of memory (a byte a token), more than half "
+          "of this machine's {:.1f} GiB; use a smaller stream (the default is 2^20 tokens)",
+          data.synthetic_tokens, double(data.synthetic_tokens) / (1 << 30), memory / (1 << 30)));
     check_fraction(data.val_fraction);
     const int alphabet = std::min(vocab_size, 256);
     const MarkovChain chain(alphabet, data.markov_order, seed);

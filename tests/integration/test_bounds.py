@@ -138,3 +138,9 @@ def test_a_config_from_a_fifo_a_pipe_or_a_device_is_bounded(tmp_path):
         f.write((REPO / "configs" / "quickstart.yaml").read_text())
     out, err = q.communicate(timeout=60)
     assert q.returncode == 0, err
+
+
+def test_a_synthetic_stream_larger_than_memory_is_refused_before_it_is_made():
+    # It was generated whole: bad_alloc ("internal error"), or minutes of swapping.
+    p = run(["validate", QS, *sets("data.synthetic_tokens=999999999999")], check=3, timeout=60)
+    assert "data.synthetic_tokens" in p.stderr and "GiB" in p.stderr, p.stderr
