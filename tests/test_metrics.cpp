@@ -207,3 +207,16 @@ TEST_CASE("another process reads both files after flush while the run goes on") 
   CHECK_MESSAGE(out.find("SIMPLE { ( 4 ) / ( H5S_UNLIMITED ) }") != std::string::npos, out);
   CHECK(read_metrics_jsonl(dir.str(), "train").size() == 4);
 }
+
+TEST_CASE("every metric event has one name, found back from it, first in its row") {
+  for (size_t i = 0; i < enum_names<MetricEvent>().size(); ++i) {
+    const auto e = static_cast<MetricEvent>(i);
+    CHECK(enum_from_name<MetricEvent>(enum_name(e)) == e);
+    const MetricRow row = event_row(7, e);
+    REQUIRE(row.size() == 2);
+    CHECK(row[0].first == "step");
+    CHECK(std::get<double>(row[0].second) == 7.0);
+    CHECK(std::get<std::string>(row[1].second) == enum_name(e));
+  }
+  CHECK_FALSE(enum_from_name<MetricEvent>("bad-step").has_value());
+}

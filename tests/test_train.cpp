@@ -203,7 +203,7 @@ TEST_CASE("step reporter: metrics rows on rank 0") {
   s.tokens_seen = 128;
   for (int64_t step = 1; step <= 3; ++step) r.report(step, s);
   r.eval(2, 1.5);
-  r.event(3, "bad_step", {{"loss", 7.0}});
+  r.event(3, MetricEvent::bad_step, {{"loss", 7.0}});
 
   auto train = read_metrics_jsonl(dir.str(), "train");
   REQUIRE(train.size() == 3);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,11 +15,39 @@
 #include <variant>
 #include <vector>
 
+#include "trainrun/enum_names.h"
+
 namespace trainrun {
 
 // Numbers go to both files; strings (an event's cause, a straggler's host) only to the JSONL.
 using MetricValue = std::variant<double, std::string>;
 using MetricRow = std::vector<std::pair<std::string, MetricValue>>;  // "step" first
+
+// The events metrics.jsonl records (rows of kind "event", named by their "event" field). One
+// name table: the writers (trainer, supervisor) and the readers (report, the endpoint's
+// counters) cannot disagree on a spelling.
+enum class MetricEvent : uint8_t {
+  restart,             // the supervisor relaunched the job
+  straggler,           // a rank named slow by the straggler check
+  bad_step,            // a non-finite loss or gradient norm: the update skipped
+  loss_spike,          // a loss far above the recent mean (a warning)
+  rollback,            // back to the newest good checkpoint
+  gave_up,             // the run ends non-finite
+  checkpoint_skipped,  // a save refused (non-finite state, a bad streak)
+};
+
+template <>
+struct EnumNames<MetricEvent> {
+  static constexpr std::string_view names[] = {"restart",           "straggler", "bad_step",
+                                               "loss_spike",        "rollback",  "gave_up",
+                                               "checkpoint_skipped"};
+  static_assert(std::size(names) == 1 + static_cast<size_t>(MetricEvent::checkpoint_skipped));
+};
+
+// An event row's first fields, {"step", step}, {"event", its name}; the caller adds the rest.
+inline MetricRow event_row(int64_t step, MetricEvent e) {
+  return {{"step", static_cast<double>(step)}, {"event", std::string(enum_name(e))}};
+}
 
 class MetricsLog {
  public:

@@ -119,9 +119,11 @@ int64_t furthest_logged_step(const std::string& run_dir, int64_t from) {
 void log_restart(const std::string& run_dir, int64_t from, int attempt, const JobOutcome& o,
                  int64_t steps_lost) {
   MetricsLog log(run_dir, from);
-  MetricRow row = {
-      {"step", double(from)},   {"event", std::string("restart")},  {"attempt", double(attempt)},
-      {"rank", double(o.rank)}, {"steps_lost", double(steps_lost)}, {"cause", o.cause}};
+  MetricRow row = event_row(from, MetricEvent::restart);
+  row.insert(row.end(), {{"attempt", double(attempt)},
+                         {"rank", double(o.rank)},
+                         {"steps_lost", double(steps_lost)},
+                         {"cause", o.cause}});
   if (!o.host.empty()) row.emplace_back("host", o.host);
   log.append("event", row);
   log.flush();

@@ -121,7 +121,8 @@ std::string event_tag(const MetricRow& row) {
   for (const auto& [k, v] : row)
     if (k == "event") name = text_of(v);
   const auto rank = number(row, "rank");
-  if (name == "straggler" && rank) return fmt::format("events/straggler/rank_{}", *rank);
+  if (enum_from_name<MetricEvent>(name) == MetricEvent::straggler && rank)
+    return fmt::format("events/straggler/rank_{}", *rank);
   return "events/" + name;
 }
 

@@ -129,17 +129,18 @@ void add_events(Lines& out, const std::vector<MetricRow>& train,
   for (const auto& r : events) {
     const std::string ev = text(r, "event");
     const auto step = static_cast<int64_t>(number(r, "step"));
-    if (ev == "restart") {
+    const std::optional<MetricEvent> known = enum_from_name<MetricEvent>(ev);
+    if (known == MetricEvent::restart) {
       const std::string cause = text(r, "cause");
       restarts.details.push_back(
           fmt::format("at step {}{}{}", step, cause.empty() ? "" : ": ", cause));
-    } else if (ev == "straggler") {
+    } else if (known == MetricEvent::straggler) {
       auto& e = stragglers[fmt::format("rank {} on {} (phase {})", text(r, "rank"), text(r, "host"),
                                        text(r, "phase"))];
       ++e.first;
       straggler_ranks.insert(text(r, "rank"));
       e.second.insert(step);
-    } else if (ev == "bad_step") {
+    } else if (known == MetricEvent::bad_step) {
       bad.insert(step);
     } else {
       other[ev.empty() ? "?" : ev].insert(step);

@@ -104,13 +104,13 @@ void StepReporter::checkpoint(int64_t step, const std::string& path) {
   publish();
 }
 
-void StepReporter::event(int64_t step, const std::string& name, const MetricRow& extra) {
-  if (name == "bad_step") ++live_.bad_steps;
-  if (name == "rollback") ++live_.rollbacks;
-  if (name == "loss_spike") ++live_.loss_spikes;
+void StepReporter::event(int64_t step, MetricEvent e, const MetricRow& extra) {
+  if (e == MetricEvent::bad_step) ++live_.bad_steps;
+  if (e == MetricEvent::rollback) ++live_.rollbacks;
+  if (e == MetricEvent::loss_spike) ++live_.loss_spikes;
   publish();
   if (!metrics_) return;
-  MetricRow row = {{"step", double(step)}, {"event", name}};
+  MetricRow row = event_row(step, e);
   row.insert(row.end(), extra.begin(), extra.end());
   append("event", row);
 }
@@ -252,7 +252,7 @@ void StepReporter::check_stragglers(int64_t step) {
         "straggler: rank {} on {} takes {:.1f} ms per step outside collectives, {:.0f}% "
         "above the other ranks' median {:.1f} ms (mostly {})",
         s.rank, s.host, s.step * 1e3, 100 * (s.step / s.median - 1), s.median * 1e3, s.phase);
-    event(step, "straggler",
+    event(step, MetricEvent::straggler,
           {{"rank", double(s.rank)},
            {"host", s.host},
            {"phase", s.phase},

@@ -90,7 +90,7 @@ class StepReporter {
   void flush();  // every row so far readable by another process (before a checkpoint, say)
   // The newest checkpoint, written or restored (the endpoint's checkpoint step, age and size).
   void checkpoint(int64_t step, const std::string& path);
-  void event(int64_t step, const std::string& name, const MetricRow& extra = {});
+  void event(int64_t step, MetricEvent e, const MetricRow& extra = {});
   // Runs just before the straggler check's collective (the watchdog marks it as such).
   void on_collective(std::function<void(int64_t step)> fn) { on_collective_ = std::move(fn); }
 

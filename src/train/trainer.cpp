@@ -458,17 +458,18 @@ HealthMonitor::Action Trainer::judge(int64_t step, const StepResult& r) {
         "step {}: loss spike {:.4f} is {:.1f} std devs above the last {} steps' "
         "mean {:.4f} (warning only)",
         step, r.loss, v.spike->zscore, v.spike->window, v.spike->mean);
-    reporter_->event(step, "loss_spike", {{"loss", r.loss}, {"zscore", v.spike->zscore}});
+    reporter_->event(step, MetricEvent::loss_spike,
+                     {{"loss", r.loss}, {"zscore", v.spike->zscore}});
   }
   if (v.action == HealthMonitor::Action::proceed) return v.action;
   ++state_.bad_steps_total;
   spdlog::warn("step {}: non-finite loss {} or grad norm {}: update skipped ({} in a row)", step,
                r.loss, r.grad_norm, v.bad_in_row);
-  reporter_->event(step, "bad_step", {{"loss", r.loss}, {"grad_norm", r.grad_norm}});
+  reporter_->event(step, MetricEvent::bad_step, {{"loss", r.loss}, {"grad_norm", r.grad_norm}});
   if (v.action == HealthMonitor::Action::give_up) {
     spdlog::error("{} non-finite steps in a row after {} rollback(s): giving up (exit {})",
                   exp_.fault_tolerance.max_bad_steps, health_.rollbacks(), int(kExitGaveUp));
-    reporter_->event(step, "gave_up", {{"rollbacks", double(health_.rollbacks())}});
+    reporter_->event(step, MetricEvent::gave_up, {{"rollbacks", double(health_.rollbacks())}});
   }
   return v.action;
 }
@@ -506,7 +507,8 @@ bool Trainer::rollback(int64_t* step) {
   reporter_->reopen_metrics(*step);
   spdlog::warn("rolled back from step {} to step {} ({}); learning rate now x{:.3g}", from, *step,
                *file, scale);
-  reporter_->event(*step, "rollback", {{"from_step", double(from)}, {"lr_scale", scale}});
+  reporter_->event(*step, MetricEvent::rollback,
+                   {{"from_step", double(from)}, {"lr_scale", scale}});
   prefetch(*step, 0);
   return true;
 }
@@ -566,7 +568,7 @@ std::string Trainer::save_checkpoint(int64_t step, double* seconds) {
   spdlog::warn("step {}: {}; {}", step, refused,
                newest_checkpoint_.empty() ? "there is no earlier checkpoint"
                                           : "the newest checkpoint stays " + newest_checkpoint_);
-  reporter_->event(step, "checkpoint_skipped", {{"reason", refused}});
+  reporter_->event(step, MetricEvent::checkpoint_skipped, {{"reason", refused}});
   return refused;
 }
 
@@ -746,7 +748,7 @@ int Trainer::end_code(int64_t step, double loss, const std::string& unsaved) con
       newest_checkpoint_.empty() ? "no checkpoint was written"
                                  : "the newest good checkpoint is " + newest_checkpoint_,
       int(kExitGaveUp));
-  reporter_->event(step, "gave_up", {{"reason", what}});
+  reporter_->event(step, MetricEvent::gave_up, {{"reason", what}});
   return kExitGaveUp;
 }
 
