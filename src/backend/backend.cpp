@@ -9,6 +9,7 @@
 
 #include "op_check.h"
 #include "trainrun/backend.h"
+#include "trainrun/clock.h"
 
 namespace trainrun {
 
@@ -79,7 +80,7 @@ class OpTimer {
 }  // namespace
 
 double OpObserver::now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return trainrun::now();
 }
 
 void Backend::cast_impl(Tensor, Tensor) {

@@ -20,6 +20,7 @@
 #include "process_tree.h"
 #include "start_bound.h"
 #include "stop_relay.h"
+#include "trainrun/clock.h"
 #include "trainrun/errors.h"
 #include "trainrun/failure_record.h"
 #include "trainrun/launch.h"
@@ -163,10 +164,6 @@ class TeardownDeadline {
     if (t - failed_at_ < timeout_) return false;
     killed_ = true;
     return true;
-  }
-  static double now() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
   }
   std::string run_dir_;
   double timeout_;

@@ -9,15 +9,12 @@
 
 #include "process_tree.h"
 #include "stop_relay.h"
+#include "trainrun/clock.h"
 #include "trainrun/errors.h"
 #include "trainrun/heartbeats.h"
 
 namespace trainrun {
 namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // How long the killed processes get to disappear: SIGKILL is not delayed, except by a process
 // in uninterruptible sleep (a hung file system), which nothing can end sooner.

@@ -2,6 +2,7 @@
 // steps. Timestamps are steady-clock microseconds: CLOCK_MONOTONIC is shared by every process
 // on a host, so the ranks of one node line up on one timeline.
 #include "trainrun/trace.h"
+#include "trainrun/clock.h"
 
 #include <fmt/format.h>
 
@@ -223,7 +224,7 @@ Tracer::Scope::~Scope() {
 }
 
 double trace_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return now();
 }
 
 }  // namespace trainrun

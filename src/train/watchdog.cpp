@@ -11,6 +11,7 @@
 #include <sstream>
 #include <vector>
 
+#include "trainrun/clock.h"
 #include "trainrun/errors.h"
 #include "trainrun/failure_record.h"
 #include "trainrun/heartbeats.h"
@@ -24,9 +25,7 @@ namespace {
 // covers clock skew between hosts and a shared file system's attribute caching.
 constexpr double kSilentAfter = 10.0;
 
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+// Heartbeat files carry wall time: other hosts read them, and steady clocks are per host.
 double wall() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
