@@ -59,6 +59,29 @@ def concept_of_file(rel):
     return None
 
 
+# The folders besides its own where the build finds a file's quoted includes, as meson.build
+# files set them: kernels/ (the CUDA plugin and the CPU-executed device) are given src/backend
+# (plugin_api.h, the plugin's contract with the loader, backend_private_inc) and the sim its
+# stand-in toolkit headers.
+PRIVATE_INCLUDES = {
+    ("kernels",): ["src/backend"],
+    ("kernels", "sim"): ["kernels/sim/include", "kernels", "src/backend"],
+}
+
+
+def resolve_private(root, path, rel, name):
+    """The file a quoted #include names, searched as the compiler does; None when none is."""
+    dirs = [path.parent]
+    for prefix in sorted(PRIVATE_INCLUDES, key=len, reverse=True):
+        if rel.parts[:len(prefix)] == prefix:
+            dirs += [root / d for d in PRIVATE_INCLUDES[prefix]]
+            break
+    for d in dirs:
+        if (d / name).is_file():
+            return (d / name).resolve()
+    return None
+
+
 def check(root):
     problems = []
     rank = {c: i for i, c in enumerate(ORDER)}
@@ -90,14 +113,20 @@ def check(root):
                     problems.append(f"{where}: {mine} includes {name} ({theirs}), which comes "
                                     f"later in the order {' < '.join(ORDER)}")
                 continue
-            # A private header: it must resolve inside the including file's own folder tree.
-            target = (path.parent / name).resolve()
-            home = path.parent.resolve()
+            # A private header: resolved as the compiler does (the file's own folder, then the
+            # private include folders the build gives that part of the tree), it must lie in the
+            # including file's own concept.
+            target = resolve_private(root, path, rel, name)
+            if target is None:
+                problems.append(f"{where}: \"{name}\" resolves nowhere the build looks (its "
+                                "folder, or the folders in PRIVATE_INCLUDES)")
+                continue
+            homes = [path.parent.resolve()]
             if rel.parts[0] == "src" and len(rel.parts) > 2:
-                home = (root / "src" / rel.parts[1]).resolve()
+                homes = [(root / "src" / rel.parts[1]).resolve()]
             elif rel.parts[0] == "kernels":
-                home = (root / "kernels").resolve()
-            if not target.is_relative_to(home):
+                homes = [(root / d).resolve() for d in ("kernels", "src/backend")]
+            if not any(target.is_relative_to(h) for h in homes):
                 problems.append(f"{where}: includes \"{name}\" from outside its own folder: "
                                 "make it a public header (include/trainrun/) or move it")
             # The CPU-executed device (kernels/sim/) is test infrastructure: the plugin's sources

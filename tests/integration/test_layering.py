@@ -57,3 +57,15 @@ def test_a_plugin_file_naming_a_sim_header_fails(tmp_path):
     assert p.returncode == 1
     assert "kernels/attention.cu:1: includes \"sim/include/sim_device.h\" from kernels/sim/" \
         in p.stdout
+
+
+def test_an_include_is_resolved_as_the_build_does(tmp_path):
+    """kernels/ may include src/backend's plugin_api.h (the build gives it that folder); a name
+    that resolves nowhere used to pass as if it were in the including file's folder."""
+    root = copy_tree(tmp_path)
+    assert check(root).returncode == 0  # cuda_backend.cpp's "plugin_api.h" resolves
+    src = root / "kernels" / "attention.cu"
+    src.write_text('#include "shard.h"\n' + src.read_text())  # src/data's private header
+    p = check(root)
+    assert p.returncode == 1
+    assert "kernels/attention.cu:1: \"shard.h\" resolves nowhere the build looks" in p.stdout
