@@ -9,6 +9,7 @@
 // that does not know the lock is held.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 
@@ -57,6 +58,15 @@ class CondVar {
     std::unique_lock<std::mutex> lk(mu.mu_, std::adopt_lock);
     cv_.wait(lk);
     lk.release();  // still held: the caller's lock owns it
+  }
+  // As wait, but returns false once `deadline` has passed without a notify.
+  template <class Clock, class Duration>
+  bool wait_until(Mutex& mu, const std::chrono::time_point<Clock, Duration>& deadline)
+      REQUIRES(mu) {
+    std::unique_lock<std::mutex> lk(mu.mu_, std::adopt_lock);
+    const bool notified = cv_.wait_until(lk, deadline) == std::cv_status::no_timeout;
+    lk.release();
+    return notified;
   }
   void notify_all() { cv_.notify_all(); }
 

@@ -28,6 +28,7 @@
 #include "sharded_checkpoint.h"
 #include "trainrun/checkpoint.h"
 #include "trainrun/errors.h"
+#include "trainrun/thread_annotations.h"
 
 namespace trainrun {
 namespace fs = std::filesystem;
@@ -43,23 +44,25 @@ struct Checkpointer::Impl {
   bool async;
   int rank = 0;
 
-  std::mutex mu;
-  std::condition_variable cv;
-  std::optional<std::variant<CheckpointData, CheckpointShard>> pending;
-  bool busy = false;  // the writer holds a snapshot
-  bool stop = false;
-  std::exception_ptr error;
+  // The trainer's thread, the writer and the watch share what is GUARDED_BY(mu); `verified`
+  // and `known_bad` belong to whichever thread writes (the writer when async, else the trainer).
+  Mutex mu;
+  CondVar cv;
+  std::optional<std::variant<CheckpointData, CheckpointShard>> pending GUARDED_BY(mu);
+  bool busy GUARDED_BY(mu) = false;  // the writer holds a snapshot
+  bool stop GUARDED_BY(mu) = false;
+  std::exception_ptr error GUARDED_BY(mu);
   std::thread writer;
-  // Written snapshots' buffers, kept for reuse (reuse_data, reuse_shard). Under mu.
-  CheckpointData spare_data;
-  CheckpointShard spare_shard;
+  // Written snapshots' buffers, kept for reuse (reuse_data, reuse_shard).
+  CheckpointData spare_data GUARDED_BY(mu);
+  CheckpointShard spare_shard GUARDED_BY(mu);
 
-  void keep(CheckpointData&& d) {
-    std::lock_guard lock(mu);
+  void keep(CheckpointData&& d) EXCLUDES(mu) {
+    MutexLock lock(mu);
     spare_data = std::move(d);
   }
-  void keep(CheckpointShard&& s) {
-    std::lock_guard lock(mu);
+  void keep(CheckpointShard&& s) EXCLUDES(mu) {
+    MutexLock lock(mu);
     spare_shard = std::move(s);
   }
 
@@ -172,11 +175,11 @@ struct Checkpointer::Impl {
     return ok;
   }
 
-  bool idle_policy = false;    // SCHED_IDLE between writes (else SCHED_BATCH); set before writer
-  bool raised = false;         // the current write runs at the normal policy. Under mu.
-  bool said_raised = false;    // the info line, once per run. Under mu.
-  int64_t writes_started = 0;  // under mu
-  std::thread watch;           // raises a write that passes kPromoteAfter
+  bool idle_policy = false;  // SCHED_IDLE between writes (else SCHED_BATCH); set before writer
+  bool raised GUARDED_BY(mu) = false;       // the current write runs at the normal policy
+  bool said_raised GUARDED_BY(mu) = false;  // the info line, once per run
+  int64_t writes_started GUARDED_BY(mu) = 0;
+  std::thread watch;  // raises a write that passes kPromoteAfter
 
   void lower_self() {
     sched_param p{};
@@ -184,8 +187,8 @@ struct Checkpointer::Impl {
       spdlog::debug("checkpoint writer keeps its priority: {}", std::strerror(errno));
   }
 
-  // Raises the writer for the rest of its current write. Under mu.
-  void raise_writer(const char* why) {
+  // Raises the writer for the rest of its current write.
+  void raise_writer(const char* why) REQUIRES(mu) {
     if (!busy || raised || !idle_policy) return;
     sched_param p{};
     const int err = ::pthread_setschedparam(writer.native_handle(), SCHED_OTHER, &p);
@@ -201,31 +204,34 @@ struct Checkpointer::Impl {
 
   void watch_loop() {
     ::pthread_setname_np(::pthread_self(), "ckpt-watch");
-    std::unique_lock lock(mu);
+    MutexLock lock(mu);
     while (!stop) {
-      cv.wait(lock, [&] { return stop || (busy && !raised); });
+      while (!stop && !(busy && !raised)) cv.wait(mu);
       if (stop) return;
       const int64_t write = writes_started;
-      const auto late =
-          std::chrono::steady_clock::now() + std::chrono::duration<double>(kPromoteAfter);
-      if (!cv.wait_until(lock, late, [&] { return stop || !busy || writes_started != write; }))
-        raise_writer("a save took longer than 30 s");
-      cv.wait(lock, [&] { return stop || !busy || writes_started != write; });
+      const auto late = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(kPromoteAfter));
+      bool timed_out = false;
+      while (!stop && busy && writes_started == write && !timed_out)
+        timed_out = !cv.wait_until(mu, late) && std::chrono::steady_clock::now() >= late;
+      if (timed_out) raise_writer("a save took longer than 30 s");
+      while (!stop && busy && writes_started == write) cv.wait(mu);
     }
   }
 
   void writer_loop() {
     ::pthread_setname_np(::pthread_self(), "ckpt-writer");  // ps, top, /proc/PID/task/*/comm
-    std::unique_lock lock(mu);
+    mu.lock();
     lower_self();
     for (;;) {
-      cv.wait(lock, [&] { return stop || pending.has_value(); });
-      if (!pending) return;  // stop requested and nothing left to write
+      while (!stop && !pending.has_value()) cv.wait(mu);
+      if (!pending) break;  // stop requested and nothing left to write
       std::variant<CheckpointData, CheckpointShard> data = std::move(*pending);
       pending.reset();
       ++writes_started;
       cv.notify_all();  // the watch starts its clock
-      lock.unlock();
+      mu.unlock();
       std::exception_ptr err;
       try {
         std::visit([this](const auto& d) { write(d); }, data);
@@ -233,12 +239,13 @@ struct Checkpointer::Impl {
         err = std::current_exception();
       }
       std::visit([this](auto& d) { keep(std::move(d)); }, data);
-      lock.lock();
+      mu.lock();
       if (err && !error) error = err;
       busy = false;
       if (std::exchange(raised, false)) lower_self();  // the next write starts yielding again
       cv.notify_all();
     }
+    mu.unlock();
   }
 
   // Writes in the caller's thread, or hands the snapshot to the writer once it is idle.
@@ -251,7 +258,7 @@ struct Checkpointer::Impl {
     }
     if (std::exception_ptr err = drain()) std::rethrow_exception(err);
     {
-      std::lock_guard lock(mu);
+      MutexLock lock(mu);
       pending.emplace(std::move(data));
       busy = true;
     }
@@ -259,10 +266,10 @@ struct Checkpointer::Impl {
   }
 
   // Waits until the writer is idle; returns (and clears) its error, if any.
-  std::exception_ptr drain() {
-    std::unique_lock lock(mu);
+  std::exception_ptr drain() EXCLUDES(mu) {
+    MutexLock lock(mu);
     raise_writer("training waits for the previous save");
-    cv.wait(lock, [&] { return !busy; });
+    while (busy) cv.wait(mu);
     return std::exchange(error, nullptr);
   }
 };
@@ -286,7 +293,7 @@ Checkpointer::~Checkpointer() {
   if (!impl_->async) return;
   std::exception_ptr err = impl_->drain();
   {
-    std::lock_guard lock(impl_->mu);
+    MutexLock lock(impl_->mu);
     impl_->stop = true;
   }
   impl_->cv.notify_all();
@@ -335,12 +342,12 @@ void Checkpointer::commit(int64_t step, int world) {
 }
 
 CheckpointData Checkpointer::reuse_data() {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return std::exchange(impl_->spare_data, CheckpointData{});
 }
 
 CheckpointShard Checkpointer::reuse_shard() {
-  std::lock_guard lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   return std::exchange(impl_->spare_shard, CheckpointShard{});
 }
 
