@@ -39,10 +39,14 @@ namespace {
 constexpr int kMaxThreads = 1024;
 
 const char* kDescription =
-    "trainrun: train GPT and MLP language models from a YAML experiment, on CPU or CUDA,\n"
-    "data-parallel over MPI/NCCL, with HDF5 checkpoints and metric logs.\n\n"
+    "trainrun: train GPT, Llama and MLP language models from a YAML experiment, on CPU or\n"
+    "CUDA, data-parallel over MPI/NCCL, with HDF5 checkpoints and metric logs.\n\n"
     "  trainrun CONFIG.yaml [--set KEY=VALUE]...   train (same as `trainrun run CONFIG`)\n"
-    "  trainrun --resume RUN_DIR|CHECKPOINT         continue a run where it stopped\n\n"
+    "  trainrun --resume RUN_DIR|CHECKPOINT         continue a run where it stopped\n"
+    "  trainrun CONFIG.yaml --dry-run               print the resolved run, start nothing\n"
+    "  trainrun CONFIG.yaml --new                   archive a finished run there, start anew\n"
+    "  trainrun CONFIG.yaml --profile A:B           Chrome traces of steps A..B-1\n"
+    "  (every option of a run: `trainrun run --help`)\n\n"
     "Exit codes: 0 ok, 1 internal error, 2 bad usage or config, 3 bad data, 4 no usable\n"
     "checkpoint, 5 device unavailable, 6 launch failure, 7 gave up, 8 the watchdog aborted a\n"
     "hang, 73 run directory unusable (holds another run, in use, not writable), 75 stopped by\n"

@@ -135,3 +135,26 @@ def test_plan_disk_bw_sets_the_checkpoint_write_rate(quickstart):
                         *sets("checkpoint.every=1")], check=0).stdout)["warnings"]
     assert any("checkpointing takes" in x and "raise checkpoint.every" in x for x in w), w
     assert run(["plan", quickstart, "--disk-bw", "0"], check=2).returncode == 2
+
+
+def test_every_option_of_every_command_is_in_the_man_page():
+    """Walks `--help` down every subcommand: each long option it lists must appear in
+    man/trainrun.1 (groff escapes its hyphens as \\-)."""
+    import re
+    man = (REPO / "man" / "trainrun.1").read_text().replace("\\-", "-")
+    missing, seen = [], set()
+
+    def walk(path):
+        out = run([*path, "--help"], check=0).stdout
+        for opt in re.findall(r"^\s+(?:-\w,)?(--[a-z][a-z0-9-]*)", out, re.M):
+            if opt not in ("--help", "--version") and not re.search(re.escape(opt) + r"\b", man):
+                missing.append(f"{' '.join(path) or 'trainrun'} {opt}")
+        subs = out.split("Subcommands:")[1] if "Subcommands:" in out else ""
+        for sub in re.findall(r"^\s{2}(\w[\w-]*)\s", subs, re.M):
+            if sub != "help" and (*path, sub) not in seen:
+                seen.add((*path, sub))
+                walk([*path, sub])
+
+    walk([])
+    assert len(seen) >= 12  # run, validate, plan, ..., data prepare, data tokenizer train, ...
+    assert not missing, f"options missing from man/trainrun.1: {missing}"
