@@ -70,3 +70,47 @@ def test_readme_bpe_walkthrough_runs(shakespeare, tmp_path):
     assert len(odd) <= len(text) // 100, repr(text)
     assert sum(c.isalpha() for c in text) > 100, repr(text)
     assert len(text.split()) >= 10, repr(text)
+
+
+def using_it():
+    """The README's "Using it" block, each line split as a shell would (comments dropped)."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    start = lines.index("## Using it") + 2
+    cmds = []
+    for line in lines[start:]:
+        if not line.startswith("    "):
+            break
+        cmds.append(shlex.split(line, comments=True))
+    return cmds
+
+
+def test_the_using_it_commands_are_accepted_as_written(shakespeare, tmp_path):
+    """Each command of the block that neither trains for minutes nor needs a cluster runs as
+    written (from a scratch copy of configs/); the rest are checked with --dry-run, and the
+    cluster ones print their script/manifest instead of submitting. The order matters: the
+    profile line must not need the run directory the training line filled."""
+    import shutil
+    shutil.copytree(REPO / "configs", tmp_path / "configs")
+    (tmp_path / "data").mkdir()
+    shutil.copy(shakespeare, tmp_path / "data" / "tinyshakespeare.txt")
+    cmds = using_it()
+    assert len(cmds) >= 10 and all(c[0] == "trainrun" for c in cmds), cmds
+    seen_dirs = set()
+    for c in cmds:
+        args = c[1:]
+        if args[0] in ("validate", "plan", "k8s"):
+            pass
+        elif args[0] == "slurm":
+            args = [a for a in args if a != "--submit"]
+        elif args[0].endswith(".yaml"):
+            args = [*args, "--dry-run"]
+            # Two runs of the block in one run directory: only --new or --run-dir may share one.
+            rd = args[args.index("--run-dir") + 1] if "--run-dir" in args else None
+            key = rd or args[0]
+            assert key not in seen_dirs or "--new" in args, f"{c}: the run directory is taken"
+            seen_dirs.add(key)
+        else:
+            continue  # data, sample, inspect, export, report, --resume: need the run's files
+        p = subprocess.run([TRAINRUN, *args], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 0, f"{' '.join(c)}: exit {p.returncode}\n{p.stderr}"
