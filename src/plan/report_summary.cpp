@@ -95,26 +95,42 @@ void add_speed(Lines& out, const std::vector<MetricRow>& train, double last_step
                              number(late.front(), "step"), last_step),
                  {}});
 
-  // Time per phase, over every logged step.
+  // Time per phase, over every logged step. The parts of a step (data, forward, backward, the
+  // communication not hidden behind backward, optimizer) and what is left ("other") add up to
+  // its step_time; the total communication overlaps backward and so has no share of its own.
   const double step_time = mean(train, "step_time");
   SummaryLine phases{"",
                      fmt::format("time per step {} ms (mean of {} logged steps); phases:",
                                  fmt_value(step_time * 1e3, "{:.2f}"), train.size()),
                      {}};
-  const std::pair<const char*, const char*> names[] = {
-      {"t_data", "data"},
-      {"t_forward", "forward"},
-      {"t_backward", "backward"},
-      {"t_comm", "comm (total, overlaps backward)"},
-      {"t_comm_exposed", "comm exposed"},
-      {"t_optimizer", "optimizer"},
-      {"t_checkpoint", "checkpoint"}};
-  for (const auto& [key, label] : names) {
+  auto line = [&](const char* label, double seconds, bool share) {
+    phases.details.push_back(
+        fmt::format("{:<32} {:>10} ms {:>6}{}", label, fmt_value(seconds * 1e3, "{:.2f}"),
+                    share ? fmt_value(100 * seconds / step_time, "{:.1f}") : "", share ? "%" : ""));
+  };
+  const std::pair<const char*, const char*> parts[] = {{"t_data", "data"},
+                                                       {"t_forward", "forward"},
+                                                       {"t_backward", "backward"},
+                                                       {"t_comm_exposed", "comm exposed"},
+                                                       {"t_optimizer", "optimizer"}};
+  double accounted = 0;
+  for (const auto& [key, label] : parts) {
     const double m = mean(train, key);
-    phases.details.push_back(fmt::format("{:<32} {:>10} ms {:>6}%", label,
-                                         fmt_value(m * 1e3, "{:.2f}"),
-                                         fmt_value(100 * m / step_time, "{:.1f}")));
+    accounted += m;
+    line(label, m, true);
   }
+  line("other", step_time - accounted, true);
+  line("comm total (overlaps backward)", mean(train, "t_comm"), false);
+  // Saves happen between steps: each row's t_checkpoint is what was spent on them since the
+  // row before, so their sum is the run's whole checkpoint cost, spread here over its steps.
+  double saved = 0;
+  for (const auto& r : train)
+    if (std::isfinite(number(r, "t_checkpoint"))) saved += number(r, "t_checkpoint");
+  const double steps = number(train.back(), "step");
+  phases.details.push_back(fmt::format(
+      "{:<32} {:>10} ms a step outside it ({} s in all over {:.0f} steps, +{}%)", "checkpoint",
+      fmt_value(saved / steps * 1e3, "{:.2f}"), fmt_value(saved, "{:.2f}"), steps,
+      fmt_value(100 * saved / steps / step_time, "{:.1f}")));
   out.push_back(std::move(phases));
 }
 

@@ -147,8 +147,8 @@ void StepReporter::live(int64_t step, const StepSummary& s, double step_mfu) {
   live_.tokens_per_sec = static_cast<double>(tp_.tokens_per_step) / t.total;
   live_.mfu = step_mfu;
   live_.step_time = t.total;
-  const double phases[kLivePhaseCount] = {t.data,      t.forward,   t.backward,  t.comm_total,
-                                          t.comm_wait, t.optimizer, t.checkpoint};
+  const double phases[kLivePhaseCount] = {t.data,      t.forward,   t.backward,       t.comm_total,
+                                          t.comm_wait, t.optimizer, checkpoint_carry_};
   std::copy(std::begin(phases), std::end(phases), live_.phases);
   live_.tokens_seen = s.tokens_seen;
   publish();
@@ -173,8 +173,9 @@ void StepReporter::report(int64_t step, const StepSummary& s) {
                    {"t_comm_exposed", t.comm_wait},
                    {"comm_hidden", hidden},
                    {"t_optimizer", t.optimizer},
-                   {"t_checkpoint", t.checkpoint},
+                   {"t_checkpoint", checkpoint_carry_},
                    {"tokens_seen", double(s.tokens_seen)}});
+  checkpoint_carry_ = 0;
   if (step % cfg_.log_every == 0) check_stragglers(step);
   if (!cfg_.console) return;
   if (step_mfu > 1.0 && !warned_mfu_) {

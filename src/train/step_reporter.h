@@ -98,6 +98,8 @@ class StepReporter {
   void record(const StepTimes& sample) { window_.add(sample); }
   // Every step that counts (not one undone by a rollback): its time feeds the ETA.
   void step_done(double seconds);
+  // Every save's cost (the step loop's wait for it), reported with the next train row.
+  void checkpoint_time(double seconds) { checkpoint_carry_ += seconds; }
   bool due(int64_t step) const;  // whether report() wants this step
   void report(int64_t step, const StepSummary& s);
   void eval(int64_t step, double val_loss);
@@ -129,6 +131,9 @@ class StepReporter {
   std::function<void(int64_t)> on_collective_;
   StragglerWindow window_;
   double ema_step_ = 0;  // seconds per step, for the ETA
+  // Seconds of checkpointing since the last train row: saves fall outside the step, and not
+  // every saving step is a logged one, so each row carries what was spent since the one before.
+  double checkpoint_carry_ = 0;
   double last_val_loss_ = NAN;
   bool warned_mfu_ = false;  // an MFU above 100% is said once: the peak is wrong, not the run
   LiveMetrics live_;         // what the endpoint serves, as of the last publish()

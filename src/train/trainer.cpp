@@ -223,8 +223,10 @@ int Trainer::run() {
     // it is the one agreed in this step's stats allreduce (a signal arriving later is seen at
     // the next step) or in the evaluation's; alone, the latest one.
     const bool stop = (world_ > 1 ? r.stop : stop_signal() != 0) || eval_stopped;
-    if (checkpoint_policy_.save_after(step, stop))
+    if (checkpoint_policy_.save_after(step, stop)) {
       unsaved = save_checkpoint(step, &r.times.checkpoint);
+      reporter_->checkpoint_time(r.times.checkpoint);
+    }
     if (reporter_->due(step))
       reporter_->report(step, {loss, lr, r.grad_norm, r.times, state_.tokens_seen});
     if (stop) {

@@ -138,6 +138,40 @@ def test_report_text_and_plot(tmp_path):
     assert "missing" in p.stderr
 
 
+def test_report_figures_are_recomputed_from_the_jsonl(tmp_path):
+    """Every figure of the step-time table follows from metrics.jsonl by the formula
+    docs/observability.md states; the parts of a step add up to its time; checkpoints, saved on
+    steps that are not logged too (every 5, logged every 2), are counted in full."""
+    import re
+    rd = tmp_path / "r"
+    run([QS, *sets(*TINY, "train.steps=20", "logging.every=2", "checkpoint.every=5"),
+         "--run-dir", str(rd)], check=0)
+    rows = metrics(rd)
+    out = run(["report", str(rd), "--out", str(tmp_path / "p.png")], check=0).stdout
+
+    def mean(key):
+        return sum(r[key] for r in rows) / len(rows)
+
+    step = mean("step_time")
+    assert f"time per step {step * 1e3:.2f} ms (mean of {len(rows)} logged steps)" in out, out
+    shares = 0.0
+    parts = {"data": "t_data", "forward": "t_forward", "backward": "t_backward",
+             "comm exposed": "t_comm_exposed", "optimizer": "t_optimizer"}
+    for label, key in parts.items():
+        ms, pct = mean(key) * 1e3, 100 * mean(key) / step
+        assert re.search(rf"{label}\s+{ms:.2f} ms\s+{pct:.1f}%", out), (label, out)
+        shares += pct
+    other = step - sum(mean(k) for k in parts.values())
+    assert re.search(rf"other\s+{other * 1e3:.2f} ms\s+{100 * other / step:.1f}%", out), out
+    assert abs(shares + 100 * other / step - 100) < 1e-6  # the parts are the whole step
+    saved = sum(r["t_checkpoint"] for r in rows)
+    assert saved > 0
+    assert (f"checkpoint {saved / 20 * 1e3:.2f} ms a step outside it ({saved:.2f} s in all over "
+            f"20 steps, +{100 * saved / 20 / step:.1f}%)") in re.sub(r"\s+", " ", out), out
+    # Saves on steps 5 and 15 (not logged) land in the next row: none is lost.
+    assert rows[[r["step"] for r in rows].index(6)]["t_checkpoint"] > 0
+
+
 def same(a, b):
     return (math.isnan(a) and math.isnan(b)) or a == b
 
