@@ -11,7 +11,8 @@ namespace trainrun {
 
 class Tracer {
  public:
-  // steps "A:B" traces steps [A, B); empty = off.
+  // steps "A:B" traces steps A to B-1 (numbered from 1, as the logs number them: set_step is
+  // given the Nth); empty = off. Every span carries its step ("args":{"step":N}).
   Tracer(const std::string& run_dir, int rank, const std::string& steps);
   ~Tracer();  // writes the file when anything was recorded
   void set_step(int64_t step);
@@ -22,7 +23,8 @@ class Tracer {
   std::string window() const;  // "A:B" as given
   // A complete event ("ph":"X") from t0 to t1 (seconds, steady clock); `cat` e.g. "phase", "comm".
   void span(const char* name, const char* cat, double t0, double t1);
-  void flush();  // writes the file now
+  void flush();                      // writes the file now
+  std::string written_file() const;  // the trace file once written, else ""
 
   class Scope {  // RAII span
    public:

@@ -30,6 +30,7 @@ struct Event {
   std::string name, cat;
   double ts, dur;  // microseconds
   int tid;
+  int64_t step;  // the step it belongs to (numbered as the logs number them)
 };
 
 // "A:B" with whole numbers 0 <= A < B; anything else is a usage error naming the fix.
@@ -73,13 +74,16 @@ struct Tracer::Impl {
   int64_t first = 0, end = 0;
   bool enabled = false;
   std::atomic<bool> on{false};
+  std::atomic<int64_t> step{0};
+  bool written = false;
   std::mutex mu;
   std::vector<Event> events;
   std::map<std::thread::id, int> tids;  // 0: the thread that made the tracer; then 1, 2, ...
 
   void record(const char* name, const char* cat, double t0, double t1) {
     std::lock_guard<std::mutex> lock(mu);
-    events.push_back({name, cat, t0 * 1e6, (t1 - t0) * 1e6, tid_locked()});
+    events.push_back(
+        {name, cat, t0 * 1e6, (t1 - t0) * 1e6, tid_locked(), step.load(std::memory_order_relaxed)});
   }
 
   int tid_locked() {
@@ -110,12 +114,13 @@ struct Tracer::Impl {
     for (const Event& e : events)
       out += fmt::format(
           ",\n{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{:.3f},\"dur\":{:.3f},"
-          "\"pid\":{},\"tid\":{}}}",
-          escape(e.name), escape(e.cat), e.ts, e.dur, rank, e.tid);
+          "\"pid\":{},\"tid\":{},\"args\":{{\"step\":{}}}}}",
+          escape(e.name), escape(e.cat), e.ts, e.dur, rank, e.tid, e.step);
     out += "\n],\"displayTimeUnit\":\"ms\"}\n";
     fs::create_directories(fs::path(path).parent_path());
     replace_file(path, out);
     write_op_table();
+    written = true;
   }
 
   // Temp file + rename: a reader never sees half a trace or table.
@@ -188,6 +193,7 @@ Tracer::~Tracer() {
 }
 
 void Tracer::set_step(int64_t step) {
+  impl_->step.store(step, std::memory_order_relaxed);
   impl_->on.store(impl_->enabled && step >= impl_->first && step < impl_->end,
                   std::memory_order_relaxed);
 }
@@ -213,6 +219,10 @@ void Tracer::flush() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (impl_->events.empty()) return;  // nothing traced: no empty file
   impl_->write();
+}
+
+std::string Tracer::written_file() const {
+  return impl_->written ? impl_->path : "";
 }
 
 Tracer::Scope::Scope(Tracer* t, const char* name, const char* cat)

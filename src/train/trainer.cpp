@@ -196,11 +196,12 @@ int Trainer::run() {
   std::string unsaved;   // why the last checkpoint due was not written; "" when it was
   int exit_code = kExitOk;
   spdlog::info("training steps {}..{}", step, total);
-  if (!opts_.profile.empty() && !tracer_->covers(step, total))
+  // Steps are numbered from 1 here as everywhere: this run trains steps step+1 .. total.
+  if (!opts_.profile.empty() && !tracer_->covers(step + 1, total + 1))
     spdlog::warn(
         "--profile {}: this run trains steps {}..{}, none of them in the window, so no "
         "trace is written; pick steps in that range",
-        tracer_->window(), step, total);
+        tracer_->window(), step + 1, total);
   while (step < total) {
     const double lr = learning_rate(exp_.optimizer, step, total) * state_.lr_scale;
     StepResult r = train_step(step, lr);
@@ -370,7 +371,7 @@ void Trainer::start() {
 
 StepResult Trainer::train_step(int64_t step, double lr) {
   phase(Phase::data, step);
-  tracer_->set_step(step);
+  tracer_->set_step(step + 1);
   be_->set_op_observer(tracer_->active() ? op_spans_.get() : nullptr);
   const double t_iter = now();
   // Faults name a step as logs, metrics rows, events and checkpoints do: the Nth, counted from 1.
@@ -395,10 +396,13 @@ StepResult Trainer::train_step(int64_t step, double lr) {
   r.stop = stats.stop;
   phase(Phase::optimizer, step);
   const double t_opt = now();
-  if (HealthMonitor::finite(r.loss, r.grad_norm)) dp_->update(lr, step + 1, r.grad_norm, t);
-  if (faults_.diverge(nth)) be_->fill(model_->params().params(), INFINITY);
-  model_->params().refresh_compute();  // bf16: the next forward reads the updated masters
-  be_->synchronize();
+  {
+    Tracer::Scope span(tracer_.get(), phase_name(Phase::optimizer), "phase");
+    if (HealthMonitor::finite(r.loss, r.grad_norm)) dp_->update(lr, step + 1, r.grad_norm, t);
+    if (faults_.diverge(nth)) be_->fill(model_->params().params(), INFINITY);
+    model_->params().refresh_compute();  // bf16: the next forward reads the updated masters
+    be_->synchronize();
+  }
   t.optimizer = now() - t_opt;
   t.total = now() - t_start;
   tracer_->span("step", "step", t_iter, now());
@@ -424,7 +428,10 @@ double Trainer::accumulate_gradients(int64_t step, StepTimes& t) {
     };
   for (int m = 0; m < accum_; ++m) {
     phase(Phase::data, step);
-    t.data += train_loader_->next(x_.data(), y_.data());
+    {
+      Tracer::Scope span(tracer_.get(), phase_name(Phase::data), "phase");
+      t.data += train_loader_->next(x_.data(), y_.data());
+    }
     // Keep the next micro-batch (or the next step's first) loading while this one computes.
     if (m + 1 < accum_)
       prefetch(step, m + 1);
@@ -764,6 +771,11 @@ void Trainer::finish(int64_t step, double loss, int exit_code, double t_run) {
   comm_->barrier();
   // Every rank must end with the same weights; the logs let a test (or a person) check it.
   tracer_->flush();
+  if (console_ && !tracer_->written_file().empty())
+    spdlog::info(
+        "profile: steps {} traced into {}/ (rank-N.json for https://ui.perfetto.dev, "
+        "ops-rank-N.txt: time per op)",
+        tracer_->window(), fs::path(tracer_->written_file()).parent_path().string());
   spdlog::info("rank {} parameter checksum {:016x} at step {}", rank_, parameter_checksum(), step);
   if (exit_code == kExitOk)
     reporter_->summary(step, now() - t_run, loss, train_data_->entropy_rate());

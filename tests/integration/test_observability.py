@@ -56,16 +56,19 @@ def trace_events(path):
 
 def test_profile_writes_chrome_traces_for_the_window(tmp_path):
     rd = tmp_path / "r"
-    run([QS, *sets(*TINY, "train.steps=8", "distributed.nproc=2"), "--profile", "3:6",
-         "--run-dir", str(rd)], check=0)
+    p = run([QS, *sets(*TINY, "train.steps=8", "distributed.nproc=2"), "--profile", "3:6",
+             "--run-dir", str(rd)], check=0)
+    assert f"profile: steps 3:6 traced into {rd / 'trace'}/" in p.stderr + p.stdout
     for rank in (0, 1):
         ev = trace_events(rd / "trace" / f"rank-{rank}.json")
         names = [e for e in ev if e["ph"] == "M" and e["name"] == "process_name"]
         assert names and names[0]["args"]["name"] == f"rank {rank}"
         spans = [e for e in ev if e["ph"] == "X"]
         assert all(e["pid"] == rank and e["dur"] >= 0 for e in spans)
-        assert len([e for e in spans if e["name"] == "step"]) == 3  # steps 3, 4, 5
-        assert {"forward", "backward"} <= {e["name"] for e in spans}
+        # Steps 3, 4 and 5, numbered as the logs number them; every span says its step.
+        assert [e["args"]["step"] for e in spans if e["name"] == "step"] == [3, 4, 5]
+        assert {e["args"]["step"] for e in spans} == {3, 4, 5}
+        assert {"data", "forward", "backward", "optimizer"} <= {e["name"] for e in spans}
         assert any(e["cat"] == "comm" for e in spans)
         # Every backend op of a traced step is a span inside one of the steps, and the op table
         # beside the trace sums them per op and per step.
@@ -96,7 +99,7 @@ def test_a_profile_window_past_the_run_warns_and_writes_no_trace(tmp_path):
     rd = tmp_path / "r"
     p = run([QS, *sets(*TINY, "train.steps=5"), "--profile", "20:25", "--run-dir", str(rd)],
             check=0)
-    assert "--profile 20:25: this run trains steps 0..5, none of them in the window" in p.stderr
+    assert "--profile 20:25: this run trains steps 1..5, none of them in the window" in p.stderr
     assert not (rd / "trace").exists()
 
 
