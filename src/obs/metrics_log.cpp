@@ -136,7 +136,25 @@ struct MetricsLog::Impl {
     Handle ds =
         dset_h(H5Dcreate2(g.g, name.c_str(), H5T_IEEE_F64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
                name.c_str());
+    if (field == "event") name_events(ds);
     return g.columns.emplace(field, std::move(ds)).first->second;
+  }
+
+  // An event's kind is a word; its column holds the word's index in MetricEvent's table, and
+  // the table itself as the column's "names" attribute (space-separated, in index order), so a
+  // reader of metrics.h5 alone can tell a restart from a rollback.
+  static void name_events(hid_t ds) {
+    std::string names;
+    for (const std::string_view n : enum_names<MetricEvent>()) {
+      if (!names.empty()) names += ' ';
+      names.append(n);
+    }
+    Handle type = type_h(H5Tcopy(H5T_C_S1), "copy string type");
+    check(H5Tset_size(type, names.size()), "set string size");
+    Handle scalar = space_h(H5Screate(H5S_SCALAR), "create scalar space");
+    Handle attr =
+        attr_h(H5Acreate2(ds, "names", type, scalar, H5P_DEFAULT, H5P_DEFAULT), "create names");
+    check(H5Awrite(attr, type, names.data()), "write names");
   }
 
   // Opens an existing file and cuts every group back to the rows with step <= keep.
@@ -171,8 +189,14 @@ struct MetricsLog::Impl {
 
   void queue(const std::string& kind, const MetricRow& row) {
     std::vector<std::pair<std::string, double>> numeric;
-    for (const auto& [key, value] : row)
-      if (const double* d = std::get_if<double>(&value)) numeric.emplace_back(key, *d);
+    for (const auto& [key, value] : row) {
+      if (const double* d = std::get_if<double>(&value)) {
+        numeric.emplace_back(key, *d);
+      } else if (key == "event") {  // the kind, as its index in the names attribute
+        if (const auto e = enum_from_name<MetricEvent>(std::get<std::string>(value)))
+          numeric.emplace_back(key, static_cast<double>(*e));
+      }
+    }
     groups[kind].pending.push_back(std::move(numeric));
     ++pending_rows;
   }

@@ -194,3 +194,19 @@ def test_metrics_h5_matches_jsonl(tmp_path):
             for i, r in enumerate(rows):
                 want = r[key] if r[key] is not None else float("nan")
                 assert same(float(col[i]), float(want)), (key, i)
+
+
+def test_metrics_h5_keeps_the_kind_of_each_event(tmp_path):
+    """metrics.h5 keeps numbers; an event's kind is its index in the column's "names"
+    attribute, so h5py alone tells a bad step from a rollback (it kept only the step before)."""
+    rd = tmp_path / "r"
+    run([QS, *sets(*TINY, "train.steps=10", "checkpoint.every=2", "fault_tolerance.max_bad_steps=2"),
+         "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": "inf:step=5,nan:step=8"}, check=0)
+    want = [(r["step"], r["event"]) for r in metrics(rd, "event")]
+    assert ("bad_step" in {e for _, e in want}) and ("rollback" in {e for _, e in want}), want
+    with h5py.File(rd / "metrics.h5", "r") as f:
+        col = f["event"]["event"]
+        names = col.attrs["names"]
+        names = (names.decode() if isinstance(names, bytes) else str(names)).split()
+        got = [(float(s), names[int(k)]) for s, k in zip(f["event"]["step"][:], col[:])]
+    assert got == [(float(s), e) for s, e in want]
