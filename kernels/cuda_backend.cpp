@@ -314,12 +314,9 @@ class CudaBackend final : public Backend {
 
   void adamw_impl(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp) override {
     on_device();
-    const double t = static_cast<double>(hp.step);
-    const float inv_bc1 = static_cast<float>(1.0 / (1.0 - std::pow(double(hp.beta1), t)));
-    const float inv_bc2 = static_cast<float>(1.0 / (1.0 - std::pow(double(hp.beta2), t)));
     cuda::adamw(param.as<float>(), grad.as<float>(), m.as<float>(), v.as<float>(), param.numel(),
-                hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, inv_bc1, inv_bc2,
-                static_cast<float>(hp.grad_scale));
+                AdamWStep<float>::make(hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, hp.step,
+                                       hp.grad_scale));
   }
 
  private:

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "trainrun/adamw_update.h"
 #include "trainrun/tensor.h"
 
 namespace trainrun::cuda {
@@ -98,9 +99,8 @@ void cross_entropy_backward(DType dt, DType st, void* dlogits, const void* logit
 size_t reduce_scratch_bytes();
 double sum(DType dt, const void* x, int64_t n, bool squares, void* scratch);
 
-// adamw.cu (f32 only)
-void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
-           float beta2, float eps, float weight_decay, float inv_bias_corr1, float inv_bias_corr2,
-           float grad_scale);
+// adamw.cu (f32 only): trainrun/adamw_update.h's element update over [0, n)
+void adamw(float* param, const float* grad, float* m, float* v, int64_t n,
+           const AdamWStep<float>& s);
 
 }  // namespace trainrun::cuda

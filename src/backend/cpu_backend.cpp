@@ -329,8 +329,9 @@ class CpuBackend final : public Backend {
   void adamw_impl(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp) override {
     dispatch(param.dtype, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
-      cpu::adamw<T>(ptr<T>(param), ptr<T>(grad), ptr<T>(m), ptr<T>(v), param.numel(), hp.lr,
-                    hp.beta1, hp.beta2, hp.eps, hp.weight_decay, hp.step, hp.grad_scale);
+      cpu::adamw<T>(ptr<T>(param), ptr<T>(grad), ptr<T>(m), ptr<T>(v), param.numel(),
+                    AdamWStep<T>::make(hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, hp.step,
+                                       hp.grad_scale));
     });
   }
 

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "trainrun/adamw_update.h"
+
 namespace trainrun::cpu {
 
 // matmul.cpp: out[N,OC] = in[N,C] . w[OC,C]^T + bias (bias may be null)
@@ -104,9 +106,8 @@ double sum(const T* x, int64_t n);
 template <class T>
 double sum_squares(const T* x, int64_t n);
 
-// adamw.cpp: one fused pass over [0, n)
+// adamw.cpp: one fused pass over [0, n) of trainrun/adamw_update.h's element update
 template <class T>
-void adamw(T* param, const T* grad, T* m, T* v, int64_t n, double lr, double beta1, double beta2,
-           double eps, double weight_decay, int64_t step, double grad_scale);
+void adamw(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWStep<T>& s);
 
 }  // namespace trainrun::cpu
