@@ -37,11 +37,6 @@ void cuda_check(cudaError_t e, const char* what) {
                       std::to_string(static_cast<int>(e)) + ")");
 }
 
-// The head dimension of a qkv-shaped [B,T,(NH+2*NKV)*hd] tensor (NKV already resolved).
-int64_t head_dim(const Tensor& qkv, int n_head, int n_kv_head) {
-  return qkv.dim(2) / (n_head + 2 * int64_t{n_kv_head});
-}
-
 int select_device(int ordinal) {
   cuda_check(cudaSetDevice(ordinal), "cudaSetDevice");
   return ordinal;

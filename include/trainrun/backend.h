@@ -186,6 +186,11 @@ class Backend {
   // qkv [B,T,(n_head + 2*n_kv_head)*hd] = (q | k | v); q head h reads kv head
   // h / (n_head / n_kv_head); out [B,T,n_head*hd]; lse [B,n_head,T].
   void attention(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head = 0);
+  // The head dimension hd of such a qkv (n_kv_head already resolved, not 0): the one derivation
+  // the public checks and every backend's kernels use.
+  static int64_t head_dim(const Tensor& qkv, int n_head, int n_kv_head) {
+    return qkv.dim(2) / (n_head + 2 * int64_t{n_kv_head});
+  }
   void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head,
                           int n_kv_head = 0);
   // Rotary position embedding on the q and k heads of qkv [B,T,(n_head + 2*n_kv_head)*hd]

@@ -313,13 +313,13 @@ AttentionDims attention_dims(const Backend& be, OpCheck& c, const Tensor& qkv, i
     if (n_head <= 0 || C % n_head != 0)
       c.fail(fmt::format("C = {} (qkv {}) is not divisible by n_head = {}", C, qkv.shape_str(),
                          n_head));
-    hd = C / n_head;
+    hd = Backend::head_dim(qkv, n_head, nkv);
   } else {
     if (n_head <= 0 || nkv <= 0 || n_head % nkv != 0)
       c.fail(fmt::format("n_kv_head = {} does not divide n_head = {}", n_kv_head, n_head));
     c.shapes(qkv.ndim == 3 && qkv.dim(2) % (n_head + 2 * nkv) == 0, {{"qkv", qkv}},
              "qkv [B,T,(n_head+2*n_kv_head)*hd]");
-    hd = qkv.dim(2) / (n_head + 2 * nkv);
+    hd = Backend::head_dim(qkv, n_head, nkv);
   }
   const int64_t max_hd = be.max_head_dim();
   if (max_hd > 0 && hd > max_hd)

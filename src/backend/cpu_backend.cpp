@@ -50,11 +50,6 @@ T* ptr(const Tensor& t) {
   return static_cast<T*>(t.data);
 }
 
-// The head dimension of a qkv-shaped [B,T,(NH+2*NKV)*hd] tensor (NKV already resolved).
-int64_t head_dim(const Tensor& qkv, int n_head, int n_kv_head) {
-  return qkv.dim(2) / (n_head + 2 * int64_t{n_kv_head});
-}
-
 class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::cpu; }
