@@ -9,6 +9,7 @@
 // inputs give the same bits on every run.
 #include <string>
 
+#include "column_chunks.cuh"
 #include "common.cuh"
 #include "launch.h"
 
@@ -65,14 +66,6 @@ __global__ void cast_kernel(D* dst, const S* src, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     dst[i] = from_f32<D>(to_f32(src[i]));
-}
-
-constexpr int kChunks = 128;  // most row chunks of pass 1
-constexpr int kTileCols = 32, kTileRows = 8;
-
-int64_t colsum_chunks(int64_t rows) {
-  const int64_t c = (rows + 63) / 64;  // at least 64 rows per chunk
-  return c < 1 ? 1 : (c > kChunks ? kChunks : c);
 }
 
 // grid (ceil(cols/32), chunks), block (32, 8): thread (x, y) sums rows y, y+8, ... of its chunk
@@ -184,13 +177,13 @@ void add_bias(DType dt, void* out, const void* bias, int64_t rows, int64_t cols)
 }
 
 size_t colsum_scratch_bytes(int64_t rows, int64_t cols) {
-  return static_cast<size_t>(colsum_chunks(rows) * cols) * sizeof(float);
+  return static_cast<size_t>(column_chunks(rows) * cols) * sizeof(float);
 }
 
 void colsum_accumulate(DType dt, DType gt, void* dst, const void* src, int64_t rows, int64_t cols,
                        void* scratch) {
   if (rows <= 0 || cols <= 0) return;
-  const int64_t chunks = colsum_chunks(rows);
+  const int64_t chunks = column_chunks(rows);
   const int64_t per_chunk = (rows + chunks - 1) / chunks;
   float* partial = static_cast<float*>(scratch);
   by_dtype(dt, "colsum", [&](auto t) {

@@ -10,6 +10,7 @@
 // one warp per row, as the forward. dw/db are sums over rows; instead of atomics they take two
 // deterministic passes: pass 1 gives each block one (32-column tile, row chunk) and writes the
 // fp32 partial sums to scratch, pass 2 adds the chunk partials per column in chunk order.
+#include "column_chunks.cuh"
 #include "common.cuh"
 #include "launch.h"
 
@@ -18,8 +19,6 @@ namespace {
 
 constexpr float kEps = 1e-5f;
 constexpr int kWarps = 8;
-constexpr int kChunks = 128;
-constexpr int kTileCols = 32, kTileRows = 8;
 
 template <class T, class S>
 __global__ void layernorm_forward_kernel(T* out, S* mean, S* rstd, const T* in, const T* w,
@@ -71,11 +70,6 @@ __global__ void layernorm_backward_din_kernel(T* din, const T* dout, const T* in
     const float d = (to_f32(g[c]) * to_f32(w[c]) - dnorm_mean - norm * dnorm_norm_mean) * r;
     dx[c] = from_f32<T>(to_f32(dx[c]) + d);
   }
-}
-
-int64_t chunks_for(int64_t rows) {
-  const int64_t c = (rows + 63) / 64;
-  return c < 1 ? 1 : (c > kChunks ? kChunks : c);
 }
 
 // grid (ceil(C/32), chunks), block (32, 8). partial layout: [2][chunks][C] (dw then db).
@@ -142,14 +136,14 @@ void layernorm_forward(DType dt, DType st, void* out, void* mean, void* rstd, co
 }
 
 size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t C) {
-  return static_cast<size_t>(2 * chunks_for(rows) * C) * sizeof(float);
+  return static_cast<size_t>(2 * column_chunks(rows) * C) * sizeof(float);
 }
 
 void layernorm_backward(DType dt, DType st, DType gt, void* din, void* dw, void* db,
                         const void* dout, const void* in, const void* w, const void* mean,
                         const void* rstd, int64_t rows, int64_t C, void* scratch) {
   if (rows <= 0 || C <= 0) return;
-  const int64_t chunks = chunks_for(rows);
+  const int64_t chunks = column_chunks(rows);
   const int64_t per_chunk = (rows + chunks - 1) / chunks;
   by_dtypes(dt, st, "layernorm_backward", [&](auto t, auto s) {
     using T = decltype(t);
