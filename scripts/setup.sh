@@ -16,7 +16,7 @@ if [[ "${1:-}" == "--test" ]]; then
   # with an sshd
   pkgs+=(python3 python3-pytest python3-yaml python3-h5py python3-numpy jq slurm-wlm munge
          openssh-server iproute2
-         clang-format debootstrap python3-venv python3-pil chromium clang prometheus
+         clang-format debootstrap python3-venv python3-pil chromium clang prometheus tmux
          libboost-context-dev)  # the CPU-executed CUDA device's fibers (kernels/sim/)
 fi
 

@@ -179,6 +179,15 @@ TEST_CASE("step reporter: durations, MFU and ETA") {
   CHECK(line ==
         "step 10/20 | loss 1.2500 | lr 3.00e-04 | norm 0.500 | 100 tok/s | MFU 50.0% | "
         "10000 ms/step | ETA 22s");
+  // A terminal's width: the least wanted fields go first (norm, MFU, lr, ...), in that order.
+  CHECK(r.progress_line(10, s, r.mfu(10.0), 200) == line);
+  CHECK(r.progress_line(10, s, r.mfu(10.0), 79) ==
+        "step 10/20 | loss 1.2500 | lr 3.00e-04 | 100 tok/s | 10000 ms/step | ETA 22s");
+  CHECK(r.progress_line(10, s, r.mfu(10.0), 63) ==
+        "step 10/20 | loss 1.2500 | 100 tok/s | 10000 ms/step | ETA 22s");
+  CHECK(r.progress_line(10, s, r.mfu(10.0), 40) == "step 10/20 | loss 1.2500 | ETA 22s");
+  CHECK(r.progress_line(10, s, r.mfu(10.0), 12) == "step 10/20 |");  // cut: never wider
+  for (int w = 1; w < 120; ++w) CHECK(r.progress_line(10, s, r.mfu(10.0), w).size() <= size_t(w));
 }
 
 TEST_CASE("step reporter: metrics rows on rank 0") {

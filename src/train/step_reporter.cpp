@@ -3,8 +3,12 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
 #include <string_view>
@@ -12,6 +16,17 @@
 namespace trainrun {
 
 namespace {
+
+// stderr's terminal width; $COLUMNS, else 80, when the terminal does not say.
+int terminal_columns() {
+  winsize ws{};
+  if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  if (const char* c = std::getenv("COLUMNS")) {
+    const int n = std::atoi(c);
+    if (n > 0) return n;
+  }
+  return 80;
+}
 
 // A phase of kPhaseNames as StepTimes holds it. "comm" is the time blocked in collectives, so
 // that a rank's own work is its step time minus it.
@@ -127,13 +142,31 @@ bool StepReporter::due(int64_t step) const {
   return step % cfg_.log_every == 0 || step == cfg_.total_steps || step == 1;
 }
 
-std::string StepReporter::progress_line(int64_t step, const StepSummary& s, double step_mfu) const {
+std::string StepReporter::progress_line(int64_t step, const StepSummary& s, double step_mfu,
+                                        int width) const {
   const double secs = s.times.total;
-  return fmt::format(
-      "step {}/{} | loss {:.4f} | lr {:.2e} | norm {:.3f} | {:.0f} tok/s | MFU {:.1f}% | "
-      "{:.0f} ms/step | ETA {}",
-      step, cfg_.total_steps, s.loss, s.lr, s.grad_norm, tp_.tokens_per_step / secs,
-      100.0 * step_mfu, secs * 1e3, format_duration(eta_seconds(step)));
+  // In display order, each with its rank: the highest rank is dropped first.
+  const std::pair<int, std::string> fields[] = {
+      {0, fmt::format("step {}/{}", step, cfg_.total_steps)},
+      {0, fmt::format("loss {:.4f}", s.loss)},
+      {4, fmt::format("lr {:.2e}", s.lr)},
+      {6, fmt::format("norm {:.3f}", s.grad_norm)},
+      {3, fmt::format("{:.0f} tok/s", tp_.tokens_per_step / secs)},
+      {5, fmt::format("MFU {:.1f}%", 100.0 * step_mfu)},
+      {2, fmt::format("{:.0f} ms/step", secs * 1e3)},
+      {1, fmt::format("ETA {}", format_duration(eta_seconds(step)))}};
+  auto join = [&](int max_rank) {
+    std::string line;
+    for (const auto& [rank, text] : fields)
+      if (rank <= max_rank) line += (line.empty() ? "" : " | ") + text;
+    return line;
+  };
+  std::string line = join(6);
+  for (int max_rank = 5; width > 0 && line.size() > static_cast<size_t>(width) && max_rank >= 0;
+       --max_rank)
+    line = join(max_rank);
+  if (width > 0 && line.size() > static_cast<size_t>(width)) line.resize(width);
+  return line;
 }
 
 // The endpoint's step metrics: the same figures as the train row.
@@ -185,7 +218,9 @@ void StepReporter::report(int64_t step, const StepSummary& s) {
         "most likely measured while the machine was busy; MFU figures of this run read high",
         100.0 * step_mfu, tp_.peak_gflops, tp_.peak_source);
   }
-  const std::string line = progress_line(step, s, step_mfu);
+  // On a terminal the line is redrawn in place: one column short of its width (read at every
+  // line, so a resize takes effect at once), since a full-width line wraps on some terminals.
+  const std::string line = progress_line(step, s, step_mfu, cfg_.tty ? terminal_columns() - 1 : 0);
   if (cfg_.tty) {
     fmt::print(stderr, "\r\033[K{}", line);
     std::fflush(stderr);

@@ -112,8 +112,11 @@ class StepReporter {
   int metrics_port() const { return server_ ? server_->port() : 0; }  // 0: no endpoint
   double mfu(double seconds) const { return tp_.mfu(seconds); }
   double eta_seconds(int64_t step) const;
-  // The console's line for a reported step whose MFU is `step_mfu`.
-  std::string progress_line(int64_t step, const StepSummary& s, double step_mfu) const;
+  // The console's line for a reported step whose MFU is `step_mfu`, at most `width` columns
+  // (0: no limit): fields are dropped, least wanted first, until it fits (step and loss stay,
+  // cut at the width if even they do not fit), so a terminal never wraps the redrawn line.
+  std::string progress_line(int64_t step, const StepSummary& s, double step_mfu,
+                            int width = 0) const;
 
  private:
   void append(const std::string& kind, const MetricRow& row);
