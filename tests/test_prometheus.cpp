@@ -132,8 +132,8 @@ bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-// One HTTP/1.0 request to 127.0.0.1:port; the whole response (the server closes after it).
-std::string http(int port, const std::string& request) {
+// A connected TCP socket to 127.0.0.1:port.
+int connect_to(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(fd >= 0);
   sockaddr_in addr{};
@@ -141,6 +141,12 @@ std::string http(int port, const std::string& request) {
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  return fd;
+}
+
+// One HTTP/1.0 request to 127.0.0.1:port; the whole response (the server closes after it).
+std::string http(int port, const std::string& request) {
+  const int fd = connect_to(port);
   REQUIRE(send(fd, request.data(), request.size(), 0) == static_cast<ssize_t>(request.size()));
   std::string out;
   char buf[4096];
@@ -245,12 +251,7 @@ TEST_CASE("stopping joins promptly, also with a client holding a keep-alive conn
   auto server = MetricsServer::start("127.0.0.1", 0);
   const int port = server->port();
   // A connection that sent nothing: a worker waits on it until a timeout.
-  const int idle = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(connect(idle, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  const int idle = connect_to(port);
   CHECK(has(get(port, "/metrics"), "HTTP/1.1 200"));
   const auto t0 = std::chrono::steady_clock::now();
   server.reset();
@@ -265,17 +266,6 @@ TEST_CASE("stopping joins promptly, also with a client holding a keep-alive conn
 }
 
 namespace {
-
-int connect_to(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  return fd;
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
