@@ -99,6 +99,8 @@ def test_one_nan_step_is_skipped_and_counted(tmp_path):
     bad = events(rd, "bad_step")
     assert [b["step"] for b in bad] == [6]  # the step the fault names, as its metrics row
     rows = metrics(rd)
+    # The event and the row of the bad step (its grad norm NaN) carry the same number.
+    assert [r["step"] for r in rows if r["grad_norm"] is None] == [6], rows  # NaN: null
     assert rows[-1]["step"] == 12
     assert all(r["loss"] == r["loss"] for r in rows)  # no NaN loss: the update was skipped
 
