@@ -2,7 +2,6 @@
 // backend.h), then the backend's *_impl. The generic checks are in op_check.cpp.
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cmath>
 #include <exception>
 #include <stdexcept>

@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 
 #include <cerrno>
-#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <functional>

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 #include <signal.h>
 
-#include <chrono>
 #include <cstdio>
 
 #include "process_tree.h"
