@@ -2,10 +2,13 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <vector>
 
 #include "trainrun/backend.h"
 #include "trainrun/optimizer.h"
+#include "trainrun/params.h"
 
 using namespace trainrun;
 
@@ -69,4 +72,24 @@ TEST_CASE("AdamW: decay only where declared, and a ZeRO shard updates only its r
     }
     CHECK(opt.m().numel() == shard.size());
   }
+}
+
+TEST_CASE("ParamStore checksum: equal for bit-identical weights, different after one bit") {
+  auto be = make_cpu_backend();
+  auto store = [&](uint64_t seed) {
+    auto ps = std::make_unique<ParamStore>(*be);
+    ps->declare("w", {5, 3}, Init::normal, 0.02f, true);
+    ps->allocate();
+    ps->initialize(seed);
+    return ps;
+  };
+  auto a = store(1), b = store(1), c = store(2);
+  CHECK(a->checksum() == b->checksum());
+  CHECK(a->checksum() != c->checksum());
+  uint32_t bits;
+  float* w = b->params().as<float>();
+  std::memcpy(&bits, &w[7], 4);
+  bits ^= 1u;  // the last bit of one weight
+  std::memcpy(&w[7], &bits, 4);
+  CHECK(a->checksum() != b->checksum());
 }

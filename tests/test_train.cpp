@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -14,16 +15,22 @@
 #include <string>
 #include <vector>
 
+#include "../src/train/backend_choice.h"
+#include "../src/train/batches.h"
 #include "../src/train/checkpoint_policy.h"
 #include "../src/train/data_parallel.h"
+#include "../src/train/evaluator.h"
 #include "../src/train/faults.h"
 #include "../src/train/health_monitor.h"
+#include "../src/train/recovery.h"
+#include "../src/train/run_end.h"
 #include "../src/train/step_reporter.h"
 #include "temp_dir.h"
 #include "trainrun/backend.h"
 #include "trainrun/comm.h"
 #include "trainrun/errors.h"
 #include "trainrun/metrics.h"
+#include "trainrun/model.h"
 
 using namespace trainrun;
 using Action = HealthMonitor::Action;
@@ -381,4 +388,159 @@ TEST_CASE("step reporter: an MFU above 100% is called a wrong peak, once") {
   CHECK(first != std::string::npos);
   CHECK(out.find(warning, first + 1) == std::string::npos);  // once, not every step
   CHECK(out.find("MFU 400.0%") != std::string::npos);        // the line itself still shows it
+}
+
+TEST_CASE("backend choice: cpu as asked, cuda or a reason with the fix, auto falls back") {
+  // No plugin at this path: the CUDA backend is unusable, as on a machine without a GPU.
+  REQUIRE(setenv("TRAINRUN_CUDA_PLUGIN", "/nonexistent/libtrainrun_cuda.so", 1) == 0);
+  Experiment exp;
+  exp.device = DeviceChoice::cpu;
+  CHECK(choose_backend(exp, 0)->device() == Device::cpu);
+  exp.device = DeviceChoice::automatic;
+  CHECK(choose_backend(exp, 0)->device() == Device::cpu);
+  exp.device = DeviceChoice::cuda;
+  CHECK_THROWS_WITH_AS(choose_backend(exp, 0),
+                       doctest::Contains("fix: run on a machine with an NVIDIA GPU"), DeviceError);
+  unsetenv("TRAINRUN_CUDA_PLUGIN");
+  // The CPU backend runs every op of a bf16 step.
+  CHECK_NOTHROW(require_bf16(*make_cpu_backend()));
+}
+
+TEST_CASE("run end: a stop's exit code and a finished run's") {
+  CHECK(stop_exit_code(SIGINT, 5, true, "runs/x", "") == kExitInterrupted);
+  CHECK(stop_exit_code(SIGTERM, 5, true, "runs/x", "") == kExitResumeMe);
+  CHECK(stop_exit_code(SIGUSR1, 5, false, "runs/x", "runs/x/checkpoints/step-0000004.h5") ==
+        kExitResumeMe);
+  CHECK(stop_exit_code(0, 5, true, "runs/x", "") == kExitResumeMe);  // agreed, not seen here
+  std::string why;
+  CHECK(end_exit_code(10, 1.5, "", "c", &why) == kExitOk);
+  CHECK(why.empty());
+  CHECK(end_exit_code(10, NAN, "", "c", &why) == kExitGaveUp);
+  CHECK(why == "a non-finite loss (nan)");
+  CHECK(end_exit_code(10, 1.5, "disk full", "", &why) == kExitGaveUp);
+  CHECK(why == "no final checkpoint (disk full)");
+}
+
+TEST_CASE("recovery: bad steps counted and recorded; where a rollback goes, or giving up") {
+  testing::TempDir dir;
+  auto comm = make_local_communicator();
+  StepReporterConfig cfg;
+  cfg.run_dir = dir.str();
+  cfg.total_steps = 10;
+  StepReporter reporter(cfg, Throughput{}, *comm);
+  reporter.open_metrics(-1);
+  FaultToleranceConfig ft = fault_config(2, 1, 4.0);
+  ft.rollback_lr_factor = 0.5;
+  Recovery rec(ft, reporter);
+  int64_t bad_total = 0;
+  CHECK(rec.judge(1, 2.0, 1.0, &bad_total) == Action::proceed);
+  CHECK(rec.judge(2, NAN, 1.0, &bad_total) == Action::skip);
+  CHECK(rec.bad_in_row() == 1);
+  CHECK(rec.judge(3, 2.0, INFINITY, &bad_total) == Action::roll_back);
+  CHECK(bad_total == 2);
+  const auto events = read_metrics_jsonl(dir.str(), "event");
+  REQUIRE(events.size() == 2);
+  auto text = [](const MetricRow& row, const std::string& key) {
+    for (const auto& [k, v] : row)
+      if (k == key) return std::get<std::string>(v);
+    return std::string("(none)");
+  };
+  CHECK(text(events[0], "event") == "bad_step");
+  CHECK(number(events[0], "step") == 2);
+
+  CHECK_FALSE(rec.plan_rollback(std::nullopt, 1.0).has_value());  // nothing to go back to
+  const auto rb = rec.plan_rollback(std::string("ck.h5"), 0.5);
+  REQUIRE(rb.has_value());
+  CHECK(rb->file == "ck.h5");
+  CHECK(rb->lr_scale == 0.25);
+  rec.rolled_back(3, 1, *rb);
+  CHECK(read_metrics_jsonl(dir.str(), "event").size() == 3);
+  // One rollback allowed: the next streak gives up.
+  CHECK(rec.judge(2, NAN, 1.0, &bad_total) == Action::skip);
+  CHECK(rec.judge(3, NAN, 1.0, &bad_total) == Action::give_up);
+
+  FaultToleranceConfig zero = ft;
+  zero.rollback_lr_factor = 0;  // a learning rate of 0 learns nothing
+  CHECK_FALSE(Recovery(zero, reporter).plan_rollback(std::string("ck.h5"), 1.0).has_value());
+}
+
+namespace {
+
+Experiment small_experiment() {
+  Experiment exp;
+  exp.model.vocab_size = 16;
+  exp.model.seq_len = 8;
+  exp.model.n_layer = 1;
+  exp.model.n_head = 2;
+  exp.model.d_model = 16;
+  exp.data.synthetic = "markov";
+  exp.data.synthetic_tokens = 1 << 14;
+  exp.train.batch_size = 4;
+  exp.train.steps = 10;
+  exp.train.eval_every = 4;
+  exp.train.eval_steps = 2;
+  return exp;
+}
+
+std::vector<int32_t> tokens(const int32_t* p, size_t n) {
+  return std::vector<int32_t>(p, p + n);
+}
+
+}  // namespace
+
+TEST_CASE("batches: every rank reads its own part of the one global batch") {
+  const Experiment exp = small_experiment();
+  const size_t seq = static_cast<size_t>(exp.model.seq_len);
+  // One rank, micro 2 (two micro-batches a step) against two ranks, micro 1 and 2 each.
+  Batches one(exp, 0, 1, 2), r0(exp, 0, 2, 1), r1(exp, 1, 2, 1);
+  for (int64_t step : {0, 3}) {
+    CAPTURE(step);
+    for (int m = 0; m < 2; ++m) {
+      one.prefetch(step, m);
+      CHECK(one.next() >= 0);
+      const auto x = tokens(one.x(), 2 * seq), y = tokens(one.y(), 2 * seq);
+      // One rank's micro-batch m = samples 2m, 2m+1 of the step = ranks 0 and 1's m-th.
+      r0.prefetch(step, m);
+      r1.prefetch(step, m);
+      r0.next();
+      r1.next();
+      auto both = tokens(r0.x(), seq);
+      const auto second = tokens(r1.x(), seq);
+      both.insert(both.end(), second.begin(), second.end());
+      CHECK(both == x);
+      CHECK(tokens(r0.y(), seq) == std::vector<int32_t>(y.begin(), y.begin() + long(seq)));
+    }
+  }
+  CHECK(one.seed(0, 0) != one.seed(0, 1));
+  CHECK(r1.seed(0, 0) == Batches(exp, 0, 1, 1).seed(0, 1));  // the seed follows the sample
+  one.fetch_val(1, 0);
+  const auto v = tokens(one.x(), 2 * seq);
+  one.fetch_val(1, 0);
+  CHECK(tokens(one.x(), 2 * seq) == v);  // the same validation samples every time
+}
+
+TEST_CASE("evaluator: when it is due, and the mean validation loss over its batches") {
+  Experiment exp = small_experiment();
+  auto comm = make_local_communicator();
+  auto be = make_cpu_backend();
+  auto model = build_model(exp.model, *be, 4, DType::f32);
+  model->params().initialize(exp.seed);
+  Batches batches(exp, 0, 1, 4);
+  Evaluator ev(exp.train, 1, batches, *model, *comm, nullptr);
+  CHECK_FALSE(ev.due(3));
+  CHECK(ev.due(4));
+  CHECK(ev.due(10));  // the last step
+  const auto v = ev.run(4);
+  REQUIRE(v.has_value());
+  // By hand: the mean forward loss of validation batches 0 and 1.
+  double sum = 0;
+  for (int b = 0; b < 2; ++b) {
+    batches.fetch_val(b, 0);
+    model->set_batch(batches.x(), batches.y());
+    sum += model->forward(false, 0);
+  }
+  CHECK(*v == doctest::Approx(sum / 2).epsilon(1e-12));
+  CHECK(*v == doctest::Approx(std::log(16.0)).epsilon(0.1));  // an untrained model: ~ln(vocab)
+  exp.train.eval_steps = 0;
+  CHECK(std::isnan(*Evaluator(exp.train, 1, batches, *model, *comm, nullptr).run(4)));
 }

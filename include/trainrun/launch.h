@@ -17,6 +17,16 @@ struct RankEnv {
 };
 RankEnv detect_rank_env();
 
+// How often this job was relaunched: by trainrun's supervisor, which sets kRestartCountVar on
+// every rank (and has written the restart event into the metrics), or else by a Slurm requeue
+// (SLURM_RESTART_COUNT). Read here and nowhere else.
+inline constexpr const char* kRestartCountVar = "TRAINRUN_RESTART_COUNT";
+struct Restarts {
+  int count = 0;
+  bool by_supervisor = false;
+};
+Restarts detect_restarts();
+
 struct LaunchPlan {
   std::vector<std::string> argv;  // the full mpirun command
   std::vector<std::string> env;   // KEY=VALUE added to mpirun's environment

@@ -59,6 +59,9 @@ class ParamStore {
   // Rounds the master weights into the compute copy; a no-op unless dtype() is bf16.
   void refresh_compute();
   int64_t numel() const { return total_; }
+  // A hash of the master weights' bits: equal exactly when the weights are bit-identical (as every
+  // rank's must be after a step; the logs print it so a test or a person can check).
+  uint64_t checksum() const;
   // The activation and compute dtype the modules use.
   DType dtype() const { return dtype_; }
   // The dtype of the master weights, gradients and optimizer moments: f32 under bf16.

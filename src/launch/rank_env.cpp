@@ -64,6 +64,17 @@ bool in_slurm_job_step() {
 
 }  // namespace
 
+Restarts detect_restarts() {
+  Restarts r;
+  if (std::getenv(kRestartCountVar)) {
+    r.by_supervisor = true;
+    env_int(kRestartCountVar, &r.count);
+  } else {
+    env_int("SLURM_RESTART_COUNT", &r.count);
+  }
+  return r;
+}
+
 RankEnv detect_rank_env() {
   RankEnv e;
   // Open MPI's mpirun (also when run inside a Slurm allocation, whose SLURM_* variables the

@@ -54,10 +54,10 @@ LaunchPlan attempt_plan(const RunRequest& r, const Experiment& exp, const std::s
     plan.single_rank = true;
     if (auto wait = omp_wait_setting(exp)) plan.env.push_back(*wait);
   }
-  plan.env.push_back(fmt::format("TRAINRUN_RESTART_COUNT={}", attempt));
+  plan.env.push_back(fmt::format("{}={}", kRestartCountVar, attempt));
   // mpirun passes its own environment only to the ranks on this host: ranks elsewhere need
   // the count (one-shot fault injection, restart events) forwarded by name.
-  if (!plan.single_rank) plan.argv.insert(plan.argv.begin() + 1, {"-x", "TRAINRUN_RESTART_COUNT"});
+  if (!plan.single_rank) plan.argv.insert(plan.argv.begin() + 1, {"-x", kRestartCountVar});
   return plan;
 }
 

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "trainrun/rng.h"
 
@@ -158,6 +160,18 @@ void Arena::zero(size_t begin, size_t end) {
   be_.fill(
       Tensor(base_ + begin, DType::f32, be_.device(), {static_cast<int64_t>((end - begin) / 4)}),
       0.0);
+}
+
+uint64_t ParamStore::checksum() const {
+  std::vector<float> host(static_cast<size_t>(total_));
+  be_.copy(Tensor(host.data(), DType::f32, Device::cpu, {total_}), params());
+  uint64_t h = 0;
+  for (float f : host) {
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    h = hash_combine(h, bits);
+  }
+  return h;
 }
 
 }  // namespace trainrun

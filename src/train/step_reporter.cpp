@@ -13,7 +13,37 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "trainrun/flops.h"
+
 namespace trainrun {
+
+Throughput Throughput::of(const ModelConfig& model, Backend& be, int world,
+                          int64_t tokens_per_step) {
+  Throughput tp;
+  const GemmPeak peak = gemm_peak(be, 1024, default_gemm_peak_cache());
+  tp.peak_gflops = peak.gflops;
+  tp.peak_source = peak.source;
+  tp.flops_per_step = train_flops_per_token(model) * static_cast<double>(tokens_per_step);
+  tp.world = world;
+  tp.tokens_per_step = tokens_per_step;
+  return tp;
+}
+
+StepReporterConfig StepReporterConfig::of(const Experiment& exp, bool console, bool tty,
+                                          int64_t restarts) {
+  StepReporterConfig cfg;
+  cfg.run_dir = exp.run_dir;
+  cfg.total_steps = exp.train.steps;
+  cfg.log_every = exp.logging.every;
+  cfg.straggler_margin = exp.logging.straggler_margin;
+  cfg.console = console;
+  cfg.tty = tty;
+  cfg.run_name = exp.name;
+  cfg.restarts = restarts;
+  cfg.prometheus_port = exp.logging.prometheus_port;
+  cfg.prometheus_address = exp.logging.prometheus_address;
+  return cfg;
+}
 
 namespace {
 

@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "step_times.h"
+#include "trainrun/backend.h"
 #include "trainrun/comm.h"
+#include "trainrun/experiment.h"
 #include "trainrun/metrics.h"
 #include "trainrun/metrics_server.h"
 #include "trainrun/prometheus.h"
@@ -37,6 +39,9 @@ struct StepReporterConfig {
   int64_t restarts = 0;     // relaunches of this job so far
   int prometheus_port = 0;  // rank 0 serves /metrics on it; 0 = no endpoint
   std::string prometheus_address = "0.0.0.0";
+
+  // The settings of experiment `exp` for a rank that prints (`console`) onto a terminal or not.
+  static StepReporterConfig of(const Experiment& exp, bool console, bool tty, int64_t restarts);
 };
 
 // What MFU and tokens/s are measured against.
@@ -50,6 +55,9 @@ struct Throughput {
   double mfu(double seconds) const {
     return flops_per_step / seconds / (peak_gflops * 1e9 * world);
   }
+  // For `model` predicting `tokens_per_step` tokens per step over `world` ranks, each with
+  // `be`'s sgemm peak (measured once per machine and cached: gemm_peak).
+  static Throughput of(const ModelConfig& model, Backend& be, int world, int64_t tokens_per_step);
 };
 
 // One optimizer step as reported: its agreed loss and norm, and where its time went.

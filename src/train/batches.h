@@ -1,0 +1,54 @@
+// Batches: which samples this rank trains and evaluates on, and the loaders that read them.
+// Sample indices are global and follow from the step alone, which is what makes a resume exact
+// on any world size: micro-batch m of step s (0-based) on rank r starts at sample
+//   s * batch_size + m * micro * world + r * micro
+// and holds `micro` consecutive samples. The validation batches are the same samples every
+// evaluation, so evaluations are comparable across steps.
+//
+// Thread safety: the step loop's thread only (each loader prefetches on its own thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "trainrun/data.h"
+#include "trainrun/experiment.h"
+
+namespace trainrun {
+
+class Batches {
+ public:
+  // Opens both splits (DataError for bad data). `micro`: sequences per micro-batch on a rank.
+  Batches(const Experiment& exp, int rank, int world, int micro);
+  ~Batches();
+  Batches(const Batches&) = delete;
+  Batches& operator=(const Batches&) = delete;
+
+  // Starts loading micro-batch m of step `step` (0-based), for next() to return.
+  void prefetch(int64_t step, int m);
+  // Waits for the prefetched micro-batch and puts it in x(), y(); returns the seconds waited.
+  double next();
+  // Validation batch `batch`'s micro-batch m into x(), y(), synchronously.
+  void fetch_val(int64_t batch, int m);
+  // Inputs and targets of the current micro-batch: [micro, seq_len] each.
+  const int32_t* x() const { return x_.data(); }
+  const int32_t* y() const { return y_.data(); }
+  // The randomness (dropout) of micro-batch m of `step`: a function of its first sample only.
+  uint64_t seed(int64_t step, int m) const;
+
+  const TokenDataset& train() const { return *train_; }
+  const TokenDataset& val() const { return *val_; }
+
+ private:
+  int64_t first_sample(int64_t step, int m) const;
+
+  uint64_t run_seed_;
+  int64_t batch_size_;
+  int rank_, world_, micro_;
+  std::unique_ptr<TokenDataset> train_, val_;
+  std::unique_ptr<DataLoader> train_loader_, val_loader_;
+  std::vector<int32_t> x_, y_;
+};
+
+}  // namespace trainrun

@@ -1,0 +1,50 @@
+// Recovery: what a run does about its health. It owns the HealthMonitor (the pure judge) and
+// acts on its verdicts: a warning and a metrics event for a loss spike or a bad step (its update
+// skipped), and when bad steps go on, the way back, to the newest good checkpoint with a lower
+// learning rate (fault_tolerance.rollback_lr_factor), or giving up when there is none or the
+// rollbacks are used up (docs/fault-tolerance.md).
+//
+// Every rank feeds it the same agreed values and so takes the same way out. Thread safety: the
+// step loop's thread only. Borrows the reporter, which must outlive it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "health_monitor.h"
+#include "step_reporter.h"
+#include "trainrun/experiment.h"
+
+namespace trainrun {
+
+class Recovery {
+ public:
+  Recovery(const FaultToleranceConfig& cfg, StepReporter& reporter);
+
+  // Judges step `step` (numbered as its metrics row) by its agreed loss and gradient norm; a
+  // bad step counts into *bad_steps_total.
+  HealthMonitor::Action judge(int64_t step, double loss, double grad_norm,
+                              int64_t* bad_steps_total);
+  // Bad steps in a row: while non-zero no checkpoint is written.
+  int bad_in_row() const { return health_.bad_in_row(); }
+
+  // Where a roll_back verdict goes: `newest_good` (the newest checkpoint that verifies) and the
+  // learning-rate scale after it; nullopt, logged why, when the run must give up instead.
+  struct Rollback {
+    std::string file;
+    double lr_scale;
+  };
+  std::optional<Rollback> plan_rollback(const std::optional<std::string>& newest_good,
+                                        double lr_scale) const;
+  // The caller restored rb.file and is now at step `to` (from step `from`): counted, logged and
+  // recorded as an event (after the metrics were cut back to `to`).
+  void rolled_back(int64_t from, int64_t to, const Rollback& rb);
+
+ private:
+  FaultToleranceConfig cfg_;
+  HealthMonitor health_;
+  StepReporter& reporter_;
+};
+
+}  // namespace trainrun
