@@ -7,7 +7,8 @@ Each library in src/ is one concept; the order below is the order of the subdir(
 top-level meson.build, and a concept may use only those before it (and itself). A file's concept
 is its folder: src/<concept>/..., kernels/ (the CUDA half of backend), src/main.cpp (cli). A
 public header's concept is listed in PUBLIC; a private header (any .h beside the sources) may be
-included only from its own folder. tests/ and bench/ may include anything.
+included only from its own folder. tests/ and bench/ may include anything. It also refuses a
+bare std::mutex or std::condition_variable outside thread_annotations.h (see BARE_LOCK).
 """
 import argparse
 import pathlib
@@ -45,6 +46,11 @@ PUBLIC = {
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+# Shared state is guarded by the annotated Mutex/CondVar (trainrun/thread_annotations.h), which
+# Clang checks; a bare standard mutex would escape the check. The CPU-executed device
+# (kernels/sim/) is exempt: a test device with its own fiber scheduler.
+BARE_LOCK = re.compile(r'^[^/\n]*\bstd::(mutex|condition_variable|shared_mutex)\b', re.M)
+LOCK_HOME = pathlib.PurePath("include/trainrun/thread_annotations.h")
 SOURCES = ("*.h", "*.cpp", "*.cu", "*.cuh")
 
 
@@ -100,6 +106,11 @@ def check(root):
             problems.append(f"{rel}: folder is not a concept in ORDER of tests/check_layering.py")
             continue
         text = path.read_text(errors="replace")
+        if rel != LOCK_HOME and rel.parts[:2] != ("kernels", "sim"):
+            for m in BARE_LOCK.finditer(text):
+                line = text.count("\n", 0, m.start()) + 1
+                problems.append(f"{rel}:{line}: a bare std::{m.group(1)}: use Mutex/CondVar from "
+                                "trainrun/thread_annotations.h, so Clang checks what it guards")
         for m in INCLUDE.finditer(text):
             name = m.group(1)
             line = text.count("\n", 0, m.start()) + 1

@@ -8,13 +8,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "trainrun/thread_annotations.h"
 
 namespace trainrun {
 namespace {
@@ -76,22 +76,26 @@ void read_slabs(int fd, const std::vector<SlabRange>& ranges, size_t slab) {
   std::vector<char> ring(std::min(ring_users.size(), kRing) * slab);
   auto where = [&](const Piece& p) { return p.dest ? p.dest : ring.data() + p.ring_slot * slab; };
 
-  std::mutex mu;
-  std::condition_variable cv;
-  size_t arrived = 0, consumed = 0;  // pieces, under mu
-  bool cancel = false;
-  std::string error;
+  // What the reader thread and this one tell each other.
+  struct Progress {
+    Mutex mu;
+    CondVar cv;
+    size_t arrived GUARDED_BY(mu) = 0;   // pieces read
+    size_t consumed GUARDED_BY(mu) = 0;  // pieces handed to their callback
+    bool cancel GUARDED_BY(mu) = false;
+    std::string error GUARDED_BY(mu);
+  } progress;
 
   std::thread reader([&] {
+    Progress& pr = progress;
     off_t hinted_to = 0;  // the kernel was told about the file up to here
     for (size_t i = 0; i < pieces.size(); ++i) {
       const Piece& p = pieces[i];
       {
-        std::unique_lock lock(mu);
-        cv.wait(lock, [&] {
-          return cancel || p.waits_for < 0 || consumed > static_cast<size_t>(p.waits_for);
-        });
-        if (cancel) return;
+        MutexLock lock(pr.mu);
+        while (!pr.cancel && p.waits_for >= 0 && pr.consumed <= static_cast<size_t>(p.waits_for))
+          pr.cv.wait(pr.mu);
+        if (pr.cancel) return;
       }
       if (p.at + static_cast<off_t>(p.size) > hinted_to) {
         hinted_to = p.at + static_cast<off_t>(kAheadBytes);
@@ -100,44 +104,42 @@ void read_slabs(int fd, const std::vector<SlabRange>& ranges, size_t slab) {
       std::string why = pread_fully(fd, where(p), p.size, p.at);
       const bool failed = !why.empty();
       {
-        std::lock_guard lock(mu);
+        MutexLock lock(pr.mu);
         if (failed)
-          error = std::move(why);
+          pr.error = std::move(why);
         else
-          arrived = i + 1;
+          pr.arrived = i + 1;
       }
-      cv.notify_all();
+      pr.cv.notify_all();
       if (failed) return;
     }
   });
   // Stops and joins the reader however this function ends.
   struct Join {
     std::thread& t;
-    std::mutex& mu;
-    std::condition_variable& cv;
-    bool& cancel;
+    Progress& pr;
     ~Join() {
       {
-        std::lock_guard lock(mu);
-        cancel = true;
+        MutexLock lock(pr.mu);
+        pr.cancel = true;
       }
-      cv.notify_all();
+      pr.cv.notify_all();
       t.join();
     }
-  } join{reader, mu, cv, cancel};
+  } join{reader, progress};
 
   for (size_t i = 0; i < pieces.size(); ++i) {
     {
-      std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return arrived > i || !error.empty(); });
-      if (arrived <= i) throw SlabReadError(error);
+      MutexLock lock(progress.mu);
+      while (progress.arrived <= i && progress.error.empty()) progress.cv.wait(progress.mu);
+      if (progress.arrived <= i) throw SlabReadError(progress.error);
     }
     (*pieces[i].each)(where(pieces[i]), pieces[i].size);
     {
-      std::lock_guard lock(mu);
-      consumed = i + 1;
+      MutexLock lock(progress.mu);
+      progress.consumed = i + 1;
     }
-    cv.notify_all();
+    progress.cv.notify_all();
   }
 }
 

@@ -14,12 +14,12 @@
 #include <exception>
 #include <functional>
 #include <map>
-#include <mutex>
 #include <stdexcept>
 #include <thread>
 
 #include "trainrun/comm.h"
 #include "trainrun/errors.h"
+#include "trainrun/thread_annotations.h"
 
 namespace trainrun {
 namespace {
@@ -29,12 +29,12 @@ constexpr int kAbortGraceSeconds = 10;
 
 // MPI can be initialised once per process, so every communicator shares one reference count.
 // When someone else (a test harness, a library) initialised MPI first, finalising is theirs.
-std::mutex g_mpi_mutex;
-int g_mpi_refs = 0;
-bool g_mpi_ours = false;
+Mutex g_mpi_mutex;
+int g_mpi_refs GUARDED_BY(g_mpi_mutex) = 0;
+bool g_mpi_ours GUARDED_BY(g_mpi_mutex) = false;
 
 void mpi_acquire() {
-  std::lock_guard<std::mutex> lock(g_mpi_mutex);
+  MutexLock lock(g_mpi_mutex);
   if (g_mpi_refs == 0) {
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -65,7 +65,7 @@ void mpi_acquire() {
 }
 
 void mpi_release() {
-  std::lock_guard<std::mutex> lock(g_mpi_mutex);
+  MutexLock lock(g_mpi_mutex);
   if (--g_mpi_refs == 0 && g_mpi_ours) MPI_Finalize();
 }
 
@@ -275,7 +275,7 @@ class MpiCommunicator final : public Communicator {
   };
   const Layout& layout(int64_t n, const char* op) {
     mpi_count(n, op);
-    std::lock_guard<std::mutex> lock(layout_mutex_);
+    MutexLock lock(layout_mutex_);
     auto [it, inserted] = layouts_.try_emplace(n);
     if (inserted) {
       for (int r = 0; r < size_; ++r) {
@@ -297,8 +297,8 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   std::string host_;
-  std::mutex layout_mutex_;
-  std::map<int64_t, Layout> layouts_;
+  Mutex layout_mutex_;
+  std::map<int64_t, Layout> layouts_ GUARDED_BY(layout_mutex_);
 };
 
 }  // namespace

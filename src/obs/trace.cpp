@@ -14,11 +14,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <thread>
 #include <vector>
 
 #include "trainrun/errors.h"
+#include "trainrun/thread_annotations.h"
 
 namespace fs = std::filesystem;
 
@@ -76,17 +76,17 @@ struct Tracer::Impl {
   std::atomic<bool> on{false};
   std::atomic<int64_t> step{0};
   bool written = false;
-  std::mutex mu;
-  std::vector<Event> events;
-  std::map<std::thread::id, int> tids;  // 0: the thread that made the tracer; then 1, 2, ...
+  Mutex mu;  // the step loop's and the communication thread's spans
+  std::vector<Event> events GUARDED_BY(mu);
+  std::map<std::thread::id, int> tids GUARDED_BY(mu);  // 0: the tracer's maker; then 1, 2, ...
 
   void record(const char* name, const char* cat, double t0, double t1) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(mu);
     events.push_back(
         {name, cat, t0 * 1e6, (t1 - t0) * 1e6, tid_locked(), step.load(std::memory_order_relaxed)});
   }
 
-  int tid_locked() {
+  int tid_locked() REQUIRES(mu) {
     const auto id = std::this_thread::get_id();
     auto it = tids.find(id);
     if (it != tids.end()) return it->second;
@@ -95,7 +95,7 @@ struct Tracer::Impl {
     return t;
   }
 
-  void write() {
+  void write() REQUIRES(mu) {
     std::string out = "{\"traceEvents\":[\n";
     out += fmt::format(
         "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{0},\"tid\":0,"
@@ -136,7 +136,7 @@ struct Tracer::Impl {
 
   // Beside the timeline, the spans of category "op" (one per backend op, from the trainer's
   // op observer) summed per op name, per traced step: where a step's time goes, op by op.
-  void write_op_table() const {
+  void write_op_table() const REQUIRES(mu) {
     std::map<std::string, std::pair<int64_t, double>> per_op;  // calls, microseconds
     double step_us = 0, op_us = 0;
     int64_t steps = 0;
@@ -216,7 +216,7 @@ void Tracer::span(const char* name, const char* cat, double t0, double t1) {
 
 void Tracer::flush() {
   if (!impl_->enabled) return;
-  std::lock_guard<std::mutex> lock(impl_->mu);
+  MutexLock lock(impl_->mu);
   if (impl_->events.empty()) return;  // nothing traced: no empty file
   impl_->write();
 }

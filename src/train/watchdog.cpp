@@ -40,7 +40,7 @@ Watchdog::Watchdog(Communicator& comm, std::string run_dir, double timeout)
 
 Watchdog::~Watchdog() {
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    MutexLock lock(mu_);
     stop_ = true;
   }
   cv_.notify_all();
@@ -83,8 +83,10 @@ void Watchdog::write_heartbeat() {
 
 void Watchdog::loop() {
   double last_beat = 0;
-  std::unique_lock<std::mutex> lk(mu_);
-  while (!cv_.wait_for(lk, std::chrono::milliseconds(200), [this] { return stop_; })) {
+  MutexLock lock(mu_);
+  while (!stop_) {
+    cv_.wait_until(mu_, std::chrono::steady_clock::now() + std::chrono::milliseconds(200));
+    if (stop_) break;
     const double t = now();
     if (t - last_beat > 0.5) {
       write_heartbeat();

@@ -8,14 +8,13 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "step_phase.h"
 #include "trainrun/comm.h"
+#include "trainrun/thread_annotations.h"
 
 namespace trainrun {
 
@@ -44,9 +43,9 @@ class Watchdog {
   std::atomic<int64_t> step_{0};
   std::atomic<double> since_{0};
   std::atomic<double> step_ema_{0};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
+  Mutex mu_;
+  CondVar cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

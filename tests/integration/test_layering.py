@@ -69,3 +69,13 @@ def test_an_include_is_resolved_as_the_build_does(tmp_path):
     p = check(root)
     assert p.returncode == 1
     assert "kernels/attention.cu:1: \"shard.h\" resolves nowhere the build looks" in p.stdout
+
+
+def test_a_bare_std_mutex_fails(tmp_path):
+    root = copy_tree(tmp_path)
+    src = root / "src" / "train" / "watchdog.h"
+    src.write_text(src.read_text().replace("  Mutex mu_;", "  std::mutex mu_;"))
+    p = check(root)
+    assert p.returncode == 1
+    assert "src/train/watchdog.h" in p.stdout
+    assert "a bare std::mutex: use Mutex/CondVar" in p.stdout
