@@ -18,6 +18,7 @@ RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends \
       g++ meson ninja-build pkg-config libyaml-cpp-dev libcli11-dev libfmt-dev \
       libspdlog-dev libhdf5-dev hdf5-tools doctest-dev libopenmpi-dev openmpi-bin libdnnl-dev \
       libboost-dev \
+      nlohmann-json3-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Only what the build reads: a work tree's own build folders and runs stay out of the image.

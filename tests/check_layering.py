@@ -20,7 +20,7 @@ ORDER = ["core", "comm", "backend", "model", "optim", "config", "data", "checkpo
 
 # include/trainrun/<header> -> the concept that owns it. A new public header must be added here.
 PUBLIC = {
-    "bf16.h": "core", "clock.h": "core", "crc32c.h": "core", "dropout_mask.h": "core", "adamw_update.h": "core", "enum_names.h": "core",
+    "bf16.h": "core", "clock.h": "core", "crc32c.h": "core", "durable_file.h": "core", "dropout_mask.h": "core", "adamw_update.h": "core", "enum_names.h": "core",
     "errors.h": "core", "experiment.h": "core", "host_device.h": "core", "param_entry.h": "core",
     "rng.h": "core", "shard.h": "core", "state_buffer.h": "core", "tensor.h": "core", "thread_annotations.h": "core",
     "comm.h": "comm",

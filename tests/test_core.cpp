@@ -4,12 +4,17 @@
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <limits>
+#include <sstream>
 #include <stdexcept>
 
+#include "temp_dir.h"
 #include "trainrun/bf16.h"
 #include "trainrun/clock.h"
 #include "trainrun/dropout_mask.h"
+#include "trainrun/durable_file.h"
 #include "trainrun/shard.h"
 
 using namespace trainrun;
@@ -79,4 +84,34 @@ TEST_CASE("now() is a monotonic clock in seconds") {
   const double a = now(), b = now();
   CHECK(b >= a);
   CHECK(a > 0);
+}
+
+TEST_CASE("durable file: the whole text or the old file, and no temporary left behind") {
+  namespace fs = std::filesystem;
+  trainrun::testing::TempDir dir;
+  const std::string path = dir / "MANIFEST";
+  auto read = [](const std::string& p) {
+    std::ifstream f(p);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  };
+  write_file_durably(path, "one\n");
+  CHECK(read(path) == "one\n");
+  write_file_durably(path, "two, longer\n");  // replaces it whole
+  CHECK(read(path) == "two, longer\n");
+  CHECK(std::distance(fs::directory_iterator(dir.path), fs::directory_iterator{}) == 1);
+  CHECK_THROWS_WITH_AS(write_file_durably(dir / "no/such/folder/x", "t"),
+                       doctest::Contains("cannot create"), std::runtime_error);
+  CHECK_THROWS_WITH_AS(rename_durably(dir / "absent.tmp", path), doctest::Contains("rename to"),
+                       std::runtime_error);
+  CHECK(read(path) == "two, longer\n");
+  CHECK_THROWS_WITH_AS(fsync_path(dir / "absent", false), doctest::Contains("cannot open"),
+                       std::runtime_error);
+  // A folder where the file goes: the rename fails, and the temporary goes with it.
+  fs::create_directory(dir / "sub");
+  fs::create_directory(dir / "sub/full");
+  CHECK_THROWS_WITH_AS(write_file_durably(dir / "sub/full", "t"), doctest::Contains("rename to"),
+                       std::runtime_error);
+  CHECK(std::distance(fs::directory_iterator(dir / "sub"), fs::directory_iterator{}) == 1);
 }

@@ -270,18 +270,21 @@ TEST_CASE("json: values, escapes and errors") {
   const Json j = parse_json(
       R"({"a": [1, -2.5e3, true, false, null], "s": "x\"\\\/\n\u00e9\ud83d\ude00", "o": {}})",
       "t.json");
-  REQUIRE(j.get("a"));
-  CHECK(j.get("a")->items.size() == 5);
-  CHECK(j.get("a")->items[1].number == -2500);
-  CHECK(j.get("a")->items[2].boolean);
-  CHECK(j.get("a")->items[4].is_null());
-  CHECK(j.get("s")->str == "x\"\\/\né😀");
-  CHECK(j.get("missing") == nullptr);
+  REQUIRE(member(j, "a"));
+  CHECK(member(j, "a")->size() == 5);
+  CHECK((*member(j, "a"))[1].get<double>() == -2500);
+  CHECK((*member(j, "a"))[2].get<bool>());
+  CHECK((*member(j, "a"))[4].is_null());
+  CHECK(member(j, "s")->get<std::string>() == "x\"\\/\né😀");
+  CHECK(member(j, "missing") == nullptr);
+  CHECK(member(*member(j, "a"), "x") == nullptr);  // not an object
   CHECK(json_literal("a\"b\\\n\x01") == "\"a\\\"b\\\\\\n\\u0001\"");
   CHECK_THROWS_AS(parse_json("{\"a\": }", "t"), DataError);
   CHECK_THROWS_AS(parse_json("[1, 2", "t"), DataError);
   CHECK_THROWS_AS(parse_json("\"\\ud800\"", "t"), DataError);
-  CHECK_THROWS_WITH_AS(parse_json("{\n\n x}", "t.json"), doctest::Contains("t.json"), DataError);
+  CHECK_THROWS_WITH_AS(parse_json("{\n\n x}", "t.json"),
+                       doctest::Contains("t.json: not valid JSON at line 3"), DataError);
+  CHECK(json_literal("caf\xc3\xa9 \xff") == "\"café \xef\xbf\xbd\"");  // not UTF-8: U+FFFD
 }
 
 TEST_CASE("sha256: FIPS 180-4 test vectors") {
@@ -426,10 +429,10 @@ TEST_CASE("prepare: streamed, parallel shards hold the ids of each file encoded 
 
   const std::string manifest = slurp(dir / "out/manifest.json");
   const Json m = parse_json(manifest, "manifest.json");
-  CHECK(m.get("tokenizer")->get("sha256")->str == sha256_hex(slurp(dir / "tok.json")));
-  CHECK(m.get("tokenizer")->get("vocab_size")->number == 320);
-  CHECK(m.get("inputs")->items.size() == 2);
-  CHECK(m.get("inputs")->items[1].get("tokens")->number == static_cast<double>(wb.size()));
+  CHECK(m["tokenizer"]["sha256"] == sha256_hex(slurp(dir / "tok.json")));
+  CHECK(m["tokenizer"]["vocab_size"] == 320);
+  CHECK(m["inputs"].size() == 2);
+  CHECK(m["inputs"][1]["tokens"] == wb.size());
   CHECK(slurp(dir / "out/tokenizer.json") == slurp(dir / "tok.json"));
 
   // The run's tokenizer is found beside its shards, and must be the one the manifest names.

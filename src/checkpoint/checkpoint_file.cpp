@@ -28,6 +28,7 @@
 #include "reserved_file.h"
 #include "sharded_checkpoint.h"
 #include "trainrun/checkpoint.h"
+#include "trainrun/durable_file.h"
 #include "trainrun/errors.h"
 #include "trainrun/h5_handle.h"
 

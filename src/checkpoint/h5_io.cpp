@@ -248,15 +248,6 @@ uint64_t stored_bytes(const std::vector<hsize_t>& dims, size_t elem_size) {
   return chunks * (per_chunk + 4 + (per_chunk + 4 >= kAlignThreshold ? kAlignment : 0));
 }
 
-void fsync_path(const std::string& path, bool directory) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
-  if (fd < 0) throw H5Failure(fmt::format("cannot open {} to sync it: {}", path, strerror(errno)));
-  int rc = ::fsync(fd);
-  int err = errno;
-  ::close(fd);
-  if (rc != 0) throw H5Failure(fmt::format("fsync {} failed: {}", path, strerror(err)));
-}
-
 std::vector<int64_t> dataset_shape(hid_t ds) {
   Handle space = space_h(H5Dget_space(ds), "get dataspace");
   int rank = check(H5Sget_simple_extent_ndims(space), "get rank");
@@ -432,13 +423,6 @@ void read_floats_contiguous(hid_t parent, const std::vector<FloatsRead>& reads) 
       if (r.each) r.each(into, count);
     });
   }
-}
-
-void rename_durably(const std::string& tmp, const std::string& path) {
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    throw H5Failure(fmt::format("rename to {} failed: {}", path, strerror(errno)));
-  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  fsync_path(dir.empty() ? "." : dir.string(), true);
 }
 
 }  // namespace trainrun::ckpt_io

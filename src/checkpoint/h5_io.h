@@ -92,8 +92,4 @@ void set_write_access(hid_t fapl);
 // An empty checkpoint file built in memory, for create_reserved_file.
 const std::vector<char>& empty_file_image();  // built once per process
 
-void fsync_path(const std::string& path, bool directory);
-// Renames `tmp` to `path` and makes the rename durable (fsync of the folder).
-void rename_durably(const std::string& tmp, const std::string& path);
-
 }  // namespace trainrun::ckpt_io

@@ -26,6 +26,7 @@
 #include "non_finite.h"
 #include "reserved_file.h"
 #include "trainrun/crc32c.h"
+#include "trainrun/durable_file.h"
 #include "trainrun/errors.h"
 
 #ifndef TRAINRUN_VERSION
@@ -391,35 +392,7 @@ CheckpointData load(const std::string& dir, bool keep, std::optional<Shard> mome
 }
 
 void write_manifest(const std::string& dir, const std::string& text) {
-  const std::string path = (fs::path(dir) / kManifestName).string();
-  const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw H5Failure(fmt::format("cannot create {}: {}", tmp, strerror(errno)));
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t w = ::write(fd, text.data() + done, text.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw H5Failure(fmt::format("cannot write {}: {}", tmp, strerror(err)));
-    }
-    done += static_cast<size_t>(w);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  const int err = errno;
-  ::close(fd);
-  if (!synced) {
-    ::unlink(tmp.c_str());
-    throw H5Failure(fmt::format("fsync {} failed: {}", tmp, strerror(err)));
-  }
-  try {
-    rename_durably(tmp, path);
-  } catch (...) {
-    ::unlink(tmp.c_str());
-    throw;
-  }
+  write_file_durably((fs::path(dir) / kManifestName).string(), text);
 }
 
 }  // namespace

@@ -1,34 +1,28 @@
-// A small JSON reader and string quoting, for tokenizer.json and the shard manifest (the data
-// concept links no JSON library). The reader builds a tree; it throws DataError naming the file
-// and the line of the first error.
+// JSON for tokenizer.json and the shard manifest, through nlohmann::json (Debian's
+// nlohmann-json3-dev), the project's one JSON library. Objects keep their file order
+// (ordered_json): a tokenizer's vocabulary is read, and written, in the order of its ids.
 #pragma once
 
-#include <cstdint>
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <string_view>
-#include <utility>
-#include <vector>
 
 namespace trainrun {
 
-struct Json {
-  enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject };
-  Kind kind = Kind::kNull;
-  bool boolean = false;
-  double number = 0;
-  std::string str;                                  // kString: UTF-8
-  std::vector<Json> items;                          // kArray
-  std::vector<std::pair<std::string, Json>> props;  // kObject, in file order
+using Json = nlohmann::ordered_json;
 
-  // The member `key` of an object, or nullptr (also when this is not an object).
-  const Json* get(std::string_view key) const;
-  bool is_null() const { return kind == Kind::kNull; }
-};
-
-// Parses text; `what` names it in errors ("tokenizer.json").
+// Parses text; throws DataError naming `what` ("tokenizer.json") and the line of the first error.
 Json parse_json(std::string_view text, const std::string& what);
 
-// s as a JSON string literal, quotes included; bytes >= 0x80 pass through (UTF-8).
+// The member `key` of an object, or nullptr (also when `obj` is not an object).
+inline const Json* member(const Json& obj, std::string_view key) {
+  if (!obj.is_object()) return nullptr;
+  const auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+
+// s as a JSON string literal, quotes included; bytes that are not UTF-8 become U+FFFD.
 std::string json_literal(std::string_view s);
 
 }  // namespace trainrun

@@ -21,12 +21,11 @@ namespace fs = std::filesystem;
 namespace {
 
 uint64_t as_u64(const Json* v) {
-  return v && v->kind == Json::Kind::kNumber && v->number >= 0 ? static_cast<uint64_t>(v->number)
-                                                               : 0;
+  return v && v->is_number() && v->get<double>() >= 0 ? v->get<uint64_t>() : 0;
 }
 
 std::string as_str(const Json* v) {
-  return v && v->kind == Json::Kind::kString ? v->str : std::string();
+  return v && v->is_string() ? v->get<std::string>() : "";
 }
 
 // data.tokenizer as read once: what the manifest's hash is compared with, and the tokenizer.
@@ -99,27 +98,27 @@ std::optional<ShardManifest> read_manifest(const std::string& dir) {
   const std::string text = read_whole_file(path.string());
   if (text.find(kManifestFormat) == std::string::npos) return std::nullopt;
   const Json j = parse_json(text, path.string());
-  if (as_str(j.get("format")) != kManifestFormat) return std::nullopt;
-  const Json* tok = j.get("tokenizer");
-  if (!tok || tok->kind != Json::Kind::kObject || as_u64(tok->get("vocab_size")) == 0)
+  if (as_str(member(j, "format")) != kManifestFormat) return std::nullopt;
+  const Json* tok = member(j, "tokenizer");
+  if (!tok || !tok->is_object() || as_u64(member(*tok, "vocab_size")) == 0)
     throw DataError(fmt::format(
         "{}: not a trainrun shard manifest (no tokenizer.vocab_size); re-create the shards with "
         "`trainrun data prepare --tokenizer`",
         path.string()));
   ShardManifest m;
   m.dir = dir;
-  m.tokenizer_file = as_str(tok->get("file"));
-  m.tokenizer_sha256 = as_str(tok->get("sha256"));
-  m.tokenizer_source = as_str(tok->get("source"));
-  m.vocab_size = static_cast<int>(as_u64(tok->get("vocab_size")));
-  m.dtype = static_cast<int>(as_u64(j.get("dtype")));
-  if (const Json* inputs = j.get("inputs"))
-    for (const Json& in : inputs->items)
+  m.tokenizer_file = as_str(member(*tok, "file"));
+  m.tokenizer_sha256 = as_str(member(*tok, "sha256"));
+  m.tokenizer_source = as_str(member(*tok, "source"));
+  m.vocab_size = static_cast<int>(as_u64(member(*tok, "vocab_size")));
+  m.dtype = static_cast<int>(as_u64(member(j, "dtype")));
+  if (const Json* inputs = member(j, "inputs"); inputs && inputs->is_array())
+    for (const Json& in : *inputs)
       m.inputs.push_back(
-          {as_str(in.get("path")), as_u64(in.get("bytes")), as_u64(in.get("tokens"))});
-  if (const Json* splits = j.get("splits")) {
-    if (const Json* t = splits->get("train")) m.train_tokens = as_u64(t->get("tokens"));
-    if (const Json* v = splits->get("val")) m.val_tokens = as_u64(v->get("tokens"));
+          {as_str(member(in, "path")), as_u64(member(in, "bytes")), as_u64(member(in, "tokens"))});
+  if (const Json* splits = member(j, "splits")) {
+    if (const Json* t = member(*splits, "train")) m.train_tokens = as_u64(member(*t, "tokens"));
+    if (const Json* v = member(*splits, "val")) m.val_tokens = as_u64(member(*v, "tokens"));
   }
   return m;
 }

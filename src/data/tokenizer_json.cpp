@@ -30,8 +30,6 @@ namespace trainrun {
 
 namespace {
 
-using Kind = Json::Kind;
-
 class Reader {
  public:
   explicit Reader(const std::string& what) : what_(what) {}
@@ -47,67 +45,66 @@ class Reader {
     throw DataError(fmt::format("{}: {}", what_, msg));
   }
   bool flag(const Json& obj, const char* key, bool dflt) const {
-    const Json* v = obj.get(key);
+    const Json* v = member(obj, key);
     if (!v || v->is_null()) return dflt;
-    if (v->kind != Kind::kBool) bad(fmt::format("'{}' is not true or false", key));
-    return v->boolean;
+    if (!v->is_boolean()) bad(fmt::format("'{}' is not true or false", key));
+    return v->get<bool>();
   }
   std::string type_of(const Json* v) const {
-    if (!v || v->kind != Kind::kObject) return "";
-    const Json* t = v->get("type");
-    return t && t->kind == Kind::kString ? t->str : "";
+    const Json* t = v ? member(*v, "type") : nullptr;
+    return t && t->is_string() ? t->get<std::string>() : "";
   }
   // Ids are bounded: the vocabulary table is sized by the largest one, so one absurd id in a
   // small file would otherwise allocate gigabytes.
   static constexpr double kMaxIds = 1 << 24;  // 16,777,216: far past any real vocabulary
   int32_t id(const Json& v, const std::string& of) const {
-    if (v.kind != Kind::kNumber || v.number != std::floor(v.number))
-      bad(fmt::format("the id of {} is not an integer", of));
-    if (v.number < 0 || v.number >= kMaxIds)
+    const double n = v.is_number() ? v.get<double>() : NAN;
+    if (n != std::floor(n)) bad(fmt::format("the id of {} is not an integer", of));
+    if (n < 0 || n >= kMaxIds)
       bad(fmt::format("the id of {} is {:.0f}, outside [0, {:.0f}): no vocabulary is that large",
-                      of, v.number, kMaxIds));
-    return static_cast<int32_t>(v.number);
+                      of, n, kMaxIds));
+    return static_cast<int32_t>(n);
   }
 
   void read_pipeline(const Json& root, BpeModel& m) const {
-    if (const Json* n = root.get("normalizer"); n && !n->is_null())
+    if (const Json* n = member(root, "normalizer"); n && !n->is_null())
       unsupported(fmt::format("the normalizer '{}' is not supported", type_of(n)));
-    const Json* pre = root.get("pre_tokenizer");
+    const Json* pre = member(root, "pre_tokenizer");
     if (type_of(pre) != "ByteLevel")
       unsupported(fmt::format("the pre_tokenizer is '{}', not ByteLevel",
                               pre && !pre->is_null() ? type_of(pre) : "null"));
     if (!flag(*pre, "use_regex", true))
       unsupported("the ByteLevel pre_tokenizer has use_regex: false (no GPT-2 split)");
     m.add_prefix_space = flag(*pre, "add_prefix_space", true);
-    const Json* dec = root.get("decoder");
+    const Json* dec = member(root, "decoder");
     if (dec && !dec->is_null() && type_of(dec) != "ByteLevel")
       unsupported(fmt::format("the decoder is '{}', not ByteLevel", type_of(dec)));
   }
 
   void read_model(const Json& model, BpeModel& m) const {
-    if (model.kind != Kind::kObject) bad("no \"model\" object");
+    if (!model.is_object()) bad("no \"model\" object");
     if (const std::string t = type_of(&model); !t.empty() && t != "BPE")
       unsupported(fmt::format("the model is '{}', not BPE", t));
-    if (const Json* d = model.get("dropout"); d && !d->is_null())
+    if (const Json* d = member(model, "dropout"); d && !d->is_null())
       unsupported("BPE dropout is not supported");
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
-      if (const Json* v = model.get(key); v && !v->is_null() && !v->str.empty())
+      if (const Json* v = member(model, key); v && !v->is_null() && *v != "")
         unsupported(fmt::format("'{}' is not supported", key));
     if (flag(model, "byte_fallback", false)) unsupported("byte_fallback is not supported");
     m.ignore_merges = flag(model, "ignore_merges", false);
-    const Json* vocab = model.get("vocab");
-    if (!vocab || vocab->kind != Kind::kObject) bad("the model has no \"vocab\" object");
+    const Json* vocab = member(model, "vocab");
+    if (!vocab || !vocab->is_object()) bad("the model has no \"vocab\" object");
     // A vocabulary's ids are dense (0 .. n-1); a few holes are tolerated, a sparse one would make
     // the table far larger than the file.
-    const size_t max_ids = 4 * vocab->props.size() + 1024;
+    const size_t max_ids = 4 * vocab->size() + 1024;
     std::unordered_map<int32_t, const std::string*> owner;
-    for (const auto& [text, idv] : vocab->props) {
+    for (const auto& [text, idv] : vocab->items()) {
       const int32_t i = id(idv, fmt::format("token '{}'", text));
       if (static_cast<size_t>(i) >= max_ids)
         bad(
             fmt::format("the id of token '{}' is {}, but the vocabulary has only {} tokens: ids "
                         "must run from 0 without large gaps",
-                        text, i, vocab->props.size()));
+                        text, i, vocab->size()));
       if (const auto [it, fresh] = owner.emplace(i, &text); !fresh)
         bad(fmt::format("the tokens '{}' and '{}' share the id {}: each id names one token",
                         *it->second, text, i));
@@ -116,27 +113,26 @@ class Reader {
         unsupported(fmt::format("the token '{}' (id {}) is not byte-level text", text, i));
     }
     std::unordered_map<std::string, int32_t> ids;  // byte-level text -> id
-    for (const auto& [text, idv] : vocab->props)
-      ids.emplace(text, static_cast<int32_t>(idv.number));
-    const Json* merges = model.get("merges");
-    if (!merges || merges->kind != Kind::kArray) bad("the model has no \"merges\" array");
-    for (const Json& mg : merges->items) m.merges.push_back(merge(mg, ids));
+    for (const auto& [text, idv] : vocab->items()) ids.emplace(text, idv.get<int32_t>());
+    const Json* merges = member(model, "merges");
+    if (!merges || !merges->is_array()) bad("the model has no \"merges\" array");
+    for (const Json& mg : *merges) m.merges.push_back(merge(mg, ids));
   }
 
   // "a b" (the older format) or ["a", "b"].
   std::pair<int32_t, int32_t> merge(const Json& mg,
                                     const std::unordered_map<std::string, int32_t>& ids) const {
     std::string a, b;
-    if (mg.kind == Kind::kString) {
-      const size_t sp = mg.str.find(' ');
-      if (sp == std::string::npos || mg.str.find(' ', sp + 1) != std::string::npos)
-        bad(fmt::format("the merge '{}' is not two tokens separated by one space", mg.str));
-      a = mg.str.substr(0, sp);
-      b = mg.str.substr(sp + 1);
-    } else if (mg.kind == Kind::kArray && mg.items.size() == 2 &&
-               mg.items[0].kind == Kind::kString && mg.items[1].kind == Kind::kString) {
-      a = mg.items[0].str;
-      b = mg.items[1].str;
+    if (mg.is_string()) {
+      const std::string& text = mg.get_ref<const std::string&>();
+      const size_t sp = text.find(' ');
+      if (sp == std::string::npos || text.find(' ', sp + 1) != std::string::npos)
+        bad(fmt::format("the merge '{}' is not two tokens separated by one space", text));
+      a = text.substr(0, sp);
+      b = text.substr(sp + 1);
+    } else if (mg.is_array() && mg.size() == 2 && mg[0].is_string() && mg[1].is_string()) {
+      a = mg[0].get<std::string>();
+      b = mg[1].get<std::string>();
     } else {
       bad("a merge is neither \"a b\" nor [\"a\", \"b\"]");
     }
@@ -152,21 +148,20 @@ class Reader {
 
   // After read_model: `vocab` is the model's (checked) vocab object.
   void read_added(const Json& root, const Json& vocab, BpeModel& m) const {
-    const Json* added = root.get("added_tokens");
+    const Json* added = member(root, "added_tokens");
     if (!added || added->is_null()) return;
-    if (added->kind != Kind::kArray) bad("\"added_tokens\" is not an array");
-    for (const Json& t : added->items) {
-      const Json* content = t.get("content");
-      if (!content || content->kind != Kind::kString || content->str.empty())
-        bad("an added token has no content");
+    if (!added->is_array()) bad("\"added_tokens\" is not an array");
+    for (const Json& t : *added) {
+      const Json* cv = member(t, "content");
+      if (!cv || !cv->is_string() || *cv == "") bad("an added token has no content");
+      const std::string& content = cv->get_ref<const std::string&>();
       for (const char* key : {"single_word", "lstrip", "rstrip"})
         if (flag(t, key, false))
-          unsupported(fmt::format("the added token '{}' sets {}", content->str, key));
-      const Json* idv = t.get("id");
-      if (!idv) bad(fmt::format("the added token '{}' has no id", content->str));
-      id(*idv, content->str);  // checked, but tokenizers assigns the id itself:
-      m.added.push_back(
-          {assigned_id(content->str, vocab, m.added), content->str, flag(t, "special", false)});
+          unsupported(fmt::format("the added token '{}' sets {}", content, key));
+      const Json* idv = member(t, "id");
+      if (!idv) bad(fmt::format("the added token '{}' has no id", content));
+      id(*idv, content);  // checked, but tokenizers assigns the id itself:
+      m.added.push_back({assigned_id(content, vocab, m.added), content, flag(t, "special", false)});
     }
   }
 
@@ -180,8 +175,8 @@ class Reader {
                              const std::vector<AddedToken>& before) {
     for (const AddedToken& t : before)
       if (t.content == content) return t.id;
-    if (const Json* in_vocab = vocab.get(content)) return static_cast<int32_t>(in_vocab->number);
-    const auto vocab_size = static_cast<int32_t>(vocab.props.size());
+    if (const Json* in_vocab = member(vocab, content)) return in_vocab->get<int32_t>();
+    const auto vocab_size = static_cast<int32_t>(vocab.size());
     int32_t next = vocab_size;
     for (const AddedToken& t : before)
       if (t.id >= vocab_size) next = std::max(next, t.id + 1);
@@ -199,13 +194,13 @@ Tokenizer::Tokenizer(std::shared_ptr<const BpeModel> model) : m_(std::move(model
 Tokenizer Tokenizer::parse(std::string_view text, const std::string& what) {
   const Json root = parse_json(text, what);
   const Reader r(what);
-  if (root.kind != Kind::kObject) r.bad("not a tokenizer.json object");
+  if (!root.is_object()) r.bad("not a tokenizer.json object");
   auto m = std::make_shared<BpeModel>();
   r.read_pipeline(root, *m);
-  const Json* model = root.get("model");
+  const Json* model = member(root, "model");
   if (!model) r.bad("no \"model\"");
   r.read_model(*model, *m);
-  r.read_added(root, *model->get("vocab"), *m);
+  r.read_added(root, *member(*model, "vocab"), *m);
   m->index(what);
   return Tokenizer(std::move(m));
 }

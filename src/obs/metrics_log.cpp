@@ -16,7 +16,6 @@
 #include <map>
 #include <sstream>
 
-#include "metrics_json.h"
 #include "trainrun/errors.h"
 #include "trainrun/experiment.h"
 #include "trainrun/h5_handle.h"

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "trainrun/errors.h"
+#include "trainrun/metrics.h"
 #include "trainrun/thread_annotations.h"
 
 namespace fs = std::filesystem;
@@ -52,18 +53,6 @@ void parse_window(const std::string& s, int64_t* a, int64_t* b) {
   if (!number(sv.substr(0, colon), a) || !number(sv.substr(colon + 1), b))
     throw bad("A and B must be whole numbers");
   if (*a >= *b) throw bad("A must be smaller than B");
-}
-
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20)
-      out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-    else
-      out += c;
-  }
-  return out;
 }
 
 }  // namespace
@@ -113,9 +102,9 @@ struct Tracer::Impl {
                    : fmt::format("thread {}", t));
     for (const Event& e : events)
       out += fmt::format(
-          ",\n{{\"name\":\"{}\",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{:.3f},\"dur\":{:.3f},"
+          ",\n{{\"name\":{},\"cat\":{},\"ph\":\"X\",\"ts\":{:.3f},\"dur\":{:.3f},"
           "\"pid\":{},\"tid\":{},\"args\":{{\"step\":{}}}}}",
-          escape(e.name), escape(e.cat), e.ts, e.dur, rank, e.tid, e.step);
+          json_quote(e.name), json_quote(e.cat), e.ts, e.dur, rank, e.tid, e.step);
     out += "\n],\"displayTimeUnit\":\"ms\"}\n";
     fs::create_directories(fs::path(path).parent_path());
     replace_file(path, out);

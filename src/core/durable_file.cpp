@@ -1,0 +1,62 @@
+#include "trainrun/durable_file.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+namespace trainrun {
+
+void fsync_path(const std::string& path, bool directory) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
+  if (fd < 0)
+    throw std::runtime_error(fmt::format("cannot open {} to sync it: {}", path, strerror(errno)));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) throw std::runtime_error(fmt::format("fsync {} failed: {}", path, strerror(err)));
+}
+
+void rename_durably(const std::string& tmp, const std::string& path) {
+  if (::rename(tmp.c_str(), path.c_str()) != 0)
+    throw std::runtime_error(fmt::format("rename to {} failed: {}", path, strerror(errno)));
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  fsync_path(dir.empty() ? "." : dir.string(), true);
+}
+
+void write_file_durably(const std::string& path, const std::string& text) {
+  const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error(fmt::format("cannot create {}: {}", tmp, strerror(errno)));
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int err = w < 0 ? errno : ENOSPC;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw std::runtime_error(fmt::format("cannot write {}: {}", tmp, strerror(err)));
+    }
+    done += static_cast<size_t>(w);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!synced) {
+    ::unlink(tmp.c_str());
+    throw std::runtime_error(fmt::format("fsync {} failed: {}", tmp, strerror(err)));
+  }
+  try {
+    rename_durably(tmp, path);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+}
+
+}  // namespace trainrun
