@@ -16,7 +16,7 @@
 #include <memory>
 #include <vector>
 
-#include "trainrun/comm.h"
+#include "trainrun/comm/comm.h"
 
 using namespace trainrun;
 

@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "trainrun/checkpoint.h"
+#include "trainrun/checkpoint/checkpoint.h"
 
 using namespace trainrun;
 namespace fs = std::filesystem;

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <vector>
 
-#include "trainrun/backend.h"
+#include "trainrun/backend/backend.h"
 
 using namespace trainrun;
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <thread>
 
-#include "trainrun/metrics_server.h"
+#include "trainrun/obs/metrics_server.h"
 
 using namespace trainrun;
 using Clock = std::chrono::steady_clock;

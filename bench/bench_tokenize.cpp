@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "../src/data/pretokenize.h"
-#include "trainrun/tokenizer.h"
+#include "trainrun/data/tokenizer.h"
 
 namespace {
 

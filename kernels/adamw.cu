@@ -1,5 +1,5 @@
 // Fused AdamW over a contiguous range of the flat fp32 buffers, one grid-stride pass
-// (memory-bound: 4 reads, 3 writes per element), applying trainrun/adamw_update.h's element
+// (memory-bound: 4 reads, 3 writes per element), applying trainrun/core/adamw_update.h's element
 // update: the very definition the CPU reference (src/backend/cpu/adamw.cpp) runs.
 #include "common.cuh"
 #include "launch.h"

@@ -1,10 +1,10 @@
 // Causal grouped-query self-attention, flash-attention-2 style, fp32 arithmetic on CUDA cores.
 // Simple and checkable first: no tensor cores, no T x T matrix anywhere in global memory.
 //
-// Layout (as include/trainrun/backend.h): qkv [B,T,W], W = (NH + 2*NKV)*hd = (q | k | v); q head
-// h at columns h*hd .. (h+1)*hd, k head g at NH*hd + g*hd, v head g at (NH+NKV)*hd + g*hd; q head
-// h reads kv head g = h / (NH/NKV) (NKV = NH: multi-head, W = 3C). out [B,T,C], C = NH*hd;
-// lse [B,NH,T] = logsumexp_j(q.k_j * scale), scale = 1/sqrt(hd).
+// Layout (as include/trainrun/backend/backend.h): qkv [B,T,W], W = (NH + 2*NKV)*hd = (q | k | v); q
+// head h at columns h*hd .. (h+1)*hd, k head g at NH*hd + g*hd, v head g at (NH+NKV)*hd + g*hd; q
+// head h reads kv head g = h / (NH/NKV) (NKV = NH: multi-head, W = 3C). out [B,T,C], C = NH*hd; lse
+// [B,NH,T] = logsumexp_j(q.k_j * scale), scale = 1/sqrt(hd).
 //
 // Tiling: a block owns one (b, h) and a tile of kTile = 32 rows (queries forward and for dQ, keys
 // for dK/dV); each of its 8 warps owns 4 of those rows. The other side (keys, or queries) streams

@@ -15,8 +15,8 @@
 #include <cstdint>
 #include <string>
 
-#include "trainrun/errors.h"
-#include "trainrun/tensor.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/core/tensor.h"
 
 // TRAINRUN_LAUNCH(grid, block, dynamic shared bytes, kernel)(arguments...): kernel<<<...>>>.
 // The kernel comes last because its template arguments may hold commas.

@@ -25,8 +25,8 @@
 #include "launch.h"
 #include "matmul.h"
 #include "plugin_api.h"
-#include "trainrun/backend.h"
-#include "trainrun/errors.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/core/errors.h"
 
 namespace trainrun::cuda {
 namespace {

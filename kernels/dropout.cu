@@ -1,11 +1,11 @@
-// Inverted dropout over the mask of trainrun/dropout_mask.h, the same header the CPU reference
+// Inverted dropout over the mask of trainrun/core/dropout_mask.h, the same header the CPU reference
 // (src/backend/cpu/dropout.cpp) uses, so both devices drop bit-identical elements: a run can move
 // between devices and a resume redraws the same masks; the backward recomputes the mask instead
 // of storing it. The key, threshold and 1/(1-p) are computed on the host exactly as the CPU does.
 // p == 0 keeps everything with scale 1 (an exact copy).
 #include "common.cuh"
 #include "launch.h"
-#include "trainrun/dropout_mask.h"
+#include "trainrun/core/dropout_mask.h"
 
 namespace trainrun::cuda {
 namespace {

@@ -9,8 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "trainrun/adamw_update.h"
-#include "trainrun/tensor.h"
+#include "trainrun/core/adamw_update.h"
+#include "trainrun/core/tensor.h"
 
 namespace trainrun::cuda {
 
@@ -99,7 +99,7 @@ void cross_entropy_backward(DType dt, DType st, void* dlogits, const void* logit
 size_t reduce_scratch_bytes();
 double sum(DType dt, const void* x, int64_t n, bool squares, void* scratch);
 
-// adamw.cu (f32 only): trainrun/adamw_update.h's element update over [0, n)
+// adamw.cu (f32 only): trainrun/core/adamw_update.h's element update over [0, n)
 void adamw(float* param, const float* grad, float* m, float* v, int64_t n,
            const AdamWStep<float>& s);
 

@@ -23,7 +23,7 @@
 #include <string>
 
 #include "launch.h"
-#include "trainrun/errors.h"
+#include "trainrun/core/errors.h"
 
 namespace trainrun::cuda {
 namespace {

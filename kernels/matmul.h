@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "trainrun/tensor.h"
+#include "trainrun/core/tensor.h"
 
 namespace trainrun::cuda {
 

@@ -9,10 +9,10 @@
 // event. Blocking calls are the i* calls followed by wait().
 //
 // Uneven shards: reduce_scatter_sum and all_gather use the ranges [r*n/w, (r+1)*n/w) of
-// trainrun/shard.h, the formula every other communicator uses. When w divides n they are single
-// in-place ncclReduceScatter / ncclAllGather calls; otherwise they are a group of one ncclReduce
-// (resp. ncclBroadcast) per rank, each rooted at the rank that owns the range: same bytes on the
-// wire up to the ring's efficiency, no padding copy.
+// trainrun/core/shard.h, the formula every other communicator uses. When w divides n they are
+// single in-place ncclReduceScatter / ncclAllGather calls; otherwise they are a group of one
+// ncclReduce (resp. ncclBroadcast) per rank, each rooted at the rank that owns the range: same
+// bytes on the wire up to the ring's efficiency, no padding copy.
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <unistd.h>
@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "plugin_api.h"
-#include "trainrun/comm.h"
-#include "trainrun/errors.h"
-#include "trainrun/shard.h"
+#include "trainrun/comm/comm.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/core/shard.h"
 
 namespace trainrun::cuda {
 namespace {

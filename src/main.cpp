@@ -1,6 +1,6 @@
 #include <hdf5.h>
 
-#include "trainrun/cli.h"
+#include "trainrun/cli/cli.h"
 
 int main(int argc, char** argv) {
   // Before any other HDF5 call. HDF5 1.10 cannot shut down after a file close that failed (a

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Compiles every source that uses trainrun/thread_annotations.h with Clang's thread-safety
+"""Compiles every source that uses trainrun/core/thread_annotations.h with Clang's thread-safety
 analysis as an error, using the flags Meson recorded for it.
 
     tests/check_thread_safety.py BUILD_DIR [--extra FILE ...]
@@ -16,7 +16,7 @@ import shlex
 import subprocess
 import sys
 
-HEADER = "trainrun/thread_annotations.h"
+HEADER = "trainrun/core/thread_annotations.h"
 FLAGS = ["-fsyntax-only", "-Wthread-safety", "-Werror=thread-safety",
          "-Wno-unknown-warning-option"]
 

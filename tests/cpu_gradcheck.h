@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "trainrun/backend.h"
+#include "trainrun/backend/backend.h"
 
 namespace trainrun::testing {
 

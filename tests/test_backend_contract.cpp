@@ -1,5 +1,5 @@
-// The backend seam (include/trainrun/backend.h): Backend's public op methods validate every call
-// once, for every backend, and only then reach the backend's *_impl. Proven here with the CPU
+// The backend seam (include/trainrun/backend/backend.h): Backend's public op methods validate every
+// call once, for every backend, and only then reach the backend's *_impl. Proven here with the CPU
 // backend and a fake backend that records which implementations run: a wrong call is refused
 // before any implementation code, with the same message on both; supports() and max_head_dim()
 // are honoured; copy() routes raw copies and casts; token ids in host memory are range-checked
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "trainrun/backend.h"
-#include "trainrun/errors.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/core/errors.h"
 
 using namespace trainrun;
 

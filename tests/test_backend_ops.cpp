@@ -22,8 +22,8 @@
 
 #include "backend_ops/op_case.h"
 #include "backend_ops/runner.h"
-#include "trainrun/backend.h"
-#include "trainrun/clock.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/core/clock.h"
 
 using namespace trainrun;
 using namespace trainrun::backend_ops;

@@ -10,7 +10,7 @@
 
 #include "backend_ops/op_case.h"
 #include "backend_ops/runner.h"
-#include "trainrun/backend.h"
+#include "trainrun/backend/backend.h"
 
 using namespace trainrun;
 using namespace trainrun::backend_ops;

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "cpu_gradcheck.h"
-#include "trainrun/backend.h"
-#include "trainrun/bf16.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/core/bf16.h"
 
 using namespace trainrun;
 using namespace trainrun::testing;

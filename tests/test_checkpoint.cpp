@@ -21,8 +21,8 @@
 
 #include "../src/checkpoint/non_finite.h"
 #include "temp_dir.h"
-#include "trainrun/checkpoint.h"
-#include "trainrun/errors.h"
+#include "trainrun/checkpoint/checkpoint.h"
+#include "trainrun/core/errors.h"
 
 using namespace trainrun;
 namespace fs = std::filesystem;

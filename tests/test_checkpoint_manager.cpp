@@ -12,11 +12,11 @@
 #include "../src/train/checkpoint_manager.h"
 #include "../src/train/data_parallel.h"
 #include "temp_dir.h"
-#include "trainrun/backend.h"
-#include "trainrun/checkpoint.h"
-#include "trainrun/comm.h"
-#include "trainrun/config.h"
-#include "trainrun/errors.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/checkpoint/checkpoint.h"
+#include "trainrun/comm/comm.h"
+#include "trainrun/config/config.h"
+#include "trainrun/core/errors.h"
 
 using namespace trainrun;
 using trainrun::testing::TempDir;

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "temp_dir.h"
-#include "trainrun/cluster.h"
-#include "trainrun/config.h"
-#include "trainrun/errors.h"
+#include "trainrun/cluster/cluster.h"
+#include "trainrun/config/config.h"
+#include "trainrun/core/errors.h"
 
 using namespace trainrun;
 namespace fs = std::filesystem;

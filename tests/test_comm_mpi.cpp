@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "trainrun/comm.h"
+#include "trainrun/comm/comm.h"
 
 using namespace trainrun;
 

@@ -9,10 +9,10 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include "trainrun/config.h"
-#include "trainrun/errors.h"
-#include "trainrun/experiment.h"
-#include "trainrun/schema.h"
+#include "trainrun/config/config.h"
+#include "trainrun/config/schema.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/core/experiment.h"
 
 using namespace trainrun;
 

@@ -11,11 +11,11 @@
 #include <stdexcept>
 
 #include "temp_dir.h"
-#include "trainrun/bf16.h"
-#include "trainrun/clock.h"
-#include "trainrun/dropout_mask.h"
-#include "trainrun/durable_file.h"
-#include "trainrun/shard.h"
+#include "trainrun/core/bf16.h"
+#include "trainrun/core/clock.h"
+#include "trainrun/core/dropout_mask.h"
+#include "trainrun/core/durable_file.h"
+#include "trainrun/core/shard.h"
 
 using namespace trainrun;
 

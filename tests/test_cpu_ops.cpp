@@ -18,8 +18,8 @@
 #include "../src/backend/cpu/vec_math.h"
 #include "cpu_gradcheck.h"
 #include "temp_dir.h"
-#include "trainrun/backend.h"
-#include "trainrun/errors.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/core/errors.h"
 
 using namespace trainrun::testing;
 

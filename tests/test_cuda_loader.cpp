@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "trainrun/backend.h"
-#include "trainrun/cuda_plugin.h"
-#include "trainrun/errors.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/backend/cuda_plugin.h"
+#include "trainrun/core/errors.h"
 
 using namespace trainrun;
 

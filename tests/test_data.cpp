@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "temp_dir.h"
-#include "trainrun/data.h"
-#include "trainrun/errors.h"
-#include "trainrun/markov.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/data/data.h"
+#include "trainrun/data/markov.h"
 
 using namespace trainrun;
 namespace fs = std::filesystem;

@@ -1,5 +1,5 @@
-// The Llama family's backend ops on the CPU reference (include/trainrun/backend.h): RMSNorm,
-// rotary position embedding, the SwiGLU gate and grouped-query attention. Each forward is
+// The Llama family's backend ops on the CPU reference (include/trainrun/backend/backend.h):
+// RMSNorm, rotary position embedding, the SwiGLU gate and grouped-query attention. Each forward is
 // checked against a scalar formula written out here (independent of src/backend/cpu/), every
 // backward by finite differences in double (cpu_gradcheck.h, which also proves it accumulates),
 // f32 against f64, and every shape rule by the error it raises.
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "cpu_gradcheck.h"
-#include "trainrun/backend.h"
+#include "trainrun/backend/backend.h"
 
 using namespace trainrun;
 using namespace trainrun::testing;

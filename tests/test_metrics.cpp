@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "temp_dir.h"
-#include "trainrun/metrics.h"
+#include "trainrun/obs/metrics.h"
 
 using namespace trainrun;
 namespace fs = std::filesystem;

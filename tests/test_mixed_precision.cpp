@@ -7,10 +7,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "trainrun/backend.h"
-#include "trainrun/bf16.h"
-#include "trainrun/model.h"
-#include "trainrun/optimizer.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/core/bf16.h"
+#include "trainrun/model/model.h"
+#include "trainrun/optim/optimizer.h"
 
 using namespace trainrun;
 

@@ -13,21 +13,21 @@
 #include <string>
 #include <vector>
 
-#include "trainrun/backend.h"
-#include "trainrun/flops.h"
-#include "trainrun/model.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/core/rng.h"
 #include "trainrun/model/activation.h"
 #include "trainrun/model/attention.h"
 #include "trainrun/model/block.h"
 #include "trainrun/model/embedding.h"
+#include "trainrun/model/flops.h"
 #include "trainrun/model/layernorm.h"
 #include "trainrun/model/linear.h"
 #include "trainrun/model/llama_block.h"
 #include "trainrun/model/mlp.h"
+#include "trainrun/model/model.h"
+#include "trainrun/model/model_spec.h"
 #include "trainrun/model/rmsnorm.h"
 #include "trainrun/model/swiglu_mlp.h"
-#include "trainrun/model_spec.h"
-#include "trainrun/rng.h"
 
 using namespace trainrun;
 

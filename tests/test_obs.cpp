@@ -15,16 +15,16 @@
 
 #include "../src/train/step_phase.h"
 #include "temp_dir.h"
-#include "trainrun/backend.h"
-#include "trainrun/errors.h"
-#include "trainrun/flops.h"
-#include "trainrun/metrics.h"
-#include "trainrun/model.h"
-#include "trainrun/plan.h"
-#include "trainrun/report.h"
-#include "trainrun/shard.h"
-#include "trainrun/stragglers.h"
-#include "trainrun/trace.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/core/shard.h"
+#include "trainrun/model/flops.h"
+#include "trainrun/model/model.h"
+#include "trainrun/obs/metrics.h"
+#include "trainrun/obs/stragglers.h"
+#include "trainrun/obs/trace.h"
+#include "trainrun/plan/plan.h"
+#include "trainrun/plan/report.h"
 
 namespace fs = std::filesystem;
 using namespace trainrun;

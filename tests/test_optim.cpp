@@ -6,9 +6,9 @@
 #include <memory>
 #include <vector>
 
-#include "trainrun/backend.h"
-#include "trainrun/optimizer.h"
-#include "trainrun/params.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/model/params.h"
+#include "trainrun/optim/optimizer.h"
 
 using namespace trainrun;
 

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "temp_dir.h"
-#include "trainrun/errors.h"
-#include "trainrun/metrics_server.h"
-#include "trainrun/prometheus.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/obs/metrics_server.h"
+#include "trainrun/obs/prometheus.h"
 
 using namespace trainrun;
 

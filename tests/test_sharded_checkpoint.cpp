@@ -16,9 +16,9 @@
 #include "../src/checkpoint/sharded_checkpoint.h"
 #include "../src/checkpoint/slab_reader.h"
 #include "temp_dir.h"
-#include "trainrun/checkpoint.h"
-#include "trainrun/crc32c.h"
-#include "trainrun/errors.h"
+#include "trainrun/checkpoint/checkpoint.h"
+#include "trainrun/core/crc32c.h"
+#include "trainrun/core/errors.h"
 
 using namespace trainrun;
 namespace fs = std::filesystem;

@@ -14,10 +14,10 @@
 #include <sstream>
 
 #include "temp_dir.h"
-#include "trainrun/crc32c.h"
-#include "trainrun/metrics.h"
-#include "trainrun/tb_events.h"
-#include "trainrun/tensorboard.h"
+#include "trainrun/core/crc32c.h"
+#include "trainrun/obs/metrics.h"
+#include "trainrun/obs/tb_events.h"
+#include "trainrun/obs/tensorboard.h"
 
 using namespace trainrun;
 namespace fs = std::filesystem;

@@ -20,9 +20,9 @@
 #include "../src/data/text_blocks.h"
 #include "../src/data/unicode_classes.h"
 #include "temp_dir.h"
-#include "trainrun/data.h"
-#include "trainrun/errors.h"
-#include "trainrun/tokenizer.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/data/data.h"
+#include "trainrun/data/tokenizer.h"
 
 using namespace trainrun;
 namespace fs = std::filesystem;

@@ -26,11 +26,11 @@
 #include "../src/train/run_end.h"
 #include "../src/train/step_reporter.h"
 #include "temp_dir.h"
-#include "trainrun/backend.h"
-#include "trainrun/comm.h"
-#include "trainrun/errors.h"
-#include "trainrun/metrics.h"
-#include "trainrun/model.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/comm/comm.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/model/model.h"
+#include "trainrun/obs/metrics.h"
 
 using namespace trainrun;
 using Action = HealthMonitor::Action;

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "../src/train/data_parallel.h"
-#include "trainrun/backend.h"
-#include "trainrun/comm.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/comm/comm.h"
 
 using namespace trainrun;
 

@@ -7,8 +7,8 @@
 #include <stdexcept>
 
 #include "op_check.h"
-#include "trainrun/backend.h"
-#include "trainrun/clock.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/core/clock.h"
 
 namespace trainrun {
 

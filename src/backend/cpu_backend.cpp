@@ -13,8 +13,8 @@
 
 #include "cpu/bf16_staging.h"
 #include "cpu/kernels.h"
-#include "trainrun/backend.h"
-#include "trainrun/bf16.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/core/bf16.h"
 
 namespace trainrun {
 namespace {
@@ -54,7 +54,7 @@ class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::cpu; }
   std::string describe() const override {
-    // How idle threads wait decides how a shared core behaves (include/trainrun/omp_wait.h).
+    // How idle threads wait decides how a shared core behaves (include/trainrun/launch/omp_wait.h).
     const char* spin = std::getenv("GOMP_SPINCOUNT");
     const char* policy = std::getenv("OMP_WAIT_POLICY");
     const std::string wait = spin && *spin       ? fmt::format("spin {}", spin)

@@ -16,9 +16,9 @@
 #include <string>
 
 #include "plugin_api.h"
-#include "trainrun/backend.h"
-#include "trainrun/cuda_plugin.h"
-#include "trainrun/errors.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/backend/cuda_plugin.h"
+#include "trainrun/core/errors.h"
 
 namespace trainrun {
 namespace {

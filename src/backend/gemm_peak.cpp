@@ -15,8 +15,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "trainrun/backend.h"
-#include "trainrun/clock.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/core/clock.h"
 
 namespace trainrun {
 

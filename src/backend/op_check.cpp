@@ -4,7 +4,7 @@
 
 #include <stdexcept>
 
-#include "trainrun/errors.h"
+#include "trainrun/core/errors.h"
 
 namespace trainrun {
 

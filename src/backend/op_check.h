@@ -8,8 +8,8 @@
 #include <initializer_list>
 #include <string>
 
-#include "trainrun/backend.h"
-#include "trainrun/errors.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/core/errors.h"
 
 namespace trainrun {
 

@@ -12,8 +12,8 @@
 
 #include "checkpoint_dir.h"
 #include "sharded_checkpoint.h"
-#include "trainrun/checkpoint.h"
-#include "trainrun/h5_handle.h"
+#include "trainrun/checkpoint/checkpoint.h"
+#include "trainrun/checkpoint/h5_handle.h"
 
 namespace trainrun {
 namespace fs = std::filesystem;

@@ -27,10 +27,10 @@
 #include "non_finite.h"
 #include "reserved_file.h"
 #include "sharded_checkpoint.h"
-#include "trainrun/checkpoint.h"
-#include "trainrun/durable_file.h"
-#include "trainrun/errors.h"
-#include "trainrun/h5_handle.h"
+#include "trainrun/checkpoint/checkpoint.h"
+#include "trainrun/checkpoint/h5_handle.h"
+#include "trainrun/core/durable_file.h"
+#include "trainrun/core/errors.h"
 
 #ifndef TRAINRUN_VERSION
 #define TRAINRUN_VERSION "unknown"

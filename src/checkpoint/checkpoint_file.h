@@ -6,7 +6,7 @@
 #include <functional>
 #include <string>
 
-#include "trainrun/checkpoint.h"
+#include "trainrun/checkpoint/checkpoint.h"
 
 namespace trainrun {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "trainrun/checkpoint.h"
+#include "trainrun/checkpoint/checkpoint.h"
 
 namespace trainrun {
 

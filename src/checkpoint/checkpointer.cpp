@@ -24,9 +24,9 @@
 #include "checkpoint_dir.h"
 #include "checkpoint_file.h"
 #include "sharded_checkpoint.h"
-#include "trainrun/checkpoint.h"
-#include "trainrun/errors.h"
-#include "trainrun/thread_annotations.h"
+#include "trainrun/checkpoint/checkpoint.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/core/thread_annotations.h"
 
 namespace trainrun {
 namespace fs = std::filesystem;

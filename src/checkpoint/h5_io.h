@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "trainrun/h5_handle.h"
+#include "trainrun/checkpoint/h5_handle.h"
 
 namespace trainrun::ckpt_io {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "trainrun/checkpoint.h"
+#include "trainrun/checkpoint/checkpoint.h"
 
 namespace trainrun {
 

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "trainrun/errors.h"
+#include "trainrun/core/errors.h"
 
 namespace trainrun {
 namespace {

@@ -25,9 +25,9 @@
 #include "h5_io.h"
 #include "non_finite.h"
 #include "reserved_file.h"
-#include "trainrun/crc32c.h"
-#include "trainrun/durable_file.h"
-#include "trainrun/errors.h"
+#include "trainrun/core/crc32c.h"
+#include "trainrun/core/durable_file.h"
+#include "trainrun/core/errors.h"
 
 #ifndef TRAINRUN_VERSION
 #define TRAINRUN_VERSION "unknown"

@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "trainrun/checkpoint.h"
+#include "trainrun/checkpoint/checkpoint.h"
 
 namespace trainrun {
 

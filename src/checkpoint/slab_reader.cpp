@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "trainrun/thread_annotations.h"
+#include "trainrun/core/thread_annotations.h"
 
 namespace trainrun {
 namespace {

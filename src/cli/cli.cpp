@@ -1,7 +1,7 @@
 // The command line (CLI11). Kept in one file: CLI11 is slow to compile.
 // Every subcommand parses its arguments here and calls one function of a library concept; no
 // policy lives here (the run command's is in launch/run_command.h).
-#include "trainrun/cli.h"
+#include "trainrun/cli/cli.h"
 
 #include <fmt/format.h>
 
@@ -14,19 +14,19 @@
 
 #include <spdlog/spdlog.h>
 
-#include "trainrun/checkpoint.h"
-#include "trainrun/cluster.h"
-#include "trainrun/config.h"
-#include "trainrun/data.h"
-#include "trainrun/errors.h"
-#include "trainrun/experiment.h"
-#include "trainrun/launch.h"
-#include "trainrun/output_files.h"
-#include "trainrun/plan.h"
-#include "trainrun/report.h"
-#include "trainrun/run_command.h"
-#include "trainrun/tokenizer.h"
-#include "trainrun/trainer.h"
+#include "trainrun/checkpoint/checkpoint.h"
+#include "trainrun/cluster/cluster.h"
+#include "trainrun/config/config.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/core/experiment.h"
+#include "trainrun/data/data.h"
+#include "trainrun/data/output_files.h"
+#include "trainrun/data/tokenizer.h"
+#include "trainrun/launch/launch.h"
+#include "trainrun/launch/run_command.h"
+#include "trainrun/plan/plan.h"
+#include "trainrun/plan/report.h"
+#include "trainrun/train/trainer.h"
 
 namespace fs = std::filesystem;
 

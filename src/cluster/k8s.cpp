@@ -9,9 +9,9 @@
 #include <iterator>
 #include <string_view>
 
-#include "trainrun/cluster.h"
-#include "trainrun/config.h"
-#include "trainrun/errors.h"
+#include "trainrun/cluster/cluster.h"
+#include "trainrun/config/config.h"
+#include "trainrun/core/errors.h"
 
 namespace trainrun {
 

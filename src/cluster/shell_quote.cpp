@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cctype>
 
-#include "trainrun/errors.h"
+#include "trainrun/core/errors.h"
 
 namespace trainrun::cluster_detail {
 

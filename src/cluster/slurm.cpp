@@ -10,10 +10,10 @@
 
 #include "capture.h"
 #include "shell_quote.h"
-#include "trainrun/cluster.h"
-#include "trainrun/config.h"
-#include "trainrun/errors.h"
-#include "trainrun/supervisor.h"
+#include "trainrun/cluster/cluster.h"
+#include "trainrun/config/config.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/launch/supervisor.h"
 
 namespace fs = std::filesystem;
 

@@ -9,7 +9,7 @@
 
 #include <unistd.h>
 
-#include "trainrun/comm.h"
+#include "trainrun/comm/comm.h"
 
 namespace trainrun {
 namespace {

@@ -17,9 +17,9 @@
 #include <stdexcept>
 #include <thread>
 
-#include "trainrun/comm.h"
-#include "trainrun/errors.h"
-#include "trainrun/thread_annotations.h"
+#include "trainrun/comm/comm.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/core/thread_annotations.h"
 
 namespace trainrun {
 namespace {

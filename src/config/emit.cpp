@@ -5,9 +5,9 @@
 
 #include "schema.h"
 #include "suggest.h"
-#include "trainrun/config.h"
-#include "trainrun/errors.h"
-#include "trainrun/schema.h"
+#include "trainrun/config/config.h"
+#include "trainrun/config/schema.h"
+#include "trainrun/core/errors.h"
 #include "validate.h"
 #include "value.h"
 

@@ -21,8 +21,8 @@
 
 #include "schema.h"
 #include "suggest.h"
-#include "trainrun/config.h"
-#include "trainrun/errors.h"
+#include "trainrun/config/config.h"
+#include "trainrun/core/errors.h"
 #include "validate.h"
 #include "value.h"
 

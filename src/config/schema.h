@@ -9,7 +9,7 @@
 #include <variant>
 #include <vector>
 
-#include "trainrun/experiment.h"
+#include "trainrun/core/experiment.h"
 
 namespace trainrun::config {
 

@@ -4,8 +4,8 @@
 #include <fmt/ranges.h>
 
 #include "schema.h"
-#include "trainrun/config.h"
-#include "trainrun/errors.h"
+#include "trainrun/config/config.h"
+#include "trainrun/core/errors.h"
 #include "value.h"
 
 namespace trainrun::config {

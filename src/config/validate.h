@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "trainrun/experiment.h"
+#include "trainrun/core/experiment.h"
 
 namespace trainrun::config {
 

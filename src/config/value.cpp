@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "suggest.h"
-#include "trainrun/errors.h"
+#include "trainrun/core/errors.h"
 
 namespace trainrun::config {
 namespace {

@@ -2,7 +2,7 @@
 // build of ours), else table driven (one lookup per byte; the table is built at compile time).
 // Checkpoint shards are checksummed whole, so speed matters: the instruction does 8 bytes per
 // step, about 20x the table.
-#include "trainrun/crc32c.h"
+#include "trainrun/core/crc32c.h"
 
 #include <array>
 #include <cstring>

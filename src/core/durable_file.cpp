@@ -1,4 +1,4 @@
-#include "trainrun/durable_file.h"
+#include "trainrun/core/durable_file.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-#include "trainrun/tensor.h"
+#include "trainrun/core/tensor.h"
 
 #include <fmt/format.h>
 

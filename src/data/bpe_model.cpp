@@ -8,7 +8,7 @@
 #include <queue>
 
 #include "pretokenize.h"
-#include "trainrun/errors.h"
+#include "trainrun/core/errors.h"
 
 namespace trainrun {
 

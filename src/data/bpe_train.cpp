@@ -12,8 +12,8 @@
 #include "bpe_model.h"
 #include "pretokenize.h"
 #include "text_blocks.h"
-#include "trainrun/errors.h"
-#include "trainrun/tokenizer.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/data/tokenizer.h"
 
 namespace trainrun {
 

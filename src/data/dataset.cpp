@@ -17,9 +17,9 @@
 
 #include "manifest.h"
 #include "shard.h"
-#include "trainrun/data.h"
-#include "trainrun/errors.h"
-#include "trainrun/markov.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/data/data.h"
+#include "trainrun/data/markov.h"
 
 namespace trainrun {
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "trainrun/rng.h"
+#include "trainrun/core/rng.h"
 
 namespace trainrun {
 

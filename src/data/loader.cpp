@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "hash.h"
-#include "trainrun/data.h"
-#include "trainrun/errors.h"
-#include "trainrun/thread_annotations.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/core/thread_annotations.h"
+#include "trainrun/data/data.h"
 
 namespace trainrun {
 

@@ -10,8 +10,8 @@
 
 #include "json.h"
 #include "sha256.h"
-#include "trainrun/errors.h"
-#include "trainrun/tokenizer.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/data/tokenizer.h"
 #include "whole_file.h"
 
 namespace trainrun {

@@ -1,5 +1,5 @@
 // A sparse random Markov chain over bytes with an exactly known entropy rate.
-#include "trainrun/markov.h"
+#include "trainrun/data/markov.h"
 
 #include <cmath>
 #include <stdexcept>

@@ -1,13 +1,13 @@
-// check_outputs (trainrun/output_files.h): the outputs of the data commands against their inputs
-// and against what is already on disk, before any work is done.
-#include "trainrun/output_files.h"
+// check_outputs (trainrun/data/output_files.h): the outputs of the data commands against their
+// inputs and against what is already on disk, before any work is done.
+#include "trainrun/data/output_files.h"
 
 #include <fmt/format.h>
 
 #include <filesystem>
 #include <system_error>
 
-#include "trainrun/errors.h"
+#include "trainrun/core/errors.h"
 
 namespace fs = std::filesystem;
 

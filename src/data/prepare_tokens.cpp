@@ -18,10 +18,10 @@
 #include "sha256.h"
 #include "shard.h"
 #include "text_blocks.h"
-#include "trainrun/data.h"
-#include "trainrun/errors.h"
-#include "trainrun/output_files.h"
-#include "trainrun/tokenizer.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/data/data.h"
+#include "trainrun/data/output_files.h"
+#include "trainrun/data/tokenizer.h"
 #include "whole_file.h"
 
 namespace trainrun {

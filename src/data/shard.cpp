@@ -15,8 +15,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "trainrun/data.h"
-#include "trainrun/errors.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/data/data.h"
 
 namespace trainrun {
 

@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "pretokenize.h"
-#include "trainrun/errors.h"
+#include "trainrun/core/errors.h"
 
 namespace trainrun {
 

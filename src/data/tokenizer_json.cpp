@@ -22,8 +22,8 @@
 #include "bpe_model.h"
 #include "byte_level.h"
 #include "json.h"
-#include "trainrun/errors.h"
-#include "trainrun/tokenizer.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/data/tokenizer.h"
 #include "whole_file.h"
 
 namespace trainrun {

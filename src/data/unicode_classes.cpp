@@ -1,7 +1,7 @@
 // UTF-8 decoding and the code point classes of the GPT-2 split (table: unicode_classes.inc).
 #include "unicode_classes.h"
 
-#include "trainrun/tokenizer.h"
+#include "trainrun/data/tokenizer.h"
 
 #include <algorithm>
 #include <array>

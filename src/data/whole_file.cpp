@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "trainrun/errors.h"
+#include "trainrun/core/errors.h"
 
 namespace trainrun {
 

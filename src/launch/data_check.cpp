@@ -1,7 +1,7 @@
 // The data check the run's owner, `validate` and --dry-run make before anything is written:
 // the same open_dataset calls a rank makes, so they refuse exactly what a rank would.
-#include "trainrun/data.h"
-#include "trainrun/run_command.h"
+#include "trainrun/data/data.h"
+#include "trainrun/launch/run_command.h"
 
 namespace trainrun {
 

@@ -1,5 +1,5 @@
 // Failure records on disk: one metrics-style JSON line per file ({"kind":"failure",...}).
-#include "trainrun/failure_record.h"
+#include "trainrun/launch/failure_record.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include <map>
 
 #include "failure_record_json.h"
-#include "trainrun/metrics.h"
+#include "trainrun/obs/metrics.h"
 
 namespace fs = std::filesystem;
 

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "trainrun/failure_record.h"
+#include "trainrun/launch/failure_record.h"
 
 namespace trainrun {
 

@@ -11,7 +11,7 @@
 #include <thread>
 #include <utility>
 
-#include "trainrun/launch.h"
+#include "trainrun/launch/launch.h"
 
 namespace trainrun {
 namespace {

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <csignal>
 
-#include "trainrun/errors.h"
-#include "trainrun/supervisor.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/launch/supervisor.h"
 
 namespace trainrun {
 namespace {

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "host.h"
-#include "trainrun/errors.h"
-#include "trainrun/launch.h"
-#include "trainrun/omp_wait.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/launch/launch.h"
+#include "trainrun/launch/omp_wait.h"
 
 extern char** environ;
 

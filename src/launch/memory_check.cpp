@@ -4,9 +4,9 @@
 
 #include <algorithm>
 
-#include "trainrun/errors.h"
-#include "trainrun/plan.h"
-#include "trainrun/run_command.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/launch/run_command.h"
+#include "trainrun/plan/plan.h"
 
 namespace trainrun {
 

@@ -17,7 +17,7 @@
 #include <cstring>
 #include <string>
 
-#include "trainrun/mpirun_failure.h"
+#include "trainrun/launch/mpirun_failure.h"
 
 namespace trainrun {
 namespace {

@@ -1,6 +1,6 @@
 // The OpenMP wait policy: chosen from the config and the environment, passed to ranks by the
 // launcher, and applied to a training process by re-executing it (omp_wait.h).
-#include "trainrun/omp_wait.h"
+#include "trainrun/launch/omp_wait.h"
 
 #include <unistd.h>
 
@@ -12,7 +12,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "trainrun/errors.h"
+#include "trainrun/core/errors.h"
 
 namespace trainrun {
 namespace {

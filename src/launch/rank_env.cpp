@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "trainrun/launch.h"
+#include "trainrun/launch/launch.h"
 
 namespace trainrun {
 namespace {

@@ -18,7 +18,7 @@
 
 #include "failure_record_json.h"
 #include "host.h"
-#include "trainrun/failure_record.h"
+#include "trainrun/launch/failure_record.h"
 
 namespace trainrun {
 namespace {

@@ -7,11 +7,11 @@
 #include <filesystem>
 
 #include "run_dir.h"
-#include "trainrun/checkpoint.h"
-#include "trainrun/config.h"
-#include "trainrun/errors.h"
-#include "trainrun/run_command.h"
-#include "trainrun/schema.h"
+#include "trainrun/checkpoint/checkpoint.h"
+#include "trainrun/config/config.h"
+#include "trainrun/config/schema.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/launch/run_command.h"
 
 namespace fs = std::filesystem;
 

@@ -2,7 +2,7 @@
 // claims the run directory; the launching process supervises; a rank (started by mpirun, srun,
 // or a supervising trainrun) runs the trainer and, if it fails, leaves a failure record for the
 // supervisor.
-#include "trainrun/run_command.h"
+#include "trainrun/launch/run_command.h"
 
 #include <fmt/format.h>
 #include <pthread.h>
@@ -15,16 +15,16 @@
 
 #include "run_dir.h"
 #include "stop_relay.h"
-#include "trainrun/checkpoint.h"
-#include "trainrun/config.h"
-#include "trainrun/errors.h"
-#include "trainrun/failure_record.h"
-#include "trainrun/launch.h"
-#include "trainrun/metrics_server.h"
-#include "trainrun/omp_wait.h"
-#include "trainrun/stop_signals.h"
-#include "trainrun/supervisor.h"
-#include "trainrun/trace.h"
+#include "trainrun/checkpoint/checkpoint.h"
+#include "trainrun/config/config.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/launch/failure_record.h"
+#include "trainrun/launch/launch.h"
+#include "trainrun/launch/omp_wait.h"
+#include "trainrun/launch/stop_signals.h"
+#include "trainrun/launch/supervisor.h"
+#include "trainrun/obs/metrics_server.h"
+#include "trainrun/obs/trace.h"
 
 namespace trainrun {
 namespace {

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "host.h"
-#include "trainrun/checkpoint.h"
-#include "trainrun/errors.h"
+#include "trainrun/checkpoint/checkpoint.h"
+#include "trainrun/core/errors.h"
 
 namespace fs = std::filesystem;
 

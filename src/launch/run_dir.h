@@ -15,7 +15,7 @@
 #include <optional>
 #include <string>
 
-#include "trainrun/run_command.h"
+#include "trainrun/launch/run_command.h"
 
 namespace trainrun {
 

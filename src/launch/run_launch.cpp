@@ -19,12 +19,12 @@
 #include "process_tree.h"
 #include "start_bound.h"
 #include "stop_relay.h"
-#include "trainrun/clock.h"
-#include "trainrun/errors.h"
-#include "trainrun/failure_record.h"
-#include "trainrun/launch.h"
-#include "trainrun/mpirun_failure.h"
-#include "trainrun/supervisor.h"
+#include "trainrun/core/clock.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/launch/failure_record.h"
+#include "trainrun/launch/launch.h"
+#include "trainrun/launch/mpirun_failure.h"
+#include "trainrun/launch/supervisor.h"
 
 extern char** environ;
 

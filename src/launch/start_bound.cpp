@@ -8,9 +8,9 @@
 
 #include "process_tree.h"
 #include "stop_relay.h"
-#include "trainrun/clock.h"
-#include "trainrun/errors.h"
-#include "trainrun/heartbeats.h"
+#include "trainrun/core/clock.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/launch/heartbeats.h"
 
 namespace trainrun {
 namespace {

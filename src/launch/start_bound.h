@@ -18,7 +18,7 @@
 
 #include <string>
 
-#include "trainrun/launch.h"
+#include "trainrun/launch/launch.h"
 
 namespace trainrun {
 

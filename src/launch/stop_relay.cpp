@@ -9,7 +9,7 @@
 #include <chrono>
 #include <thread>
 
-#include "trainrun/errors.h"
+#include "trainrun/core/errors.h"
 
 namespace trainrun {
 namespace {

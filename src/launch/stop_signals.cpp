@@ -2,7 +2,7 @@
 // may otherwise run on any thread, in the middle of MPI, OpenMP or malloc, and libraries
 // started later (MPI's progress threads) inherit the blocked mask too. That thread also acts on
 // a second SIGINT itself, so it works wherever the step loop is (setup, evaluation, checkpoint).
-#include "trainrun/stop_signals.h"
+#include "trainrun/launch/stop_signals.h"
 
 #include <fmt/format.h>
 #include <pthread.h>
@@ -16,8 +16,8 @@
 #include <string>
 #include <thread>
 
-#include "trainrun/errors.h"
-#include "trainrun/failure_record.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/launch/failure_record.h"
 
 namespace trainrun {
 

@@ -1,7 +1,7 @@
 // The launching trainrun: starts the job (mpirun for several ranks, or itself for one rank
 // under supervision), and when it fails, relaunches it from the newest good checkpoint with a
 // backoff, up to fault_tolerance.max_restarts times, recording every restart in the metrics.
-#include "trainrun/supervisor.h"
+#include "trainrun/launch/supervisor.h"
 
 #include <fmt/format.h>
 
@@ -16,12 +16,12 @@
 #include "host.h"
 #include "host_probe.h"
 #include "stop_relay.h"
-#include "trainrun/checkpoint.h"
-#include "trainrun/errors.h"
-#include "trainrun/heartbeats.h"
-#include "trainrun/launch.h"
-#include "trainrun/metrics.h"
-#include "trainrun/omp_wait.h"
+#include "trainrun/checkpoint/checkpoint.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/launch/heartbeats.h"
+#include "trainrun/launch/launch.h"
+#include "trainrun/launch/omp_wait.h"
+#include "trainrun/obs/metrics.h"
 
 namespace fs = std::filesystem;
 

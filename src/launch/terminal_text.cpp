@@ -4,7 +4,7 @@
 
 #include <cstdio>
 
-#include "trainrun/run_command.h"
+#include "trainrun/launch/run_command.h"
 
 namespace trainrun {
 

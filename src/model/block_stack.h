@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "trainrun/model.h"
-#include "trainrun/rng.h"
+#include "trainrun/core/rng.h"
+#include "trainrun/model/model.h"
 
 namespace trainrun {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "trainrun/model_spec.h"
-#include "trainrun/params.h"
+#include "trainrun/model/model_spec.h"
+#include "trainrun/model/params.h"
 
 namespace trainrun {
 

@@ -1,7 +1,7 @@
 // The FLOPs model's entry points: each family states its own counts in its spec.
-#include "trainrun/flops.h"
+#include "trainrun/model/flops.h"
 
-#include "trainrun/model_spec.h"
+#include "trainrun/model/model_spec.h"
 
 namespace trainrun {
 

@@ -9,10 +9,10 @@
 
 #include "block_stack.h"
 #include "families.h"
-#include "trainrun/model.h"
 #include "trainrun/model/block.h"
 #include "trainrun/model/embedding.h"
 #include "trainrun/model/layernorm.h"
+#include "trainrun/model/model.h"
 
 namespace trainrun {
 

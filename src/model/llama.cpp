@@ -10,10 +10,10 @@
 
 #include "block_stack.h"
 #include "families.h"
-#include "trainrun/model.h"
 #include "trainrun/model/embedding.h"
 #include "trainrun/model/linear.h"
 #include "trainrun/model/llama_block.h"
+#include "trainrun/model/model.h"
 #include "trainrun/model/rmsnorm.h"
 
 namespace trainrun {

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "families.h"
-#include "trainrun/model.h"
 #include "trainrun/model/activation.h"
 #include "trainrun/model/embedding.h"
 #include "trainrun/model/linear.h"
+#include "trainrun/model/model.h"
 
 namespace trainrun {
 

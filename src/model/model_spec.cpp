@@ -1,5 +1,5 @@
 // The registry of model families, and what their specs share.
-#include "trainrun/model_spec.h"
+#include "trainrun/model/model_spec.h"
 
 #include <fmt/format.h>
 

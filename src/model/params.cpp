@@ -1,4 +1,4 @@
-#include "trainrun/params.h"
+#include "trainrun/model/params.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "trainrun/rng.h"
+#include "trainrun/core/rng.h"
 
 namespace trainrun {
 

@@ -1,10 +1,10 @@
 #include "trainrun/model/pre_norm_block.h"
 
+#include "trainrun/core/rng.h"
 #include "trainrun/model/layernorm.h"
 #include "trainrun/model/mlp.h"
 #include "trainrun/model/rmsnorm.h"
 #include "trainrun/model/swiglu_mlp.h"
-#include "trainrun/rng.h"
 
 namespace trainrun {
 

@@ -1,7 +1,7 @@
 // JSON lines for metrics rows, through nlohmann::json (the project's one JSON library): exact
 // numbers (doubles print as the shortest text that parses back to the same value, integral ones
 // without a fraction) and a strict flat reader.
-#include "trainrun/metrics.h"
+#include "trainrun/obs/metrics.h"
 
 #include <nlohmann/json.hpp>
 

@@ -16,11 +16,11 @@
 #include <map>
 #include <sstream>
 
-#include "trainrun/errors.h"
-#include "trainrun/experiment.h"
-#include "trainrun/h5_handle.h"
-#include "trainrun/metrics.h"
-#include "trainrun/tensorboard.h"
+#include "trainrun/checkpoint/h5_handle.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/core/experiment.h"
+#include "trainrun/obs/metrics.h"
+#include "trainrun/obs/tensorboard.h"
 
 namespace trainrun {
 namespace {

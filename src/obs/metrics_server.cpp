@@ -7,7 +7,7 @@
 // asynchronously, so a slow client holds only its own socket, and beast::tcp_stream's
 // expires_after() is a deadline on the whole exchange (request read, answer written), not on
 // each read as socket timeouts are.
-#include "trainrun/metrics_server.h"
+#include "trainrun/obs/metrics_server.h"
 
 #include <fmt/format.h>
 
@@ -21,8 +21,8 @@
 #include <system_error>
 #include <thread>
 
-#include "trainrun/errors.h"
-#include "trainrun/thread_annotations.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/core/thread_annotations.h"
 
 namespace trainrun {
 

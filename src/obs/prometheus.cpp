@@ -1,4 +1,4 @@
-#include "trainrun/prometheus.h"
+#include "trainrun/obs/prometheus.h"
 
 #include <fmt/format.h>
 

@@ -8,7 +8,7 @@
 // A rank must also be at least kMinExcess slower: below that, who is slower is decided by the
 // OS scheduler's time slices (4 ms at Linux's usual HZ=250) on busy or shared cores, and a few
 // milliseconds per step are not worth a warning.
-#include "trainrun/stragglers.h"
+#include "trainrun/obs/stragglers.h"
 
 #include <algorithm>
 

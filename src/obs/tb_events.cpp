@@ -1,10 +1,10 @@
 // TensorBoard event records: the protocol-buffer fields of Event and Summary, and TFRecord
 // framing with masked CRC-32C.
-#include "trainrun/tb_events.h"
+#include "trainrun/obs/tb_events.h"
 
 #include <cstring>
 
-#include "trainrun/crc32c.h"
+#include "trainrun/core/crc32c.h"
 
 namespace trainrun::tb {
 namespace {

@@ -1,6 +1,6 @@
 // TensorBoardLog: metrics rows to TensorBoard event files, one file per writer, cut back on
 // resume so that no step appears twice across the files of a run.
-#include "trainrun/tensorboard.h"
+#include "trainrun/obs/tensorboard.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -16,8 +16,8 @@
 #include <sstream>
 #include <vector>
 
-#include "trainrun/errors.h"
-#include "trainrun/tb_events.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/obs/tb_events.h"
 
 namespace trainrun {
 namespace {

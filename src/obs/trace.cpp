@@ -1,8 +1,8 @@
 // Tracer: Chrome trace event JSON (loadable in Perfetto / chrome://tracing) for a window of
 // steps. Timestamps are steady-clock microseconds: CLOCK_MONOTONIC is shared by every process
 // on a host, so the ranks of one node line up on one timeline.
-#include "trainrun/trace.h"
-#include "trainrun/clock.h"
+#include "trainrun/obs/trace.h"
+#include "trainrun/core/clock.h"
 
 #include <fmt/format.h>
 
@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include "trainrun/errors.h"
-#include "trainrun/metrics.h"
-#include "trainrun/thread_annotations.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/core/thread_annotations.h"
+#include "trainrun/obs/metrics.h"
 
 namespace fs = std::filesystem;
 

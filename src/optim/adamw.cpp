@@ -1,7 +1,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "trainrun/optimizer.h"
+#include "trainrun/optim/optimizer.h"
 
 namespace trainrun {
 

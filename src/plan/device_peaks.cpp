@@ -12,9 +12,9 @@
 #include <sstream>
 #include <vector>
 
-#include "trainrun/backend.h"
-#include "trainrun/errors.h"
-#include "trainrun/plan.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/plan/plan.h"
 
 namespace trainrun {
 

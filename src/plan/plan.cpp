@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "trainrun/flops.h"
-#include "trainrun/model_spec.h"
-#include "trainrun/plan.h"
-#include "trainrun/shard.h"
+#include "trainrun/core/shard.h"
+#include "trainrun/model/flops.h"
+#include "trainrun/model/model_spec.h"
+#include "trainrun/plan/plan.h"
 
 namespace trainrun {
 

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <string>
 
-#include "trainrun/metrics.h"
-#include "trainrun/plan.h"
+#include "trainrun/obs/metrics.h"
+#include "trainrun/plan/plan.h"
 
 namespace trainrun {
 

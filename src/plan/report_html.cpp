@@ -10,9 +10,9 @@
 
 #include "report_summary.h"
 #include "svg_plot.h"
-#include "trainrun/errors.h"
-#include "trainrun/metrics.h"
-#include "trainrun/report.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/obs/metrics.h"
+#include "trainrun/plan/report.h"
 
 namespace fs = std::filesystem;
 

@@ -10,8 +10,8 @@
 #include <optional>
 #include <set>
 
-#include "trainrun/errors.h"
-#include "trainrun/experiment.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/core/experiment.h"
 
 namespace fs = std::filesystem;
 

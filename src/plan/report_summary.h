@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "trainrun/metrics.h"
+#include "trainrun/obs/metrics.h"
 
 namespace trainrun::report {
 

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "trainrun/cuda_plugin.h"
-#include "trainrun/errors.h"
+#include "trainrun/backend/cuda_plugin.h"
+#include "trainrun/core/errors.h"
 
 namespace trainrun {
 

@@ -5,9 +5,9 @@
 
 #include <memory>
 
-#include "trainrun/backend.h"
-#include "trainrun/comm.h"
-#include "trainrun/experiment.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/comm/comm.h"
+#include "trainrun/core/experiment.h"
 
 namespace trainrun {
 

@@ -1,6 +1,6 @@
 #include "batches.h"
 
-#include "trainrun/rng.h"
+#include "trainrun/core/rng.h"
 
 namespace trainrun {
 

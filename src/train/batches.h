@@ -12,8 +12,8 @@
 #include <memory>
 #include <vector>
 
-#include "trainrun/data.h"
-#include "trainrun/experiment.h"
+#include "trainrun/core/experiment.h"
+#include "trainrun/data/data.h"
 
 namespace trainrun {
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "trainrun/config.h"
+#include "trainrun/config/config.h"
 
 namespace trainrun {
 

@@ -22,11 +22,11 @@
 
 #include "checkpoint_policy.h"
 #include "data_parallel.h"
-#include "trainrun/backend.h"
-#include "trainrun/checkpoint.h"
-#include "trainrun/comm.h"
-#include "trainrun/experiment.h"
-#include "trainrun/params.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/checkpoint/checkpoint.h"
+#include "trainrun/comm/comm.h"
+#include "trainrun/core/experiment.h"
+#include "trainrun/model/params.h"
 
 namespace trainrun {
 

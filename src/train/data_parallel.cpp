@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "grad_sync.h"
-#include "trainrun/clock.h"
+#include "trainrun/core/clock.h"
 
 namespace trainrun {
 

@@ -17,13 +17,13 @@
 #include <memory>
 
 #include "step_times.h"
-#include "trainrun/checkpoint.h"
-#include "trainrun/comm.h"
-#include "trainrun/experiment.h"
-#include "trainrun/model.h"
-#include "trainrun/optimizer.h"
-#include "trainrun/params.h"
-#include "trainrun/trace.h"
+#include "trainrun/checkpoint/checkpoint.h"
+#include "trainrun/comm/comm.h"
+#include "trainrun/core/experiment.h"
+#include "trainrun/model/model.h"
+#include "trainrun/model/params.h"
+#include "trainrun/obs/trace.h"
+#include "trainrun/optim/optimizer.h"
 
 namespace trainrun {
 

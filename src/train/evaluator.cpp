@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "trainrun/stop_signals.h"
-#include "trainrun/tensor.h"
+#include "trainrun/core/tensor.h"
+#include "trainrun/launch/stop_signals.h"
 
 namespace trainrun {
 

@@ -12,9 +12,9 @@
 #include <optional>
 
 #include "batches.h"
-#include "trainrun/comm.h"
-#include "trainrun/experiment.h"
-#include "trainrun/model.h"
+#include "trainrun/comm/comm.h"
+#include "trainrun/core/experiment.h"
+#include "trainrun/model/model.h"
 #include "watchdog.h"
 
 namespace trainrun {

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <thread>
 
-#include "trainrun/errors.h"
+#include "trainrun/core/errors.h"
 
 namespace trainrun {
 

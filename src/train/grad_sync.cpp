@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "trainrun/clock.h"
+#include "trainrun/core/clock.h"
 
 namespace trainrun {
 

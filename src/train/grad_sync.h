@@ -12,8 +12,8 @@
 #include <exception>
 #include <thread>
 
-#include "trainrun/comm.h"
-#include "trainrun/thread_annotations.h"
+#include "trainrun/comm/comm.h"
+#include "trainrun/core/thread_annotations.h"
 
 namespace trainrun {
 

@@ -13,7 +13,7 @@
 #include <deque>
 #include <optional>
 
-#include "trainrun/experiment.h"
+#include "trainrun/core/experiment.h"
 
 namespace trainrun {
 

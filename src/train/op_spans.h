@@ -1,8 +1,8 @@
 // OpSpans: the bridge from the backend's op observer to the tracer.
 #pragma once
 
-#include "trainrun/backend.h"
-#include "trainrun/trace.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/obs/trace.h"
 
 namespace trainrun {
 

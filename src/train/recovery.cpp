@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "trainrun/errors.h"
+#include "trainrun/core/errors.h"
 
 namespace trainrun {
 

@@ -14,7 +14,7 @@
 
 #include "health_monitor.h"
 #include "step_reporter.h"
-#include "trainrun/experiment.h"
+#include "trainrun/core/experiment.h"
 
 namespace trainrun {
 

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <csignal>
 
-#include "trainrun/errors.h"
+#include "trainrun/core/errors.h"
 
 namespace trainrun {
 

@@ -8,15 +8,15 @@
 #include <filesystem>
 #include <vector>
 
-#include "trainrun/backend.h"
-#include "trainrun/checkpoint.h"
-#include "trainrun/config.h"
-#include "trainrun/errors.h"
-#include "trainrun/model.h"
-#include "trainrun/model_spec.h"
-#include "trainrun/rng.h"
-#include "trainrun/tokenizer.h"
-#include "trainrun/trainer.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/checkpoint/checkpoint.h"
+#include "trainrun/config/config.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/core/rng.h"
+#include "trainrun/data/tokenizer.h"
+#include "trainrun/model/model.h"
+#include "trainrun/model/model_spec.h"
+#include "trainrun/train/trainer.h"
 
 namespace fs = std::filesystem;
 

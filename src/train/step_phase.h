@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <iterator>
 
-#include "trainrun/enum_names.h"
+#include "trainrun/core/enum_names.h"
 
 namespace trainrun {
 

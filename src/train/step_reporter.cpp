@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "trainrun/flops.h"
+#include "trainrun/model/flops.h"
 
 namespace trainrun {
 

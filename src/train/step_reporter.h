@@ -3,7 +3,7 @@
 // throughput, MFU and ETA, redrawn in place on a terminal. On every rank, every logging.every
 // steps, the straggler check: each rank's median step and phase times are gathered, and rank 0
 // names the ranks well slower than the others. With logging.prometheus_port, rank 0 also serves
-// the latest of all this at /metrics (trainrun/metrics_server.h), publishing a copy after each
+// the latest of all this at /metrics (trainrun/obs/metrics_server.h), publishing a copy after each
 // report, eval and event. MFU, the ETA and those medians are computed here and nowhere else.
 //
 // Thread safety: none; the step loop's thread only. Collectives: the constructor, and report()
@@ -18,13 +18,13 @@
 #include <vector>
 
 #include "step_times.h"
-#include "trainrun/backend.h"
-#include "trainrun/comm.h"
-#include "trainrun/experiment.h"
-#include "trainrun/metrics.h"
-#include "trainrun/metrics_server.h"
-#include "trainrun/prometheus.h"
-#include "trainrun/stragglers.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/comm/comm.h"
+#include "trainrun/core/experiment.h"
+#include "trainrun/obs/metrics.h"
+#include "trainrun/obs/metrics_server.h"
+#include "trainrun/obs/prometheus.h"
+#include "trainrun/obs/stragglers.h"
 
 namespace trainrun {
 

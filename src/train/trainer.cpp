@@ -5,7 +5,7 @@
 // Evaluator (the validation loss), CheckpointManager (when and how to save, restore),
 // StepReporter (metrics, console, MFU, stragglers) and run_end.h (the exit code). Trainer wires
 // them together, and run() reads as the sequence of a step.
-#include "trainrun/trainer.h"
+#include "trainrun/train/trainer.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -30,16 +30,16 @@
 #include "run_end.h"
 #include "step_phase.h"
 #include "step_reporter.h"
-#include "trainrun/backend.h"
-#include "trainrun/clock.h"
-#include "trainrun/comm.h"
-#include "trainrun/config.h"
-#include "trainrun/errors.h"
-#include "trainrun/launch.h"
-#include "trainrun/model.h"
-#include "trainrun/optimizer.h"
-#include "trainrun/stop_signals.h"
-#include "trainrun/trace.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/comm/comm.h"
+#include "trainrun/config/config.h"
+#include "trainrun/core/clock.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/launch/launch.h"
+#include "trainrun/launch/stop_signals.h"
+#include "trainrun/model/model.h"
+#include "trainrun/obs/trace.h"
+#include "trainrun/optim/optimizer.h"
 #include "watchdog.h"
 
 namespace fs = std::filesystem;

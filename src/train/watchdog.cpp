@@ -11,10 +11,10 @@
 #include <sstream>
 #include <vector>
 
-#include "trainrun/clock.h"
-#include "trainrun/errors.h"
-#include "trainrun/failure_record.h"
-#include "trainrun/heartbeats.h"
+#include "trainrun/core/clock.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/launch/failure_record.h"
+#include "trainrun/launch/heartbeats.h"
 
 namespace fs = std::filesystem;
 

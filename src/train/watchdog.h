@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "step_phase.h"
-#include "trainrun/comm.h"
-#include "trainrun/thread_annotations.h"
+#include "trainrun/comm/comm.h"
+#include "trainrun/core/thread_annotations.h"
 
 namespace trainrun {
 

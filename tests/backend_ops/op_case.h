@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "trainrun/backend.h"
+#include "trainrun/backend/backend.h"
 
 namespace trainrun::backend_ops {
 

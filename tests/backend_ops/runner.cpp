@@ -7,10 +7,10 @@
 #include <utility>
 #include <vector>
 
-#include "trainrun/bf16.h"
-#include "trainrun/clock.h"
-#include "trainrun/errors.h"
-#include "trainrun/rng.h"
+#include "trainrun/core/bf16.h"
+#include "trainrun/core/clock.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/core/rng.h"
 
 namespace trainrun::backend_ops {
 

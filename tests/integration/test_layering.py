@@ -22,13 +22,14 @@ def copy_tree(tmp_path):
 
 def test_a_back_reference_fails(tmp_path):
     root = copy_tree(tmp_path)
-    params = root / "include" / "trainrun" / "params.h"
+    params = root / "include" / "trainrun" / "model" / "params.h"
     params.write_text(params.read_text().replace(
-        '#include "trainrun/param_entry.h"', '#include "trainrun/checkpoint.h"'))
+        '#include "trainrun/core/param_entry.h"', '#include "trainrun/checkpoint/checkpoint.h"'))
     p = check(root)
     assert p.returncode == 1
-    assert "include/trainrun/params.h" in p.stdout
-    assert "model includes trainrun/checkpoint.h (checkpoint), which comes later" in p.stdout
+    assert "include/trainrun/model/params.h" in p.stdout
+    assert "model includes trainrun/checkpoint/checkpoint.h (checkpoint), which comes later" \
+        in p.stdout
 
 
 def test_a_private_header_from_another_folder_fails(tmp_path):
@@ -41,12 +42,22 @@ def test_a_private_header_from_another_folder_fails(tmp_path):
         in p.stdout
 
 
-def test_an_unlisted_public_header_fails(tmp_path):
+def test_a_public_header_outside_a_concept_folder_fails(tmp_path):
     root = copy_tree(tmp_path)
     (root / "include" / "trainrun" / "newthing.h").write_text("#pragma once\n")
     p = check(root)
     assert p.returncode == 1
-    assert "newthing.h: public header not in PUBLIC" in p.stdout
+    assert "newthing.h: public header outside a concept's folder" in p.stdout
+
+
+def test_including_a_public_header_that_is_not_there_fails(tmp_path):
+    root = copy_tree(tmp_path)
+    src = root / "src" / "model" / "gpt.cpp"
+    src.write_text('#include "trainrun/model/gone.h"\n' + src.read_text())
+    p = check(root)
+    assert p.returncode == 1
+    assert "src/model/gpt.cpp:1: includes trainrun/model/gone.h, which is not a public header" \
+        in p.stdout
 
 
 def test_a_plugin_file_naming_a_sim_header_fails(tmp_path):

@@ -8,7 +8,7 @@ from conftest import REPO
 CHECK = REPO / "tests" / "check_thread_safety.py"
 
 SOURCE = """
-#include "trainrun/thread_annotations.h"
+#include "trainrun/core/thread_annotations.h"
 namespace {
 struct Counter {
   trainrun::Mutex mu;

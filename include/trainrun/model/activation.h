@@ -1,8 +1,8 @@
 // Pointwise activations (GELU, tanh approximation as in GPT-2; ReLU).
 #pragma once
 
-#include "trainrun/backend.h"
-#include "trainrun/experiment.h"
+#include "trainrun/backend/backend.h"
+#include "trainrun/core/experiment.h"
 
 namespace trainrun {
 

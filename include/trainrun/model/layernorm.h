@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "trainrun/params.h"
+#include "trainrun/model/params.h"
 
 namespace trainrun {
 

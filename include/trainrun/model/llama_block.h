@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "trainrun/experiment.h"
+#include "trainrun/core/experiment.h"
 #include "trainrun/model/pre_norm_block.h"
 #include "trainrun/model/rmsnorm.h"
 #include "trainrun/model/swiglu_mlp.h"

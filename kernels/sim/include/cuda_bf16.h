@@ -1,11 +1,11 @@
 // __nv_bfloat16 for trainrun's CPU-executed device: the storage type and the two conversions the
 // kernels call, rounding exactly as the GPU does (nearest even; every NaN becomes the canonical
-// 0x7FFF, as __float2bfloat16_rn does on the device, where trainrun/bf16.h keeps the payload).
+// 0x7FFF, as __float2bfloat16_rn does on the device, where trainrun/core/bf16.h keeps the payload).
 #pragma once
 
 #include <cstdint>
 
-#include "trainrun/bf16.h"
+#include "trainrun/core/bf16.h"
 
 struct __nv_bfloat16 {
   uint16_t __x;

@@ -17,7 +17,7 @@
 #include <cstring>
 #include <vector>
 
-#include "trainrun/shard.h"
+#include "trainrun/core/shard.h"
 
 namespace {
 

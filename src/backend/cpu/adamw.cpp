@@ -1,7 +1,7 @@
 // Fused AdamW, one pass over the flat parameter buffer (or the rank's ZeRO-1 slice of it): the
-// element update of trainrun/adamw_update.h, shared with the CUDA kernel.
+// element update of trainrun/core/adamw_update.h, shared with the CUDA kernel.
 #include "kernels.h"
-#include "trainrun/adamw_update.h"
+#include "trainrun/core/adamw_update.h"
 
 namespace trainrun::cpu {
 

@@ -1,6 +1,6 @@
 #include "bf16_staging.h"
 
-#include "trainrun/bf16.h"
+#include "trainrun/core/bf16.h"
 
 namespace trainrun::cpu {
 

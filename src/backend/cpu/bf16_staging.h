@@ -16,7 +16,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "trainrun/tensor.h"
+#include "trainrun/core/tensor.h"
 
 namespace trainrun::cpu {
 

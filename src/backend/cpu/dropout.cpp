@@ -1,9 +1,9 @@
-// Inverted dropout over the mask of trainrun/dropout_mask.h (shared with the CUDA kernels, so
+// Inverted dropout over the mask of trainrun/core/dropout_mask.h (shared with the CUDA kernels, so
 // both devices drop the same elements). p == 0 is an exact copy.
 #include <cstring>
 
 #include "kernels.h"
-#include "trainrun/dropout_mask.h"
+#include "trainrun/core/dropout_mask.h"
 
 namespace trainrun::cpu {
 

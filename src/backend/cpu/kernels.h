@@ -1,13 +1,13 @@
 // The CPU reference kernels, one template per op over T = float or double, on raw contiguous
 // memory. Shapes arrive already checked by Backend's public methods (backend.cpp); each kernel file
-// explicitly instantiates both types. Conventions follow include/trainrun/backend.h: forward
-// overwrites, backward accumulates (+=); where a kernel takes `acc`, false overwrites din
+// explicitly instantiates both types. Conventions follow include/trainrun/backend/backend.h:
+// forward overwrites, backward accumulates (+=); where a kernel takes `acc`, false overwrites din
 // instead (GradWrite::overwrite) and never reads it.
 #pragma once
 
 #include <cstdint>
 
-#include "trainrun/adamw_update.h"
+#include "trainrun/core/adamw_update.h"
 
 namespace trainrun::cpu {
 
@@ -61,7 +61,7 @@ void relu_forward(T* out, const T* in, int64_t n);
 template <class T>
 void relu_backward(T* din, const T* dout, const T* in, int64_t n, bool acc);
 
-// dropout.cpp: the mask of trainrun/dropout_mask.h; kept elements scale by 1/(1-p).
+// dropout.cpp: the mask of trainrun/core/dropout_mask.h; kept elements scale by 1/(1-p).
 template <class T>
 void dropout_forward(T* out, const T* in, int64_t n, float p, uint64_t seed);
 template <class T>
@@ -106,7 +106,7 @@ double sum(const T* x, int64_t n);
 template <class T>
 double sum_squares(const T* x, int64_t n);
 
-// adamw.cpp: one fused pass over [0, n) of trainrun/adamw_update.h's element update
+// adamw.cpp: one fused pass over [0, n) of trainrun/core/adamw_update.h's element update
 template <class T>
 void adamw(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWStep<T>& s);
 

@@ -1,0 +1,311 @@
+// Backend: the op set, and the only code that knows which device the memory lives on.
+// The CPU backend (src/backend/cpu/) is the reference; the CUDA backend (kernels/, loaded as a
+// plugin) must match it within stated tolerances (tests/test_backend_ops.cpp, suite `gpu`).
+// Modules are written once, over these ops.
+//
+// The seam (as ggml's backend interface): the public op methods are not virtual. They validate
+// presence, device, dtypes and shapes once, for every backend (src/backend/backend.cpp), and
+// throw std::invalid_argument naming the op and the shapes; then they call the backend's
+// protected *_impl method, which may assume all of that. So a wrong call fails with the same
+// message on every backend, and a backend implements arithmetic only.
+//
+// Conventions every implementation follows:
+//  - Shapes are read from the tensors; rows x cols means [..., cols] flattened.
+//  - Forward ops overwrite their output.
+//  - Backward ops ACCUMULATE (+=) into every gradient they produce, input and parameter
+//    gradients alike. The trainer zeroes parameter gradients once per step, so gradient
+//    accumulation over micro-batches is free. The ops whose input gradient is often a module's
+//    private buffer (matmul_backward's din, the activations' din) also take
+//    GradWrite::overwrite: din = ..., its old contents never read, which saves zeroing that
+//    buffer and reading the zeros back. The ops producing parameter gradients (matmul_backward,
+//    layernorm_backward, rmsnorm_backward) take a second GradWrite for those: the first write of a
+//    step overwrites (ParamStore::grad_write), so no pass zeroes the gradients each step.
+//  - Every tensor of a call lives on the backend's device (copy() alone also takes host
+//    tensors). All float tensors of one call share a dtype, with two exceptions under bf16
+//    activations: saved statistics (layernorm mean/rstd, rmsnorm rstd, attention lse,
+//    cross-entropy losses/lse) may be f32, and parameter-gradient outputs (matmul_backward
+//    dw/dbias, layernorm_backward dw/db, rmsnorm_backward dw, embedding_backward dtable) may be
+//    f32 where f32_param_grads_with_bf16() says so. Mixed-precision training (docs/cuda.md,
+//    "bf16 mixed precision") keeps parameter gradients f32 so that micro-batch accumulation and
+//    the gradient allreduce never round to bf16. Index tensors are i32. Which dtypes a backend
+//    computes: supports().
+//  - bf16 storage means: load bf16 -> f32, compute and accumulate in f32, round to nearest even
+//    on store (trainrun/core/bf16.h). The CPU backend does exactly that, op by op, as the reference
+//    the CUDA kernels are compared against; an accumulating (+=) bf16 output is loaded, added to
+//    in f32 and rounded once.
+//  - A token id outside [0, rows) throws DataError naming the first bad position, on every
+//    backend (the CPU checks the ids before the kernel, the CUDA kernels flag them).
+//
+// Thread safety: none. Call from one thread at a time; which thread may change from call to call
+// (the CUDA backend selects its GPU on every call).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "trainrun/core/tensor.h"
+
+namespace trainrun {
+
+struct AdamWParams {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  int64_t step = 1;  // 1-based, for bias correction
+  // Multiplies every gradient before it is used (gradient clipping's factor, 1 = none): folded
+  // into the update's one pass instead of a scale() pass of its own over the gradients, which
+  // stay unscaled in their buffer.
+  double grad_scale = 1.0;
+};
+
+// Every op of the set, for supports() and for naming ops in messages and tests.
+enum class Op : uint8_t {
+  copy,  // raw bytes between host and device; any dtype
+  cast,  // copy between float dtypes with equal element counts, both on the device
+  fill,
+  matmul,
+  matmul_backward,
+  layernorm,
+  layernorm_backward,
+  gelu,
+  gelu_backward,
+  relu,
+  relu_backward,
+  dropout,
+  dropout_backward,
+  add,
+  accumulate,
+  scale,
+  attention,
+  attention_backward,
+  embedding,
+  embedding_backward,
+  cross_entropy,
+  cross_entropy_backward,
+  rmsnorm,
+  rmsnorm_backward,
+  rope,
+  rope_backward,
+  swiglu,
+  swiglu_backward,
+  sum,
+  sum_squares,
+  adamw,
+};
+inline constexpr int kOpCount = static_cast<int>(Op::adamw) + 1;
+const char* op_name(Op op);
+
+// How a backward op writes an input gradient: add to it (the default), or replace it.
+enum class GradWrite : uint8_t { accumulate, overwrite };
+
+// Told the wall time of every op a backend runs while it is set (Backend::set_op_observer):
+// what `trainrun --profile` tabulates per op. Device backends synchronise after each observed
+// op, so an observed step runs slower than an unobserved one.
+class OpObserver {
+ public:
+  virtual ~OpObserver() = default;
+  virtual void op_done(Op op, double t0, double t1) = 0;  // steady-clock seconds (now())
+  static double now();
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string describe() const = 0;  // e.g. "cpu (oneDNN sgemm, 2 OpenMP threads)"
+
+  // True when this backend computes `op` on (float) tensors of dtype `dt`: the activation dtype
+  // of the call (for copy, fill, sum: the tensor's dtype; for cast: each side's). Ask before a
+  // run; an unsupported call throws std::invalid_argument.
+  virtual bool supports(Op op, DType dt) const = 0;
+  // True when every op that produces parameter gradients takes them in f32 beside bf16
+  // activations (the exception above): what `train.precision: bf16` needs besides
+  // supports(op, bf16). Without it such a call is refused.
+  virtual bool f32_param_grads_with_bf16() const { return false; }
+  // The largest attention head dimension (C / n_head) this backend computes; 0 means no limit.
+  virtual int64_t max_head_dim() const { return 0; }
+
+  // ---- memory ----
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  // Copies between any two tensors of equal bytes; either may live on the host or this device.
+  // Two float tensors of different dtypes and equal element counts, both on this device, are a
+  // cast instead where supports(Op::cast, ...) says so for both dtypes (CUDA: f32 <-> bf16).
+  void copy(Tensor dst, Tensor src);
+  void fill(Tensor x, double value);  // any dtype; an empty tensor is a no-op
+  virtual void synchronize() {}
+  // nullptr (the default) observes nothing; the observer must outlive its setting.
+  void set_op_observer(OpObserver* o) { observer_ = o; }
+  OpObserver* op_observer() const { return observer_; }
+
+  // ---- dense ----
+  // out[N,OC] = in[N,C] . w[OC,C]^T + bias[OC] (bias may be empty)
+  void matmul(Tensor out, Tensor in, Tensor w, Tensor bias);
+  // din[N,C] += dout . w ; dw[OC,C] += dout^T . in ; dbias[OC] += colsum(dout).
+  // din and dbias may be empty (skipped); `write` applies to din, `param_write` to dw and dbias.
+  void matmul_backward(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
+                       GradWrite write = GradWrite::accumulate,
+                       GradWrite param_write = GradWrite::accumulate);
+
+  // ---- normalisation and activations ----
+  // out = (in - mean) * rstd * w + b over the last dim; mean, rstd: [rows] (saved for backward)
+  void layernorm(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b);
+  // din += ; dw, db += (or =, with param_write overwrite).
+  void layernorm_backward(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
+                          Tensor mean, Tensor rstd, GradWrite param_write = GradWrite::accumulate);
+  // RMSNorm over the last dim: out = in * rstd * w; rstd [rows] = 1 / sqrt(mean(in^2) + 1e-5),
+  // saved for backward. din [rows,C] += ; dw [C] += (or =, with param_write overwrite).
+  void rmsnorm(Tensor out, Tensor rstd, Tensor in, Tensor w);
+  void rmsnorm_backward(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd,
+                        GradWrite param_write = GradWrite::accumulate);
+  // GELU, tanh approximation (GPT-2's)
+  void gelu(Tensor out, Tensor in);
+  void gelu_backward(Tensor din, Tensor dout, Tensor in, GradWrite write = GradWrite::accumulate);
+  void relu(Tensor out, Tensor in);
+  void relu_backward(Tensor din, Tensor dout, Tensor in, GradWrite write = GradWrite::accumulate);
+  // Inverted dropout with probability p in [0, 1); the mask is a pure function of (seed,
+  // element index) (dropout_mask.h), so backward recomputes it and a resumed run draws the same.
+  void dropout(Tensor out, Tensor in, float p, uint64_t seed);
+  void dropout_backward(Tensor din, Tensor dout, float p, uint64_t seed);
+
+  // ---- elementwise ----
+  void add(Tensor out, Tensor a, Tensor b);  // out = a + b (out may alias a or b)
+  void accumulate(Tensor dst, Tensor src);   // dst += src
+  void scale(Tensor x, double s);            // x *= s
+
+  // ---- attention ----
+  // Causal multi-head self-attention. qkv: [B,T,3C] laid out as (q | k | v), each [B,T,NH,hd].
+  // out: [B,T,C]; lse: [B,NH,T] row log-sum-exp of the scaled scores, saved so backward can
+  // recompute probabilities without storing a T x T matrix.
+  // Grouped-query attention: n_kv_head (0 = n_head, the layout above) k and v heads, shared by
+  // n_head / n_kv_head query heads each (n_kv_head divides n_head; 1 = multi-query).
+  // qkv [B,T,(n_head + 2*n_kv_head)*hd] = (q | k | v); q head h reads kv head
+  // h / (n_head / n_kv_head); out [B,T,n_head*hd]; lse [B,n_head,T].
+  void attention(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head = 0);
+  // The head dimension hd of such a qkv (n_kv_head already resolved, not 0): the one derivation
+  // the public checks and every backend's kernels use.
+  static int64_t head_dim(const Tensor& qkv, int n_head, int n_kv_head) {
+    return qkv.dim(2) / (n_head + 2 * int64_t{n_kv_head});
+  }
+  void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head,
+                          int n_kv_head = 0);
+  // Rotary position embedding on the q and k heads of qkv [B,T,(n_head + 2*n_kv_head)*hd]
+  // (n_kv_head 0 = n_head). Position t is the index along T. Within each q or k head the pair
+  // (x[i], x[i + hd/2]), i < hd/2, turns by angle t * theta^(-2i/hd) (GPT-NeoX / Hugging Face
+  // Llama "rotate_half"): x'[i] = x[i] cos - x[i+hd/2] sin, x'[i+hd/2] = x[i+hd/2] cos + x[i] sin.
+  // v is copied unchanged. out may alias in. hd must be even, theta > 0.
+  void rope(Tensor out, Tensor in, int n_head, int n_kv_head, float theta);
+  // din += R^T dout on the q and k heads (rotation by -angle), din += dout on v.
+  void rope_backward(Tensor din, Tensor dout, int n_head, int n_kv_head, float theta);
+
+  // ---- gated MLP ----
+  // SwiGLU: in [N,2H] = (gate | up); out [N,H] = silu(gate) * up, silu(x) = x / (1 + e^-x).
+  void swiglu(Tensor out, Tensor in);
+  void swiglu_backward(Tensor din, Tensor dout, Tensor in,  // din [N,2H] +=
+                       GradWrite write = GradWrite::accumulate);
+
+  // ---- embedding ----
+  // out[N,C] = table[ids[n], :] ; dtable[ids[n], :] += dout[n, :]
+  void embedding(Tensor out, Tensor ids, Tensor table);
+  void embedding_backward(Tensor dtable, Tensor dout, Tensor ids);
+
+  // ---- loss ----
+  // losses[N] = logsumexp(logits[n]) - logits[n, targets[n]]; lse[N] saved.
+  void cross_entropy(Tensor losses, Tensor lse, Tensor logits, Tensor targets);
+  // dlogits[N,V] = (softmax(logits) - onehot(targets)) * scale. Overwrites (not +=) and may
+  // alias logits: the fused form never holds a second [N,V] tensor.
+  void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
+                              float scale);
+
+  // ---- reductions (results come back to the host) ----
+  double sum(Tensor x);
+  double sum_squares(Tensor x);  // NaN/Inf propagate, so callers detect bad steps
+
+  // ---- optimizer ----
+  // Fused AdamW with decoupled weight decay over a contiguous range of the flat buffers, on
+  // grad * hp.grad_scale.
+  void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp);
+
+ protected:
+  // The implementations. Each is called only with what its public method validated: required
+  // tensors present, every tensor on this device, a dtype supports() accepts, consistent shapes,
+  // p in [0, 1), step >= 1, and (for host-resident ids) ids in range. Device-resident ids are
+  // the implementation's to check; it reports a bad one through fail_out_of_range_id.
+  virtual void copy_impl(Tensor dst, Tensor src) = 0;  // equal bytes
+  virtual void cast_impl(Tensor dst, Tensor src);      // only where supports(Op::cast, ...)
+  virtual void fill_impl(Tensor x, double value) = 0;
+  virtual void matmul_impl(Tensor out, Tensor in, Tensor w, Tensor bias) = 0;
+  virtual void matmul_backward_impl(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
+                                    Tensor w, GradWrite write, GradWrite param_write) = 0;
+  virtual void layernorm_impl(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w,
+                              Tensor b) = 0;
+  virtual void layernorm_backward_impl(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in,
+                                       Tensor w, Tensor mean, Tensor rstd,
+                                       GradWrite param_write) = 0;
+  virtual void gelu_impl(Tensor out, Tensor in) = 0;
+  virtual void gelu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) = 0;
+  virtual void relu_impl(Tensor out, Tensor in) = 0;
+  virtual void relu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) = 0;
+  virtual void dropout_impl(Tensor out, Tensor in, float p, uint64_t seed) = 0;
+  virtual void dropout_backward_impl(Tensor din, Tensor dout, float p, uint64_t seed) = 0;
+  virtual void add_impl(Tensor out, Tensor a, Tensor b) = 0;
+  virtual void accumulate_impl(Tensor dst, Tensor src) = 0;
+  virtual void scale_impl(Tensor x, double s) = 0;
+  // n_kv_head arrives resolved: never 0, always a divisor of n_head.
+  virtual void attention_impl(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head) = 0;
+  virtual void attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
+                                       int n_head, int n_kv_head) = 0;
+  virtual void rmsnorm_impl(Tensor out, Tensor rstd, Tensor in, Tensor w) = 0;
+  virtual void rmsnorm_backward_impl(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w,
+                                     Tensor rstd, GradWrite param_write) = 0;
+  virtual void rope_impl(Tensor out, Tensor in, int n_head, int n_kv_head, float theta) = 0;
+  virtual void rope_backward_impl(Tensor din, Tensor dout, int n_head, int n_kv_head,
+                                  float theta) = 0;
+  virtual void swiglu_impl(Tensor out, Tensor in) = 0;
+  virtual void swiglu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) = 0;
+  virtual void embedding_impl(Tensor out, Tensor ids, Tensor table) = 0;
+  virtual void embedding_backward_impl(Tensor dtable, Tensor dout, Tensor ids) = 0;
+  virtual void cross_entropy_impl(Tensor losses, Tensor lse, Tensor logits, Tensor targets) = 0;
+  virtual void cross_entropy_backward_impl(Tensor dlogits, Tensor logits, Tensor lse,
+                                           Tensor targets, float scale) = 0;
+  virtual double sum_impl(Tensor x, bool squares) = 0;
+  virtual void adamw_impl(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp) = 0;
+
+  // The DataError for a token id outside [0, limit) at position `index` of `name`, worded the
+  // same on every backend.
+  [[noreturn]] static void fail_out_of_range_id(Op op, const char* name, int64_t index,
+                                                int64_t value, int64_t limit);
+
+ private:
+  OpObserver* observer_ = nullptr;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+
+// Loads libtrainrun_cuda.so from beside the executable (dlopen) and creates its backend on GPU
+// `ordinal`. Returns null and says why in `why_not` when the plugin, the CUDA libraries, a
+// driver or a GPU is missing; never fails to start the CPU-only binary.
+std::unique_ptr<Backend> make_cuda_backend(int ordinal, std::string* why_not);
+
+// Peak fp32 GEMM rate of this backend in GFLOP/s, measured now on square-ish GEMMs of the given
+// size (CPU: oneDNN sgemm on the current OpenMP threads). Used for MFU and `trainrun plan`.
+double measure_gemm_peak_gflops(Backend& be, int size);
+
+// The peak MFU divides by. A short measurement reads low when the machine is busy (and MFU then
+// reads high), so the best rate ever measured on this machine for the same backend, thread count
+// and CPU is kept in `cache_file` ("" = none), and the peak is the higher of that and this run's
+// measurement. `source` says which, for the run's header. A missing or unreadable cache is
+// ignored; writing it is best effort (atomic rename) and never fails a run.
+struct GemmPeak {
+  double gflops = 0;
+  std::string source;
+};
+GemmPeak gemm_peak(Backend& be, int size, const std::string& cache_file);
+// $XDG_CACHE_HOME/trainrun/gemm-peak.tsv, else $HOME/.cache/trainrun/gemm-peak.tsv, else "".
+std::string default_gemm_peak_cache();
+
+}  // namespace trainrun

@@ -1,0 +1,40 @@
+// Model: a language model built from the fixed modules, trained by the Trainer through this
+// small interface. Owns its parameters (one flat buffer) and its activation arena.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "trainrun/core/experiment.h"
+#include "trainrun/model/params.h"
+
+namespace trainrun {
+
+// Called during backward whenever a contiguous range [begin, end) of the flat gradient buffer
+// is final for this micro-batch, in decreasing offset order. The trainer starts allreduces here.
+using GradReadyFn = std::function<void(int64_t begin, int64_t end)>;
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // x, y: host token ids [batch, seq_len]; y is x shifted by one.
+  virtual void set_batch(const int32_t* x, const int32_t* y) = 0;
+  // Mean loss over this micro-batch's targets.
+  virtual double forward(bool training, uint64_t dropout_seed) = 0;
+  // Gradients of (scale x summed loss) accumulate into params().grads().
+  virtual void backward(float scale, uint64_t dropout_seed, const GradReadyFn& ready) = 0;
+  virtual int64_t targets_per_batch() const = 0;
+  // [targets_per_batch, vocab] logits of the last forward (until backward overwrites them).
+  virtual Tensor logits() const = 0;
+  virtual ParamStore& params() = 0;
+  virtual size_t activation_bytes() const = 0;  // both arenas
+  virtual int batch() const = 0;
+  virtual int seq_len() const = 0;
+};
+
+// Builds, allocates and binds a model for micro-batches of `batch` sequences.
+std::unique_ptr<Model> build_model(const ModelConfig& cfg, Backend& be, int batch,
+                                   DType dtype = DType::f32);
+
+}  // namespace trainrun

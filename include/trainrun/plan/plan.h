@@ -1,0 +1,89 @@
+// Plan: what a run will cost before it runs: parameters per module, FLOPs, memory per rank,
+// communication per step, a predicted step time, from the same FLOPs model as the MFU
+// (flops.h), and what checkpointing costs at the configured interval. `trainrun plan` prints it;
+// `trainrun CONFIG` refuses a run that cannot fit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trainrun/core/experiment.h"
+
+namespace trainrun {
+
+struct DevicePeak {
+  std::string name;    // "cpu (measured sgemm)", "H100 SXM", ...
+  double flops = 0;    // FLOP/s for this run's precision, per rank
+  double mem_bw = 0;   // bytes/s
+  double memory = 0;   // bytes available per rank
+  double link_bw = 0;  // bytes/s per rank for collectives (NVLink / network / shared memory)
+  std::string source;  // "measured now" or "table"
+  // Checkpoints. host_bw: bytes/s of the snapshot copy into host memory (CPU: memcpy, GPU: PCIe).
+  // disk_bw: bytes/s one rank writes a checkpoint file at (an assumption unless --disk-bw).
+  double host_bw = 0;
+  double disk_bw = 0;
+  std::string disk_source;  // where disk_bw came from, with how to measure it
+};
+
+// One checkpoint save, for the rank that takes longest (rank 0 unsharded; the largest shard).
+struct CheckpointPlan {
+  int64_t every = 0;  // checkpoint.every; 0 = only at the end
+  bool async = false, sharded = false;
+  int files = 1;                // files written per save (shards + MANIFEST when sharded)
+  double state_bytes = 0;       // weights + AdamW m + v of the whole model: 12 bytes per parameter
+  double file_overhead = 0;     // HDF5 headers, /config, /metadata per file
+  double bytes_per_rank = 0;    // what the slowest rank writes, its file's overhead included
+  double gather_bytes = 0;      // rank 0 receives before writing (unsharded ZeRO-1 moments)
+  double copy_seconds = 0;      // snapshot into host memory (blocks the step loop)
+  double gather_seconds = 0;    // gather_bytes over the link (blocks the step loop)
+  double write_seconds = 0;     // bytes_per_rank at disk_bw
+  double blocking_seconds = 0;  // the step loop waits this long per save
+  double background_seconds = 0;  // async: the write, off the step loop; sync: 0
+  double fraction = 0;  // blocking_seconds / (every x predicted step time); 0 when every is 0
+  int64_t every_for_5pct = 0;  // the smallest checkpoint.every that keeps fraction <= 5%
+};
+
+struct Plan {
+  int world = 1;
+  int micro_batch = 1, accum = 1;
+  std::vector<std::pair<std::string, int64_t>> params_by_module;  // "wte", "blocks.0", ...
+  int64_t params = 0;
+  double flops_per_token = 0, flops_per_step = 0;
+  double bytes_params = 0, bytes_grads = 0, bytes_optimizer = 0, bytes_optimizer_zero1 = 0;
+  double bytes_activations = 0;  // per micro-batch, as the model's arena allocates it
+  double bytes_workspace = 0;
+  double bytes_total = 0;  // per rank, with the configured ZeRO setting
+  double comm_bytes_per_step = 0;
+  double allreduce_seconds_per_step = 0;          // comm_bytes_per_step over the link
+  double allreduce_exposed_seconds_per_step = 0;  // of it, what backward does not hide
+  double predicted_step_seconds = 0, predicted_tokens_per_second = 0;
+  DevicePeak peak;
+  CheckpointPlan checkpoint;
+  std::vector<std::string> warnings;
+  bool fits = true;
+};
+
+// Bytes per rank, from the config alone: no device is measured, so it is cheap enough to check
+// before every run. make_plan's memory figures are these.
+struct MemoryPlan {
+  double params = 0, grads = 0, optimizer = 0, optimizer_zero1 = 0;
+  double activations = 0;  // per micro-batch
+  double workspace = 0;
+  double total = 0;  // with the configured ZeRO setting
+};
+// gpu: sized for a GPU (bf16 weight copy and activations when train.precision is bf16, CUDA
+// context workspace) rather than the CPU (host checkpoint copy).
+MemoryPlan plan_memory(const Experiment& exp, bool gpu);
+
+// The peak for the configured device: CPU measures sgemm now; GPUs come from a table
+// (A100, H100, H200; `gpu` names one, empty = H100). The checkpoint write rate is an assumption
+// (device_peaks.cpp says why): `trainrun plan --disk-bw` replaces it.
+DevicePeak device_peak(const Experiment& exp, const std::string& gpu = "");
+Plan make_plan(const Experiment& exp, const DevicePeak& peak);
+// MemAvailable of this machine (/proc/meminfo), bytes.
+double mem_available_bytes();
+std::string plan_text(const Plan& plan);
+std::string plan_json(const Plan& plan);
+
+}  // namespace trainrun

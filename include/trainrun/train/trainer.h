@@ -1,0 +1,27 @@
+// Trainer: runs one experiment on this rank: wires communicator, backend, model, data loader and
+// the step loop's components (src/train/: data-parallel strategy, health monitor, step reporter,
+// checkpoint policy) together and drives the step loop.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "trainrun/core/experiment.h"
+
+namespace trainrun {
+
+struct RunOptions {
+  std::string resume_file;  // a checkpoint to resume from ("" = fresh run)
+  std::string profile;      // "A:B": write Chrome traces for steps [A, B)
+};
+
+// Runs the experiment as one rank (or alone); returns the process exit code (errors.h).
+int run_training(const Experiment& exp, const RunOptions& opts);
+
+// Generates `tokens` tokens after `prompt` from the newest good checkpoint of run_dir, decoded with
+// `tokenizer` (a tokenizer.json; "" = the run's own: data.tokenizer, else its shards' manifest,
+// else bytes, where an id past 255 prints as <id>).
+std::string sample_text(const std::string& run_dir_or_file, const std::string& prompt, int tokens,
+                        double temperature, uint64_t seed, const std::string& tokenizer = "");
+
+}  // namespace trainrun
