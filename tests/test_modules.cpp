@@ -528,6 +528,10 @@ TEST_CASE("ModelSpec: every model type has its spec, complete") {
     CHECK_MESSAGE(static_cast<bool>(spec.targets_per_sequence), "targets_per_sequence");
     CHECK_MESSAGE(static_cast<bool>(spec.advise), "advise");
     CHECK_MESSAGE(static_cast<bool>(spec.place_context), "place_context");
+    CHECK_MESSAGE(spec.rules != nullptr, "rules");
+    CHECK_MESSAGE(static_cast<bool>(spec.validate), "validate");
+    CHECK_MESSAGE(static_cast<bool>(spec.tensor_bounds), "tensor_bounds");
+    CHECK_MESSAGE(static_cast<bool>(spec.describe), "describe");
   }
 }
 
@@ -753,4 +757,53 @@ TEST_CASE("ModelSpec: FLOPs and targets per family") {
             2.0 * 48 * 97);
   CHECK(train_flops_per_token(llama) == 3 * forward_flops_per_token(llama));
   CHECK(targets_per_sequence(llama) == 16);
+}
+
+TEST_CASE("ModelSpec: every family states its rules, bounds and description") {
+  for (const ModelConfig& cfg : spec_zoo()) {
+    CAPTURE(enum_name(cfg.type));
+    CAPTURE(cfg.d_model);
+    const ModelSpec& spec = model_spec(cfg.type);
+    CHECK(spec.type == cfg.type);
+    REQUIRE(spec.rules != nullptr);
+    CHECK(std::string(spec.rules).rfind(std::string(enum_name(cfg.type)) + ":", 0) == 0);
+    std::vector<ModelProblem> problems;
+    spec.validate(cfg, problems);
+    // The zoo builds; only an mlp without hidden layers (the model can, configs may not) breaks
+    // a rule.
+    CHECK(problems.size() == (cfg.type == ModelType::mlp && cfg.hidden.empty() ? 1u : 0u));
+    // The bounds are upper estimates of real tensors: at least the largest weight matrix the
+    // measuring pass declares (in double, before any int64 arithmetic could overflow).
+    std::vector<TensorBound> bounds;
+    spec.tensor_bounds(cfg, 2, bounds);
+    const ModelShape shape = spec.measure(cfg, 2, DType::f32);
+    double largest_block = 0;
+    for (const auto& [module, n] : shape.params_by_module)
+      if (module.rfind("blocks.", 0) == 0 || module.rfind("hidden", 0) == 0 ||
+          module.rfind("fc", 0) == 0)
+        largest_block = std::max(largest_block, double(n));
+    double largest_bound = 0;
+    for (const TensorBound& b : bounds) largest_bound = std::max(largest_bound, b.elements);
+    CHECK(largest_bound >= largest_block * 0.5);
+    const std::string d = spec.describe(cfg);
+    CHECK(d.rfind(std::string(enum_name(cfg.type)), 0) == 0);
+    CHECK(d.find("vocab " + std::to_string(cfg.vocab_size)) != std::string::npos);
+  }
+  // A broken config gets the family's own reasons, naming the keys.
+  ModelConfig llama;
+  llama.type = ModelType::llama;
+  llama.d_model = 96;
+  llama.n_head = 4;  // head dimension 24: even, fine
+  llama.n_kv_head = 3;
+  std::vector<ModelProblem> problems;
+  model_spec(ModelType::llama).validate(llama, problems);
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].keys[0] == "model.n_kv_head");
+  ModelConfig mlp;
+  mlp.type = ModelType::mlp;
+  mlp.hidden.clear();
+  problems.clear();
+  model_spec(ModelType::mlp).validate(mlp, problems);
+  REQUIRE(problems.size() == 1);
+  CHECK(problems[0].message.find("model.hidden is empty") != std::string::npos);
 }

@@ -6,6 +6,7 @@
 #include "schema.h"
 #include "trainrun/config/config.h"
 #include "trainrun/core/errors.h"
+#include "trainrun/model/model_spec.h"
 #include "value.h"
 
 namespace trainrun::config {
@@ -15,40 +16,6 @@ using Fail = std::vector<Violation>;
 
 void fail(Fail& out, std::vector<std::string_view> keys, std::string message) {
   out.push_back({std::move(keys), std::move(message)});
-}
-
-bool has_attention(ModelType t) {
-  return t == ModelType::gpt || t == ModelType::llama;
-}
-
-void heads_divide_width(const Experiment& e, int, Fail& out) {
-  const auto& m = e.model;
-  if (has_attention(m.type) && m.n_head > 0 && m.d_model % m.n_head != 0) {
-    fail(out, {"model.d_model", "model.n_head"},
-         fmt::format("model.d_model={} is not divisible by model.n_head={}: each head gets "
-                     "d_model / n_head channels; pick d_model a multiple of n_head",
-                     m.d_model, m.n_head));
-  }
-}
-
-// Rotary embedding rotates pairs of channels within a head, and every group of query heads
-// shares one key/value head.
-void llama_heads(const Experiment& e, int, Fail& out) {
-  const auto& m = e.model;
-  if (m.type != ModelType::llama || m.n_head < 1 || m.d_model % m.n_head != 0) return;
-  if (m.n_kv_head > 0 && m.n_head % m.n_kv_head != 0) {
-    fail(out, {"model.n_kv_head", "model.n_head"},
-         fmt::format("model.n_kv_head={} does not divide model.n_head={}: each key/value head "
-                     "serves n_head / n_kv_head query heads; pick a divisor of n_head (1 = "
-                     "multi-query)",
-                     m.n_kv_head, m.n_head));
-  }
-  if ((m.d_model / m.n_head) % 2 != 0) {
-    fail(out, {"model.d_model", "model.n_head"},
-         fmt::format("head dimension d_model / n_head = {} is odd: rotary position embedding "
-                     "rotates channel pairs; pick d_model / n_head even",
-                     m.d_model / m.n_head));
-  }
 }
 
 // The llama keys mean nothing to the other families: a value other than the default there is a
@@ -74,11 +41,11 @@ void llama_keys_only_for_llama(const Experiment& e, int, Fail& out) {
   fail(out, std::move(set), std::move(message));
 }
 
-void mlp_has_hidden(const Experiment& e, int, Fail& out) {
-  if (e.model.type == ModelType::mlp && e.model.hidden.empty()) {
-    fail(out, {"model.hidden", "model.type"},
-         "model.hidden is empty: an mlp needs at least one hidden layer width, e.g. [512]");
-  }
+// The configured family's own rules (model_spec.h); docs/config.md lists every family's.
+void family_rules(const Experiment& e, int, Fail& out) {
+  std::vector<ModelProblem> problems;
+  model_spec(e.model.type).validate(e.model, problems);
+  for (auto& p : problems) fail(out, std::move(p.keys), std::move(p.message));
 }
 
 void one_data_source(const Experiment& e, int, Fail& out) {
@@ -147,28 +114,9 @@ constexpr double kMaxTensorElements = 70368744177664.0;  // 2^46
 void sizes_fit(const Experiment& e, int, Fail& out) {
   const auto& m = e.model;
   const double B = e.train.batch_size, T = m.seq_len, V = m.vocab_size, C = m.d_model;
-  struct Tensor {
-    const char* what;
-    double elements;
-  };
-  std::vector<Tensor> tensors = {{"token embedding (vocab_size x d_model)", V * C},
-                                 {"logits (batch_size x seq_len x vocab_size)", B * T * V}};
-  if (m.type == ModelType::gpt || m.type == ModelType::llama)
-    tensors.push_back(
-        {"parameters of all blocks (about n_layer x 12 d_model^2)", 12.0 * m.n_layer * C * C});
-  if (m.type == ModelType::gpt) {
-    tensors.push_back({"attention scores (batch_size x n_head x seq_len^2)", B * m.n_head * T * T});
-    tensors.push_back({"MLP weight (4 d_model x d_model)", 4 * C * C});
-  } else if (m.type == ModelType::llama) {
-    tensors.push_back({"attention scores (batch_size x n_head x seq_len^2)", B * m.n_head * T * T});
-    tensors.push_back({"MLP weight (2 ffn_hidden x d_model)", 2.0 * llama_ffn_hidden(m) * C});
-  } else {
-    double in = T * C;
-    for (int h : m.hidden) {
-      tensors.push_back({"MLP hidden layer weight", in * h});
-      in = h;
-    }
-  }
+  std::vector<TensorBound> tensors = {{"token embedding (vocab_size x d_model)", V * C},
+                                      {"logits (batch_size x seq_len x vocab_size)", B * T * V}};
+  model_spec(m.type).tensor_bounds(m, B, tensors);
   for (const auto& t : tensors) {
     if (t.elements > kMaxTensorElements) {
       fail(out,
@@ -222,14 +170,10 @@ const Rule kRules[] = {
     {"exactly one of `data.train`, `data.text`, `data.synthetic`; `data.val` and "
      "`data.tokenizer` only with `data.train`",
      one_data_source},
-    {"gpt, llama: `model.d_model` divisible by `model.n_head`", heads_divide_width},
-    {"llama: `model.n_kv_head` (when above 0) divides `model.n_head`; the head dimension "
-     "`model.d_model` / `model.n_head` is even",
-     llama_heads},
+    {"", family_rules},  // one line per family: the specs' own (cross_field_rules)
     {"`model.n_kv_head`, `model.rope_theta`, `model.ffn_hidden` and `model.tie_embeddings: "
      "false` only with `model.type: llama`",
      llama_keys_only_for_llama},
-    {"mlp: `model.hidden` not empty", mlp_has_hidden},
     {"`train.batch_size` divisible by the ranks (`distributed.nproc` x `distributed.nodes`), "
      "and by `train.micro_batch_size` x ranks when that is above 0",
      batch_splits_over_ranks},
@@ -258,7 +202,14 @@ std::vector<Violation> violations(const Experiment& exp, int world) {
 
 std::vector<std::string_view> cross_field_rules() {
   std::vector<std::string_view> out;
-  for (const auto& rule : kRules) out.push_back(rule.summary);
+  for (const auto& rule : kRules) {
+    if (rule.check != family_rules) {
+      out.push_back(rule.summary);
+      continue;
+    }
+    for (size_t t = 0; t < std::size(EnumNames<ModelType>::names); ++t)
+      out.push_back(model_spec(static_cast<ModelType>(t)).rules);
+  }
   return out;
 }
 

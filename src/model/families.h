@@ -33,6 +33,14 @@ void copy_batch(Backend& be, Tensor ids, Tensor targets, const int32_t* x, const
 // never seen); returns the row of the last context token.
 int64_t place_causal_context(std::span<const int32_t> ctx, std::span<int32_t> window);
 
+// The attention families' rule: d_model splits evenly into n_head heads.
+void heads_divide_width(const ModelConfig& m, std::vector<ModelProblem>& out);
+// The attention families' largest tensors: the blocks' parameters (about n_layer x 12 d_model^2)
+// and the attention scores (batch x n_head x seq_len^2).
+void attention_bounds(const ModelConfig& m, double batch, std::vector<TensorBound>& out);
+// "gpt 2 layers d_model 64 heads 4 seq_len 64 vocab 64"
+std::string describe_transformer(const ModelConfig& m);
+
 // The attention families' plan advice: a head dimension tensor cores dislike (on a GPU), and
 // an attention share (attention_flops of forward_flops, per token) that dominates.
 void advise_attention(const ModelConfig& m, bool gpu, double attention_flops, double forward_flops,

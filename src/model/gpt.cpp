@@ -138,6 +138,14 @@ void advise(const ModelConfig& m, bool gpu, std::vector<std::string>& out) {
 
 constinit const ModelSpec kGptSpec = {
     .type = ModelType::gpt,
+    .rules = "gpt: `model.d_model` divisible by `model.n_head`",
+    .validate = heads_divide_width,
+    .tensor_bounds =
+        [](const ModelConfig& m, double batch, std::vector<TensorBound>& out) {
+          attention_bounds(m, batch, out);
+          out.push_back({"MLP weight (4 d_model x d_model)", 4.0 * m.d_model * m.d_model});
+        },
+    .describe = describe_transformer,
     .build = [](const ModelConfig& cfg, Backend& be, int batch,
                 DType dt) -> std::unique_ptr<Model> {
       return std::make_unique<Gpt>(cfg, be, batch, dt, Bind::allocate);

@@ -4,6 +4,8 @@
 // Linear "lm_head". Parameters are declared in forward order (wte, blocks, norm_f, lm_head), so
 // during backward the head, norm_f and then the blocks become final in decreasing offset order
 // and wte last, which is what the trainer's gradient buckets rely on. The family's spec follows.
+#include <fmt/format.h>
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -136,10 +138,39 @@ void advise(const ModelConfig& m, bool gpu, std::vector<std::string>& out) {
   advise_attention(m, gpu, attention_flops(m), forward_flops(m), out);
 }
 
+// Rotary embedding rotates pairs of channels within a head, and every group of query heads
+// shares one key/value head.
+void validate(const ModelConfig& m, std::vector<ModelProblem>& out) {
+  heads_divide_width(m, out);
+  if (m.n_head < 1 || m.d_model % m.n_head != 0) return;
+  if (m.n_kv_head > 0 && m.n_head % m.n_kv_head != 0)
+    out.push_back({{"model.n_kv_head", "model.n_head"},
+                   fmt::format("model.n_kv_head={} does not divide model.n_head={}: each key/value "
+                               "head serves n_head / n_kv_head query heads; pick a divisor of "
+                               "n_head (1 = multi-query)",
+                               m.n_kv_head, m.n_head)});
+  if ((m.d_model / m.n_head) % 2 != 0)
+    out.push_back({{"model.d_model", "model.n_head"},
+                   fmt::format("head dimension d_model / n_head = {} is odd: rotary position "
+                               "embedding rotates channel pairs; pick d_model / n_head even",
+                               m.d_model / m.n_head)});
+}
+
 }  // namespace
 
 constinit const ModelSpec kLlamaSpec = {
     .type = ModelType::llama,
+    .rules =
+        "llama: `model.d_model` divisible by `model.n_head`; `model.n_kv_head` (when above 0) "
+        "divides `model.n_head`; the head dimension `model.d_model` / `model.n_head` is even",
+    .validate = validate,
+    .tensor_bounds =
+        [](const ModelConfig& m, double batch, std::vector<TensorBound>& out) {
+          attention_bounds(m, batch, out);
+          out.push_back(
+              {"MLP weight (2 ffn_hidden x d_model)", 2.0 * llama_ffn_hidden(m) * m.d_model});
+        },
+    .describe = describe_transformer,
     .build = [](const ModelConfig& cfg, Backend& be, int batch,
                 DType dt) -> std::unique_ptr<Model> {
       return std::make_unique<Llama>(cfg, be, batch, dt, Bind::allocate);

@@ -2,8 +2,10 @@
 // hidden layers with an activation, predict the next token. The concatenation is free: the
 // embedding rows of one window are already contiguous, so [B*T, C] is viewed as [B, T*C].
 // The family's spec (FLOPs, measuring pass, sampling) follows the model.
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
+
 #include <memory>
 #include <vector>
 
@@ -156,6 +158,27 @@ int64_t place_context(std::span<const int32_t> ctx, std::span<int32_t> window) {
 
 constinit const ModelSpec kMlpSpec = {
     .type = ModelType::mlp,
+    .rules = "mlp: `model.hidden` not empty",
+    .validate =
+        [](const ModelConfig& m, std::vector<ModelProblem>& out) {
+          if (m.hidden.empty())
+            out.push_back({{"model.hidden", "model.type"},
+                           "model.hidden is empty: an mlp needs at least one hidden layer width, "
+                           "e.g. [512]"});
+        },
+    .tensor_bounds =
+        [](const ModelConfig& m, double, std::vector<TensorBound>& out) {
+          double in = static_cast<double>(m.seq_len) * m.d_model;
+          for (int h : m.hidden) {
+            out.push_back({"MLP hidden layer weight", in * h});
+            in = h;
+          }
+        },
+    .describe =
+        [](const ModelConfig& m) {
+          return fmt::format("mlp d_model {} seq_len {} vocab {}", m.d_model, m.seq_len,
+                             m.vocab_size);
+        },
     .build = [](const ModelConfig& cfg, Backend& be, int batch,
                 DType dt) -> std::unique_ptr<Model> {
       return std::make_unique<MlpModel>(cfg, be, batch, dt, Bind::allocate);

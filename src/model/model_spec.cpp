@@ -66,6 +66,26 @@ int64_t place_causal_context(std::span<const int32_t> ctx, std::span<int32_t> wi
   return static_cast<int64_t>(n) - 1;
 }
 
+void heads_divide_width(const ModelConfig& m, std::vector<ModelProblem>& out) {
+  if (m.n_head > 0 && m.d_model % m.n_head != 0)
+    out.push_back({{"model.d_model", "model.n_head"},
+                   fmt::format("model.d_model={} is not divisible by model.n_head={}: each head "
+                               "gets d_model / n_head channels; pick d_model a multiple of n_head",
+                               m.d_model, m.n_head)});
+}
+
+void attention_bounds(const ModelConfig& m, double batch, std::vector<TensorBound>& out) {
+  const double C = m.d_model, T = m.seq_len;
+  out.push_back(
+      {"parameters of all blocks (about n_layer x 12 d_model^2)", 12.0 * m.n_layer * C * C});
+  out.push_back({"attention scores (batch_size x n_head x seq_len^2)", batch * m.n_head * T * T});
+}
+
+std::string describe_transformer(const ModelConfig& m) {
+  return fmt::format("{} {} layers d_model {} heads {} seq_len {} vocab {}", enum_name(m.type),
+                     m.n_layer, m.d_model, m.n_head, m.seq_len, m.vocab_size);
+}
+
 void advise_attention(const ModelConfig& m, bool gpu, double attention_flops, double forward_flops,
                       std::vector<std::string>& out) {
   if (gpu && m.n_head > 0 && (m.d_model / m.n_head) % 8 != 0)

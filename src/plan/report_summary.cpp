@@ -12,6 +12,7 @@
 
 #include "trainrun/core/errors.h"
 #include "trainrun/core/experiment.h"
+#include "trainrun/model/model_spec.h"
 
 namespace fs = std::filesystem;
 
@@ -220,15 +221,16 @@ RunConfig read_config(const std::string& run_dir) {
     if (const YAML::Node m = y["model"]) {
       // A run directory may come from another version: a word this one does not know is
       // summarised as a gpt, the default family.
-      const auto type = enum_from_name<ModelType>(m["type"] ? m["type"].as<std::string>() : "");
-      c.summary =
-          type == ModelType::mlp
-              ? fmt::format("mlp d_model {} seq_len {} vocab {}", m["d_model"].as<int>(),
-                            m["seq_len"].as<int>(), m["vocab_size"].as<int>())
-              : fmt::format("{} {} layers d_model {} heads {} seq_len {} vocab {}",
-                            enum_name(type.value_or(ModelType::gpt)), m["n_layer"].as<int>(),
-                            m["d_model"].as<int>(), m["n_head"].as<int>(), m["seq_len"].as<int>(),
-                            m["vocab_size"].as<int>());
+      ModelConfig mc;
+      mc.type = enum_from_name<ModelType>(m["type"] ? m["type"].as<std::string>() : "")
+                    .value_or(ModelType::gpt);
+      auto read = [&m](const char* key, int& v) { v = m[key].as<int>(); };  // written by to_yaml
+      read("n_layer", mc.n_layer);
+      read("d_model", mc.d_model);
+      read("n_head", mc.n_head);
+      read("seq_len", mc.seq_len);
+      read("vocab_size", mc.vocab_size);
+      c.summary = model_spec(mc.type).describe(mc);
     }
     if (const YAML::Node d = y["distributed"])
       c.summary += fmt::format(" | {} rank(s)", d["nproc"].as<int>() * d["nodes"].as<int>());

@@ -2,7 +2,8 @@
 // the model, sizes it with the model's own measuring pass (no second copy of the layout), counts
 // its FLOPs, advises the plan, and says how `trainrun sample` feeds it a context. The registry
 // is keyed by ModelType: a new family is its enum value and name (experiment.h), its model file
-// with its spec, and one entry in src/model/model_spec.cpp (plus its rules in config/validate).
+// with its spec (its config rules, size bounds and description included), and one entry in
+// src/model/model_spec.cpp; config validation, plan and report ask the spec, never the type.
 // Thread safety: the specs are immutable; each function may be called from any thread.
 #pragma once
 
@@ -10,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -30,8 +32,30 @@ struct ModelShape {
   int64_t last_ready_params = 0;
 };
 
+// A config the family cannot build, said for config validation: the keys at fault and why,
+// with the fix.
+struct ModelProblem {
+  std::vector<std::string_view> keys;
+  std::string message;
+};
+
+// A tensor's element count, in double: a bound checked before any int64 size arithmetic runs.
+struct TensorBound {
+  const char* what;  // "attention scores (batch_size x n_head x seq_len^2)"
+  double elements;
+};
+
 struct ModelSpec {
   ModelType type;
+  // The family's config rules (docs/config.md lists `rules`, one sentence): appends a problem
+  // for each broken one. Only the configured family's rules run.
+  const char* rules;
+  void (*validate)(const ModelConfig& cfg, std::vector<ModelProblem>& out);
+  // The family's largest tensors for micro-batches of `batch` sequences, beyond the token
+  // embedding and the logits that every family has, computed in double from the config alone.
+  void (*tensor_bounds)(const ModelConfig& cfg, double batch, std::vector<TensorBound>& out);
+  // One line for `trainrun report`: "gpt 2 layers d_model 64 heads 4 seq_len 64 vocab 64".
+  std::string (*describe)(const ModelConfig& cfg);
   // Builds, allocates and binds a model for micro-batches of `batch` sequences.
   std::unique_ptr<Model> (*build)(const ModelConfig& cfg, Backend& be, int batch, DType dtype);
   // The measuring pass alone: declares every parameter and binds both arenas once, allocating
