@@ -1,0 +1,187 @@
+// CausalLm: the skeleton the transformer families (gpt, llama) share, private to src/model: a
+// token embedding "wte", the family's position scheme, n_layer blocks (BlockStack), a final
+// norm and a head that is the token embedding (tied) or a bias-free Linear "lm_head", then the
+// fused cross-entropy over every position. A family is a traits struct:
+//   Block, Norm        the block and final-norm modules
+//   Positions          what is added to the token embeddings: LearnedPositions (gpt's "wpe")
+//                      or NoPositions (llama rotates q and k inside its blocks)
+//   kNormName          "ln_f" / "norm_f"
+//   make_block(ps, name, cfg)
+//   untied(cfg)        whether the head is its own "lm_head" (gpt: never)
+// Parameters are declared in forward order (wte, positions, blocks, norm, lm_head), so during
+// backward the head, the norm and then the blocks become final in decreasing offset order and
+// the embeddings last, which is what the trainer's gradient buckets rely on.
+// Thread safety: none (a model's).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "block_stack.h"
+#include "families.h"
+#include "trainrun/model/embedding.h"
+#include "trainrun/model/linear.h"
+#include "trainrun/model/model.h"
+
+namespace trainrun {
+
+// GPT-2's learned position table "wpe", added to the token embeddings.
+class LearnedPositions {
+ public:
+  LearnedPositions(ParamStore& ps, const ModelConfig& cfg)
+      : wpe_(ps, "wpe", cfg.seq_len, cfg.d_model, 0.02f) {}
+  void bind(Arena& acts, int64_t rows, int64_t dim, DType dt) {
+    pos_ids_ = acts.take(DType::i32, {rows});
+    tmp_ = acts.take(dt, {rows, dim});
+  }
+  // Position ids are the same for every batch: filled once, after allocation.
+  void fill(Backend& be, int64_t rows, int seq_len) {
+    std::vector<int32_t> pos(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i)
+      pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % seq_len);
+    be.copy(pos_ids_, Tensor(pos.data(), DType::i32, Device::cpu, {rows}));
+  }
+  void forward(Backend& be, Tensor x0) const {
+    wpe_.forward(tmp_, pos_ids_);
+    be.add(x0, x0, tmp_);
+  }
+  void backward(Tensor dx0) const { wpe_.backward(dx0, pos_ids_); }
+
+ private:
+  Embedding wpe_;
+  Tensor pos_ids_, tmp_;
+};
+
+// No table: the blocks encode positions themselves (RoPE).
+struct NoPositions {
+  NoPositions(ParamStore&, const ModelConfig&) {}
+  void bind(Arena&, int64_t, int64_t, DType) {}
+  void fill(Backend&, int64_t, int) {}
+  void forward(Backend&, Tensor) const {}
+  void backward(Tensor) const {}
+};
+
+template <class Family>
+class CausalLm final : public Model {
+ public:
+  CausalLm(const ModelConfig& cfg, Backend& be, int batch, DType dt, Bind mode)
+      : cfg_(cfg),
+        batch_(batch),
+        ps_(be, dt),
+        wte_(ps_, "wte", cfg.vocab_size, cfg.d_model, 0.02f),
+        positions_(ps_, cfg),
+        embed_end_(ps_.numel()),
+        stack_(cfg.n_layer,
+               [&](const std::string& name) { return Family::make_block(ps_, name, cfg); }),
+        norm_(ps_, Family::kNormName, cfg.d_model),
+        acts_(be),
+        scratch_(be) {
+    if (Family::untied(cfg))
+      lm_head_.emplace(ps_, "lm_head", cfg.d_model, cfg.vocab_size, false, 0.02f);
+    if (mode == Bind::allocate) ps_.allocate();
+    bind();  // the measuring pass
+    if (mode == Bind::measure_only) return;
+    acts_.allocate();
+    scratch_.allocate();
+    bind();  // the real views
+    positions_.fill(be, rows(), cfg.seq_len);
+  }
+
+  void set_batch(const int32_t* x, const int32_t* y) override {
+    copy_batch(ps_.backend(), ids_, targets_, x, y);
+  }
+
+  double forward(bool training, uint64_t seed) override {
+    Backend& be = ps_.backend();
+    const Tensor x0 = stack_.input();
+    wte_.forward(x0, ids_);
+    positions_.forward(be, x0);
+    stack_.forward(be, training ? static_cast<float>(cfg_.dropout) : 0.0f, seed);
+    norm_.forward(norm_out_, stack_.output());
+    if (lm_head_)
+      lm_head_->forward(logits_, norm_out_);
+    else
+      be.matmul(logits_, norm_out_, wte_.weight(), Tensor{});
+    be.cross_entropy(losses_, lse_, logits_, targets_);
+    return be.sum(losses_) / static_cast<double>(rows());
+  }
+
+  void backward(float scale, uint64_t seed, const GradReadyFn& ready) override {
+    Backend& be = ps_.backend();
+    scratch_.zero(0, top_end_);
+    be.cross_entropy_backward(logits_, logits_, lse_, targets_, scale);
+    if (lm_head_)
+      lm_head_->backward(dnorm_, logits_, norm_out_);
+    else
+      be.matmul_backward(dnorm_, wte_.weight_grad(), Tensor{}, logits_, norm_out_, wte_.weight(),
+                         GradWrite::accumulate, wte_.weight_grad_write());
+    norm_.backward(stack_.output_grad(), dnorm_, stack_.output());
+    if (ready) ready(stack_.param_end(embed_end_), ps_.numel());  // the norm and lm_head
+    const Tensor dx = stack_.backward(be, static_cast<float>(cfg_.dropout), seed, ready);
+    wte_.backward(dx, ids_);
+    positions_.backward(dx);
+    if (ready) ready(0, embed_end_);
+  }
+
+  int64_t targets_per_batch() const override { return rows(); }
+  Tensor logits() const override { return logits_; }
+  ParamStore& params() override { return ps_; }
+  size_t activation_bytes() const override { return acts_.bytes() + scratch_.bytes(); }
+  int batch() const override { return batch_; }
+  int seq_len() const override { return cfg_.seq_len; }
+  // The embeddings' parameters: their gradients are final last (see backward).
+  int64_t embed_params() const { return embed_end_; }
+
+ private:
+  int64_t rows() const { return static_cast<int64_t>(batch_) * cfg_.seq_len; }
+
+  void bind() {
+    const int64_t B = batch_, T = cfg_.seq_len, C = cfg_.d_model, V = cfg_.vocab_size, N = B * T;
+    const DType dt = ps_.dtype();
+    acts_.restart();
+    scratch_.restart();
+    ids_ = acts_.take(DType::i32, {N});
+    targets_ = acts_.take(DType::i32, {N});
+    positions_.bind(acts_, N, C, dt);
+    stack_.bind_stream(acts_, scratch_, N, C, dt);
+    norm_out_ = acts_.take(dt, {N, C});
+    norm_.bind(acts_, N);
+    logits_ = acts_.take(dt, {N, V});
+    losses_ = acts_.take(ps_.stats_dtype(), {N});
+    lse_ = acts_.take(ps_.stats_dtype(), {N});
+    dnorm_ = scratch_.take(dt, {N, C});
+    top_end_ = scratch_.mark();  // the stream's gradients and dnorm; then the blocks' shared part
+    stack_.bind_blocks(acts_, scratch_, B, T);
+  }
+
+  ModelConfig cfg_;
+  int batch_;
+  ParamStore ps_;
+  Embedding wte_;
+  typename Family::Positions positions_;
+  int64_t embed_end_;  // wte and the positions: [0, embed_end_) of the flat buffers
+  BlockStack<typename Family::Block> stack_;
+  typename Family::Norm norm_;
+  std::optional<Linear> lm_head_;  // absent when the head is tied to wte
+  Arena acts_, scratch_;
+  Tensor ids_, targets_, norm_out_, logits_, losses_, lse_, dnorm_;
+  size_t top_end_ = 0;
+};
+
+// A family's ModelSpec build and measure.
+template <class Family>
+std::unique_ptr<Model> build_causal_lm(const ModelConfig& cfg, Backend& be, int batch, DType dt) {
+  return std::make_unique<CausalLm<Family>>(cfg, be, batch, dt, Bind::allocate);
+}
+
+template <class Family>
+ModelShape measure_causal_lm(const ModelConfig& cfg, int batch, DType dt) {
+  CausalLm<Family> m(cfg, measuring_backend(), batch, dt, Bind::measure_only);
+  ModelShape s = shape_of(m.params(), m.activation_bytes());
+  s.last_ready_params = m.embed_params();
+  return s;
+}
+
+}  // namespace trainrun
