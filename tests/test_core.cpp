@@ -115,3 +115,26 @@ TEST_CASE("durable file: the whole text or the old file, and no temporary left b
                        std::runtime_error);
   CHECK(std::distance(fs::directory_iterator(dir / "sub"), fs::directory_iterator{}) == 1);
 }
+
+TEST_CASE("shard_of partitions [0, n) into near-equal contiguous ranges") {
+  for (int w : {1, 2, 3, 7, 64}) {
+    for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{1001}, int64_t{1} << 40}) {
+      int64_t next = 0, lo = n, hi = 0;
+      for (int r = 0; r < w; ++r) {
+        Shard s = shard_of(n, w, r);
+        CHECK(s.begin == next);
+        CHECK(s.size() >= 0);
+        lo = std::min(lo, s.size());
+        hi = std::max(hi, s.size());
+        next = s.end;
+      }
+      CHECK(next == n);
+      CHECK(hi - lo <= 1);
+    }
+  }
+  CHECK(shard_of(1001, 2, 0).size() == 500);
+  CHECK(shard_of(1001, 2, 1).begin == 500);
+  CHECK(shard_of(1001, 2, 1).size() == 501);
+  CHECK_THROWS_AS(shard_of(10, 2, 2), std::invalid_argument);
+  CHECK_THROWS_AS(shard_of(10, 0, 0), std::invalid_argument);
+}

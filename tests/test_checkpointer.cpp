@@ -1,0 +1,228 @@
+// Checkpointer: pruning to keep_last, async == sync, errors surfaced, no partial file after a
+// failed, full-disk or killed write, and several writers at once.
+#include "checkpoint_support.h"  // the includes and helpers these tests share
+
+using namespace trainrun;
+using namespace trainrun::checkpoint_test;
+
+TEST_CASE("Checkpointer keeps the newest keep_last good checkpoints") {
+  TempDir dir;
+  Checkpointer ck(dir.str(), 2, false);
+  for (int64_t s : {1, 2, 3}) ck.save(fake_state(s));
+  CHECK(list_checkpoints(dir.str()) ==
+        std::vector<std::string>{checkpoint_path(dir.str(), 3), checkpoint_path(dir.str(), 2)});
+  // A damaged file does not count towards keep_last: step 2 stays, damaged step 3 goes.
+  std::string p3 = checkpoint_path(dir.str(), 3);
+  flip_byte(p3, middle_of_data(p3, "/model/wte"));
+  ck.save(fake_state(4));
+  CHECK(list_checkpoints(dir.str()) ==
+        std::vector<std::string>{checkpoint_path(dir.str(), 4), checkpoint_path(dir.str(), 2)});
+}
+
+TEST_CASE("async save then wait gives the same checkpoints as sync") {
+  TempDir a, b;
+  {
+    Checkpointer sync(a.str(), 3, false);
+    Checkpointer async(b.str(), 3, true);
+    for (int64_t s : {100, 200}) {
+      CHECK(sync.save(fake_state(s, uint32_t(s))) >= 0.0);
+      CHECK(async.save(fake_state(s, uint32_t(s))) >= 0.0);
+    }
+    async.wait();
+  }
+  for (int64_t s : {100, 200}) {
+    CheckpointData x = read_checkpoint(checkpoint_path(a.str(), s));
+    CheckpointData y = read_checkpoint(checkpoint_path(b.str(), s));
+    check_equal(x, y);
+    check_equal(y, fake_state(s, uint32_t(s)));
+  }
+  CHECK(temp_files(b.str()).empty());
+}
+
+TEST_CASE("async background errors surface in wait()") {
+  TempDir dir;
+  fs::create_directories(dir.path / "checkpoints");
+  // A directory where the checkpoint file should go: the final rename fails.
+  fs::create_directories(checkpoint_path(dir.str(), 1) + "/blocker");
+  Checkpointer ck(dir.str(), 2, true);
+  ck.save(fake_state(1));
+  CHECK_THROWS_AS(ck.wait(), CheckpointError);
+  ck.wait();  // the error was reported once
+  CHECK(temp_files(dir.str()).empty());
+}
+
+TEST_CASE("a write that cannot happen throws and leaves the previous checkpoint intact") {
+  TempDir dir;
+  save_direct(dir.str(), fake_state(1));
+  std::string prev = checkpoint_path(dir.str(), 1);
+  auto before = fs::file_size(prev);
+
+  SUBCASE("target under a regular file") {
+    std::string bad = prev + "/step-0000002.h5";
+    CHECK_THROWS_AS(write_checkpoint(bad, fake_state(2)), CheckpointError);
+  }
+  SUBCASE("disk full (file size limit) while overwriting and while saving") {
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      signal(SIGXFSZ, SIG_IGN);  // writes past the limit then fail with EFBIG instead
+      rlimit lim{1 << 20, 1 << 20};
+      setrlimit(RLIMIT_FSIZE, &lim);
+      int rc = 0;
+      try {
+        write_checkpoint(prev, fake_state(2));
+        rc |= 1;
+      } catch (const CheckpointError&) {
+      }
+      try {
+        Checkpointer ck(dir.str(), 1, false);
+        ck.save(fake_state(3));
+        rc |= 2;
+      } catch (const CheckpointError&) {
+      }
+      _exit(rc);
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK_FALSE(fs::exists(checkpoint_path(dir.str(), 3)));
+  }
+  CHECK(fs::file_size(prev) == before);
+  check_equal(read_checkpoint(prev), fake_state(1));
+  CHECK(temp_files(dir.str()).empty());
+}
+
+TEST_CASE("a checkpoint without room is a write error (exit 74) before HDF5 writes a byte") {
+  TempDir dir;
+  save_direct(dir.str(), fake_state(1));
+  const std::string prev = checkpoint_path(dir.str(), 1);
+  const auto before = fs::file_size(prev);
+  // The reservation is trimmed away when HDF5 closes the file: it is no larger than the data
+  // and HDF5's own bytes need.
+  save_direct(dir.str(), fake_state(2));
+  CHECK(fs::file_size(checkpoint_path(dir.str(), 2)) == before);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{before / 2, before / 2};  // room for half a checkpoint
+    setrlimit(RLIMIT_FSIZE, &lim);
+    int rc = 1;
+    try {
+      write_checkpoint(checkpoint_path(dir.str(), 3), fake_state(3));
+    } catch (const CheckpointWriteError& e) {
+      const std::string what = e.what();
+      rc = e.code() == kExitWrite && what.find("MiB needed") != std::string::npos ? 0 : 2;
+    } catch (...) {
+      rc = 3;
+    }
+    // HDF5 never opened the file, so it holds no half-closed one that would crash its shutdown.
+    if (rc == 0 && H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_FILE) != 0) rc = 4;
+    _exit(rc);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_FALSE(fs::exists(checkpoint_path(dir.str(), 3)));
+  CHECK(temp_files(dir.str()).empty());
+}
+
+TEST_CASE("SIGKILL during a write never leaves a bad file at the target") {
+  TempDir dir;
+  save_direct(dir.str(), fake_state(1));
+  const std::string prev = checkpoint_path(dir.str(), 1);
+  const std::string target = checkpoint_path(dir.str(), 2);
+  // About 63 MB: one 5M-element tensor (over the 16 MiB slab size, so several H5Dwrites) in
+  // weights and both moments.
+  const int64_t n = int64_t(5) << 20;
+
+  for (int delay_ms : {0, 5, 20, 60, -1}) {  // -1: let it finish
+    CAPTURE(delay_ms);
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      close(fds[0]);
+      CheckpointData d;
+      d.state.step = 2;
+      d.params = {{"big", {4, n / 4}, 0}};
+      d.weights.resize(size_t(n));
+      for (int64_t i = 0; i < n; ++i) d.weights[size_t(i)] = float(i % 1000);
+      d.adam_m = d.weights;
+      d.adam_v = d.weights;
+      char c = 1;
+      if (write(fds[1], &c, 1) != 1) _exit(3);
+      try {
+        write_checkpoint(target, d);
+      } catch (...) {
+        _exit(2);
+      }
+      _exit(0);
+    }
+    close(fds[1]);
+    char c = 0;
+    REQUIRE(read(fds[0], &c, 1) == 1);
+    close(fds[0]);
+    int status = 0;
+    if (delay_ms >= 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+      kill(pid, SIGKILL);
+      REQUIRE(waitpid(pid, &status, 0) == pid);
+    } else {
+      REQUIRE(waitpid(pid, &status, 0) == pid);
+      REQUIRE(WIFEXITED(status));
+      REQUIRE(WEXITSTATUS(status) == 0);
+      CheckpointData back = read_checkpoint(target);
+      REQUIRE(back.weights.size() == size_t(n));
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < n; ++i) wrong += back.weights[size_t(i)] != float(i % 1000);
+      CHECK(wrong == 0);
+      CHECK(same_bits(back.adam_v, back.weights));
+      CHECK(back.params[0].shape == std::vector<int64_t>{4, n / 4});
+    }
+    CHECK(verify_checkpoint(prev).ok);
+    if (fs::exists(target)) CHECK(verify_checkpoint(target).ok);
+    std::vector<std::string> warnings;
+    auto good = latest_good_checkpoint(dir.str(), &warnings);
+    REQUIRE(good);
+    CHECK(verify_checkpoint(*good).ok);
+    CHECK(warnings.empty());
+    CHECK(temp_files(dir.str()).empty());  // the dead writer's temp file was cleaned up
+    fs::remove(target);
+  }
+}
+
+// Checkpointers of one process writing at the same time (a sync save beside an async writer,
+// as a test or a tool may do): each file is built from an in-memory HDF5 image, which the core
+// driver knows by its name; built per save, two at once found it "already open".
+TEST_CASE("checkpoints written from several threads at once all land") {
+  std::vector<TempDir> dirs(4);
+  std::vector<std::thread> writers;
+  std::vector<std::string> errors(dirs.size());
+  for (size_t i = 0; i < dirs.size(); ++i)
+    writers.emplace_back([&, i] {
+      try {
+        Checkpointer ck(dirs[i].str(), 0, false);
+        for (int64_t s = 1; s <= 8; ++s) ck.save(fake_state(s, uint32_t(i)));
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    });
+  for (auto& t : writers) t.join();
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    CHECK_MESSAGE(errors[i].empty(), errors[i]);
+    CHECK(list_checkpoints(dirs[i].str()).size() == 8);
+  }
+}
+
+// Last in this file, so it runs after every case above (doctest runs a file's cases in order):
+// an HDF5 file left open on some path keeps its inode in HDF5's list of open files, and a later
+// checkpoint that happens to get that inode number fails with "unable to truncate a file which
+// is already open".
+TEST_CASE("no HDF5 file or object is left open by the cases above") {
+  CHECK(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_FILE) == 0);
+  CHECK(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL) == 0);
+}
