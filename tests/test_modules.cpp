@@ -119,6 +119,44 @@ struct Fixture {
   }
 };
 
+// The check every module gets: loss = <forward(in), r> for random `in` [rows, in_cols] and r
+// [rows, out_cols]; backward(din, r, in) must give the finite-difference gradient of every
+// parameter in fx.ps and of the input. `overwrites`: backward overwrites din (blocks), so din
+// starts as garbage that must not show; otherwise it starts at zero.
+struct ModuleCase {
+  int64_t rows, in_cols, out_cols;
+  double in_scale = 1.0;
+  int in_samples = 12;
+  bool overwrites = false;
+};
+
+void gradcheck_module(Fixture& fx, const ModuleCase& c,
+                      const std::function<void(Tensor out, Tensor in)>& forward,
+                      const std::function<void(Tensor din, Tensor dout, Tensor in)>& backward,
+                      const std::function<void(HostBuf& in)>& shape_input = {}) {
+  HostBuf in({c.rows, c.in_cols}), out({c.rows, c.out_cols}), din({c.rows, c.in_cols}),
+      r({c.rows, c.out_cols});
+  in.randomize(fx.rng, c.in_scale);
+  if (shape_input) shape_input(in);
+  r.randomize(fx.rng);
+  auto loss = [&] {
+    forward(out.t, in.t);
+    return dot(out.t, r);
+  };
+  loss();
+  if (fx.scratch.bytes() > 0) fx.scratch.zero(0, fx.scratch.bytes());
+  if (c.overwrites) din.randomize(fx.rng);
+  backward(din.t, r.t, in.t);
+  CHECK(check_params(fx.ps, loss, fx.rng) == 0);
+  CHECK(check_tensor("in", in.t, din.t, loss, fx.rng, c.in_samples) == 0);
+}
+
+std::vector<std::string> param_names(const ParamStore& ps) {
+  std::vector<std::string> names;
+  for (const auto& info : ps.infos()) names.push_back(info.name);
+  return names;
+}
+
 }  // namespace
 
 TEST_CASE("gradcheck: Linear (with and without bias)") {
@@ -126,37 +164,33 @@ TEST_CASE("gradcheck: Linear (with and without bias)") {
     Fixture fx;
     Linear lin(fx.ps, "lin", 5, 3, bias, 0.02f);
     fx.allocate_params();
-    HostBuf in({4, 5}), out({4, 3}), din({4, 5}), r({4, 3});
-    in.randomize(fx.rng);
-    r.randomize(fx.rng);
-    auto loss = [&] {
-      lin.forward(out.t, in.t);
-      return dot(out.t, r);
-    };
-    loss();
-    fx.be->fill(fx.ps.grads(), 0);
-    lin.backward(din.t, r.t, in.t);
-    CHECK(check_params(fx.ps, loss, fx.rng) == 0);
-    CHECK(check_tensor("in", in.t, din.t, loss, fx.rng) == 0);
+    gradcheck_module(
+        fx, {.rows = 4, .in_cols = 5, .out_cols = 3},
+        [&](Tensor out, Tensor in) { lin.forward(out, in); },
+        [&](Tensor din, Tensor dout, Tensor in) { lin.backward(din, dout, in); });
   }
 }
 
-TEST_CASE("gradcheck: LayerNorm") {
+TEST_CASE("gradcheck: LayerNorm and RMSNorm") {
+  {
+    Fixture fx;
+    LayerNorm ln(fx.ps, "ln", 7);
+    fx.allocate_params();
+    fx.bind([&] { ln.bind(fx.acts, 3); });
+    gradcheck_module(
+        fx, {.rows = 3, .in_cols = 7, .out_cols = 7, .in_scale = 2.0},
+        [&](Tensor out, Tensor in) { ln.forward(out, in); },
+        [&](Tensor din, Tensor dout, Tensor in) { ln.backward(din, dout, in); });
+  }
   Fixture fx;
-  LayerNorm ln(fx.ps, "ln", 7);
+  RMSNorm norm(fx.ps, "norm", 7);
   fx.allocate_params();
-  fx.bind([&] { ln.bind(fx.acts, 3); });
-  HostBuf in({3, 7}), out({3, 7}), din({3, 7}), r({3, 7});
-  in.randomize(fx.rng, 2.0);
-  r.randomize(fx.rng);
-  auto loss = [&] {
-    ln.forward(out.t, in.t);
-    return dot(out.t, r);
-  };
-  loss();
-  ln.backward(din.t, r.t, in.t);
-  CHECK(check_params(fx.ps, loss, fx.rng) == 0);
-  CHECK(check_tensor("in", in.t, din.t, loss, fx.rng) == 0);
+  fx.bind([&] { norm.bind(fx.acts, 3); });
+  gradcheck_module(
+      fx, {.rows = 3, .in_cols = 7, .out_cols = 7, .in_scale = 2.0, .in_samples = 21},
+      [&](Tensor out, Tensor in) { norm.forward(out, in); },
+      [&](Tensor din, Tensor dout, Tensor in) { norm.backward(din, dout, in); });
+  CHECK(param_names(fx.ps) == std::vector<std::string>{"norm.weight"});
 }
 
 TEST_CASE("gradcheck: Embedding with repeated ids") {
@@ -180,192 +214,109 @@ TEST_CASE("gradcheck: GELU and ReLU") {
   for (auto kind : {Activation::gelu, Activation::relu}) {
     Fixture fx;
     Activation act(*fx.be, kind);
-    HostBuf in({3, 8}), out({3, 8}), din({3, 8}), r({3, 8});
-    in.randomize(fx.rng);
-    // Keep ReLU inputs away from the kink at 0, where the derivative is undefined.
-    for (double& x : in.v)
-      if (std::fabs(x) < 1e-3) x = 0.5;
-    r.randomize(fx.rng);
-    auto loss = [&] {
-      act.forward(out.t, in.t);
-      return dot(out.t, r);
-    };
-    loss();
-    act.backward(din.t, r.t, in.t);
-    CHECK(check_tensor("in", in.t, din.t, loss, fx.rng, 24) == 0);
+    gradcheck_module(
+        fx, {.rows = 3, .in_cols = 8, .out_cols = 8, .in_samples = 24},
+        [&](Tensor out, Tensor in) { act.forward(out, in); },
+        [&](Tensor din, Tensor dout, Tensor in) { act.backward(din, dout, in); },
+        [](HostBuf& in) {
+          // Keep ReLU inputs away from the kink at 0, where the derivative is undefined.
+          for (double& x : in.v)
+            if (std::fabs(x) < 1e-3) x = 0.5;
+        });
   }
 }
 
-TEST_CASE("gradcheck: CausalSelfAttention") {
-  Fixture fx;
-  const int B = 2, T = 5, C = 8, NH = 2;
-  CausalSelfAttention attn(fx.ps, "attn", C, NH, 0.02f);
-  fx.allocate_params();
-  fx.bind([&] { attn.bind(fx.acts, fx.scratch, B, T); });
-  HostBuf in({B * T, C}), out({B * T, C}), din({B * T, C}), r({B * T, C});
-  in.randomize(fx.rng);
-  r.randomize(fx.rng);
-  auto loss = [&] {
-    attn.forward(out.t, in.t);
-    return dot(out.t, r);
+TEST_CASE("gradcheck: CausalSelfAttention, plain and with grouped-query heads, RoPE, no bias") {
+  // (n_head, n_kv_head, bias, rope): GPT-2's, then grouped-query, multi-query, and as many kv
+  // heads as heads, each with and without biases.
+  struct Case {
+    int nh, nkv;
+    bool bias, rope;
   };
-  loss();
-  fx.scratch.zero(0, fx.scratch.bytes());
-  attn.backward(din.t, r.t, in.t);
-  CHECK(check_params(fx.ps, loss, fx.rng) == 0);
-  CHECK(check_tensor("in", in.t, din.t, loss, fx.rng, 20) == 0);
-}
-
-TEST_CASE("gradcheck: MLP") {
-  Fixture fx;
-  MLP mlp(fx.ps, "mlp", 6, 0.02f);
-  fx.allocate_params();
-  fx.bind([&] { mlp.bind(fx.acts, fx.scratch, 4); });
-  HostBuf in({4, 6}), out({4, 6}), din({4, 6}), r({4, 6});
-  in.randomize(fx.rng);
-  r.randomize(fx.rng);
-  auto loss = [&] {
-    mlp.forward(out.t, in.t);
-    return dot(out.t, r);
-  };
-  loss();
-  fx.scratch.zero(0, fx.scratch.bytes());
-  mlp.backward(din.t, r.t, in.t);
-  CHECK(check_params(fx.ps, loss, fx.rng) == 0);
-  CHECK(check_tensor("in", in.t, din.t, loss, fx.rng) == 0);
-}
-
-TEST_CASE("gradcheck: TransformerBlock (with and without dropout)") {
-  for (float p : {0.0f, 0.3f}) {
+  std::vector<Case> cases = {{2, 2, true, false}};
+  for (auto [nh, nkv] : {std::pair{4, 2}, std::pair{4, 1}, std::pair{2, 2}})
+    for (bool bias : {false, true}) cases.push_back({nh, nkv, bias, true});
+  for (const Case& k : cases) {
+    CAPTURE(k.nh);
+    CAPTURE(k.nkv);
+    CAPTURE(k.bias);
+    CAPTURE(k.rope);
     Fixture fx;
-    const int B = 2, T = 4, C = 8, NH = 2;
-    TransformerBlock blk(fx.ps, "blk", C, NH, 2);
+    const int B = 2, T = 5, C = k.rope ? 16 : 8, hd = C / k.nh;
+    CausalSelfAttention attn =
+        k.rope ? CausalSelfAttention(
+                     fx.ps, "attn", C, k.nh, 0.02f,
+                     {.n_kv_head = k.nkv, .bias = k.bias, .rope = true, .rope_theta = 100.0f})
+               : CausalSelfAttention(fx.ps, "attn", C, k.nh, 0.02f);
     fx.allocate_params();
-    fx.bind([&] { blk.bind(fx.acts, fx.scratch, B, T); });
-    HostBuf in({B * T, C}), out({B * T, C}), din({B * T, C}), r({B * T, C});
-    in.randomize(fx.rng);
-    r.randomize(fx.rng);
-    // The dropout mask is a pure function of the seed, so the loss stays a smooth function of
-    // the inputs and finite differences apply.
-    auto loss = [&] {
-      blk.forward(out.t, in.t, p, 7);
-      return dot(out.t, r);
-    };
-    loss();
-    din.randomize(fx.rng);  // a block overwrites dx: what was there must not show
-    blk.backward(din.t, r.t, in.t, p, 7);
-    CHECK(check_params(fx.ps, loss, fx.rng) == 0);
-    CHECK(check_tensor("in", in.t, din.t, loss, fx.rng) == 0);
+    fx.bind([&] { attn.bind(fx.acts, fx.scratch, B, T); });
+    REQUIRE(fx.ps.infos().size() == (k.bias ? 4u : 2u));
+    CHECK(fx.ps.infos()[0].shape == std::vector<int64_t>{(k.nh + 2 * k.nkv) * hd, C});
+    gradcheck_module(
+        fx, {.rows = B * T, .in_cols = C, .out_cols = C, .in_samples = 20},
+        [&](Tensor out, Tensor in) { attn.forward(out, in); },
+        [&](Tensor din, Tensor dout, Tensor in) { attn.backward(din, dout, in); });
   }
 }
 
-TEST_CASE("gradcheck: RMSNorm") {
-  Fixture fx;
-  RMSNorm norm(fx.ps, "norm", 7);
-  fx.allocate_params();
-  fx.bind([&] { norm.bind(fx.acts, 3); });
-  HostBuf in({3, 7}), out({3, 7}), din({3, 7}), r({3, 7});
-  in.randomize(fx.rng, 2.0);
-  r.randomize(fx.rng);
-  auto loss = [&] {
-    norm.forward(out.t, in.t);
-    return dot(out.t, r);
-  };
-  loss();
-  norm.backward(din.t, r.t, in.t);
-  CHECK(check_params(fx.ps, loss, fx.rng) == 0);
-  CHECK(check_tensor("in", in.t, din.t, loss, fx.rng, 21) == 0);
-  CHECK(fx.ps.infos().size() == 1);
-  CHECK(fx.ps.infos()[0].name == "norm.weight");
-}
-
-TEST_CASE("gradcheck: SwiGluMLP") {
+TEST_CASE("gradcheck: MLP and SwiGluMLP") {
+  {
+    Fixture fx;
+    MLP mlp(fx.ps, "mlp", 6, 0.02f);
+    fx.allocate_params();
+    fx.bind([&] { mlp.bind(fx.acts, fx.scratch, 4); });
+    gradcheck_module(
+        fx, {.rows = 4, .in_cols = 6, .out_cols = 6},
+        [&](Tensor out, Tensor in) { mlp.forward(out, in); },
+        [&](Tensor din, Tensor dout, Tensor in) { mlp.backward(din, dout, in); });
+  }
   Fixture fx;
   SwiGluMLP mlp(fx.ps, "mlp", 6, 5, 0.02f);
   fx.allocate_params();
   fx.bind([&] { mlp.bind(fx.acts, fx.scratch, 4); });
-  HostBuf in({4, 6}), out({4, 6}), din({4, 6}), r({4, 6});
-  in.randomize(fx.rng);
-  r.randomize(fx.rng);
-  auto loss = [&] {
-    mlp.forward(out.t, in.t);
-    return dot(out.t, r);
-  };
-  loss();
-  fx.scratch.zero(0, fx.scratch.bytes());
-  mlp.backward(din.t, r.t, in.t);
-  CHECK(check_params(fx.ps, loss, fx.rng) == 0);
-  CHECK(check_tensor("in", in.t, din.t, loss, fx.rng) == 0);
+  gradcheck_module(
+      fx, {.rows = 4, .in_cols = 6, .out_cols = 6},
+      [&](Tensor out, Tensor in) { mlp.forward(out, in); },
+      [&](Tensor din, Tensor dout, Tensor in) { mlp.backward(din, dout, in); });
   // Bias-free: exactly the fused gate|up matrix and the down projection.
-  REQUIRE(fx.ps.infos().size() == 2);
-  CHECK(fx.ps.infos()[0].name == "mlp.gate_up.weight");
+  CHECK(param_names(fx.ps) == std::vector<std::string>{"mlp.gate_up.weight", "mlp.down.weight"});
   CHECK(fx.ps.infos()[0].shape == std::vector<int64_t>{10, 6});
-  CHECK(fx.ps.infos()[1].name == "mlp.down.weight");
   CHECK(fx.ps.infos()[1].shape == std::vector<int64_t>{6, 5});
 }
 
-TEST_CASE("gradcheck: CausalSelfAttention with grouped-query heads, RoPE and no bias") {
-  // (n_head, n_kv_head): grouped-query, multi-query, and as many kv heads as heads.
-  for (auto [NH, NKV] : {std::pair{4, 2}, std::pair{4, 1}, std::pair{2, 2}}) {
-    for (bool bias : {false, true}) {
-      CAPTURE(NH);
-      CAPTURE(NKV);
-      CAPTURE(bias);
-      Fixture fx;
-      const int B = 2, T = 5, C = 16, hd = C / NH;
-      CausalSelfAttention attn(
-          fx.ps, "attn", C, NH, 0.02f,
-          {.n_kv_head = NKV, .bias = bias, .rope = true, .rope_theta = 100.0f});
-      fx.allocate_params();
-      fx.bind([&] { attn.bind(fx.acts, fx.scratch, B, T); });
-      REQUIRE(fx.ps.infos().size() == (bias ? 4u : 2u));
-      CHECK(fx.ps.infos()[0].shape == std::vector<int64_t>{(NH + 2 * NKV) * hd, C});
-      HostBuf in({B * T, C}), out({B * T, C}), din({B * T, C}), r({B * T, C});
-      in.randomize(fx.rng);
-      r.randomize(fx.rng);
-      auto loss = [&] {
-        attn.forward(out.t, in.t);
-        return dot(out.t, r);
-      };
-      loss();
-      fx.scratch.zero(0, fx.scratch.bytes());
-      attn.backward(din.t, r.t, in.t);
-      CHECK(check_params(fx.ps, loss, fx.rng) == 0);
-      CHECK(check_tensor("in", in.t, din.t, loss, fx.rng, 20) == 0);
-    }
-  }
-}
-
-TEST_CASE("gradcheck: LlamaBlock (GQA, with and without dropout)") {
+TEST_CASE("gradcheck: TransformerBlock and LlamaBlock (GQA), with and without dropout") {
+  // The dropout mask is a pure function of the seed, so the loss stays a smooth function of the
+  // inputs and finite differences apply. A block overwrites dx.
+  const int B = 2, T = 4, C = 8;
+  const ModuleCase block_case{.rows = B * T, .in_cols = C, .out_cols = C, .overwrites = true};
   for (float p : {0.0f, 0.3f}) {
+    CAPTURE(p);
+    {
+      Fixture fx;
+      TransformerBlock blk(fx.ps, "blk", C, 2, 2);
+      fx.allocate_params();
+      fx.bind([&] { blk.bind(fx.acts, fx.scratch, B, T); });
+      gradcheck_module(
+          fx, block_case, [&](Tensor out, Tensor in) { blk.forward(out, in, p, 7); },
+          [&](Tensor din, Tensor dout, Tensor in) { blk.backward(din, dout, in, p, 7); });
+    }
     Fixture fx;
     ModelConfig cfg;
-    cfg.d_model = 8;
+    cfg.d_model = C;
     cfg.n_head = 2;
     cfg.n_kv_head = 1;
     cfg.ffn_hidden = 12;
     cfg.n_layer = 2;
-    const int B = 2, T = 4, C = 8;
     LlamaBlock blk(fx.ps, "blk", cfg);
     fx.allocate_params();
     fx.bind([&] { blk.bind(fx.acts, fx.scratch, B, T); });
-    std::vector<std::string> names;
-    for (const auto& info : fx.ps.infos()) names.push_back(info.name);
-    CHECK(names == std::vector<std::string>{"blk.attn_norm.weight", "blk.attn.qkv.weight",
-                                            "blk.attn.proj.weight", "blk.mlp_norm.weight",
-                                            "blk.mlp.gate_up.weight", "blk.mlp.down.weight"});
-    HostBuf in({B * T, C}), out({B * T, C}), din({B * T, C}), r({B * T, C});
-    in.randomize(fx.rng);
-    r.randomize(fx.rng);
-    auto loss = [&] {
-      blk.forward(out.t, in.t, p, 7);
-      return dot(out.t, r);
-    };
-    loss();
-    din.randomize(fx.rng);  // a block overwrites dx: what was there must not show
-    blk.backward(din.t, r.t, in.t, p, 7);
-    CHECK(check_params(fx.ps, loss, fx.rng) == 0);
-    CHECK(check_tensor("in", in.t, din.t, loss, fx.rng) == 0);
+    CHECK(param_names(fx.ps) ==
+          std::vector<std::string>{"blk.attn_norm.weight", "blk.attn.qkv.weight",
+                                   "blk.attn.proj.weight", "blk.mlp_norm.weight",
+                                   "blk.mlp.gate_up.weight", "blk.mlp.down.weight"});
+    gradcheck_module(
+        fx, block_case, [&](Tensor out, Tensor in) { blk.forward(out, in, p, 7); },
+        [&](Tensor din, Tensor dout, Tensor in) { blk.backward(din, dout, in, p, 7); });
   }
 }
 
