@@ -68,34 +68,12 @@ __global__ void cast_kernel(D* dst, const S* src, int64_t n) {
     dst[i] = from_f32<D>(to_f32(src[i]));
 }
 
-// grid (ceil(cols/32), chunks), block (32, 8): thread (x, y) sums rows y, y+8, ... of its chunk
-// for column tile*32+x; the 8 partial rows are then added in y order.
+// Pass 1 of colsum_accumulate (column_chunks.cuh).
 template <class T>
 __global__ void colsum_partial_kernel(float* partial, const T* src, int64_t rows, int64_t cols,
                                       int64_t rows_per_chunk) {
-  __shared__ float acc[kTileRows][kTileCols];
-  const int64_t c = blockIdx.x * int64_t(kTileCols) + threadIdx.x;
-  const int64_t r0 = blockIdx.y * rows_per_chunk;
-  const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
-  float s = 0.0f;
-  if (c < cols)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows) s += to_f32(src[r * cols + c]);
-  acc[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < cols) {
-    float t = 0.0f;
-    for (int y = 0; y < kTileRows; ++y) t += acc[y][threadIdx.x];
-    partial[blockIdx.y * cols + c] = t;
-  }
-}
-
-template <class G>
-__global__ void colsum_finish_kernel(G* dst, const float* partial, int64_t chunks, int64_t cols) {
-  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (c >= cols) return;
-  float t = 0.0f;
-  for (int64_t k = 0; k < chunks; ++k) t += partial[k * cols + c];
-  dst[c] = from_f32<G>(to_f32(dst[c]) + t);
+  column_partials<1>(partial, rows, cols, rows_per_chunk,
+                     [&](int64_t r, int64_t c, float* s) { s[0] += to_f32(src[r * cols + c]); });
 }
 
 }  // namespace
@@ -194,9 +172,7 @@ void colsum_accumulate(DType dt, DType gt, void* dst, const void* src, int64_t r
     (partial, static_cast<const T*>(src), rows, cols, per_chunk);
     by_grad_dtype<T>(dt, gt, "colsum", [&](auto g) {
       using G = decltype(g);
-      TRAINRUN_LAUNCH(static_cast<unsigned>((cols + kThreads - 1) / kThreads), kThreads, 0,
-                      colsum_finish_kernel<G>)
-      (static_cast<G*>(dst), partial, chunks, cols);
+      finish_columns(ColumnSums<1, G>{{static_cast<G*>(dst)}}, partial, chunks, cols);
     });
   });
   check_launch("colsum");

@@ -72,51 +72,16 @@ __global__ void layernorm_backward_din_kernel(T* din, const T* dout, const T* in
   }
 }
 
-// grid (ceil(C/32), chunks), block (32, 8). partial layout: [2][chunks][C] (dw then db).
+// Pass 1 of dw and db (column_chunks.cuh): partial layout [2][chunks][C], dw then db.
 template <class T, class S>
 __global__ void layernorm_param_partial_kernel(float* partial, const T* dout, const T* in,
                                                const S* mean, const S* rstd, int64_t rows,
                                                int64_t C, int64_t rows_per_chunk) {
-  __shared__ float aw[kTileRows][kTileCols];
-  __shared__ float ab[kTileRows][kTileCols];
-  const int64_t c = blockIdx.x * int64_t(kTileCols) + threadIdx.x;
-  const int64_t r0 = blockIdx.y * rows_per_chunk;
-  const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
-  float sw = 0.0f, sb = 0.0f;
-  if (c < C) {
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows) {
-      const float g = to_f32(dout[r * C + c]);
-      sw += g * (to_f32(in[r * C + c]) - to_f32(mean[r])) * to_f32(rstd[r]);
-      sb += g;
-    }
-  }
-  aw[threadIdx.y][threadIdx.x] = sw;
-  ab[threadIdx.y][threadIdx.x] = sb;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    float tw = 0.0f, tb = 0.0f;
-    for (int y = 0; y < kTileRows; ++y) {
-      tw += aw[y][threadIdx.x];
-      tb += ab[y][threadIdx.x];
-    }
-    const int64_t chunks = gridDim.y;
-    partial[blockIdx.y * C + c] = tw;
-    partial[(chunks + blockIdx.y) * C + c] = tb;
-  }
-}
-
-template <class G>
-__global__ void layernorm_param_finish_kernel(G* dw, G* db, const float* partial, int64_t chunks,
-                                              int64_t C) {
-  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (c >= C) return;
-  float tw = 0.0f, tb = 0.0f;
-  for (int64_t k = 0; k < chunks; ++k) {
-    tw += partial[k * C + c];
-    tb += partial[(chunks + k) * C + c];
-  }
-  dw[c] = from_f32<G>(to_f32(dw[c]) + tw);
-  db[c] = from_f32<G>(to_f32(db[c]) + tb);
+  column_partials<2>(partial, rows, C, rows_per_chunk, [&](int64_t r, int64_t c, float* s) {
+    const float g = to_f32(dout[r * C + c]);
+    s[0] += g * (to_f32(in[r * C + c]) - to_f32(mean[r])) * to_f32(rstd[r]);
+    s[1] += g;
+  });
 }
 
 }  // namespace
@@ -160,9 +125,8 @@ void layernorm_backward(DType dt, DType st, DType gt, void* din, void* dw, void*
      static_cast<const S*>(rstd), rows, C, per_chunk);
     by_grad_dtype<T>(dt, gt, "layernorm_backward", [&](auto g) {
       using G = decltype(g);
-      TRAINRUN_LAUNCH(static_cast<unsigned>((C + 255) / 256), 256, 0,
-                      layernorm_param_finish_kernel<G>)
-      (static_cast<G*>(dw), static_cast<G*>(db), partial, chunks, C);
+      finish_columns(ColumnSums<2, G>{{static_cast<G*>(dw), static_cast<G*>(db)}}, partial, chunks,
+                     C);
     });
   });
   check_launch("layernorm_backward");

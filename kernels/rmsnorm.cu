@@ -53,34 +53,13 @@ __global__ void rmsnorm_backward_din_kernel(T* din, const T* dout, const T* in, 
   }
 }
 
-// grid (ceil(C/32), chunks), block (32, 8). partial layout: [chunks][C].
+// Pass 1 of dw (column_chunks.cuh): partial layout [chunks][C].
 template <class T, class S>
 __global__ void rmsnorm_dw_partial_kernel(float* partial, const T* dout, const T* in, const S* rstd,
                                           int64_t rows, int64_t C, int64_t rows_per_chunk) {
-  __shared__ float acc[kTileRows][kTileCols];
-  const int64_t c = blockIdx.x * int64_t(kTileCols) + threadIdx.x;
-  const int64_t r0 = blockIdx.y * rows_per_chunk;
-  const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
-  float s = 0.0f;
-  if (c < C)
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows)
-      s += to_f32(dout[r * C + c]) * to_f32(in[r * C + c]) * to_f32(rstd[r]);
-  acc[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    float t = 0.0f;
-    for (int y = 0; y < kTileRows; ++y) t += acc[y][threadIdx.x];
-    partial[blockIdx.y * C + c] = t;
-  }
-}
-
-template <class G>
-__global__ void rmsnorm_dw_finish_kernel(G* dw, const float* partial, int64_t chunks, int64_t C) {
-  const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (c >= C) return;
-  float t = 0.0f;
-  for (int64_t k = 0; k < chunks; ++k) t += partial[k * C + c];
-  dw[c] = from_f32<G>(to_f32(dw[c]) + t);
+  column_partials<1>(partial, rows, C, rows_per_chunk, [&](int64_t r, int64_t c, float* s) {
+    s[0] += to_f32(dout[r * C + c]) * to_f32(in[r * C + c]) * to_f32(rstd[r]);
+  });
 }
 
 }  // namespace
@@ -124,8 +103,7 @@ void rmsnorm_backward(DType dt, DType st, DType gt, void* din, void* dw, const v
      rows, C, per_chunk);
     by_grad_dtype<T>(dt, gt, "rmsnorm_backward", [&](auto g) {
       using G = decltype(g);
-      TRAINRUN_LAUNCH(static_cast<unsigned>((C + 255) / 256), 256, 0, rmsnorm_dw_finish_kernel<G>)
-      (static_cast<G*>(dw), partial, chunks, C);
+      finish_columns(ColumnSums<1, G>{{static_cast<G*>(dw)}}, partial, chunks, C);
     });
   });
   check_launch("rmsnorm_backward");

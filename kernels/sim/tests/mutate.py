@@ -4,13 +4,27 @@ that prove the CPU-executed device's checkers catch that class of bug in the rea
 
     mutate.py IN OUT OLD NEW     # OUT = IN with the one occurrence of OLD replaced by NEW
 
+OLD may lie in a kernels/ header IN includes ("x.cuh"): that header is then inlined, mutated.
+
 Fails when OLD does not occur exactly once, so a kernel edit cannot silently turn the mutant into
 the original (and the fault test into one that passes for the wrong reason)."""
 import pathlib
+import re
 import sys
 
 src, out, old, new = sys.argv[1:5]
 text = pathlib.Path(src).read_text()
+# Code shared through a kernels/ header (column_chunks.cuh, say): the mutant inlines that header,
+# mutated, in place of its #include, so only this file's kernels see the fault.
+if text.count(old) == 0:
+    for m in re.finditer(r'^#include "([\w.]+\.cuh)"\n', text, re.M):
+        header = pathlib.Path(src).parent / m.group(1)
+        body = header.read_text()
+        if body.count(old) == 1:
+            body = body.replace("#pragma once\n", "")
+            inlined = f'#line 1 "{header}"\n{body}#line {text.count(chr(10), 0, m.end()) + 1} "{src}"\n'
+            text = text[:m.start()] + inlined + text[m.end():]
+            break
 if text.count(old) != 1:
     sys.exit(f"mutate.py: {old!r} occurs {text.count(old)} times in {src}, not once: "
              "update the fault in kernels/sim/meson.build")

@@ -10,6 +10,7 @@
 // deterministic.
 #include <cmath>
 
+#include "column_sums.h"
 #include "kernels.h"
 
 namespace trainrun::cpu {
@@ -66,27 +67,18 @@ void layernorm_backward(T* din, T* dw, T* db, const T* dout, const T* in, const 
       dx[c] += (g[c] * w[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
     }
   }
-  constexpr int64_t kBlock = 64;
-  const int64_t nblocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for
-  for (int64_t blk = 0; blk < nblocks; ++blk) {
-    const int64_t c0 = blk * kBlock, c1 = c0 + kBlock < C ? c0 + kBlock : C;
-    T aw[kBlock] = {}, ab[kBlock] = {};
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* x = in + r * C;
-      const T* g = dout + r * C;
-      const T m = mean[r], s = rstd[r];
+  T* const dst[2] = {dw, db};
+  column_sums<2>(dst, param_acc, rows, C,
+                 [&](int64_t r, int64_t c0, int64_t c1, T(&s)[2][kColumnBlock]) {
+                   const T* x = in + r * C;
+                   const T* g = dout + r * C;
+                   const T m = mean[r], rs = rstd[r];
 #pragma omp simd
-      for (int64_t c = c0; c < c1; ++c) {
-        aw[c - c0] += g[c] * (x[c] - m) * s;
-        ab[c - c0] += g[c];
-      }
-    }
-    for (int64_t c = c0; c < c1; ++c) {
-      dw[c] = param_acc ? dw[c] + aw[c - c0] : aw[c - c0];
-      db[c] = param_acc ? db[c] + ab[c - c0] : ab[c - c0];
-    }
-  }
+                   for (int64_t c = c0; c < c1; ++c) {
+                     s[0][c - c0] += g[c] * (x[c] - m) * rs;
+                     s[1][c - c0] += g[c];
+                   }
+                 });
 }
 
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*,

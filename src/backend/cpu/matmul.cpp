@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "column_sums.h"
 #include "kernels.h"
 #include "sgemm.h"
 
@@ -30,22 +31,14 @@ void seed_rows_with_bias(T* out, const T* bias, int64_t N, int64_t OC) {
   }
 }
 
-// dbias[o] (+)= sum_n dout[n, o]: threads own column ranges and walk the rows, so the reduction
-// is race-free and deterministic while every read stays a contiguous run.
+// dbias[o] (+)= sum_n dout[n, o] (column_sums.h).
 template <class T>
 void colsum(T* dbias, const T* dout, int64_t N, int64_t OC, bool acc) {
-  constexpr int64_t kBlock = 64;
-  const int64_t nblocks = (OC + kBlock - 1) / kBlock;
-#pragma omp parallel for
-  for (int64_t blk = 0; blk < nblocks; ++blk) {
-    const int64_t o0 = blk * kBlock, o1 = o0 + kBlock < OC ? o0 + kBlock : OC;
-    T sum[kBlock] = {};
-    for (int64_t n = 0; n < N; ++n) {
-      const T* d = dout + n * OC;
-      for (int64_t o = o0; o < o1; ++o) sum[o - o0] += d[o];
-    }
-    for (int64_t o = o0; o < o1; ++o) dbias[o] = acc ? dbias[o] + sum[o - o0] : sum[o - o0];
-  }
+  T* const dst[1] = {dbias};
+  column_sums<1>(dst, acc, N, OC, [&](int64_t n, int64_t o0, int64_t o1, T(&s)[1][kColumnBlock]) {
+    const T* d = dout + n * OC;
+    for (int64_t o = o0; o < o1; ++o) s[0][o - o0] += d[o];
+  });
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 // blocks and walk the rows, so no atomics and the result is deterministic at any thread count.
 #include <cmath>
 
+#include "column_sums.h"
 #include "kernels.h"
 
 namespace trainrun::cpu {
@@ -46,20 +47,14 @@ void rmsnorm_backward(T* din, T* dw, const T* dout, const T* in, const T* w, con
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) dx[c] += (g[c] * w[c] - x[c] * k) * s;
   }
-  constexpr int64_t kBlock = 64;
-  const int64_t nblocks = (C + kBlock - 1) / kBlock;
-#pragma omp parallel for
-  for (int64_t blk = 0; blk < nblocks; ++blk) {
-    const int64_t c0 = blk * kBlock, c1 = c0 + kBlock < C ? c0 + kBlock : C;
-    T aw[kBlock] = {};
-    for (int64_t r = 0; r < rows; ++r) {
-      const T* x = in + r * C;
-      const T* g = dout + r * C;
-      const T s = rstd[r];
-      for (int64_t c = c0; c < c1; ++c) aw[c - c0] += g[c] * x[c] * s;
-    }
-    for (int64_t c = c0; c < c1; ++c) dw[c] = param_acc ? dw[c] + aw[c - c0] : aw[c - c0];
-  }
+  T* const dst[1] = {dw};
+  column_sums<1>(dst, param_acc, rows, C,
+                 [&](int64_t r, int64_t c0, int64_t c1, T(&s)[1][kColumnBlock]) {
+                   const T* x = in + r * C;
+                   const T* g = dout + r * C;
+                   const T rs = rstd[r];
+                   for (int64_t c = c0; c < c1; ++c) s[0][c - c0] += g[c] * x[c] * rs;
+                 });
 }
 
 template void rmsnorm_forward<float>(float*, float*, const float*, const float*, int64_t, int64_t);
