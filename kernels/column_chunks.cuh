@@ -22,6 +22,23 @@ inline int64_t column_chunks(int64_t rows) {
   return c < 1 ? 1 : (c > kChunks ? kChunks : c);
 }
 
+// How pass 1 covers `rows` x `cols`: its launch shape, and the rows each chunk sums.
+struct ColumnPlan {
+  int64_t chunks, rows_per_chunk;
+  dim3 grid, block;
+};
+inline ColumnPlan column_plan(int64_t rows, int64_t cols) {
+  const int64_t chunks = column_chunks(rows);
+  return {chunks, (rows + chunks - 1) / chunks,
+          dim3(static_cast<unsigned>((cols + kTileCols - 1) / kTileCols),
+               static_cast<unsigned>(chunks)),
+          dim3(kTileCols, kTileRows)};
+}
+// The fp32 scratch the partials of `sums` column sums take.
+inline size_t column_scratch_bytes(int sums, int64_t rows, int64_t cols) {
+  return static_cast<size_t>(sums * column_chunks(rows) * cols) * sizeof(float);
+}
+
 // Pass 1 of N column sums, called by a kernel launched with grid (ceil(cols / kTileCols),
 // column_chunks(rows)) and block (kTileCols, kTileRows). Thread (x, y) adds term(r, c, s) (which
 // adds row r's terms of column c into s[0..N)) over rows y, y + kTileRows, ... of its chunk; the

@@ -155,24 +155,21 @@ void add_bias(DType dt, void* out, const void* bias, int64_t rows, int64_t cols)
 }
 
 size_t colsum_scratch_bytes(int64_t rows, int64_t cols) {
-  return static_cast<size_t>(column_chunks(rows) * cols) * sizeof(float);
+  return column_scratch_bytes(1, rows, cols);
 }
 
 void colsum_accumulate(DType dt, DType gt, void* dst, const void* src, int64_t rows, int64_t cols,
                        void* scratch) {
   if (rows <= 0 || cols <= 0) return;
-  const int64_t chunks = column_chunks(rows);
-  const int64_t per_chunk = (rows + chunks - 1) / chunks;
+  const ColumnPlan plan = column_plan(rows, cols);
   float* partial = static_cast<float*>(scratch);
   by_dtype(dt, "colsum", [&](auto t) {
     using T = decltype(t);
-    const dim3 grid(static_cast<unsigned>((cols + kTileCols - 1) / kTileCols),
-                    static_cast<unsigned>(chunks));
-    TRAINRUN_LAUNCH(grid, dim3(kTileCols, kTileRows), 0, colsum_partial_kernel<T>)
-    (partial, static_cast<const T*>(src), rows, cols, per_chunk);
+    TRAINRUN_LAUNCH(plan.grid, plan.block, 0, colsum_partial_kernel<T>)
+    (partial, static_cast<const T*>(src), rows, cols, plan.rows_per_chunk);
     by_grad_dtype<T>(dt, gt, "colsum", [&](auto g) {
       using G = decltype(g);
-      finish_columns(ColumnSums<1, G>{{static_cast<G*>(dst)}}, partial, chunks, cols);
+      finish_columns(ColumnSums<1, G>{{static_cast<G*>(dst)}}, partial, plan.chunks, cols);
     });
   });
   check_launch("colsum");

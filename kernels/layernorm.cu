@@ -101,15 +101,14 @@ void layernorm_forward(DType dt, DType st, void* out, void* mean, void* rstd, co
 }
 
 size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t C) {
-  return static_cast<size_t>(2 * column_chunks(rows) * C) * sizeof(float);
+  return column_scratch_bytes(2, rows, C);
 }
 
 void layernorm_backward(DType dt, DType st, DType gt, void* din, void* dw, void* db,
                         const void* dout, const void* in, const void* w, const void* mean,
                         const void* rstd, int64_t rows, int64_t C, void* scratch) {
   if (rows <= 0 || C <= 0) return;
-  const int64_t chunks = column_chunks(rows);
-  const int64_t per_chunk = (rows + chunks - 1) / chunks;
+  const ColumnPlan plan = column_plan(rows, C);
   by_dtypes(dt, st, "layernorm_backward", [&](auto t, auto s) {
     using T = decltype(t);
     using S = decltype(s);
@@ -118,15 +117,13 @@ void layernorm_backward(DType dt, DType st, DType gt, void* din, void* dw, void*
     (static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in),
      static_cast<const T*>(w), static_cast<const S*>(mean), static_cast<const S*>(rstd), rows, C);
     float* partial = static_cast<float*>(scratch);
-    const dim3 pgrid(static_cast<unsigned>((C + kTileCols - 1) / kTileCols),
-                     static_cast<unsigned>(chunks));
-    TRAINRUN_LAUNCH(pgrid, dim3(kTileCols, kTileRows), 0, layernorm_param_partial_kernel<T, S>)
+    TRAINRUN_LAUNCH(plan.grid, plan.block, 0, layernorm_param_partial_kernel<T, S>)
     (partial, static_cast<const T*>(dout), static_cast<const T*>(in), static_cast<const S*>(mean),
-     static_cast<const S*>(rstd), rows, C, per_chunk);
+     static_cast<const S*>(rstd), rows, C, plan.rows_per_chunk);
     by_grad_dtype<T>(dt, gt, "layernorm_backward", [&](auto g) {
       using G = decltype(g);
-      finish_columns(ColumnSums<2, G>{{static_cast<G*>(dw), static_cast<G*>(db)}}, partial, chunks,
-                     C);
+      finish_columns(ColumnSums<2, G>{{static_cast<G*>(dw), static_cast<G*>(db)}}, partial,
+                     plan.chunks, C);
     });
   });
   check_launch("layernorm_backward");

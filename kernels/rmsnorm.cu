@@ -79,15 +79,14 @@ void rmsnorm_forward(DType dt, DType st, void* out, void* rstd, const void* in, 
 }
 
 size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t C) {
-  return static_cast<size_t>(column_chunks(rows) * C) * sizeof(float);
+  return column_scratch_bytes(1, rows, C);
 }
 
 void rmsnorm_backward(DType dt, DType st, DType gt, void* din, void* dw, const void* dout,
                       const void* in, const void* w, const void* rstd, int64_t rows, int64_t C,
                       void* scratch) {
   if (rows <= 0 || C <= 0) return;
-  const int64_t chunks = column_chunks(rows);
-  const int64_t per_chunk = (rows + chunks - 1) / chunks;
+  const ColumnPlan plan = column_plan(rows, C);
   by_dtypes(dt, st, "rmsnorm_backward", [&](auto t, auto s) {
     using T = decltype(t);
     using S = decltype(s);
@@ -96,14 +95,12 @@ void rmsnorm_backward(DType dt, DType st, DType gt, void* din, void* dw, const v
     (static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in),
      static_cast<const T*>(w), static_cast<const S*>(rstd), rows, C);
     float* partial = static_cast<float*>(scratch);
-    const dim3 pgrid(static_cast<unsigned>((C + kTileCols - 1) / kTileCols),
-                     static_cast<unsigned>(chunks));
-    TRAINRUN_LAUNCH(pgrid, dim3(kTileCols, kTileRows), 0, rmsnorm_dw_partial_kernel<T, S>)
+    TRAINRUN_LAUNCH(plan.grid, plan.block, 0, rmsnorm_dw_partial_kernel<T, S>)
     (partial, static_cast<const T*>(dout), static_cast<const T*>(in), static_cast<const S*>(rstd),
-     rows, C, per_chunk);
+     rows, C, plan.rows_per_chunk);
     by_grad_dtype<T>(dt, gt, "rmsnorm_backward", [&](auto g) {
       using G = decltype(g);
-      finish_columns(ColumnSums<1, G>{{static_cast<G*>(dw)}}, partial, chunks, C);
+      finish_columns(ColumnSums<1, G>{{static_cast<G*>(dw)}}, partial, plan.chunks, C);
     });
   });
   check_launch("rmsnorm_backward");
