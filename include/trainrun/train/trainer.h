@@ -1,6 +1,6 @@
 // Trainer: runs one experiment on this rank: wires communicator, backend, model, data loader and
-// the step loop's components (src/train/: data-parallel strategy, health monitor, step reporter,
-// checkpoint policy) together and drives the step loop.
+// the step loop's components (src/train/: batches, data-parallel strategy, recovery, evaluator,
+// checkpoint manager, step reporter) together and drives the step loop.
 #pragma once
 
 #include <string>
