@@ -19,6 +19,7 @@ RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends \
       libspdlog-dev libhdf5-dev hdf5-tools doctest-dev libopenmpi-dev openmpi-bin libdnnl-dev \
       libboost-dev \
       nlohmann-json3-dev \
+      libssl-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Only what the build reads: a work tree's own build folders and runs stay out of the image.

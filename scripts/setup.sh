@@ -9,7 +9,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 pkgs=(g++ meson ninja-build pkg-config libyaml-cpp-dev libcli11-dev libfmt-dev
       libspdlog-dev libhdf5-dev hdf5-tools doctest-dev libopenmpi-dev openmpi-bin libdnnl-dev
-      gnuplot-nox libboost-dev nlohmann-json3-dev)
+      gnuplot-nox libboost-dev nlohmann-json3-dev libssl-dev)
 if [[ "${1:-}" == "--test" ]]; then
   # python3-numpy: the equivalence test recomputes the models in numpy (python3-h5py has it too)
   # openssh-server, iproute2: tests/multihost's two "hosts" (network namespaces, `ip`), each
