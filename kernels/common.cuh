@@ -115,4 +115,11 @@ void by_grad_dtype(DType dt, DType gt, const char* op, F&& f) {
                       " or f32 beside bf16, got " + dtype_name(gt));
 }
 
+// A token id outside its table at position n (launch.h, kNoBadId): packed so that atomicMin
+// keeps the first bad position, with its id.
+__device__ __forceinline__ void flag_bad_id(unsigned long long* flag, int64_t n, int64_t id) {
+  atomicMin(flag, (static_cast<unsigned long long>(n) << 32) |
+                      static_cast<unsigned long long>(static_cast<uint32_t>(id)));
+}
+
 }  // namespace trainrun::cuda

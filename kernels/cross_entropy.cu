@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(kThreads)
     const float l = M + logf(Ssum);
     const int64_t tgt = targets[n];
     const bool ok = tgt >= 0 && tgt < V;
-    if (!ok) atomicMin(bad_id, static_cast<unsigned long long>(n));
+    if (!ok) flag_bad_id(bad_id, n, tgt);
     lse[n] = from_f32<S>(l);
     losses[n] = from_f32<S>(ok ? l - to_f32(x[tgt]) : NAN);
   }
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kThreads)
   const float l = to_f32(lse[n]);
   const int64_t tgt = targets[n];
   const bool ok = tgt >= 0 && tgt < V;
-  if (!ok && threadIdx.x == 0) atomicMin(bad_id, static_cast<unsigned long long>(n));
+  if (!ok && threadIdx.x == 0) flag_bad_id(bad_id, n, tgt);
   for (int64_t v = threadIdx.x; v < V; v += kThreads) {
     const float p = expf(to_f32(x[v]) - l);
     d[v] = from_f32<T>(ok ? (p - (v == tgt ? 1.0f : 0.0f)) * scale : NAN);

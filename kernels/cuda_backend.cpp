@@ -21,6 +21,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "launch.h"
 #include "matmul.h"
@@ -54,7 +55,8 @@ class CudaBackend final : public Backend {
     describe_ = "cuda:" + std::to_string(ordinal_) + " (" + prop.name + ", sm_" +
                 std::to_string(prop.major) + std::to_string(prop.minor) + ", " + mem +
                 ", cuBLASLt)";
-    cuda_check(cudaMalloc(&bad_id_, sizeof *bad_id_), "cudaMalloc (id flag)");
+    cuda_check(cudaMalloc(&bad_id_, sizeof(*bad_id_) * kIdChecks), "cudaMalloc (id flags)");
+    cuda_check(cudaMemset(bad_id_, 0xFF, sizeof(*bad_id_) * kIdChecks), "cudaMemset (id flags)");
   }
   ~CudaBackend() override {
     cudaSetDevice(ordinal_);
@@ -105,6 +107,7 @@ class CudaBackend final : public Backend {
   void synchronize() override {
     on_device();
     cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (an earlier kernel failed)");
+    check_ids();
   }
 
  protected:
@@ -116,6 +119,7 @@ class CudaBackend final : public Backend {
     }
     on_device();
     cuda_check(cudaMemcpy(dst.data, src.data, dst.bytes(), cudaMemcpyDefault), "cudaMemcpy");
+    if (dst.device == Device::cpu) check_ids();  // the host waited anyway
   }
   void cast_impl(Tensor dst, Tensor src) override {
     on_device();
@@ -265,10 +269,8 @@ class CudaBackend final : public Backend {
   // ---- embedding and loss: the ops that read token ids ----
   void embedding_impl(Tensor out, Tensor ids, Tensor table) override {
     on_device();
-    arm_id_check();
     cuda::embedding_forward(out.dtype, out.data, ids.as<int32_t>(), table.data, out.rows(),
-                            out.cols(), table.rows(), bad_id_);
-    check_ids(Op::embedding, "ids", ids, table.rows());
+                            out.cols(), table.rows(), id_flag(Op::embedding, "ids", table.rows()));
   }
 
   void embedding_backward_impl(Tensor dtable, Tensor dout, Tensor ids) override {
@@ -277,34 +279,33 @@ class CudaBackend final : public Backend {
       throw DeviceError(std::string("embedding_backward: the CUDA backend accumulates the table "
                                     "gradient with f32 atomics; pass an f32 dtable, got ") +
                         dtype_name(dtable.dtype));
-    arm_id_check();
     cuda::embedding_backward(dout.dtype, dtable.data, dout.data, ids.as<int32_t>(), dout.rows(),
-                             dout.cols(), dtable.rows(), bad_id_);
-    check_ids(Op::embedding_backward, "ids", ids, dtable.rows());
+                             dout.cols(), dtable.rows(),
+                             id_flag(Op::embedding_backward, "ids", dtable.rows()));
   }
 
   void cross_entropy_impl(Tensor losses, Tensor lse, Tensor logits, Tensor targets) override {
     on_device();
-    arm_id_check();
     cuda::cross_entropy_forward(logits.dtype, lse.dtype, losses.data, lse.data, logits.data,
-                                targets.as<int32_t>(), logits.rows(), logits.cols(), bad_id_);
-    check_ids(Op::cross_entropy, "targets", targets, logits.cols());
+                                targets.as<int32_t>(), logits.rows(), logits.cols(),
+                                id_flag(Op::cross_entropy, "targets", logits.cols()));
   }
 
   void cross_entropy_backward_impl(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
                                    float scale) override {
     on_device();
-    arm_id_check();
     cuda::cross_entropy_backward(logits.dtype, lse.dtype, dlogits.data, logits.data, lse.data,
                                  targets.as<int32_t>(), logits.rows(), logits.cols(), scale,
-                                 bad_id_);
-    check_ids(Op::cross_entropy_backward, "targets", targets, logits.cols());
+                                 id_flag(Op::cross_entropy_backward, "targets", logits.cols()));
   }
 
   // ---- reductions and optimizer ----
   double sum_impl(Tensor x, bool squares) override {
     on_device();
-    return cuda::sum(x.dtype, x.data, x.numel(), squares, scratch(reduce_scratch_bytes()));
+    const double s =
+        cuda::sum(x.dtype, x.data, x.numel(), squares, scratch(reduce_scratch_bytes()));
+    check_ids();  // the result came back to the host: the flags are one more small copy
+    return s;
   }
 
   void adamw_impl(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp) override {
@@ -327,23 +328,39 @@ class CudaBackend final : public Backend {
   }
 
   // Token ids live on the device, so the host cannot check them before the kernel as the CPU
-  // does. The kernels instead atomicMin the position of any id outside [0, V) into bad_id_ (and
-  // never read out of bounds); the host reads it back after the kernel and raises the CPU's
-  // DataError for the first bad position. The readback waits for the GPU once per call, four
-  // times a micro-batch, which costs microseconds against a step of milliseconds, and keeps the
-  // check inside the op, where it holds for ids from any source.
-  void arm_id_check() {
-    cuda_check(cudaMemsetAsync(bad_id_, 0xFF, sizeof *bad_id_, nullptr), "cudaMemsetAsync");
+  // does. Each kernel that reads ids gets a flag of its own (id_flag) in which it records the
+  // first position whose id is outside [0, V), with the id (launch.h), and it never reads out of
+  // bounds. The flags are read back together, in one copy, at the next point where the host
+  // waits for the GPU anyway (a reduction's result, a copy to the host, synchronize()), or when
+  // all kIdChecks are in use; then the CPU's DataError is raised for the first op that flagged.
+  // So the step loop never waits for the GPU just to check ids (it used to, four times a
+  // micro-batch), and the check still holds for ids from any source.
+  static constexpr int kIdChecks = 16;
+  struct IdCheck {
+    Op op;
+    const char* name;
+    int64_t limit;
+  };
+  unsigned long long* id_flag(Op op, const char* name, int64_t limit) {
+    if (static_cast<int>(pending_.size()) == kIdChecks) check_ids();
+    pending_.push_back({op, name, limit});
+    return bad_id_ + (pending_.size() - 1);
   }
-  void check_ids(Op op, const char* name, const Tensor& ids, int64_t limit) {
-    unsigned long long first = 0;
-    cuda_check(cudaMemcpy(&first, bad_id_, sizeof first, cudaMemcpyDeviceToHost),
-               "cudaMemcpy (token id check; an earlier kernel may have failed)");
-    if (first == kNoBadId) return;
-    int32_t value = 0;
-    cuda_check(cudaMemcpy(&value, ids.as<int32_t>() + first, sizeof value, cudaMemcpyDeviceToHost),
-               "cudaMemcpy (bad token id)");
-    fail_out_of_range_id(op, name, static_cast<int64_t>(first), value, limit);
+  void check_ids() {
+    if (pending_.empty()) return;
+    unsigned long long flags[kIdChecks];
+    const size_t n = pending_.size();
+    cuda_check(cudaMemcpy(flags, bad_id_, sizeof(flags[0]) * n, cudaMemcpyDeviceToHost),
+               "cudaMemcpy (token id flags; an earlier kernel may have failed)");
+    std::vector<IdCheck> checked;
+    checked.swap(pending_);
+    for (size_t i = 0; i < n; ++i) {
+      if (flags[i] == kNoBadId) continue;
+      // Re-arm before raising, so the backend stays usable after the error.
+      cuda_check(cudaMemset(bad_id_, 0xFF, sizeof(*bad_id_) * n), "cudaMemset (id flags)");
+      fail_out_of_range_id(checked[i].op, checked[i].name, bad_id_position(flags[i]),
+                           bad_id_value(flags[i]), checked[i].limit);
+    }
   }
 
   // One growable device buffer for the two-pass reductions and attention's D. Grown rarely (the
@@ -363,7 +380,8 @@ class CudaBackend final : public Backend {
   Gemm gemm_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
-  unsigned long long* bad_id_ = nullptr;  // first bad token position, kNoBadId when none
+  unsigned long long* bad_id_ = nullptr;  // kIdChecks flags, kNoBadId when none (id_flag)
+  std::vector<IdCheck> pending_;          // the ops whose flags are not read back yet
 };
 
 void set_err(char* err, size_t errlen, const std::string& msg) {

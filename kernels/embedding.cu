@@ -21,7 +21,7 @@ constexpr int kThreads = 256;
 __device__ __forceinline__ bool valid_id(int64_t id, int64_t V, int64_t n, int64_t c,
                                          unsigned long long* bad_id) {
   if (id >= 0 && id < V) return true;
-  if (c == 0) atomicMin(bad_id, static_cast<unsigned long long>(n));
+  if (c == 0) flag_bad_id(bad_id, n, id);
   return false;
 }
 

@@ -48,9 +48,17 @@ void layernorm_backward(DType dt, DType st, DType gt, void* din, void* dw, void*
                         const void* rstd, int64_t rows, int64_t C, void* scratch);
 
 // Token ids outside [0, V): the kernels that read ids never read out of bounds (a bad id gives a
-// NaN row forward, is skipped backward) and atomicMin the id's position into *bad_id, which the
-// caller sets to kNoBadId before the launch and reads afterwards (cuda_backend.cpp).
+// NaN row forward, is skipped backward) and flag it in *bad_id (common.cuh's flag_bad_id: the
+// position in the high 32 bits, the id in the low 32, so atomicMin keeps the first position and
+// its id). The caller sets *bad_id to kNoBadId before the launch and reads it back later, several
+// launches' flags in one copy (cuda_backend.cpp). Positions must be below 2^32.
 constexpr unsigned long long kNoBadId = ~0ull;
+inline int64_t bad_id_position(unsigned long long flag) {
+  return static_cast<int64_t>(flag >> 32);
+}
+inline int32_t bad_id_value(unsigned long long flag) {
+  return static_cast<int32_t>(static_cast<uint32_t>(flag & 0xFFFFFFFFull));
+}
 
 // embedding.cu
 void embedding_forward(DType dt, void* out, const int32_t* ids, const void* table, int64_t N,

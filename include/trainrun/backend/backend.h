@@ -34,7 +34,11 @@
 //    the CUDA kernels are compared against; an accumulating (+=) bf16 output is loaded, added to
 //    in f32 and rounded once.
 //  - A token id outside [0, rows) throws DataError naming the first bad position, on every
-//    backend (the CPU checks the ids before the kernel, the CUDA kernels flag them).
+//    backend: the CPU checks the ids before the kernel and throws from the op; the CUDA kernels
+//    flag them and the backend throws at the next point where the host waits for the device
+//    anyway (a reduction such as sum(), a copy to the host, synchronize()), so that checking
+//    ids never stalls the step. Either way nothing is read out of bounds, and the error is raised
+//    before any result of the op reaches the host.
 //
 // Thread safety: none. Call from one thread at a time; which thread may change from call to call
 // (the CUDA backend selects its GPU on every call).
