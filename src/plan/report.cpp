@@ -60,22 +60,27 @@ set datafile separator "\t"
 set datafile missing "?"
 set key top right
 set grid
+set format y "%g"
+set xlabel "step"
+if (last_step - first_step < 10) { set xtics 1 }
 set multiplot layout 2,2 title title
 set title "loss"
-set xlabel "step"
+set ylabel "loss (nats per token)"
 if (has_eval) {
   plot train using 1:2 with lines title "train", evals using 1:2 with linespoints title "val"
 } else {
   plot train using 1:2 with lines title "train"
 }
 set title "learning rate"
+set ylabel "learning rate"
 plot train using 1:3 with lines notitle
 set title "tokens/s"
+set ylabel "tokens per second"
 plot train using 1:4 with lines notitle
 set title "grad norm and MFU"
 set ytics nomirror
 set y2tics
-set ylabel "grad norm"
+set ylabel "gradient L2 norm (before clipping)"
 set y2label "MFU %"
 plot train using 1:5 with lines title "grad norm" axes x1y1, \
      train using 1:($6*100) with lines title "MFU %" axes x1y2
@@ -97,6 +102,17 @@ std::string gp_string(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
   return out + "'";
+}
+
+// Restarts and rollbacks as dashed vertical lines, labelled, on every panel.
+std::string marks_gp(const std::vector<std::pair<double, std::string>>& marks) {
+  std::string s;
+  for (const auto& [step, what] : marks)
+    s += fmt::format(
+        "set arrow from {0}, graph 0 to {0}, graph 1 nohead dashtype 2 lc rgb '#888888'\n"
+        "set label {1} at {0}, graph 0.95 offset 0.5, 0 tc rgb '#666666'\n",
+        step, gp_string(what));
+  return s;
 }
 
 struct TempDir {
@@ -149,10 +165,12 @@ std::string write_report_plot(const std::string& run_dir, const std::string& out
     g << "train = " << gp_string((tmp.path / "train.tsv").string()) << "\n"
       << "evals = " << gp_string((tmp.path / "eval.tsv").string()) << "\n"
       << "has_eval = " << (evals.empty() ? 0 : 1) << "\n"
+      << "first_step = " << number(train.front(), "step") << "\n"
+      << "last_step = " << number(train.back(), "step") << "\n"
       << "out = " << gp_string((tmp.path / "plot.png").string()) << "\n"
       << "title = " << gp_string(fmt::format("trainrun {}", cfg.name.empty() ? run_dir : cfg.name))
       << "\n"
-      << kPlotScript;
+      << marks_gp(report::interruptions(read_metrics_jsonl(run_dir, "event"))) << kPlotScript;
   }
 
   // gnuplot's messages go to a file, shown only when it fails.

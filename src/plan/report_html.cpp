@@ -34,6 +34,9 @@ svg text { font: 11px sans-serif; fill: #333; }
 svg .title { font: bold 13px sans-serif; }
 svg .grid { stroke: #e4e4e4; stroke-width: 1; }
 svg .frame { fill: none; stroke: #999; stroke-width: 1; }
+svg .axis { font: 12px sans-serif; fill: #444; }
+svg line.mark { stroke: #888; stroke-width: 1; stroke-dasharray: 4 3; }
+svg text.mark { font: 11px sans-serif; fill: #666; }
 table { border-collapse: collapse; }
 td, th { border-bottom: 1px solid #e4e4e4; padding: 3px 10px; text-align: left; vertical-align: top; }
 th { background: #f2f2f2; }
@@ -48,14 +51,26 @@ Series series(const std::vector<MetricRow>& rows, const std::string& key, std::s
   return s;
 }
 
-std::string plots(const std::vector<MetricRow>& train, const std::vector<MetricRow>& evals) {
+std::string plots(const std::vector<MetricRow>& train, const std::vector<MetricRow>& evals,
+                  const std::vector<MetricRow>& events) {
   Series val = series(evals, "val_loss", "val", "#d62728");
   val.markers = true;
+  const auto marks = report::interruptions(events);
+  auto axes = [&marks](std::string y) {
+    report::ChartAxes a;
+    a.y_title = std::move(y);
+    a.marks = marks;
+    return a;
+  };
   std::string s = "<div class=\"plots\">\n";
-  s += report::svg_line_chart("loss", {series(train, "loss", "train", "#1f77b4"), val});
-  s += report::svg_line_chart("learning rate", {series(train, "lr", "lr", "#2ca02c")});
-  s += report::svg_line_chart("tokens/s", {series(train, "tokens_per_sec", "tokens/s", "#9467bd")});
-  s += report::svg_line_chart("grad norm", {series(train, "grad_norm", "grad norm", "#ff7f0e")});
+  s += report::svg_line_chart("loss", {series(train, "loss", "train", "#1f77b4"), val},
+                              axes("loss (nats per token)"));
+  s += report::svg_line_chart("learning rate", {series(train, "lr", "lr", "#2ca02c")},
+                              axes("learning rate"));
+  s += report::svg_line_chart("tokens/s", {series(train, "tokens_per_sec", "tokens/s", "#9467bd")},
+                              axes("tokens per second"));
+  s += report::svg_line_chart("grad norm", {series(train, "grad_norm", "grad norm", "#ff7f0e")},
+                              axes("gradient L2 norm (before clipping)"));
   return s + "</div>\n";
 }
 
@@ -109,7 +124,7 @@ std::string page(const std::string& run_dir) {
       "</body>\n</html>\n",
       html_escape(summary.name), kStyle, html_escape(run_dir),
       summary.description.empty() ? "" : " | " + html_escape(summary.description),
-      plots(train, evals), summary_table(summary), events_table(events), when);
+      plots(train, evals, events), summary_table(summary), events_table(events), when);
 }
 
 }  // namespace

@@ -210,6 +210,17 @@ void require_run_dir(const std::string& run_dir) {
                     run_dir));
 }
 
+std::vector<std::pair<double, std::string>> interruptions(const std::vector<MetricRow>& events) {
+  std::vector<std::pair<double, std::string>> out;
+  for (const auto& r : events) {
+    const std::string e = text(r, "event");
+    const bool mark = e == enum_name(MetricEvent::restart) || e == enum_name(MetricEvent::rollback);
+    if (mark && (out.empty() || out.back() != std::pair(number(r, "step"), e)))
+      out.emplace_back(number(r, "step"), e);  // two rollbacks to one step: one mark
+  }
+  return out;
+}
+
 RunConfig read_config(const std::string& run_dir) {
   RunConfig c;
   const fs::path path = fs::path(run_dir) / "config.yaml";

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "trainrun/obs/metrics.h"
@@ -25,6 +26,10 @@ struct RunConfig {
   std::string summary;  // "gpt 1 layers d_model 32 ... | 2 rank(s) | device cpu"
 };
 RunConfig read_config(const std::string& run_dir);
+
+// Where a run's curves were interrupted, for the plots to mark: its restart and rollback events
+// as (step, event name), in order.
+std::vector<std::pair<double, std::string>> interruptions(const std::vector<MetricRow>& events);
 
 // One line of the summary: "key  value", then indented detail lines. An empty key is a line of
 // its own ("time per step ...").

@@ -47,9 +47,10 @@ struct Frame {
   double py(double v) const { return top + (y.hi - v) / (y.hi - y.lo) * height; }
 };
 
-std::string axes(const Frame& f) {
+std::string axes(const Frame& f, const ChartAxes& a) {
   std::string s;
-  const double ys = tick_step(f.y), xs = tick_step(f.x);
+  const double ys = tick_step(f.y),
+               xs = a.x_integers ? std::max(1.0, tick_step(f.x)) : tick_step(f.x);
   if (!(ys > 0 && xs > 0 && std::isfinite(ys) && std::isfinite(xs))) return s;  // inf ranges
   for (double v = std::ceil(f.y.lo / ys) * ys; v <= f.y.hi + ys * 1e-9; v += ys)
     s += fmt::format(
@@ -64,6 +65,22 @@ std::string axes(const Frame& f) {
   s += fmt::format(
       "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" class=\"frame\"/>\n",
       f.left, f.top, f.width, f.height);
+  if (!a.x_title.empty())
+    s += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" class=\"axis\">{}</text>\n",
+        f.left + f.width / 2, f.top + f.height + 32, html_escape(a.x_title));
+  if (!a.y_title.empty())
+    s += fmt::format(
+        "<text x=\"14\" y=\"{0:.1f}\" text-anchor=\"middle\" class=\"axis\" "
+        "transform=\"rotate(-90 14 {0:.1f})\">{1}</text>\n",
+        f.top + f.height / 2, html_escape(a.y_title));
+  for (const auto& [x, label] : a.marks) {
+    if (!(x >= f.x.lo && x <= f.x.hi)) continue;
+    s += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" class=\"mark\"/>"
+        "<text x=\"{3:.1f}\" y=\"{4:.1f}\" class=\"mark\">{5}</text>\n",
+        f.px(x), f.top, f.top + f.height, f.px(x) + 3, f.top + 12, html_escape(label));
+  }
   return s;
 }
 
@@ -128,9 +145,9 @@ std::string html_escape(std::string_view s) {
   return out;
 }
 
-std::string svg_line_chart(const std::string& title, const std::vector<Series>& series, int width,
-                           int height) {
-  Frame f{64, 30, width - 64.0 - 16, height - 30.0 - 36, {}, {}};
+std::string svg_line_chart(const std::string& title, const std::vector<Series>& series,
+                           const ChartAxes& a, int width, int height) {
+  Frame f{72, 30, width - 72.0 - 16, height - 30.0 - 48, {}, {}};
   for (const Series& s : series)
     for (const auto& [x, y] : s.points)
       if (std::isfinite(x) && std::isfinite(y)) {
@@ -151,7 +168,7 @@ std::string svg_line_chart(const std::string& title, const std::vector<Series>& 
   const double pad = (f.y.hi - f.y.lo) * 0.05;
   f.y.lo -= pad;
   f.y.hi += pad;
-  svg += axes(f);
+  svg += axes(f, a);
   for (const Series& s : series) svg += line(f, s);
   if (series.size() > 1) {
     double x = f.left + f.width;

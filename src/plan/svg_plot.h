@@ -16,10 +16,20 @@ struct Series {
   bool markers = false;                           // a dot on every point (sparse series)
 };
 
-// Axes with round ticks over the finite points, one line per series (broken where a value is
-// missing), a legend when there are several. "no data" when no series has a finite point.
+// What a chart says beyond its series.
+struct ChartAxes {
+  std::string x_title = "step";
+  std::string y_title;     // with its unit: "loss (nats)"
+  bool x_integers = true;  // steps: ticks on whole numbers only, never 1.5
+  // Vertical marks at an x, labelled ("restart", "rollback"): where the curve was interrupted.
+  std::vector<std::pair<double, std::string>> marks;
+};
+
+// Axes with round ticks over the finite points and their titles, one line per series (broken
+// where a value is missing), the marks, a legend when there are several series. "no data" when
+// no series has a finite point.
 std::string svg_line_chart(const std::string& title, const std::vector<Series>& series,
-                           int width = 560, int height = 300);
+                           const ChartAxes& axes = {}, int width = 560, int height = 300);
 
 // Text safe inside HTML and SVG elements and attribute values.
 std::string html_escape(std::string_view s);

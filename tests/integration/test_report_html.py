@@ -59,3 +59,30 @@ def test_html_report_of_a_missing_run_is_a_usage_error(tmp_path):
     p = run(["report", str(tmp_path / "missing"), "--html"], check=2)
     assert "missing" in p.stderr
     assert not (tmp_path / "missing").exists()
+
+
+def test_plots_have_axis_titles_whole_step_ticks_and_mark_rollbacks(tmp_path):
+    """A 3-step run ticks steps 1, 2, 3 (never 1.5); every chart names its axes with units; a
+    rollback is marked on the curves, once per chart, in the HTML and in gnuplot's script."""
+    short = tmp_path / "short"
+    run([QS, *sets(*TINY, "train.steps=3", "logging.every=1"), "--run-dir", str(short)])
+    run(["report", str(short), "--html"])
+    html = (short / "report.html").read_text()
+    for title in ("loss (nats per token)", "learning rate", "tokens per second",
+                  "gradient L2 norm (before clipping)"):
+        assert f">{title}</text>" in html, title
+    assert html.count('class="axis">step</text>') == 4
+    x_ticks = re.findall(r'text-anchor="middle">([^<]+)</text>', html)
+    assert x_ticks and all(re.fullmatch(r"\d+", t) for t in x_ticks if t != "step"), x_ticks
+    assert 'class="mark"' not in html  # nothing interrupted this run
+
+    rolled = tmp_path / "rolled"
+    run([QS, *sets(*TINY, "train.steps=12", "checkpoint.every=4", "logging.every=1",
+                   "fault_tolerance.max_bad_steps=2"), "--run-dir", str(rolled)],
+        env={"TRAINRUN_FAULTS": "nan:from=6"}, check=7)
+    events = metrics(rolled, "event")
+    steps = {e["step"] for e in events if e["event"] == "rollback"}
+    assert len(steps) == 1 and len([e for e in events if e["event"] == "rollback"]) == 2
+    run(["report", str(rolled), "--html"])
+    html = (rolled / "report.html").read_text()
+    assert html.count('class="mark">rollback</text>') == 4  # one per chart, not one per event
