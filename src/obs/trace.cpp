@@ -5,6 +5,7 @@
 #include "trainrun/core/clock.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "trainrun/core/durable_file.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/thread_annotations.h"
 #include "trainrun/obs/metrics.h"
@@ -224,6 +226,27 @@ Tracer::Scope::~Scope() {
 
 double trace_now() {
   return now();
+}
+
+std::string merge_rank_traces(const std::string& trace_dir, int world) {
+  nlohmann::json all = nlohmann::json::array();
+  bool any = false;
+  for (int r = 0; r < world; ++r) {
+    const fs::path file = fs::path(trace_dir) / fmt::format("rank-{}.json", r);
+    std::ifstream in(file);
+    if (!in) continue;
+    const nlohmann::json one = nlohmann::json::parse(in, nullptr, false);
+    if (!one.is_object() || !one.contains("traceEvents") || !one["traceEvents"].is_array())
+      throw Error(kExitFailure,
+                  fmt::format("cannot merge trace {}: not a Chrome trace", file.string()));
+    for (const auto& e : one["traceEvents"]) all.push_back(e);
+    any = true;
+  }
+  if (!any) return "";
+  const std::string out = (fs::path(trace_dir) / "all-ranks.json").string();
+  write_file_durably(
+      out, nlohmann::json{{"traceEvents", std::move(all)}, {"displayTimeUnit", "ms"}}.dump());
+  return out;
 }
 
 }  // namespace trainrun

@@ -25,7 +25,7 @@
 #include "evaluator.h"
 #include "faults.h"
 #include "logging.h"
-#include "op_spans.h"
+#include "profiling.h"
 #include "recovery.h"
 #include "run_end.h"
 #include "step_phase.h"
@@ -426,12 +426,7 @@ void Trainer::finish(int64_t step, double loss, int exit_code, double t_run) {
   phase(Phase::sync, step);
   comm_->barrier();
   // Every rank must end with the same weights; the logs let a test (or a person) check it.
-  tracer_->flush();
-  if (console_ && !tracer_->written_file().empty())
-    spdlog::info(
-        "profile: steps {} traced into {}/ (rank-N.json for https://ui.perfetto.dev, "
-        "ops-rank-N.txt: time per op)",
-        tracer_->window(), fs::path(tracer_->written_file()).parent_path().string());
+  finish_profile(*tracer_, *comm_, exp_.run_dir, !opts_.profile.empty(), console_);
   spdlog::info("rank {} parameter checksum {:016x} at step {}", rank_, model_->params().checksum(),
                step);
   if (exit_code == kExitOk)

@@ -86,6 +86,12 @@ def test_profile_writes_chrome_traces_for_the_window(tmp_path):
         op_ms = sum(float(v[1]) for k, v in rows.items() if k not in ("op", "step", "(outside"))
         assert op_ms <= step_ms * 1.001
     assert not list((rd / "trace").glob("*.tmp"))
+    # One file with both ranks, each its own process, for Perfetto.
+    merged = trace_events(rd / "trace" / "all-ranks.json")
+    assert {e["pid"] for e in merged} == {0, 1}
+    assert sorted(e["args"]["name"] for e in merged
+                  if e["ph"] == "M" and e["name"] == "process_name") == ["rank 0", "rank 1"]
+    assert len(merged) == sum(len(trace_events(rd / "trace" / f"rank-{r}.json")) for r in (0, 1))
 
 
 def test_profile_window_is_checked(tmp_path):

@@ -46,4 +46,11 @@ class Tracer {
 // Steady-clock seconds, the time base of spans.
 double trace_now();
 
+// One Perfetto/Chrome trace of the whole job: the traceEvents of trace_dir's rank-0.json ..
+// rank-(world-1).json (those that exist) in TRACE_DIR/all-ranks.json, each rank its own process
+// (pid = rank). Returns the file written, "" when no rank wrote a trace. The ranks of one host
+// share its monotonic clock, so their spans line up; ranks of other hosts are offset by the
+// hosts' clock difference. Throws on an unreadable rank file.
+std::string merge_rank_traces(const std::string& trace_dir, int world);
+
 }  // namespace trainrun
