@@ -139,8 +139,12 @@ t0=$(date +%s)
 GPT2=(--set distributed.nproc=1 --set train.precision=bf16 --set train.steps=10 --set logging.every=1
       --set checkpoint.every=100000 --set train.eval_every=100000 --set data.train= --set data.val=
       --set "data.text=$DATA" --set train.batch_size=16 --set train.micro_batch_size=16)
+# Steps 5-7 are also traced op by op (each op synchronised, so they are slower; the figures come
+# from the last step, untraced): the per-op table below says where a GPU step goes.
+PROFILE=(--profile 5:8)
 [ "$SIM" = 1 ] && GPT2+=(--set model.n_layer=2 --set model.seq_len=64 --set train.batch_size=2
-                         --set train.micro_batch_size=2 --set train.steps=2)
+                         --set train.micro_batch_size=2 --set train.steps=2) && PROFILE=(--profile 1:2)
+GPT2+=("${PROFILE[@]}")
 timeout "$(cap 180)" "$TR" run configs/gpt2-124m.yaml --run-dir "$LOGDIR/gpt2" "${GPT2[@]}" \
   > "$LOGDIR/gpt2.log" 2>&1
 rc=$?
@@ -149,6 +153,12 @@ if [ -n "$st" ]; then
   note "gpt2-124m bf16" "rc=$rc, last step $st s, $(field "$LOGDIR/gpt2" tokens_per_sec | awk '{print $NF}') tok/s, MFU $(field "$LOGDIR/gpt2" mfu | awk '{print $NF}') ($(( $(date +%s) - t0 )) s)"
 else
   note "gpt2-124m bf16" "rc=$rc, no metrics (see gpt2.log)"; status=1
+fi
+# The ops that take the most time in a traced step (trace/ops-rank-0.txt: calls, ms, % step).
+if [ -f "$LOGDIR/gpt2/trace/ops-rank-0.txt" ]; then
+  while read -r op calls ms share; do
+    note "  op $op" "$calls calls, $ms ms, $share% of a traced step"
+  done < <(grep -v '^#' "$LOGDIR/gpt2/trace/ops-rank-0.txt" | tail -n +2 | head -8)
 fi
 
 printf '\n== summary (logs in %s) ==\n' "$LOGDIR"
