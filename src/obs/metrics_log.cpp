@@ -136,7 +136,21 @@ struct MetricsLog::Impl {
         dset_h(H5Dcreate2(g.g, name.c_str(), H5T_IEEE_F64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT),
                name.c_str());
     if (field == "event") name_events(ds);
+    if (const auto doc = metric_field_doc(field)) {
+      string_attr(ds, "units", doc->units);
+      string_attr(ds, "description", doc->description);
+    }
     return g.columns.emplace(field, std::move(ds)).first->second;
+  }
+
+  // A fixed-length scalar string attribute (h5py reads it as bytes; h5dump as text).
+  static void string_attr(hid_t ds, const char* name, std::string_view value) {
+    Handle type = type_h(H5Tcopy(H5T_C_S1), "copy string type");
+    check(H5Tset_size(type, value.empty() ? 1 : value.size()), "set string size");
+    Handle scalar = space_h(H5Screate(H5S_SCALAR), "create scalar space");
+    Handle attr = attr_h(H5Acreate2(ds, name, type, scalar, H5P_DEFAULT, H5P_DEFAULT), name);
+    const std::string text(value.empty() ? std::string_view("\0", 1) : value);
+    check(H5Awrite(attr, type, text.data()), name);
   }
 
   // An event's kind is a word; its column holds the word's index in MetricEvent's table, and
@@ -148,12 +162,7 @@ struct MetricsLog::Impl {
       if (!names.empty()) names += ' ';
       names.append(n);
     }
-    Handle type = type_h(H5Tcopy(H5T_C_S1), "copy string type");
-    check(H5Tset_size(type, names.size()), "set string size");
-    Handle scalar = space_h(H5Screate(H5S_SCALAR), "create scalar space");
-    Handle attr =
-        attr_h(H5Acreate2(ds, "names", type, scalar, H5P_DEFAULT, H5P_DEFAULT), "create names");
-    check(H5Awrite(attr, type, names.data()), "write names");
+    string_attr(ds, "names", names);
   }
 
   // Opens an existing file and cuts every group back to the rows with step <= keep.

@@ -200,6 +200,10 @@ def test_metrics_h5_matches_jsonl(tmp_path):
             for i, r in enumerate(rows):
                 want = r[key] if r[key] is not None else float("nan")
                 assert same(float(col[i]), float(want)), (key, i)
+            # Every column says what it measures, in which unit.
+            assert g[key].attrs["units"] and g[key].attrs["description"], key
+        assert g["loss"].attrs["units"] == b"nats per token"
+        assert g["step_time"].attrs["units"] == b"s"
 
 
 def test_metrics_h5_keeps_the_kind_of_each_event(tmp_path):

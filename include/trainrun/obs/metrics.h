@@ -63,6 +63,14 @@ class MetricsLog {
   std::unique_ptr<Impl> impl_;
 };
 
+// What a metrics field measures and its unit ("s", "nats per token"), as metrics.h5 labels its
+// columns (attributes "units" and "description"); nullopt for a field without a fixed meaning
+// (an event's extras).
+struct FieldDoc {
+  std::string_view units, description;
+};
+std::optional<FieldDoc> metric_field_doc(std::string_view field);
+
 // Reads metrics.jsonl rows of one kind (for report and tests).
 std::vector<MetricRow> read_metrics_jsonl(const std::string& run_dir, const std::string& kind);
 
