@@ -431,10 +431,10 @@ distributed: {nproc: 2}
   }
   SUBCASE("exactly one data source") {
     auto msg = error_of("name: x\n");
-    CHECK(has(msg, "set one of data.train, data.text or data.synthetic"));
+    CHECK(has(msg, "set one of data.train, data.mix, data.text or data.synthetic"));
     msg = error_of("data: {train: a.bin, synthetic: markov}\n");
     CHECK(has(msg, "data.train and data.synthetic are both set"));
-    CHECK(has(msg, "set one of data.train, data.text or data.synthetic"));
+    CHECK(has(msg, "set one of data.train, data.mix, data.text or data.synthetic"));
   }
   SUBCASE("data.val needs data.train") {
     auto msg = error_of("data: {text: a.txt, val: v.bin}\n");
@@ -685,4 +685,52 @@ TEST_CASE("a rollback may not zero the learning rate") {
   const std::string msg = error_of(kMinimal, {"fault_tolerance.rollback_lr_factor=0"});
   CHECK(msg.find("fault_tolerance.rollback_lr_factor") != std::string::npos);
   CHECK_NOTHROW(parse(kMinimal, {"fault_tolerance.rollback_lr_factor=0.5"}));
+}
+
+TEST_CASE("data.mix: a list of {path, weight, name, val}, round-tripped, its mistakes refused") {
+  const Experiment e = parse(R"(
+data:
+  mix:
+    - {path: data/web, weight: 0.7}
+    - path: "data/code/*.bin"
+      weight: 0.3
+      name: code
+      val: data/code-val.bin
+  order: epochs
+  shuffle_block: 4
+)");
+  REQUIRE(e.data.mix.size() == 2);
+  CHECK(e.data.mix[0].path == "data/web");
+  CHECK(e.data.mix[0].weight == 0.7);
+  CHECK(e.data.mix[1].name == "code");
+  CHECK(e.data.mix[1].val == "data/code-val.bin");
+  CHECK(e.data.order == DataOrder::epochs);
+  CHECK(e.data.shuffle_block == 4);
+  const Experiment back = parse(to_yaml(e));
+  CHECK(back.data.mix == e.data.mix);
+  CHECK(config_value(e, "data.mix") ==
+        "[{path: data/web, weight: 0.7}, {path: data/code/*.bin, weight: 0.3, name: code, "
+        "val: data/code-val.bin}]");
+  // --set takes the same YAML.
+  CHECK(
+      parse(kMinimal, {"data.synthetic=", "data.mix=[{path: a, weight: 2}]"}).data.mix[0].weight ==
+      2.0);
+
+  CHECK(has(error_of("data: {mix: [{weight: 1}]}\n"), "data.mix[0]: no path"));
+  CHECK(has(error_of("data: {mix: [{path: a, wieght: 1}]}\n"),
+            "unknown key 'wieght' (did you mean 'weight'?)"));
+  CHECK(has(error_of("data: {mix: [{path: a, weight: 0}]}\n"),
+            "data.mix[0].weight=0.0 is out of range: must be > 0"));
+  CHECK(has(error_of("data: {mix: [{path: a, weight: x}]}\n"),
+            "data.mix[0].weight: expected a number"));
+  CHECK(has(error_of("data: {mix: [a, b]}\n"), "expected a mapping such as {path: data/web"));
+  CHECK(has(error_of("data: {mix: [{path: a, name: w}, {path: b, name: w}]}\n"),
+            "data.mix[0] and [1] are both named 'w'"));
+  CHECK(has(error_of("data: {train: t.bin, mix: [{path: a}]}\n"),
+            "data.train and data.mix are both set"));
+  CHECK(has(error_of("data: {mix: [{path: a}], val: v.bin}\n"),
+            "a data.mix source has its own `val`"));
+  CHECK(has(error_of("data: {synthetic: markov, shuffle_block: 0}\n"), "data.shuffle_block=0"));
+  CHECK(has(error_of("data: {synthetic: markov, order: random}\n"),
+            "must be one of auto, windows, epochs"));
 }

@@ -18,6 +18,7 @@
 #include "trainrun/core/errors.h"
 #include "trainrun/data/data.h"
 #include "trainrun/data/markov.h"
+#include "trainrun/data/sample_stream.h"
 
 using namespace trainrun;
 namespace fs = std::filesystem;
@@ -25,6 +26,14 @@ namespace fs = std::filesystem;
 namespace {
 
 using trainrun::testing::TempDir;
+
+// One source in windows order: the stream a data.train run reads.
+std::unique_ptr<SampleStream> windows(std::shared_ptr<const TokenDataset> ds, uint64_t seed,
+                                      int T) {
+  std::vector<SampleStream::Source> sources;
+  sources.push_back({"data", 1.0, std::move(ds)});
+  return std::make_unique<SampleStream>(std::move(sources), DataOrder::windows, seed, T);
+}
 
 std::vector<int32_t> ramp(int64_t n, int64_t mod, int64_t offset = 0) {
   std::vector<int32_t> v(static_cast<size_t>(n));
@@ -297,9 +306,10 @@ TEST_CASE("each bad input is a DataError (exit 3) naming the file, the problem a
   }
   SUBCASE("dataset shorter than seq_len + 1") {
     write_token_shard(tmp / "short.bin", ramp(64, 256), 256);
-    const auto ds = open_dataset(shards(tmp / "short.bin"), Split::train, 256, 0);
-    CHECK_NOTHROW(DataLoader(*ds, 0, 63));
-    expect_data_error([&] { DataLoader loader(*ds, 0, 64); },
+    std::shared_ptr<const TokenDataset> ds =
+        open_dataset(shards(tmp / "short.bin"), Split::train, 256, 0);
+    CHECK_NOTHROW(windows(ds, 0, 63));
+    expect_data_error([&] { windows(ds, 0, 64); },
                       {tmp / "short.bin", "64 tokens, fewer than model.seq_len + 1 = 65"});
   }
   SUBCASE("text needs a byte vocabulary") {
@@ -447,7 +457,7 @@ namespace {
 // Tokens equal to their position (u32 shard), so a window reveals where it starts.
 struct PositionData {
   TempDir tmp;
-  std::unique_ptr<TokenDataset> ds;
+  std::shared_ptr<const TokenDataset> ds;
   explicit PositionData(int n) {
     std::vector<int32_t> toks(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) toks[i] = i;
@@ -468,7 +478,8 @@ std::pair<std::vector<int32_t>, std::vector<int32_t>> fetch(const DataLoader& l,
 TEST_CASE("loader: windows are contiguous, targets are inputs shifted by one") {
   const int N = 5000, T = 32;
   PositionData data(N);
-  DataLoader loader(*data.ds, 42, T);
+  const auto stream = windows(data.ds, 42, T);
+  DataLoader loader(*stream);
   const auto [x, y] = fetch(loader, 0, 64, T);
   std::set<int32_t> starts;
   for (int i = 0; i < 64; ++i) {
@@ -487,7 +498,8 @@ TEST_CASE("loader: windows are contiguous, targets are inputs shifted by one") {
 TEST_CASE("loader: deterministic, seed-dependent, and split-invariant") {
   const int T = 16;
   PositionData data(3000);
-  DataLoader a(*data.ds, 1, T), a2(*data.ds, 1, T), b(*data.ds, 2, T);
+  const auto s1 = windows(data.ds, 1, T), s2 = windows(data.ds, 2, T);
+  DataLoader a(*s1), a2(*s1), b(*s2);
   const auto whole = fetch(a, 0, 8, T);
   CHECK(whole == fetch(a2, 0, 8, T));
   CHECK(whole.first != fetch(b, 0, 8, T).first);
@@ -503,7 +515,8 @@ TEST_CASE("loader: deterministic, seed-dependent, and split-invariant") {
 TEST_CASE("loader: prefetch/next returns what fetch returns") {
   const int T = 8;
   PositionData data(1000);
-  DataLoader loader(*data.ds, 3, T);
+  const auto stream = windows(data.ds, 3, T);
+  DataLoader loader(*stream);
   std::vector<int32_t> x(6 * T), y(6 * T);
   CHECK_THROWS_AS(loader.next(x.data(), y.data()), std::logic_error);
   for (int64_t step = 0; step < 20; ++step) {
@@ -520,7 +533,7 @@ TEST_CASE("loader: prefetch/next returns what fetch returns") {
   loader.next(x.data(), y.data());
   CHECK(x == fetch(loader, 200, 6, T).first);
   // Destroying a loader with a request in flight joins cleanly.
-  DataLoader other(*data.ds, 3, T);
+  DataLoader other(*stream);
   other.prefetch(0, 100);
 }
 
@@ -536,8 +549,8 @@ struct FailingData final : TokenDataset {
 }  // namespace
 
 TEST_CASE("loader: an error in the worker is rethrown by next()") {
-  FailingData bad;
-  DataLoader loader(bad, 0, 4);
+  const auto stream = windows(std::make_shared<FailingData>(), 0, 4);
+  DataLoader loader(*stream);
   std::vector<int32_t> x(8), y(8);
   loader.prefetch(0, 2);
   expect_data_error([&] { loader.next(x.data(), y.data()); }, {"disk on fire"});

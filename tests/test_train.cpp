@@ -29,6 +29,7 @@
 #include "trainrun/backend/backend.h"
 #include "trainrun/comm/comm.h"
 #include "trainrun/core/errors.h"
+#include "trainrun/data/data.h"
 #include "trainrun/model/model.h"
 #include "trainrun/obs/metrics.h"
 
@@ -517,6 +518,61 @@ TEST_CASE("batches: every rank reads its own part of the one global batch") {
   const auto v = tokens(one.x(), 2 * seq);
   one.fetch_val(1, 0);
   CHECK(tokens(one.x(), 2 * seq) == v);  // the same validation samples every time
+}
+
+namespace {
+
+// The tokens of a whole step's global batch, as `world` ranks of `micro` samples read them.
+std::vector<int32_t> global_batch(const Experiment& exp, int world, int64_t step) {
+  const int micro = exp.train.batch_size / world;
+  const size_t n = static_cast<size_t>(micro) * static_cast<size_t>(exp.model.seq_len);
+  std::vector<int32_t> out;
+  for (int r = 0; r < world; ++r) {
+    Batches b(exp, r, world, micro);
+    b.prefetch(step, 0);
+    b.next();
+    out.insert(out.end(), b.x(), b.x() + n);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("batches: a data.mix in epochs order reads the same global batch at any world size") {
+  testing::TempDir tmp;
+  Experiment exp = small_experiment();
+  exp.data.synthetic.clear();
+  for (int s = 0; s < 2; ++s) {
+    std::vector<int32_t> toks(400);
+    for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<int32_t>((i * (s + 3)) % 16);
+    const std::string path = tmp / (s == 0 ? "web.bin" : "code.bin");
+    write_token_shard(path, toks, 16);
+    MixSource m;
+    m.path = path;
+    m.weight = s == 0 ? 0.75 : 0.25;
+    exp.data.mix.push_back(m);
+  }
+  REQUIRE(exp.data.order == DataOrder::automatic);  // epochs, for a mixture
+  for (int64_t step : {0, 7, 30}) {
+    CAPTURE(step);
+    const auto one = global_batch(exp, 1, step);
+    CHECK(global_batch(exp, 2, step) == one);
+    CHECK(global_batch(exp, 4, step) == one);
+    CHECK(global_batch(exp, 1, step + 1) != one);
+  }
+  // web: 360 training tokens = 44 windows of 8, read 3 in 4 samples (batch 4): its first epoch
+  // ends within step 15, and the log says so once.
+  Batches b(exp, 0, 1, 4);
+  CHECK(b.train().epoch_samples(0) == 44);
+  int said = 0;
+  for (int64_t step = 0; step < 16; ++step)
+    for (const auto& line : b.epochs_begun(step)) {
+      CAPTURE(line);
+      CHECK(line.find("source 'web' begins epoch 2: all 44 samples read") == 0);
+      CHECK(step == 14);
+      ++said;
+    }
+  CHECK(said == 1);
 }
 
 TEST_CASE("evaluator: when it is due, and the mean validation loss over its batches") {

@@ -116,6 +116,19 @@ std::vector<Field> make_schema() {
        .resumable = kFixed, .min = 1, .max = 2},
       {KEY(data, synthetic_tokens), .description = "data.synthetic: length of the stream",
        .resumable = kFixed, .min = 2},
+      {KEY(data, mix),
+       .description = "A weighted mixture of token shard sources, instead of data.train: a list "
+                      "of {path, weight, name, val} (docs/data-format.md)",
+       .resumable = kFixed},
+      {KEY(data, order),
+       .description = "Sample order: windows (hashed positions, with replacement), epochs "
+                      "(every window once per epoch, shuffled); auto = epochs for data.mix, "
+                      "windows otherwise",
+       .resumable = kFixed},
+      {KEY(data, shuffle_block),
+       .description = "data.order epochs: consecutive samples read in sequence, the unit the "
+                      "per-epoch shuffle moves (larger reads more sequentially)",
+       .resumable = kFixed, .min = 1},
 
       {KEY(train, steps), .description = "Optimizer steps in the whole run",
        .resumable = kResumable, .min = 1},
@@ -271,6 +284,7 @@ std::string Field::type_name() const {
         if constexpr (std::is_same_v<T, std::vector<int>>) return "list<int>";
         if constexpr (std::is_same_v<T, std::vector<double>>) return "list<double>";
         if constexpr (std::is_same_v<T, std::vector<std::string>>) return "list<string>";
+        if constexpr (std::is_same_v<T, std::vector<MixSource>>) return "list<source>";
         return "enum";
       },
       ref);

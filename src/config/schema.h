@@ -20,8 +20,9 @@ using Member = T& (*)(Experiment&);
 using Ref =
     std::variant<Member<int>, Member<int64_t>, Member<uint64_t>, Member<double>, Member<bool>,
                  Member<std::string>, Member<std::vector<int>>, Member<std::vector<double>>,
-                 Member<std::vector<std::string>>, Member<DeviceChoice>, Member<ModelType>,
-                 Member<ActivationKind>, Member<Precision>, Member<LrSchedule>>;
+                 Member<std::vector<std::string>>, Member<std::vector<MixSource>>,
+                 Member<DeviceChoice>, Member<ModelType>, Member<ActivationKind>, Member<Precision>,
+                 Member<LrSchedule>, Member<DataOrder>>;
 
 struct Field {
   std::string_view key;  // "model.n_layer"; top-level keys have no dot

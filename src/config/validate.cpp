@@ -52,31 +52,35 @@ void one_data_source(const Experiment& e, int, Fail& out) {
   const auto& d = e.data;
   std::vector<std::string_view> sources;
   if (!d.train.empty()) sources.push_back("data.train");
+  if (!d.mix.empty()) sources.push_back("data.mix");
   if (!d.text.empty()) sources.push_back("data.text");
   if (!d.synthetic.empty()) sources.push_back("data.synthetic");
   if (sources.empty()) {
-    fail(out, {"data.train", "data.text", "data.synthetic"},
-         "no training data: set one of data.train, data.text or data.synthetic");
+    fail(out, {"data.train", "data.mix", "data.text", "data.synthetic"},
+         "no training data: set one of data.train, data.mix, data.text or data.synthetic");
   } else if (sources.size() > 1) {
     fail(out, sources,
-         fmt::format("{} are {} set: set one of data.train, data.text or data.synthetic",
+         fmt::format("{} are {} set: set one of data.train, data.mix, data.text or "
+                     "data.synthetic",
                      fmt::join(sources, " and "), sources.size() == 2 ? "both" : "all"));
   }
   if (!d.val.empty() && d.train.empty()) {
     fail(out, {"data.val"},
          "data.val is set without data.train: data.val holds validation shards for data.train; "
-         "data.text and data.synthetic hold out data.val_fraction instead");
+         "a data.mix source has its own `val`, and data.text and data.synthetic hold out "
+         "data.val_fraction instead");
   }
-  if (!d.tokenizer.empty() && d.train.empty()) {
+  if (!d.tokenizer.empty() && d.train.empty() && d.mix.empty()) {
     fail(out, {"data.tokenizer"},
-         "data.tokenizer is set without data.train: it names the tokenizer token shards were "
-         "made with; data.text is bytes and data.synthetic its own symbols");
+         "data.tokenizer is set without data.train or data.mix: it names the tokenizer token "
+         "shards were made with; data.text is bytes and data.synthetic its own symbols");
   }
 }
 
 void something_to_evaluate(const Experiment& e, int, Fail& out) {
   const auto& d = e.data;
-  const bool split_by_fraction = d.train.empty() && (!d.text.empty() || !d.synthetic.empty());
+  const bool split_by_fraction =
+      d.train.empty() && d.mix.empty() && (!d.text.empty() || !d.synthetic.empty());
   if (split_by_fraction && e.train.eval_every > 0 && d.val_fraction <= 0) {
     fail(out, {"data.val_fraction", "train.eval_every"},
          fmt::format("data.val_fraction=0 leaves nothing to evaluate on every {} steps: set "
@@ -167,8 +171,8 @@ struct Rule {
 };
 
 const Rule kRules[] = {
-    {"exactly one of `data.train`, `data.text`, `data.synthetic`; `data.val` and "
-     "`data.tokenizer` only with `data.train`",
+    {"exactly one of `data.train`, `data.mix`, `data.text`, `data.synthetic`; `data.val` only "
+     "with `data.train`, `data.tokenizer` only with `data.train` or `data.mix`",
      one_data_source},
     {"", family_rules},  // one line per family: the specs' own (cross_field_rules)
     {"`model.n_kv_head`, `model.rope_theta`, `model.ffn_hidden` and `model.tie_embeddings: "

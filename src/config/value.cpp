@@ -97,11 +97,53 @@ std::string not_allowed(const Field& f, const std::string& v) {
                      hint);
 }
 
+template <class T>
+T decode_scalar(const Field& f, const YAML::Node& n, const std::string& where,
+                const std::string& path);
+
+// One data.mix entry: a mapping with path and weight (name and val optional).
+MixSource decode_source(const Field& f, const YAML::Node& n, const std::string& where,
+                        const std::string& path) {
+  if (!n.IsMap()) wrong_type(where, path, "a mapping such as {path: data/web, weight: 0.7}", n);
+  static const std::vector<std::string_view> kKeys = {"path", "weight", "name", "val"};
+  MixSource s;
+  bool has_path = false;
+  for (const auto& kv : n) {
+    const std::string key = kv.first.as<std::string>();
+    const std::string at = fmt::format("{}.{}", path, key);
+    if (key == "path") {
+      s.path = decode_scalar<std::string>(f, kv.second, where, at);
+      has_path = true;
+    } else if (key == "weight") {
+      s.weight = decode_scalar<double>(f, kv.second, where, at);
+    } else if (key == "name") {
+      s.name = decode_scalar<std::string>(f, kv.second, where, at);
+    } else if (key == "val") {
+      s.val = decode_scalar<std::string>(f, kv.second, where, at);
+    } else {
+      std::string hint;
+      if (auto w = suggest_word(key, kKeys)) hint = fmt::format(" (did you mean '{}'?)", *w);
+      throw ConfigError(
+          fmt::format("{}: {}: unknown key '{}'{}: a source has path, weight, "
+                      "name and val",
+                      where, path, key, hint));
+    }
+  }
+  if (!has_path)
+    throw ConfigError(
+        fmt::format("{}: {}: no path: give each source its shards, e.g. "
+                    "{{path: data/web, weight: 0.7}}",
+                    where, path));
+  return s;
+}
+
 // Scalars of one element type: where they come from in YAML and how they print.
 template <class T>
 T decode_scalar(const Field& f, const YAML::Node& n, const std::string& where,
                 const std::string& path) {
-  if constexpr (NamedEnum<T>) {
+  if constexpr (std::is_same_v<T, MixSource>) {
+    return decode_source(f, n, where, path);
+  } else if constexpr (NamedEnum<T>) {
     // Read as the word it is written as, then looked up: the same messages as a string key.
     const auto word = decode_scalar<std::string>(f, n, where, path);
     if (auto v = enum_from_name<T>(word)) return *v;
@@ -151,6 +193,7 @@ template <class T>
 const char* element_name() {
   if constexpr (std::is_same_v<T, std::string>) return "strings";
   if constexpr (std::is_same_v<T, double>) return "numbers";
+  if constexpr (std::is_same_v<T, MixSource>) return "sources ({path, weight})";
   return "integers";
 }
 
@@ -184,7 +227,13 @@ void decode_into(const Field& f, T& out, const YAML::Node& n, const YAML::Mark& 
 
 template <class T>
 std::string render_one(const T& v, bool quote_strings) {
-  if constexpr (NamedEnum<T>) {
+  if constexpr (std::is_same_v<T, MixSource>) {
+    std::string out =
+        fmt::format("{{path: {}, weight: {}", render_one(v.path, true), format_double(v.weight));
+    if (!v.name.empty()) out += fmt::format(", name: {}", render_one(v.name, true));
+    if (!v.val.empty()) out += fmt::format(", val: {}", render_one(v.val, true));
+    return out + "}";
+  } else if constexpr (NamedEnum<T>) {
     return render_one(std::string(enum_name(v)), quote_strings);
   } else if constexpr (std::is_same_v<T, std::string>) {
     return quote_strings && needs_quotes(v) ? fmt::format("\"{}\"", v) : v;
@@ -199,7 +248,21 @@ std::string render_one(const T& v, bool quote_strings) {
 
 template <class T>
 void emit_one(const T& v, YAML::Emitter& out) {
-  if constexpr (NamedEnum<T>) {
+  if constexpr (std::is_same_v<T, MixSource>) {
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "path" << YAML::Value;
+    emit_one(v.path, out);
+    out << YAML::Key << "weight" << YAML::Value;
+    emit_one(v.weight, out);
+    if (!v.name.empty()) {
+      out << YAML::Key << "name" << YAML::Value;
+      emit_one(v.name, out);
+    }
+    if (!v.val.empty()) {
+      out << YAML::Key << "val" << YAML::Value;
+      emit_one(v.val, out);
+    }
+    out << YAML::EndMap;
+  } else if constexpr (NamedEnum<T>) {
     emit_one(std::string(enum_name(v)), out);
   } else if constexpr (std::is_same_v<T, std::string>) {
     if (needs_quotes(v)) out << YAML::DoubleQuoted;
@@ -225,6 +288,24 @@ bool safe_file_name(const std::string& s) {
     if (!ok) return false;
   }
   return true;
+}
+
+// data.mix: each source has shards and a positive weight, and names tell sources apart.
+std::optional<std::string> check_sources(const Field& f, const std::vector<MixSource>& v) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i].path.empty())
+      return fmt::format("{}[{}].path is empty: give the source's token shards", f.key, i);
+    if (!(v[i].weight > 0) || !std::isfinite(v[i].weight))
+      return fmt::format(
+          "{}[{}].weight={} is out of range: must be > 0 (a source not to read "
+          "is left out of the list)",
+          f.key, i, format_double(v[i].weight));
+    for (size_t j = 0; j < i; ++j)
+      if (!v[i].name.empty() && v[i].name == v[j].name)
+        return fmt::format("{}[{}] and [{}] are both named '{}': give each source its own name",
+                           f.key, j, i, v[i].name);
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -330,7 +411,9 @@ std::optional<std::string> check_value(const Field& f, const Experiment& exp) {
             return fmt::format("{} has {} value{}: expected exactly {}", f.key, v.size(),
                                v.size() == 1 ? "" : "s", f.list_len);
           }
-          if constexpr (!std::is_same_v<E, std::string>) {
+          if constexpr (std::is_same_v<E, MixSource>) {
+            return check_sources(f, v);
+          } else if constexpr (!std::is_same_v<E, std::string>) {
             for (size_t i = 0; i < v.size(); ++i) {
               if (!in_range(f, static_cast<double>(v[i]))) {
                 Field each = f;

@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "manifest.h"
+#include "open_shards.h"
 #include "shard.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/data/data.h"
@@ -173,10 +174,13 @@ std::unique_ptr<TokenDataset> tail_split(std::shared_ptr<const TokenDataset> all
   const int64_t total = all->num_tokens();
   const int64_t ntrain = train_length(total, val_fraction);
   if (split == Split::val && ntrain == total)
-    throw DataError(fmt::format(
-        "{}: the val split is empty (data.val_fraction={} of {} tokens); "
-        "set data.val_fraction > 0{}",
-        source, val_fraction, total, source.rfind("data.train", 0) == 0 ? " or data.val" : ""));
+    throw DataError(
+        fmt::format("{}: the val split is empty (data.val_fraction={} of {} tokens); "
+                    "set data.val_fraction > 0{}",
+                    source, val_fraction, total,
+                    source.rfind("data.train", 0) == 0 ? " or data.val"
+                    : source.rfind("data.mix", 0) == 0 ? " or the source's val"
+                                                       : ""));
   if (split == Split::train && ntrain == 0)
     throw DataError(
         fmt::format("{}: the train split is empty ({} tokens, data.val_fraction={}); "
@@ -292,26 +296,32 @@ std::unique_ptr<TokenDataset> open_dataset(const DataConfig& data, Split split, 
                       fmt::format("data.text='{}'", data.text));
   }
 
-  if (!data.val.empty()) {
+  return open_shards(
+      {data.train, "data.train", data.val, "data.val", data.tokenizer, data.val_fraction}, split,
+      vocab_size);
+}
+
+std::unique_ptr<TokenDataset> open_shards(const ShardSpec& spec, Split split, int vocab_size) {
+  if (!spec.val.empty()) {
     const bool val = split == Split::val;
-    const std::string& spec = val ? data.val : data.train;
-    const char* key = val ? "data.val" : "data.train";
-    const auto files = resolve_files(spec, key);
-    check_shard_manifests(files, vocab_size, data.tokenizer);
+    const std::string& files_spec = val ? spec.val : spec.train;
+    const std::string& key = val ? spec.val_key : spec.train_key;
+    const auto files = resolve_files(files_spec, key.c_str());
+    check_shard_manifests(files, vocab_size, spec.tokenizer);
     auto ds = std::make_unique<ShardStream>(files, vocab_size);
     if (ds->num_tokens() == 0)
-      throw DataError(fmt::format("{}='{}': the shards hold no tokens", key, spec));
+      throw DataError(fmt::format("{}='{}': the shards hold no tokens", key, files_spec));
     return ds;
   }
-  const auto files = resolve_files(data.train, "data.train");
-  check_shard_manifests(files, vocab_size, data.tokenizer);
+  const auto files = resolve_files(spec.train, spec.train_key.c_str());
+  check_shard_manifests(files, vocab_size, spec.tokenizer);
   auto train = std::make_shared<ShardStream>(files, vocab_size);
   if (train->num_tokens() == 0)
-    throw DataError(fmt::format("data.train='{}': the shards hold no tokens", data.train));
-  // No data.val: hold out the tail of the train stream.
-  check_fraction(data.val_fraction);
-  return tail_split(std::move(train), split, data.val_fraction,
-                    fmt::format("data.train='{}' (no data.val)", data.train));
+    throw DataError(fmt::format("{}='{}': the shards hold no tokens", spec.train_key, spec.train));
+  // No val shards: hold out the tail of the train stream.
+  check_fraction(spec.val_fraction);
+  return tail_split(std::move(train), split, spec.val_fraction,
+                    fmt::format("{}='{}' (no {})", spec.train_key, spec.train, spec.val_key));
 }
 
 std::string prepare_text_shards(const std::string& text_path, const std::string& out_dir,

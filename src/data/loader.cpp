@@ -1,5 +1,5 @@
-// DataLoader: sample j is the window at hash(seed, j), so batches do not depend on world size or
-// micro-batching; one persistent worker thread prepares the next request.
+// DataLoader: sample j is the window its SampleStream places, so batches do not depend on world
+// size or micro-batching; one persistent worker thread prepares the next request.
 // Threads: the step loop calls prefetch()/next(); the worker runs run(). The request flags and
 // error are shared under mu. The buffers x, y change hands by the flags: the worker writes them
 // only while requested && !ready, the step loop touches them only otherwise.
@@ -13,18 +13,16 @@
 #include <utility>
 #include <vector>
 
-#include "hash.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/thread_annotations.h"
 #include "trainrun/data/data.h"
+#include "trainrun/data/sample_stream.h"
 
 namespace trainrun {
 
 struct DataLoader::Impl {
-  const TokenDataset& ds;
-  uint64_t seed;
+  const SampleStream& stream;
   int seq_len;
-  int64_t starts;  // number of valid window starts: N - seq_len
 
   Mutex mu;
   CondVar cv;
@@ -37,18 +35,13 @@ struct DataLoader::Impl {
   std::exception_ptr error GUARDED_BY(mu);
   std::thread worker;
 
-  Impl(const TokenDataset& d, uint64_t s, int t) : ds(d), seed(s), seq_len(t) {}
+  explicit Impl(const SampleStream& s) : stream(s), seq_len(s.seq_len()) {}
 
   void fetch(int64_t first_sample, int n, int32_t* xo, int32_t* yo) const {
     const int64_t T = seq_len;
     std::vector<int32_t> window(static_cast<size_t>(T + 1));
-    // Mixing the seed first keeps nearby seeds' sample orders unrelated.
-    const uint64_t key = splitmix64(seed);
     for (int i = 0; i < n; ++i) {
-      const uint64_t j = static_cast<uint64_t>(first_sample + i);
-      const auto start =
-          static_cast<int64_t>(splitmix64(key ^ splitmix64(j)) % static_cast<uint64_t>(starts));
-      ds.read(start, T + 1, window.data());
+      stream.read(first_sample + i, window.data());
       std::copy(window.begin(), window.end() - 1, xo + i * T);
       std::copy(window.begin() + 1, window.end(), yo + i * T);
     }
@@ -79,16 +72,7 @@ struct DataLoader::Impl {
   }
 };
 
-DataLoader::DataLoader(const TokenDataset& ds, uint64_t seed, int seq_len)
-    : impl_(std::make_unique<Impl>(ds, seed, seq_len)) {
-  if (seq_len < 1) throw DataError(fmt::format("model.seq_len={} must be at least 1", seq_len));
-  const int64_t n = ds.num_tokens();
-  if (n < int64_t{seq_len} + 1)
-    throw DataError(
-        fmt::format("{}: {} tokens, fewer than model.seq_len + 1 = {}; use more data "
-                    "or a smaller model.seq_len",
-                    ds.describe(), n, int64_t{seq_len} + 1));
-  impl_->starts = n - seq_len;
+DataLoader::DataLoader(const SampleStream& stream) : impl_(std::make_unique<Impl>(stream)) {
   impl_->worker = std::thread([impl = impl_.get()] { impl->run(); });
 }
 

@@ -151,13 +151,39 @@ void check_shard_manifests(const std::vector<std::string>& files, int vocab_size
   }
 }
 
-std::unique_ptr<Tokenizer> data_tokenizer(const DataConfig& data) {
-  if (data.train.empty()) return nullptr;
+std::string shard_directory(const std::string& spec) {
   std::error_code ec;
-  // data.train is a directory, a file or a glob whose directory part has no wildcard.
-  const fs::path spec(data.train);
-  const fs::path dir = fs::is_directory(spec, ec) ? spec : spec.parent_path();
-  const auto m = read_manifest(shown(dir.string()));
+  // A directory, a file or a glob whose directory part has no wildcard.
+  const fs::path p(spec);
+  return shown((fs::is_directory(p, ec) ? p : p.parent_path()).string());
+}
+
+void check_one_tokenizer(const std::vector<std::pair<std::string, std::string>>& sources) {
+  std::optional<std::pair<std::string, ShardManifest>> first;
+  for (const auto& [name, spec] : sources) {
+    auto m = read_manifest(shard_directory(spec));
+    if (!m) continue;
+    if (!first) {
+      first.emplace(name, std::move(*m));
+      continue;
+    }
+    if (m->tokenizer_sha256 != first->second.tokenizer_sha256)
+      throw DataError(fmt::format(
+          "data.mix: source '{}' was tokenized with {} (sha256 {:.12}) but source '{}' with {} "
+          "(sha256 {:.12}): the same id would mean different text; prepare every source with one "
+          "tokenizer",
+          first->first, first->second.tokenizer_source, first->second.tokenizer_sha256, name,
+          m->tokenizer_source, m->tokenizer_sha256));
+  }
+}
+
+std::unique_ptr<Tokenizer> data_tokenizer(const DataConfig& data) {
+  // A mixture's sources share one tokenizer (open_sample_stream checks): the first one's.
+  const std::string& train = !data.train.empty() ? data.train
+                             : data.mix.empty()  ? data.train
+                                                 : data.mix.front().path;
+  if (train.empty()) return nullptr;
+  const auto m = read_manifest(shard_directory(train));
   if (!data.tokenizer.empty()) {
     ConfiguredTokenizer conf = read_configured(data.tokenizer);
     if (m) check_same_tokenizer(*m, conf);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace trainrun {
@@ -43,5 +44,12 @@ std::optional<ShardManifest> read_manifest(const std::string& dir);
 // fit, manifest or not. Throws DataError with the fix.
 void check_shard_manifests(const std::vector<std::string>& files, int vocab_size,
                            const std::string& tokenizer);
+
+// The directory whose manifest.json describes the shards `spec` names (a file, directory or
+// glob whose directory part has no wildcard).
+std::string shard_directory(const std::string& spec);
+
+// Refuses a mixture whose sources (name, shard spec) have manifests naming different tokenizers.
+void check_one_tokenizer(const std::vector<std::pair<std::string, std::string>>& sources);
 
 }  // namespace trainrun

@@ -26,6 +26,9 @@ void absolute_paths(Experiment& exp) {
   for (std::string* p : {&exp.data.train, &exp.data.val, &exp.data.text, &exp.data.tokenizer,
                          &exp.distributed.hostfile})
     if (!p->empty()) *p = fs::absolute(*p).lexically_normal().string();
+  for (MixSource& m : exp.data.mix)
+    for (std::string* p : {&m.path, &m.val})
+      if (!p->empty()) *p = fs::absolute(*p).lexically_normal().string();
 }
 
 Experiment from_config(const RunRequest& r) {

@@ -12,6 +12,7 @@
 
 #include "trainrun/core/errors.h"
 #include "trainrun/core/experiment.h"
+#include "trainrun/data/sample_stream.h"
 #include "trainrun/model/model_spec.h"
 
 namespace fs = std::filesystem;
@@ -182,6 +183,25 @@ void add_events(Lines& out, const std::vector<MetricRow>& train,
                  {}});
 }
 
+// A mixture's realised proportions: how many of the samples the run read, [0, step x
+// batch_size), came from each source (the blend, mix_counts), beside the weights.
+void add_mixture(Lines& out, const RunConfig& cfg, double last_step) {
+  if (cfg.mix.empty() || cfg.batch_size <= 0) return;
+  const auto samples = static_cast<int64_t>(last_step) * cfg.batch_size;
+  std::vector<double> weights;
+  double total = 0;
+  for (const auto& m : cfg.mix) weights.push_back(m.weight), total += m.weight;
+  const auto counts = mix_counts(weights, samples);
+  SummaryLine line{
+      "data mix", fmt::format("{} samples read from {} sources", samples, cfg.mix.size()), {}};
+  for (size_t s = 0; s < cfg.mix.size(); ++s)
+    line.details.push_back(
+        fmt::format("{}: {} samples, {:.2f}% (weight {:.2f}%)", mix_source_name(cfg.mix[s]),
+                    counts[s], samples > 0 ? 100.0 * double(counts[s]) / double(samples) : 0.0,
+                    100.0 * cfg.mix[s].weight / total));
+  out.push_back(std::move(line));
+}
+
 }  // namespace
 
 double number(const MetricRow& row, const std::string& key) {
@@ -229,6 +249,16 @@ RunConfig read_config(const std::string& run_dir) {
     YAML::Node y = YAML::LoadFile(path.string());
     c.name = y["name"] ? y["name"].as<std::string>() : "";
     if (y["train"] && y["train"]["steps"]) c.steps = y["train"]["steps"].as<int64_t>();
+    if (y["train"] && y["train"]["batch_size"])
+      c.batch_size = y["train"]["batch_size"].as<int64_t>();
+    if (y["data"] && y["data"]["mix"])
+      for (const auto& m : y["data"]["mix"]) {
+        MixSource src;
+        src.path = m["path"].as<std::string>();
+        src.weight = m["weight"].as<double>();
+        if (m["name"]) src.name = m["name"].as<std::string>();
+        c.mix.push_back(std::move(src));
+      }
     if (const YAML::Node m = y["model"]) {
       // A run directory may come from another version: a word this one does not know is
       // summarised as a gpt, the default family.
@@ -278,6 +308,7 @@ RunSummary summarize_run(const std::string& run_dir) {
   add_losses(s.lines, train, evals, last_step);
   add_speed(s.lines, train, last_step);
   add_events(s.lines, train, events);
+  add_mixture(s.lines, cfg, last_step);
   return s;
 }
 

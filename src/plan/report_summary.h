@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "trainrun/core/experiment.h"
 #include "trainrun/obs/metrics.h"
 
 namespace trainrun::report {
@@ -22,8 +23,10 @@ void require_run_dir(const std::string& run_dir);
 // From RUN_DIR/config.yaml, when there is one.
 struct RunConfig {
   std::string name;
-  int64_t steps = -1;   // train.steps; -1 unknown
-  std::string summary;  // "gpt 1 layers d_model 32 ... | 2 rank(s) | device cpu"
+  int64_t steps = -1;          // train.steps; -1 unknown
+  std::string summary;         // "gpt 1 layers d_model 32 ... | 2 rank(s) | device cpu"
+  int64_t batch_size = 0;      // train.batch_size; 0 unknown
+  std::vector<MixSource> mix;  // data.mix, empty for one source
 };
 RunConfig read_config(const std::string& run_dir);
 

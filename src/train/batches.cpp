@@ -1,5 +1,7 @@
 #include "batches.h"
 
+#include <fmt/format.h>
+
 #include "trainrun/core/rng.h"
 
 namespace trainrun {
@@ -10,11 +12,12 @@ Batches::Batches(const Experiment& exp, int rank, int world, int micro)
       rank_(rank),
       world_(world),
       micro_(micro),
-      train_(open_dataset(exp.data, Split::train, exp.model.vocab_size, exp.seed)),
-      val_(open_dataset(exp.data, Split::val, exp.model.vocab_size, exp.seed)),
-      train_loader_(std::make_unique<DataLoader>(*train_, exp.seed, exp.model.seq_len)),
-      val_loader_(std::make_unique<DataLoader>(*val_, hash_combine(exp.seed, 0x7661ull),
-                                               exp.model.seq_len)) {
+      train_(open_sample_stream(exp.data, Split::train, exp.model.vocab_size, exp.seed,
+                                exp.model.seq_len)),
+      val_(open_sample_stream(exp.data, Split::val, exp.model.vocab_size,
+                              hash_combine(exp.seed, 0x7661ull), exp.model.seq_len)),
+      train_loader_(std::make_unique<DataLoader>(*train_)),
+      val_loader_(std::make_unique<DataLoader>(*val_)) {
   const size_t n = static_cast<size_t>(micro) * static_cast<size_t>(exp.model.seq_len);
   x_.resize(n);
   y_.resize(n);
@@ -37,6 +40,26 @@ double Batches::next() {
 
 void Batches::fetch_val(int64_t batch, int m) {
   val_loader_->fetch(first_sample(batch, m), micro_, x_.data(), y_.data());
+}
+
+std::vector<std::string> Batches::epochs_begun(int64_t step) const {
+  std::vector<std::string> out;
+  if (train_->order() != DataOrder::epochs) return out;
+  const auto before = train_->counts(step * batch_size_);
+  const auto after = train_->counts((step + 1) * batch_size_);
+  for (size_t s = 0; s < before.size(); ++s) {
+    const int64_t per_epoch = train_->epoch_samples(s);
+    // Sample k of a source is in its epoch k / per_epoch (0-based); the step begins epoch e
+    // when it reads that epoch's first sample.
+    const int64_t from = before[s] > 0 ? (before[s] - 1) / per_epoch : 0;
+    const int64_t to = after[s] > 0 ? (after[s] - 1) / per_epoch : 0;
+    if (to == from) continue;
+    const std::string who =
+        train_->num_sources() > 1 ? fmt::format("source '{}'", train_->source(s).name) : "data";
+    out.push_back(fmt::format("{} begins epoch {}: all {} samples read{}", who, to + 1, per_epoch,
+                              to - from > 1 ? fmt::format(" {} times over", to) : ""));
+  }
+  return out;
 }
 
 uint64_t Batches::seed(int64_t step, int m) const {

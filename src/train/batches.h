@@ -10,10 +10,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "trainrun/core/experiment.h"
 #include "trainrun/data/data.h"
+#include "trainrun/data/sample_stream.h"
 
 namespace trainrun {
 
@@ -37,8 +39,12 @@ class Batches {
   // The randomness (dropout) of micro-batch m of `step`: a function of its first sample only.
   uint64_t seed(int64_t step, int m) const;
 
-  const TokenDataset& train() const { return *train_; }
-  const TokenDataset& val() const { return *val_; }
+  const SampleStream& train() const { return *train_; }
+  const SampleStream& val() const { return *val_; }
+  // What step `step` (0-based) begins in the sources' epochs, one sentence per source that
+  // starts a new epoch in it ("source 'web' begins epoch 2 (wrapped after 1234 samples an
+  // epoch)"); nothing in windows order, whose samples are drawn with replacement.
+  std::vector<std::string> epochs_begun(int64_t step) const;
 
  private:
   int64_t first_sample(int64_t step, int m) const;
@@ -46,7 +52,7 @@ class Batches {
   uint64_t run_seed_;
   int64_t batch_size_;
   int rank_, world_, micro_;
-  std::unique_ptr<TokenDataset> train_, val_;
+  std::unique_ptr<SampleStream> train_, val_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::vector<int32_t> x_, y_;
 };

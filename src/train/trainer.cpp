@@ -380,6 +380,9 @@ bool Trainer::rollback(int64_t* step) {
 }
 
 void Trainer::advance(int64_t* step, double seconds) {
+  if (rank_ == 0)
+    for (const auto& begun : batches_->epochs_begun(*step))
+      spdlog::info("step {}: {}", *step + 1, begun);
   ++*step;
   state_.step = *step;
   state_.tokens_seen += targets_per_step_;

@@ -53,6 +53,17 @@ struct EnumNames<LrSchedule> {
   static_assert(std::size(names) == 1 + static_cast<size_t>(LrSchedule::constant));
 };
 
+// Which window of tokens each training sample reads (docs/data-format.md, "Sampling").
+// windows: a window at a hashed position, drawn with replacement (the order runs always had);
+// epochs: each source cut into seq_len windows, every one read once per epoch in a shuffled
+// order; auto: epochs for data.mix, windows otherwise.
+enum class DataOrder : uint8_t { automatic, windows, epochs };
+template <>
+struct EnumNames<DataOrder> {
+  static constexpr std::string_view names[] = {"auto", "windows", "epochs"};
+  static_assert(std::size(names) == 1 + static_cast<size_t>(DataOrder::epochs));
+};
+
 struct ModelConfig {
   ModelType type = ModelType::gpt;
   int vocab_size = 256;
@@ -81,6 +92,15 @@ inline int llama_kv_heads(const ModelConfig& m) {
   return m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
 }
 
+// One source of a data mixture (data.mix).
+struct MixSource {
+  std::string path;   // token shard file, directory or glob
+  double weight = 1;  // share of the samples, relative to the other sources' weights
+  std::string name;   // shown in logs and the report; "" = derived from path
+  std::string val;    // validation shards; "" = the last data.val_fraction of path
+  bool operator==(const MixSource&) const = default;
+};
+
 struct DataConfig {
   std::string train;                   // token shard file, directory or glob
   std::string val;                     // token shard file, directory or glob
@@ -90,6 +110,9 @@ struct DataConfig {
   double val_fraction = 0.1;           // for data.text and data.synthetic: tail fraction held out
   int markov_order = 1;                // for data.synthetic: markov
   int64_t synthetic_tokens = 1 << 20;  // length of the built-in stream
+  std::vector<MixSource> mix;          // a weighted mixture of shard sources (instead of train)
+  DataOrder order = DataOrder::automatic;
+  int shuffle_block = 1;  // epochs: samples read in sequence, the unit the shuffle moves
 };
 
 struct TrainConfig {

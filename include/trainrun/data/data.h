@@ -38,11 +38,13 @@ std::string prepare_text_shards(const std::string& text_path, const std::string&
 // Writes a shard in trainrun's format (docs/data-format.md).
 void write_token_shard(const std::string& path, const std::vector<int32_t>& tokens, int vocab_size);
 
-// Samples windows of seq_len + 1 tokens: sample j starts at a position drawn from hash(seed, j),
-// inputs are tokens [0, T), targets [1, T]. A background thread prepares the next request.
+class SampleStream;  // sample_stream.h
+
+// Reads samples of a SampleStream as inputs (tokens [0, T) of each window) and targets
+// ([1, T]). A background thread prepares the next request. The stream must outlive the loader.
 class DataLoader {
  public:
-  DataLoader(const TokenDataset& ds, uint64_t seed, int seq_len);
+  explicit DataLoader(const SampleStream& stream);
   ~DataLoader();
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
