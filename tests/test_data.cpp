@@ -558,3 +558,25 @@ TEST_CASE("loader: an error in the worker is rethrown by next()") {
   loader.prefetch(2, 2);
   CHECK_THROWS_AS(loader.next(x.data(), y.data()), DataError);
 }
+
+TEST_CASE("a shard written for a vocabulary that fits is not scanned at open; reads still check") {
+  TempDir tmp;
+  // Written for 512 (u16), with an id of 300 at position 1234; the header then claims 256, as a
+  // corrupted or hand-made file might: the open trusts the header, the read of that window not.
+  std::vector<int32_t> toks = ramp(3000, 256);
+  toks[1234] = 300;
+  write_token_shard(tmp / "lie.bin", toks, 512);
+  std::string b = slurp(tmp / "lie.bin");
+  const uint32_t claimed = 256;
+  std::memcpy(b.data() + 24, &claimed, 4);
+  write_bytes(tmp / "lie.bin", b);
+  const auto ds = open_dataset(shards(tmp / "lie.bin"), Split::train, 256, 0);
+  std::vector<int32_t> w(100);
+  CHECK_NOTHROW(ds->read(0, 100, w.data()));
+  expect_data_error([&] { ds->read(1200, 100, w.data()); },
+                    {tmp / "lie.bin", "token 300 at position 1234 >= model.vocab_size 256"});
+  // Written for a larger vocabulary than the model's: scanned at open, as before.
+  write_token_shard(tmp / "big.bin", toks, 512);
+  expect_data_error([&] { open_dataset(shards(tmp / "big.bin"), Split::train, 256, 0); },
+                    {"token 300 at position 1234", "largest token 300"});
+}

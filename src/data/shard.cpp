@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -37,6 +38,12 @@ template <typename T>
 int64_t first_at_least(const T* p, int64_t n, int64_t limit) {
   for (int64_t i = 0; i < n; ++i)
     if (static_cast<int64_t>(p[i]) >= limit) return i;
+  return -1;
+}
+
+int64_t first_in(const int32_t* p, int64_t n, int64_t limit) {
+  for (int64_t i = 0; i < n; ++i)
+    if (static_cast<uint32_t>(p[i]) >= static_cast<uint64_t>(limit)) return i;
   return -1;
 }
 
@@ -104,6 +111,7 @@ MappedShard::MappedShard(const std::string& path, int vocab_size) : path_(path) 
   const auto* base = static_cast<const unsigned char*>(map_);
   size_t header_bytes = 0;
   uint64_t count = 0;
+  uint64_t header_vocab = 0;  // trainrun shards: the vocabulary the writer checked ids against
   int32_t magic32 = 0;
   std::memcpy(&magic32, base, 4);
   if (std::memcmp(base, kShardMagic, 8) == 0) {
@@ -125,6 +133,7 @@ MappedShard::MappedShard(const std::string& path, int vocab_size) : path_(path) 
           path, h.dtype));
     width_ = static_cast<int>(h.dtype);
     count = h.count;
+    header_vocab = h.vocab_size;
   } else if (magic32 == kLlmcMagicGpt2 || magic32 == kLlmcMagicLlama3) {
     header_bytes = 256 * sizeof(int32_t);
     if (map_len_ < header_bytes)
@@ -163,26 +172,41 @@ MappedShard::MappedShard(const std::string& path, int vocab_size) : path_(path) 
   count_ = static_cast<int64_t>(count);
   tokens_ = base + header_bytes;
 
-  // One sequential pass to check every token, then random windows while training.
-  ::madvise(map_, map_len_, MADV_SEQUENTIAL);
-  int64_t m = 0;
-  if (width_ == 1) m = max_token(tokens_, count_);
-  if (width_ == 2) m = max_token(reinterpret_cast<const uint16_t*>(tokens_), count_);
-  if (width_ == 4) m = max_token(reinterpret_cast<const uint32_t*>(tokens_), count_);
-  if (count_ > 0 && m >= vocab_size) {
-    int64_t at = -1;
-    if (width_ == 1) at = first_at_least(tokens_, count_, vocab_size);
-    if (width_ == 2)
-      at = first_at_least(reinterpret_cast<const uint16_t*>(tokens_), count_, vocab_size);
-    if (width_ == 4)
-      at = first_at_least(reinterpret_cast<const uint32_t*>(tokens_), count_, vocab_size);
-    throw DataError(fmt::format(
-        "{}: token {} at position {} >= model.vocab_size {} (largest token {}); the data was "
-        "tokenized for a larger vocabulary: set model.vocab_size >= {}",
-        path, token_at(tokens_, width_, at), at, vocab_size, m, m + 1));
+  vocab_size_ = vocab_size;
+  // A trainrun shard written for a vocabulary that fits holds only ids below it (ShardWriter
+  // refuses others), and so does any shard whose token width cannot hold an id that large:
+  // neither is scanned, so opening a corpus does not read it (at N ranks, N times). Others
+  // (llm.c shards, a shard written for a larger vocabulary) get one parallel pass here. Every
+  // window is checked again as it is read (read()), which catches a corrupted file.
+  const bool written_to_fit = header_vocab > 0 && header_vocab <= static_cast<uint64_t>(vocab_size);
+  const bool width_fits = width_ < 4 && (int64_t{1} << (8 * width_)) <= vocab_size;
+  if (!written_to_fit && !width_fits) {
+    ::madvise(map_, map_len_, MADV_SEQUENTIAL);
+    int64_t m = 0;
+    if (width_ == 1) m = max_token(tokens_, count_);
+    if (width_ == 2) m = max_token(reinterpret_cast<const uint16_t*>(tokens_), count_);
+    if (width_ == 4) m = max_token(reinterpret_cast<const uint32_t*>(tokens_), count_);
+    if (count_ > 0 && m >= vocab_size) {
+      int64_t at = -1;
+      if (width_ == 1) at = first_at_least(tokens_, count_, vocab_size);
+      if (width_ == 2)
+        at = first_at_least(reinterpret_cast<const uint16_t*>(tokens_), count_, vocab_size);
+      if (width_ == 4)
+        at = first_at_least(reinterpret_cast<const uint32_t*>(tokens_), count_, vocab_size);
+      throw too_large(at, m);
+    }
   }
   ::madvise(map_, map_len_, MADV_RANDOM);
   guard.armed = false;
+}
+
+DataError MappedShard::too_large(int64_t at, int64_t largest) const {
+  return DataError(fmt::format(
+      "{}: token {} at position {} >= model.vocab_size {}{}; the data was tokenized for a larger "
+      "vocabulary: set model.vocab_size >= {}",
+      path_, token_at(tokens_, width_, at), at, vocab_size_,
+      largest >= 0 ? fmt::format(" (largest token {})", largest) : "",
+      largest >= 0 ? largest + 1 : token_at(tokens_, width_, at) + 1));
 }
 
 MappedShard::~MappedShard() {
@@ -193,15 +217,21 @@ void MappedShard::read(int64_t pos, int64_t n, int32_t* out) const {
   if (pos < 0 || n < 0 || pos + n > count_)
     throw std::out_of_range(
         fmt::format("{}: read [{}, {}) past {} tokens", path_, pos, pos + n, count_));
+  uint32_t largest = 0;
   if (width_ == 1) {
     const unsigned char* p = tokens_ + pos;
-    for (int64_t i = 0; i < n; ++i) out[i] = p[i];
+    for (int64_t i = 0; i < n; ++i) out[i] = p[i], largest = std::max<uint32_t>(largest, p[i]);
   } else if (width_ == 2) {
     const auto* p = reinterpret_cast<const uint16_t*>(tokens_) + pos;
-    for (int64_t i = 0; i < n; ++i) out[i] = p[i];
+    for (int64_t i = 0; i < n; ++i) out[i] = p[i], largest = std::max<uint32_t>(largest, p[i]);
   } else {
     const auto* p = reinterpret_cast<const uint32_t*>(tokens_) + pos;
-    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int32_t>(p[i]);
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = static_cast<int32_t>(p[i]), largest = std::max(largest, p[i]);
+  }
+  if (largest >= static_cast<uint32_t>(vocab_size_)) {
+    const int64_t at = pos + first_in(out, n, vocab_size_);
+    throw too_large(at, -1);
   }
 }
 

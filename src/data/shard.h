@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <string>
 
+#include "trainrun/core/errors.h"
+
 namespace trainrun {
 
 // trainrun's own shard header (docs/data-format.md): 64 bytes, little-endian.
@@ -25,8 +27,9 @@ inline constexpr uint32_t kShardVersion = 1;
 inline constexpr int32_t kLlmcMagicGpt2 = 20240520;
 inline constexpr int32_t kLlmcMagicLlama3 = 20240801;
 
-// Maps a shard read-only and checks magic, version, size and that every token < vocab_size;
-// throws DataError naming the file.
+// Maps a shard read-only and checks magic, version and size; throws DataError naming the file.
+// Token ids must be < vocab_size: checked by one pass at open unless the header (or the token
+// width) already guarantees it, and in every read.
 class MappedShard {
  public:
   MappedShard(const std::string& path, int vocab_size);
@@ -37,15 +40,18 @@ class MappedShard {
   const std::string& path() const { return path_; }
   int64_t num_tokens() const { return count_; }
   int width() const { return width_; }
-  // Tokens [pos, pos + n) of this shard, widened to int32.
+  // Tokens [pos, pos + n) of this shard, widened to int32; DataError for an id >= vocab_size.
   void read(int64_t pos, int64_t n, int32_t* out) const;
 
  private:
+  DataError too_large(int64_t at, int64_t largest) const;  // largest -1: unknown
+
   std::string path_;
   void* map_ = nullptr;
   size_t map_len_ = 0;
   const unsigned char* tokens_ = nullptr;
   int width_ = 0;
+  int vocab_size_ = 0;
   int64_t count_ = 0;
 };
 
