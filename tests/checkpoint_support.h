@@ -125,6 +125,16 @@ inline haddr_t middle_of_data(const std::string& file, const char* dataset) {
   return addr + size / 2;
 }
 
+// Where `text` first occurs in the file's bytes (REQUIREs that it does): a compact dataset's
+// data lives in its object header, which H5Dget_chunk_info cannot locate.
+inline uint64_t offset_of_text(const std::string& file, const std::string& text) {
+  std::ifstream in(file, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = bytes.find(text);
+  REQUIRE(at != std::string::npos);
+  return at;
+}
+
 inline void flip_byte(const std::string& file, uint64_t at) {
   std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
   REQUIRE(f);

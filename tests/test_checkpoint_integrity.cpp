@@ -1,5 +1,7 @@
 // What a checkpoint may hold: no non-finite value in or out, every root attribute and the
 // parameter table checksummed, absurd values refused, format 1 files still read.
+#include <map>
+
 #include "checkpoint_support.h"  // the includes and helpers these tests share
 
 using namespace trainrun;
@@ -212,21 +214,22 @@ TEST_CASE("the parameter table and the format version are covered too") {
       flip_attr_bit(path, g, "offset", 1);  // +2: into the padding after it, no overlap
     expect = "param=ln_f.scale offset=";
   }
-  SUBCASE("a flipped byte inside /metadata itself") {
-    flip_byte(path, middle_of_data(path, "/metadata"));
-    expect = "Fletcher32";
+  SUBCASE("a flipped byte inside /metadata itself (compact: in its checksummed header)") {
+    flip_byte(path, offset_of_text(path, "lr_scale=") + 3);
+    expect = "checksum";
   }
-  SUBCASE("/metadata removed from a format 2 file") {
+  SUBCASE("/metadata removed from a format 3 file") {
     hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     REQUIRE(H5Ldelete(f, "metadata", H5P_DEFAULT) >= 0);
     H5Fclose(f);
     expect = "/metadata is missing";
   }
-  SUBCASE("format_version 2 -> 3") {
-    flip_attr_bit(path, "/", "format_version", 0);
+  SUBCASE("format_version 3 -> 7") {
+    flip_attr_bit(path, "/", "format_version", 2);
     expect = "not supported";
   }
-  SUBCASE("format_version 2 -> 0") {
+  SUBCASE("format_version 3 -> 0") {
+    flip_attr_bit(path, "/", "format_version", 0);
     flip_attr_bit(path, "/", "format_version", 1);
     expect = "not supported";
   }
@@ -322,34 +325,52 @@ TEST_CASE("absurd training state is refused at write time") {
   CHECK_FALSE(fs::exists(path));
 }
 
-TEST_CASE("format 2 files carry a readable, checksummed /metadata") {
+TEST_CASE("format 3 files carry /metadata and /config as compact scalar strings") {
   TempDir dir;
   const std::string path = (dir.path / "c.h5").string();
-  write_checkpoint(path, fake_state(8));
+  CheckpointData d = fake_state(8);
+  d.state.config_yaml = "name: x\nnote: \"caf\u00e9\"\n";
+  write_checkpoint(path, d);
   CHECK(attr<int64_t>(path, "format_version", H5T_NATIVE_INT64) == kCheckpointFormatVersion);
+  CHECK(kCheckpointFormatVersion == 3);
   hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  hid_t ds = H5Dopen2(f, "/metadata", H5P_DEFAULT);
-  REQUIRE(ds >= 0);
-  hid_t dcpl = H5Dget_create_plist(ds);
-  unsigned flags = 0;
-  size_t nelmts = 0;
-  CHECK(H5Pget_filter_by_id2(dcpl, H5Z_FILTER_FLETCHER32, &flags, &nelmts, nullptr, 0, nullptr,
-                             nullptr) >= 0);
-  hid_t space = H5Dget_space(ds);
-  hsize_t n = 0;
-  H5Sget_simple_extent_dims(space, &n, nullptr);
-  std::string text(size_t(n), '\0');
-  hid_t chr = H5Tcopy(H5T_C_S1);
-  H5Tset_size(chr, 1);
-  REQUIRE(H5Dread(ds, chr, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) >= 0);
-  H5Tclose(chr);
-  H5Sclose(space);
-  H5Pclose(dcpl);
-  H5Dclose(ds);
+  std::map<std::string, std::string> texts;
+  for (const char* name : {"/metadata", "/config"}) {
+    CAPTURE(name);
+    hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
+    REQUIRE(ds >= 0);
+    hid_t dcpl = H5Dget_create_plist(ds);
+    CHECK(H5Pget_layout(dcpl) == H5D_COMPACT);  // in the object header: checksummed by HDF5
+    hid_t space = H5Dget_space(ds);
+    CHECK(H5Sget_simple_extent_type(space) == H5S_SCALAR);
+    hid_t type = H5Dget_type(ds);
+    CHECK(H5Tget_class(type) == H5T_STRING);
+    CHECK(H5Tget_cset(type) == H5T_CSET_UTF8);
+    std::string text(H5Tget_size(type), '\0');
+    REQUIRE(H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) >= 0);
+    texts[name] = text;
+    H5Tclose(type);
+    H5Sclose(space);
+    H5Pclose(dcpl);
+    H5Dclose(ds);
+  }
   H5Fclose(f);
   for (const char* line : {"step=8\n", "lr_scale=0.25\n", "world_size=4\n",
                            "seed=18364758544493064720\n", "param=blocks.3.mlp.fc.weight offset="})
-    CHECK_MESSAGE(text.find(line) != std::string::npos, line);
+    CHECK_MESSAGE(texts["/metadata"].find(line) != std::string::npos, line);
+  CHECK(texts["/config"] == d.state.config_yaml);
+  CHECK(read_checkpoint(path).state.config_yaml == d.state.config_yaml);
+}
+
+TEST_CASE("a config too large for the object header stays a checksummed character array") {
+  TempDir dir;
+  const std::string path = (dir.path / "c.h5").string();
+  CheckpointData d = fake_state(8);
+  d.state.config_yaml = std::string(70000, 'y');
+  write_checkpoint(path, d);
+  CHECK(read_checkpoint(path).state.config_yaml == d.state.config_yaml);
+  flip_byte(path, middle_of_data(path, "/config"));
+  CHECK_THROWS_WITH(read_checkpoint(path), doctest::Contains("Fletcher32"));
 }
 
 // Last in this file, so it runs after every case above (doctest runs a file's cases in order):

@@ -1,5 +1,5 @@
 // Internal to src/checkpoint: a checkpoint's metadata (its root attributes and parameter table),
-// the canonical text that format 2 stores in the checksummed /metadata dataset, and the limits
+// the canonical text that formats 2 on store in the checksummed /metadata dataset, and the limits
 // outside which a value is absurd. HDF5 attributes carry no checksum; comparing them with that
 // text on every read is what makes a flipped bit in `lr_scale` or `step` detectable.
 // Pure functions: thread safe.

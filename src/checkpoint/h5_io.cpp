@@ -150,9 +150,26 @@ std::string iso_now() {
 
 // A 1-D character dataset: checksummed, unlike an attribute.
 void write_text(hid_t f, const char* name, const std::string& text) {
-  Handle chr = type_h(H5Tcopy(H5T_C_S1), "copy char type");
-  check(H5Tset_size(chr, 1), "set char size");
-  write_dataset(f, name, chr, chr, {hsize_t(text.size())}, text.data(), 1);
+  if (text.size() > kCompactTextBytes) {
+    // Too large for the object header: a 1-D character array, fletcher32 on its chunks.
+    Handle chr = type_h(H5Tcopy(H5T_C_S1), "copy char type");
+    check(H5Tset_size(chr, 1), "set char size");
+    write_dataset(f, name, chr, chr, {hsize_t(text.size())}, text.data(), 1);
+    return;
+  }
+  // One fixed-length UTF-8 string (h5py reads b'...', h5dump prints the text), stored compact:
+  // the bytes live in the dataset's object header, which the 1.10 format checksums.
+  Handle str = type_h(H5Tcopy(H5T_C_S1), "copy string type");
+  check(H5Tset_size(str, std::max<size_t>(text.size(), 1)), "set string size");
+  check(H5Tset_strpad(str, H5T_STR_NULLPAD), "set string padding");
+  check(H5Tset_cset(str, H5T_CSET_UTF8), "set string charset");
+  Handle space = space_h(H5Screate(H5S_SCALAR), "create scalar dataspace");
+  Handle dcpl = plist_h(H5Pcreate(H5P_DATASET_CREATE), "create dataset properties");
+  check(H5Pset_layout(dcpl, H5D_COMPACT), "set compact layout");
+  Handle ds = dset_h(H5Dcreate2(f, name, str, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), name);
+  std::string padded = text;
+  padded.resize(std::max<size_t>(text.size(), 1), '\0');
+  check(H5Dwrite(ds, str, H5S_ALL, H5S_ALL, H5P_DEFAULT, padded.data()), name);
 }
 
 // The file access properties of every checkpoint write, on `fapl`.
@@ -261,12 +278,26 @@ std::string read_text(hid_t f, const char* name) {
     throw H5Failure(fmt::format("/{} is missing", name));
   Handle ds = dset_h(H5Dopen2(f, name, H5P_DEFAULT), name);
   std::vector<int64_t> shape = dataset_shape(ds);
-  if (shape.size() != 1) throw H5Failure(fmt::format("/{} is not a 1-D character dataset", name));
+  Handle file_type = type_h(H5Dget_type(ds), name);
+  if (shape.empty() && H5Tget_class(file_type) == H5T_STRING && !H5Tis_variable_str(file_type)) {
+    // A scalar fixed-length string (format 3 on), NUL-padded.
+    std::string text(H5Tget_size(file_type), '\0');
+    // Read as stored (the same size, padding and character set: HDF5 does not convert
+    // between character sets), then cut at the padding.
+    check(H5Dread(ds, file_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()),
+          fmt::format("read /{}", name).c_str());
+    text.resize(std::min(text.size(), std::strlen(text.c_str())));
+    return text;
+  }
+  if (shape.size() != 1)
+    throw H5Failure(fmt::format("/{} is neither a string nor a 1-D character dataset", name));
+  if (H5Tget_class(file_type) != H5T_STRING || H5Tget_size(file_type) != 1)
+    throw H5Failure(fmt::format("/{} is not an array of 1-byte characters", name));
+  // Each character read as stored: converting a NUL-padded 1-byte string (h5py's 'S1') to C's
+  // NUL-terminated one would leave no room for the character.
   std::string text(size_t(shape[0]), '\0');
-  Handle chr = type_h(H5Tcopy(H5T_C_S1), "copy char type");
-  check(H5Tset_size(chr, 1), "set char size");
   if (!text.empty())
-    check(H5Dread(ds, chr, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()),
+    check(H5Dread(ds, file_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()),
           fmt::format("read /{}", name).c_str());
   return text;
 }

@@ -75,7 +75,10 @@ struct FloatsRead {
 };
 void read_floats_contiguous(hid_t parent, const std::vector<FloatsRead>& reads);
 
-// A 1-D character dataset: checksummed, unlike an attribute.
+// Text, checksummed unlike an attribute: a scalar fixed-length string in compact layout (in the
+// object header, which HDF5 1.10 checksums) up to kCompactTextBytes, a 1-D character dataset
+// with fletcher32 beyond. read_text reads either, so files of formats 1-2 (always 1-D) too.
+inline constexpr size_t kCompactTextBytes = 60000;  // compact data must fit in 64 KiB
 void write_text(hid_t f, const char* name, const std::string& text);
 std::string read_text(hid_t f, const char* name);
 std::vector<int64_t> dataset_shape(hid_t ds);

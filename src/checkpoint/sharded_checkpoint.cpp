@@ -142,9 +142,10 @@ struct ShardAttrs {
 };
 
 ShardAttrs read_attrs(hid_t f) {
-  if (int64_t v = get_int(f, "format_version"); v != kShardedFormatVersion)
-    throw H5Failure(
-        fmt::format("format_version {} is not a shard of format {}", v, kShardedFormatVersion));
+  if (int64_t v = get_int(f, "format_version");
+      v < kOldestShardedFormatVersion || v > kShardedFormatVersion)
+    throw H5Failure(fmt::format("format_version {} is not a shard of formats {} to {}", v,
+                                kOldestShardedFormatVersion, kShardedFormatVersion));
   ShardAttrs a{get_int(f, "step"),
                get_int(f, "rank"),
                get_int(f, "world_size"),
@@ -250,11 +251,11 @@ Manifest read_manifest(const std::string& dir) {
   if (std::string why = parse_metadata_record(metadata, &m.header, &m.layout); !why.empty())
     throw H5Failure("MANIFEST: " + why);
   const Header& h = m.header;
-  if (h.format_version != kShardedFormatVersion)
+  if (h.format_version < kOldestShardedFormatVersion || h.format_version > kShardedFormatVersion)
     throw H5Failure(
         fmt::format("MANIFEST: format_version {} is not supported (this trainrun "
-                    "reads sharded format {}); use the trainrun version that wrote it",
-                    h.format_version, kShardedFormatVersion));
+                    "reads sharded formats {} to {}); use the trainrun version that wrote it",
+                    h.format_version, kOldestShardedFormatVersion, kShardedFormatVersion));
   const int world = h.state.world_size;
   if (h.flat_size < 0 || static_cast<int>(m.shards.size()) != world)
     throw H5Failure(

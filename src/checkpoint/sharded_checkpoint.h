@@ -14,7 +14,9 @@
 
 namespace trainrun {
 
-inline constexpr int kShardedFormatVersion = 3;
+// 4: /metadata and /config are scalar strings (3: character arrays, still read).
+inline constexpr int kShardedFormatVersion = 4;
+inline constexpr int kOldestShardedFormatVersion = 3;
 inline constexpr const char* kManifestName = "MANIFEST";
 
 // "rank-00001-of-00004.h5"

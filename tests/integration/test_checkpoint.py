@@ -11,7 +11,9 @@ import subprocess
 import time
 
 import h5py
+import numpy as np
 import pytest
+import yaml
 
 from conftest import REPO, TINY, TRAINRUN, losses, metrics, run, sets, wait_for
 
@@ -262,6 +264,42 @@ def test_format_1_checkpoint_still_resumes(tmp_path, full_run):
     assert "verdict: OK (format 1" in p.stdout
     p = run(["--resume", str(rd)], check=0)
     assert "format 1" in p.stderr and "resumed from" in p.stderr
+    assert losses(rd) == full_run
+
+
+def make_format_2(path):
+    """A checkpoint as trainrun wrote them before format 3: /metadata and /config as 1-D
+    character arrays, chunked with fletcher32."""
+    with h5py.File(path, "r+") as f:
+        for name in ("metadata", "config"):
+            text = f[name][()].replace(b"format_version=3\n", b"format_version=2\n")
+            del f[name]
+            f.create_dataset(name, data=np.frombuffer(text, dtype="S1"), chunks=True,
+                             fletcher32=True)
+        f.attrs.modify("format_version", 2)
+
+
+def test_h5py_reads_config_and_metadata_as_strings(tmp_path):
+    rd = tmp_path / "r"
+    start_interrupted(rd)
+    with h5py.File(rd / "checkpoints" / "step-0000010.h5", "r") as f:
+        assert f["config"].shape == () and f["metadata"].shape == ()
+        config = f["config"].asstr()[()]  # one string, not an array of characters
+        assert yaml.safe_load(config)["train"]["steps"] == STEPS
+        assert "step=10\n" in f["metadata"].asstr()[()]
+        assert f.attrs["format_version"] == 3
+
+
+def test_format_2_checkpoint_still_resumes(tmp_path, full_run):
+    rd = tmp_path / "r"
+    start_interrupted(rd)
+    ckpt = rd / "checkpoints" / "step-0000010.h5"
+    make_format_2(ckpt)
+    with h5py.File(ckpt, "r") as f:
+        assert f["config"].shape[0] > 100 and f.attrs["format_version"] == 2
+    p = run(["inspect", str(ckpt)], check=0)
+    assert "format_version: 2" in p.stdout and "verdict: OK" in p.stdout
+    run(["--resume", str(rd)], check=0)
     assert losses(rd) == full_run
 
 

@@ -59,9 +59,11 @@ struct CheckpointShard {
   StateBuffer adam_v;
 };
 
-// Format 2 adds /metadata, the checksummed copy of the root attributes. Format 1 files (no
-// such copy) are still read: their data is verified, their metadata only checked for sense.
-inline constexpr int kCheckpointFormatVersion = 2;
+// Format 2 adds /metadata, the checksummed copy of the root attributes; format 3 stores
+// /metadata and /config as scalar strings (h5io.h write_text) instead of character arrays.
+// Format 1 files (no such copy) are still read: their data is verified, their metadata only
+// checked for sense.
+inline constexpr int kCheckpointFormatVersion = 3;
 inline constexpr int kOldestCheckpointFormatVersion = 1;
 
 // A snapshot that must not become a checkpoint: a weight or optimizer moment is NaN or infinite
