@@ -625,6 +625,50 @@ RankTiming timing(int rank, double data, double fwd, double bwd, double comm, do
 
 }  // namespace
 
+namespace {
+
+// The definition find_stragglers implements, written the obvious (quadratic) way.
+double brute_median_of_others(const std::vector<double>& v, size_t skip) {
+  std::vector<double> o;
+  for (size_t i = 0; i < v.size(); ++i)
+    if (i != skip) o.push_back(v[i]);
+  std::sort(o.begin(), o.end());
+  const size_t h = o.size() / 2;
+  return o.size() % 2 ? o[h] : 0.5 * (o[h - 1] + o[h]);
+}
+
+}  // namespace
+
+TEST_CASE("stragglers: the sorted leave-one-out medians equal the definition, ties included") {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const size_t n = 2 + rng() % 40;
+    std::vector<RankTiming> ranks;
+    for (size_t i = 0; i < n; ++i) {
+      // Values from a small set, so ties are common; now and then a rank far slower.
+      auto t = [&] { return 0.010 * double(1 + rng() % 4); };
+      RankTiming r = timing(int(i), t(), t(), t(), t(), t(), rng() % 9 == 0 ? 0.1 : 0.0);
+      if (rng() % 7 == 0) r.phases[rng() % 5] += 0.05, r.step += 0.05;
+      ranks.push_back(r);
+    }
+    std::vector<double> work(n);
+    for (size_t i = 0; i < n; ++i) work[i] = ranks[i].step - ranks[i].phases[3];
+    std::vector<int> want;
+    for (size_t i = 0; i < n; ++i) {
+      const double ref = brute_median_of_others(work, i);
+      if (work[i] > ref * 1.2 && work[i] - ref > 0.010) want.push_back(int(i));
+    }
+    const auto got = find_stragglers(ranks, 0.2);
+    std::vector<int> got_ranks;
+    for (const auto& g : got) {
+      got_ranks.push_back(g.rank);
+      CHECK(g.median == doctest::Approx(brute_median_of_others(work, size_t(g.rank))));
+    }
+    CAPTURE(n);
+    REQUIRE(got_ranks == want);
+  }
+}
+
 TEST_CASE("stragglers: 2 ranks, a rank sleeping 60 ms per step is named") {
   // Synchronous steps: rank 0 waits in the allreduce while rank 1 sleeps in its data phase.
   std::vector<RankTiming> r = {timing(0, 0.001, 0.010, 0.020, 0.062, 0.002),

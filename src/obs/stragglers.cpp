@@ -11,6 +11,8 @@
 #include "trainrun/obs/stragglers.h"
 
 #include <algorithm>
+#include <numeric>
+#include <vector>
 
 namespace trainrun {
 
@@ -18,13 +20,6 @@ namespace {
 
 constexpr int kComm = 3;              // kPhaseNames[3] == "comm"
 constexpr double kMinExcess = 0.010;  // seconds per step
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t h = v.size() / 2;
-  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
-}
 
 double work(const RankTiming& r) {
   return r.step - r.phases[kComm];
@@ -37,13 +32,24 @@ double unattributed(const RankTiming& r) {
   return s;
 }
 
+// For every rank at once, the median of the OTHER ranks' values: one sort, then O(1) per rank
+// (the sorted array with one element left out is read through an index shift). Rank 0 runs this
+// for thousands of ranks every logging.every steps, so it must not be quadratic.
 template <class F>
-double median_of_others(const std::vector<RankTiming>& ranks, size_t skip, F f) {
-  std::vector<double> v;
-  v.reserve(ranks.size());
-  for (size_t i = 0; i < ranks.size(); ++i)
-    if (i != skip) v.push_back(f(ranks[i]));
-  return median(std::move(v));
+std::vector<double> medians_of_others(const std::vector<RankTiming>& ranks, F f) {
+  const size_t n = ranks.size();
+  std::vector<double> sorted(n), out(n);
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  for (size_t i = 0; i < n; ++i) sorted[i] = f(ranks[i]);
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sorted[a] < sorted[b]; });
+  std::sort(sorted.begin(), sorted.end());
+  const size_t m = n - 1;  // values left once one is out
+  for (size_t k = 0; k < n; ++k) {
+    auto at = [&](size_t i) { return sorted[i < k ? i : i + 1]; };  // without sorted[k]
+    out[order[k]] = m == 0 ? 0 : m % 2 ? at(m / 2) : 0.5 * (at(m / 2 - 1) + at(m / 2));
+  }
+  return out;
 }
 
 }  // namespace
@@ -51,24 +57,32 @@ double median_of_others(const std::vector<RankTiming>& ranks, size_t skip, F f) 
 std::vector<Straggler> find_stragglers(const std::vector<RankTiming>& ranks, double margin) {
   std::vector<Straggler> out;
   if (ranks.size() < 2) return out;
-  for (size_t i = 0; i < ranks.size(); ++i) {
+  const auto ref = medians_of_others(ranks, work);
+  std::vector<size_t> slow;
+  for (size_t i = 0; i < ranks.size(); ++i)
+    if (work(ranks[i]) > ref[i] * (1 + margin) && work(ranks[i]) - ref[i] > kMinExcess)
+      slow.push_back(i);
+  if (slow.empty()) return out;
+  // The phase furthest above its own median; time outside every phase counts as "other".
+  const auto other = medians_of_others(ranks, unattributed);
+  std::vector<std::vector<double>> phase_ref(kPhaseCount);
+  for (int p = 0; p < kPhaseCount; ++p)
+    if (p != kComm)  // a slow rank waits less in collectives, never more
+      phase_ref[size_t(p)] =
+          medians_of_others(ranks, [p](const RankTiming& x) { return x.phases[p]; });
+  for (size_t i : slow) {
     const RankTiming& r = ranks[i];
-    const double ref = median_of_others(ranks, i, work);
-    if (!(work(r) > ref * (1 + margin) && work(r) - ref > kMinExcess)) continue;
-    // The phase furthest above its own median; time outside every phase counts as "other".
     std::string phase = "other";
-    double worst = unattributed(r) - median_of_others(ranks, i, unattributed);
+    double worst = unattributed(r) - other[i];
     for (int p = 0; p < kPhaseCount; ++p) {
-      if (p == kComm) continue;  // a slow rank waits less in collectives, never more
-      const double excess = r.phases[p] - median_of_others(ranks, i, [p](const RankTiming& x) {
-                              return x.phases[p];
-                            });
+      if (p == kComm) continue;
+      const double excess = r.phases[p] - phase_ref[size_t(p)][i];
       if (excess > worst) {
         worst = excess;
         phase = kPhaseNames[p];
       }
     }
-    out.push_back({r.rank, r.host, work(r), ref, phase});
+    out.push_back({r.rank, r.host, work(r), ref[i], phase});
   }
   return out;
 }
