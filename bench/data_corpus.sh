@@ -48,8 +48,8 @@ for spec in "windows 1" "epochs 1" "epochs 64"; do
   read -r order block <<<"$spec"
   label="bench_loader $order, block $block, T=1024, 1 GB"
   drop
-  echo "| $label | cold=$cold | $(build/bench/bench_loader "$dir/a" 1024 $samples $order "$block" | sed 's/.*: //') |"
-  echo "| $label | warm | $(build/bench/bench_loader "$dir/a" 1024 $samples $order "$block" | sed 's/.*: //') |"
+  echo "| $label | cold=$cold | $(build/bench/bench_loader "$dir/a" 1024 "$samples" "$order" "$block" | sed 's/.*: //') |"
+  echo "| $label | warm | $(build/bench/bench_loader "$dir/a" 1024 "$samples" "$order" "$block" | sed 's/.*: //') |"
 done
 build/bench/bench_loader "$dir/a" 1024 64 windows | grep -o "open [0-9.]* s" | sed 's/^/opening 1 GB of shards (headers and mapping, no scan): /'
 

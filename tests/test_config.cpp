@@ -585,6 +585,11 @@ TEST_CASE("resume refuses changes to what the checkpoint is, allows the rest") {
   CHECK(r.optimizer.lr == 3e-4);
   CHECK(r.distributed.nproc == 2);
   CHECK(r.logging.every == 1);
+  // A --set list repeated by the supervisor's restart: only a key's last --set counts.
+  Experiment twice = e;
+  CHECK_NOTHROW(apply_overrides(twice, {"model.n_layer=6", "model.n_layer=4"}, true));
+  CHECK(has(resumed_error(e, {"model.n_layer=4", "model.n_layer=6"}),
+            "--set model.n_layer=6: cannot change model.n_layer on resume (checkpoint has 4"));
 
   // Not on resume: anything goes, rules still hold, and a failure leaves exp untouched.
   Experiment n = e;

@@ -341,21 +341,27 @@ Experiment load_experiment(const std::string& path, const std::vector<std::strin
 void apply_overrides(Experiment& exp, const std::vector<std::string>& overrides, bool resume) {
   Experiment next = exp;
   Origins origins;
+  std::vector<Override> parsed;
   for (const auto& text : overrides) {
-    const Override o = parse_override(text);
-    if (resume && !o.field->resumable) {
-      Experiment asked = next;
-      apply(o, asked, origins);
-      const auto before = config::render(*o.field, next, true);
-      const auto after = config::render(*o.field, asked, true);
-      if (before != after) {
-        throw ConfigError(
-            fmt::format("{}: cannot change {} on resume (checkpoint has {}, --set "
-                        "asks {}): start a new run instead",
-                        o.arg, o.field->key, before, after));
-      }
-    }
-    apply(o, next, origins);
+    parsed.push_back(parse_override(text));
+    apply(parsed.back(), next, origins);
+  }
+  // On resume a key the checkpoint fixes may be set only to its value. Only the last --set of a
+  // key counts, as on a fresh run (the supervisor's restarts repeat a run's --set list, where a
+  // later one may override an earlier).
+  for (size_t i = 0; resume && i < parsed.size(); ++i) {
+    const Override& o = parsed[i];
+    const bool overridden =
+        std::any_of(parsed.begin() + long(i) + 1, parsed.end(),
+                    [&](const Override& later) { return later.field == o.field; });
+    if (o.field->resumable || overridden) continue;
+    const auto before = config::render(*o.field, exp, true);
+    const auto after = config::render(*o.field, next, true);
+    if (before != after)
+      throw ConfigError(
+          fmt::format("{}: cannot change {} on resume (checkpoint has {}, --set "
+                      "asks {}): start a new run instead",
+                      o.arg, o.field->key, before, after));
   }
   check(next, origins, exp.source_path);
   exp = std::move(next);
