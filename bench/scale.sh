@@ -16,6 +16,7 @@ steps=${2:-40}
 dir="$RUNS/scale"
 rm -rf "$dir"
 mkdir -p "$dir"
+cores=$(nproc --all)  # before OMP_NUM_THREADS, which nproc honours
 export OMP_NUM_THREADS=1
 common=(--set model.n_layer=1 --set model.d_model=32 --set model.n_head=2 --set model.seq_len=16
         --set model.vocab_size=32 --set data.synthetic_tokens=65536 --set train.eval_every=0
@@ -31,7 +32,7 @@ import json, sys
 rows = [r for r in map(json.loads, open(sys.argv[1])) if r.get("event") == sys.argv[2]]
 print(len(rows), sorted({r.get("rank") for r in rows}))' "$1/metrics.jsonl" "$2"; }
 
-echo "## scale: $ranks ranks on $(nproc) cores, $steps steps"
+echo "## scale: $ranks ranks on $cores cores, $steps steps"
 load_line
 t0=$(date +%s.%N)
 "$TRAINRUN" $qs "${common[@]}" --run-dir "$dir/clean" >"$dir/clean.log" 2>&1
@@ -63,7 +64,7 @@ checksums "$dir/killed"
 
 # One rank slowed from outside: stopped 60 ms of every 120 ms while the run lasts.
 slow=$((ranks * 5 / 8))
-"$TRAINRUN" $qs "${common[@]}" --set "train.steps=$((steps * 2))" --run-dir "$dir/slow" \
+"$TRAINRUN" $qs "${common[@]}" --set "train.steps=$((steps * 10))" --run-dir "$dir/slow" \
   >"$dir/slow.log" 2>&1 &
 run_pid=$!
 pid=""
@@ -77,7 +78,7 @@ for _ in $(seq 200); do
   sleep 0.1
 done
 if [[ -n "$pid" ]]; then
-  sleep 2
+  sleep 0.5
   echo "rank $slow (pid $pid) mid-run: $(find /proc/"$pid"/fd -mindepth 1 | wc -l) open files, $(find /proc/"$pid"/fd -mindepth 1 -lname 'socket:*' | wc -l) sockets; mpirun: $(find /proc/"$(pgrep -n mpirun)"/fd -mindepth 1 2>/dev/null | wc -l) open files"
   while kill -0 "$pid" 2>/dev/null; do
     kill -STOP "$pid" 2>/dev/null || break
