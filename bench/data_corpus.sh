@@ -64,16 +64,6 @@ for ranks in 1 8; do
     --set model.n_layer=2 --set model.d_model=128 --set train.batch_size=$((8 * ranks)) \
     --set distributed.nproc=$ranks --set distributed.oversubscribe=true \
     --set train.steps="$steps" --set checkpoint.every=0 --set logging.every=1
-  python3 - "$RUNS/$name/metrics.jsonl" "$ranks" <<'PY'
-import json, statistics, sys
-rows = [r for r in map(json.loads, open(sys.argv[1])) if r.get("kind") == "train"]
-last = max(r["step"] for r in rows)
-rows = [r for r in rows if 3 < r["step"] < last]
-step = statistics.median(r["step_time"] for r in rows)
-data = statistics.fmean(r["t_data"] for r in rows)
-share = data / statistics.fmean(r["step_time"] for r in rows)
-print(f"| {sys.argv[2]} | {step * 1e3:.1f} | {data * 1e3:.4f} | "
-      f"{max(r['t_data'] for r in rows) * 1e3:.4f} | {100 * share:.3f}% |")
-PY
+  python3 bench/data_share_row.py "$RUNS/$name/metrics.jsonl" 3 "$ranks"
 done
 load_line

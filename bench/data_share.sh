@@ -36,17 +36,7 @@ for config in llama-small shakespeare-char; do
     name="ds-$config-$source"
     train_on "$source" "$name" "configs/$config.yaml" --set train.steps="$steps" \
       --set checkpoint.every=0 --set logging.every=1
-    python3 - "$RUNS/$name/metrics.jsonl" "$skip" "$config" "$source" <<'PY'
-import json, statistics, sys
-rows = [r for r in map(json.loads, open(sys.argv[1])) if r.get("kind") == "train"]
-last = max(r["step"] for r in rows)
-rows = [r for r in rows if int(sys.argv[2]) < r["step"] < last]
-step = statistics.median(r["step_time"] for r in rows)
-data = statistics.fmean(r["t_data"] for r in rows)
-share = data / statistics.fmean(r["step_time"] for r in rows)
-print(f"| {sys.argv[3]} | {sys.argv[4]} | {step * 1e3:.1f} | {data * 1e3:.4f} | "
-      f"{max(r['t_data'] for r in rows) * 1e3:.4f} | {100 * share:.3f}% |")
-PY
+    python3 bench/data_share_row.py "$RUNS/$name/metrics.jsonl" "$skip" "$config" "$source"
   done
 done
 load_line

@@ -92,16 +92,10 @@ void flip_byte_at(const std::string& path, std::streamoff at) {
   f.write(&c, 1);
 }
 
+// The byte at `frac` of the file's length.
 void flip_byte(const std::string& path, double frac) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(0, std::ios::end);
-  const auto at = static_cast<std::streamoff>(static_cast<double>(f.tellg()) * frac);
-  f.seekg(at);
-  char c = 0;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x40);
-  f.seekp(at);
-  f.write(&c, 1);
+  const auto size = static_cast<double>(fs::file_size(path));
+  flip_byte_at(path, static_cast<std::streamoff>(size * frac));
 }
 
 }  // namespace
