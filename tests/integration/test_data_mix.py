@@ -71,3 +71,30 @@ def test_resume_reads_what_the_uninterrupted_run_read(shards, full_run, tmp_path
             assert got[step] == loss, f"step {step}"  # the same world size: bitwise
         else:
             assert got[step] == pytest.approx(loss, rel=1e-5), f"step {step}"
+
+
+def test_the_mixture_config_runs_as_its_comment_says(shakespeare, tmp_path):
+    """configs/mixture.yaml, shortened, with its sources prepared by the commands its comment
+    gives, from the directory its relative paths are written for."""
+    cfg = REPO / "configs" / "mixture.yaml"
+    cmds = [line.split("#", 1)[1].split() for line in cfg.read_text().splitlines()
+            if line.startswith("#   trainrun data prepare")]
+    assert len(cmds) == 2, cmds
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "tinyshakespeare.txt").write_bytes(open(shakespeare, "rb").read())
+    (tmp_path / "man").mkdir()
+    (tmp_path / "man" / "trainrun.1").write_bytes((REPO / "man" / "trainrun.1").read_bytes())
+    for cmd in cmds:
+        run(cmd[1:], check=0, cwd=tmp_path)
+    rd = tmp_path / "run"
+    p = run([str(cfg), *sets("train.steps=40", "train.eval_every=20", "train.eval_steps=2",
+                             "logging.every=10", "checkpoint.every=20", "model.n_layer=1",
+                             "model.d_model=32", "model.n_head=2"),
+             "--run-dir", str(rd)], check=0, cwd=tmp_path, timeout=300)
+    assert "mixture of 2 sources, order epochs" in p.stderr
+    rows = losses(rd)
+    assert max(rows) == 40 and rows[40] < rows[1]
+    out = run(["report", str(rd), "--out", str(rd / "r.png")], check=0).stdout
+    got = dict(re.findall(r"(shakespeare|manual): \d+ samples, ([\d.]+)% \(weight", out))
+    assert float(got["shakespeare"]) == pytest.approx(80, abs=1)
+    assert float(got["manual"]) == pytest.approx(20, abs=1)

@@ -112,7 +112,7 @@ def test_gpt2_config_runs_shortened_on_cpu(tmp_path):
 
 def test_every_config_is_tested():
     tested = {"quickstart.yaml", "shakespeare-char.yaml", "mlp-char.yaml", "gpt2-124m.yaml",
-              "llama-small.yaml"}
+              "llama-small.yaml", "mixture.yaml"}  # mixture.yaml: test_data_mix.py
     assert {p.name for p in (REPO / "configs").glob("*.yaml")} == tested
 
 
