@@ -20,6 +20,7 @@
 #include "trainrun/core/errors.h"
 #include "trainrun/core/experiment.h"
 #include "trainrun/data/data.h"
+#include "trainrun/data/inspect.h"
 #include "trainrun/data/output_files.h"
 #include "trainrun/data/tokenizer.h"
 #include "trainrun/launch/launch.h"
@@ -208,6 +209,48 @@ Command add_data_prepare(CLI::App& app) {
           "(0, 0.9]"));
   return {sub, [a] {
             fmt::print("{}\n", prepare_shards(*a));
+            return kExitOk;
+          }};
+}
+
+// `data inspect CONFIG|PATH` (add_data_prepare makes the `data` node).
+Command add_data_inspect(CLI::App& app) {
+  struct Args : ConfigArgs {
+    InspectRequest req;
+    int seq_len = 64;
+  };
+  auto a = std::make_shared<Args>();
+  auto* sub = app.get_subcommand("data")->add_subcommand(
+      "inspect",
+      "what a config's training data (or a shard path) holds: tokens, vocabulary, "
+      "documents, the mixture's proportions, the first samples decoded");
+  sub->add_option("path", a->config,
+                  "an experiment YAML (its data, as the run reads it) or a shard file, "
+                  "directory or glob")
+      ->required();
+  sub->add_option("--set", a->sets, "override a config key: KEY=VALUE (with a config)");
+  sub->add_option("--samples", a->req.samples, "first samples to decode")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
+  sub->add_option("--eot", a->req.eot,
+                  "the end-of-text id between documents (default: the tokenizer's "
+                  "<|endoftext|>, if it has one)")
+      ->check(CLI::Range(int64_t{0}, int64_t{INT32_MAX}));
+  sub->add_option("--seq-len", a->seq_len, "sample length for a shard path (a config has its own)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_flag("--json", a->req.json, "print JSON (for scripts)");
+  return {sub, [a] {
+            const std::string ext = fs::path(a->config).extension().string();
+            if (ext == ".yaml" || ext == ".yml") {
+              fmt::print("{}", inspect_data(a->load(), a->req));
+            } else {
+              if (!a->sets.empty())
+                throw ConfigError(fmt::format(
+                    "data inspect {}: --set applies to a config (a .yaml file), not to shards",
+                    a->config));
+              fmt::print("{}", inspect_shards(a->config, a->seq_len, a->req));
+            }
             return kExitOk;
           }};
 }
@@ -431,9 +474,10 @@ int cli_main(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer("Run `trainrun SUBCOMMAND --help` for each command's options.");
   const std::vector<Command> commands = {
-      add_run(app),          add_validate(app),       add_plan(app),   add_report(app),
-      add_data_prepare(app), add_data_tokenizer(app), add_sample(app), add_inspect(app),
-      add_export(app),       add_slurm(app),          add_k8s(app),    add_help(app)};
+      add_run(app),          add_validate(app),     add_plan(app),           add_report(app),
+      add_data_prepare(app), add_data_inspect(app), add_data_tokenizer(app), add_sample(app),
+      add_inspect(app),      add_export(app),       add_slurm(app),          add_k8s(app),
+      add_help(app)};
 
   const std::vector<std::string> args = with_default_command(argc, argv);
   try {

@@ -314,6 +314,19 @@ std::unique_ptr<TokenDataset> open_shards(const ShardSpec& spec, Split split, in
     return ds;
   }
   const auto files = resolve_files(spec.train, spec.train_key.c_str());
+  // A directory that `data prepare` wrote (train.bin and val.bin, nothing else) carries its own
+  // split. Read as one stream with its tail held out, val.bin's tokens would be trained on
+  // whenever prepare's split (a piece boundary, in bytes) is not at exactly val_fraction of the
+  // tokens, as with any tokenizer.
+  if (std::error_code ec; fs::is_directory(spec.train, ec) && files.size() == 2 &&
+                          fs::path(files[0]).filename() == "train.bin" &&
+                          fs::path(files[1]).filename() == "val.bin") {
+    ShardSpec by_file = spec;
+    by_file.train = files[0];
+    by_file.val = files[1];
+    by_file.val_key = spec.train_key;
+    return open_shards(by_file, split, vocab_size);
+  }
   check_shard_manifests(files, vocab_size, spec.tokenizer);
   auto train = std::make_shared<ShardStream>(files, vocab_size);
   if (train->num_tokens() == 0)
