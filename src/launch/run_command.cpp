@@ -140,6 +140,7 @@ int run_command(const RunRequest& request, const RankMain& rank_main) {
     return kExitOk;
   }
   check_memory(exp);
+  check_open_files(open_files_need(exp, supervising));
   validate_for_world(exp, supervising ? world : (env.is_rank ? env.size : 1));
   std::optional<StopRelay> relay;  // the launcher takes stop signals from here on
   if (supervising)

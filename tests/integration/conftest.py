@@ -54,7 +54,8 @@ def names_its_run_dir(args, cwd=None):
     return 0 <= at < len(args) - 1 and not args[at + 1].startswith("-")
 
 
-def run(args, *, cwd=None, env=None, timeout=300, check=None):
+def run(args, *, cwd=None, env=None, timeout=300, check=None, wrap=()):
+    """trainrun ARGS (run under `wrap`, a command prefix such as prlimit, when given)."""
     assert names_its_run_dir(args, cwd), (
         f"trainrun {' '.join(map(str, args))}: name the test's own run directory (--run-dir "
         f"tmp_path / ..., or cwd=tmp_path); the default runs/NAME is the clone's, which the "
@@ -68,7 +69,7 @@ def run(args, *, cwd=None, env=None, timeout=300, check=None):
     e.pop("OMP_WAIT_POLICY", None)
     if env:
         e.update(env)
-    p = subprocess.run([TRAINRUN, *args], cwd=cwd, env=e, capture_output=True, text=True,
+    p = subprocess.run([*wrap, TRAINRUN, *args], cwd=cwd, env=e, capture_output=True, text=True,
                        timeout=timeout)
     if check is not None and p.returncode != check:
         raise AssertionError(f"trainrun {' '.join(args)} exited {p.returncode}, want {check}\n"

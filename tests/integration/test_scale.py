@@ -80,3 +80,23 @@ def test_a_frozen_rank_of_32_is_named_by_the_watchdog(clean, tmp_path):
     assert re.search(r"ranks that did not arrive: 21 on \S+ \(silent: last heartbeat \d+ s ago\)",
                      p.stderr), p.stderr[-3000:]
     assert losses(rd) == losses(clean)
+
+
+@pytest.mark.parametrize("soft,hard", [(64, 4096), (64, 64)])
+def test_an_open_file_limit_is_raised_or_refused_before_the_launch(tmp_path, soft, hard):
+    """16 ranks on one node need mpirun to hold about 4 descriptors each: under `ulimit -n 64`
+    mpirun hung until the launch bound. trainrun raises the soft limit to the hard one, or, when
+    the hard limit is too low as well, refuses before anything starts and says how to raise it."""
+    n = 16
+    cmd = [QS, *sets(*TINY, "train.steps=3", f"train.batch_size={n}", f"distributed.nproc={n}",
+                     "distributed.oversubscribe=true", "checkpoint.every=0",
+                     "fault_tolerance.launch_timeout=60"), "--run-dir", str(tmp_path / "r")]
+    p = run(cmd, check=None, timeout=300, wrap=["prlimit", f"--nofile={soft}:{hard}", "--"])
+    if hard >= 4096:
+        assert p.returncode == 0, p.stderr
+        assert len(losses(tmp_path / "r")) == 3
+    else:
+        assert p.returncode == 6, p.stderr
+        assert f"mpirun with {n} rank(s) on this node needs about 96 open files" in p.stderr
+        assert "hard limit (`ulimit -Hn`) is 64" in p.stderr
+        assert not (tmp_path / "r" / "metrics.jsonl").exists()
