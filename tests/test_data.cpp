@@ -19,6 +19,7 @@
 #include "trainrun/data/data.h"
 #include "trainrun/data/markov.h"
 #include "trainrun/data/sample_stream.h"
+#include "trainrun/data/tokenizer.h"
 
 using namespace trainrun;
 namespace fs = std::filesystem;
@@ -372,13 +373,16 @@ TEST_CASE("data.text: byte tokens, train is the first 1 - val_fraction") {
   for (int i = 0; i < 250; ++i) REQUIRE(b[i] == static_cast<unsigned char>(text[750 + i]));
 }
 
-TEST_CASE("prepare_text_shards writes train.bin and val.bin that read back as the text") {
+TEST_CASE("prepare_byte_shards writes train.bin and val.bin that read back as the text") {
   TempDir tmp;
   std::string text;
   for (int i = 0; i < 1234; ++i) text += "First Citizen:\n\xc3\xa9"[i % 17];
   write_bytes(tmp / "in.txt", text);
   const auto out = tmp / "nested/out";
-  const auto summary = prepare_text_shards(tmp / "in.txt", out, 0.1);
+  PrepareRequest req;
+  req.texts = {tmp / "in.txt"};
+  req.out_dir = out;
+  const auto summary = prepare_byte_shards(req);
   CHECK(summary == "wrote " + out + "/train.bin (1110 tokens) and val.bin (124 tokens)");
   const auto all = open_dataset(shards(out + "/train.bin", out + "/val.bin"), Split::train, 256, 0);
   const auto val = open_dataset(shards(out + "/train.bin", out + "/val.bin"), Split::val, 256, 0);
@@ -388,7 +392,42 @@ TEST_CASE("prepare_text_shards writes train.bin and val.bin that read back as th
   REQUIRE(got.size() == text.size());
   for (size_t i = 0; i < text.size(); ++i) REQUIRE(got[i] == static_cast<unsigned char>(text[i]));
   CHECK(fs::file_size(out + "/val.bin") == 64 + 124);  // u8 tokens
-  expect_data_error([&] { prepare_text_shards(tmp / "none.txt", out, 0.1); }, {tmp / "none.txt"});
+  req.texts = {tmp / "none.txt"};
+  expect_data_error([&] { prepare_byte_shards(req); }, {tmp / "none.txt"});
+
+  // Several files and a directory (its files sorted, hidden ones skipped): one stream with the
+  // end-of-text byte between documents, split at val_fraction of the tokens.
+  fs::create_directories(tmp / "docs/sub");
+  write_bytes(tmp / "docs/b.txt", "bb");
+  write_bytes(tmp / "docs/a.txt", "a");
+  write_bytes(tmp / "docs/.hidden", "zzz");
+  write_bytes(tmp / "docs/sub/c.txt", "ccc");
+  req.texts = {tmp / "in.txt", tmp / "docs"};
+  req.out_dir = tmp / "multi";
+  req.val_fraction = 0.5;
+  CHECK(prepare_byte_shards(req).find("; 4 documents, end-of-text byte 0 between them") !=
+        std::string::npos);
+  const auto d = shards(tmp / "multi/train.bin", tmp / "multi/val.bin");
+  auto stream = read_all(*open_dataset(d, Split::train, 256, 0));
+  const auto vtail = read_all(*open_dataset(d, Split::val, 256, 0));
+  stream.insert(stream.end(), vtail.begin(), vtail.end());
+  std::vector<int32_t> want;
+  for (const unsigned char c : text) want.push_back(c);
+  for (const char* doc : {"a", "bb", "ccc"}) {
+    want.push_back(0);
+    for (const char* c = doc; *c; ++c) want.push_back(static_cast<unsigned char>(*c));
+  }
+  REQUIRE(stream.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) REQUIRE(static_cast<int32_t>(stream[i]) == want[i]);
+  CHECK(vtail.size() == want.size() - want.size() / 2);
+  req.eot = kEotNone;
+  req.force = true;
+  CHECK(prepare_byte_shards(req).find("nothing between them") != std::string::npos);
+  CHECK(read_all(*open_dataset(d, Split::train, 256, 0)).size() +
+            read_all(*open_dataset(d, Split::val, 256, 0)).size() ==
+        text.size() + 6);
+  req.eot = 256;
+  CHECK_THROWS_AS(prepare_byte_shards(req), ConfigError);
 }
 
 TEST_CASE("Markov source: deterministic per seed, entropy rate exact and below log(vocab)") {

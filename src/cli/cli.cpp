@@ -6,7 +6,10 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -188,7 +191,27 @@ Command add_data_prepare(CLI::App& app) {
   data->require_subcommand(1);
   auto* sub = data->add_subcommand(
       "prepare", "turn text files into token shards (byte-level, or with --tokenizer)");
-  sub->add_option("text", a->texts, "input text files")->required();
+  sub->add_option("text", a->texts,
+                  "input text files, or directories (their files, sorted): each file is a "
+                  "document")
+      ->required();
+  sub->add_option_function<std::string>(
+         "--eot",
+         [a](const std::string& v) {
+           if (v == "none") {
+             a->eot = kEotNone;
+             return;
+           }
+           char* end = nullptr;
+           errno = 0;
+           const long long id = std::strtoll(v.c_str(), &end, 10);
+           if (v.empty() || *end != '\0' || errno != 0 || id < 0 || id > INT32_MAX)
+             throw CLI::ValidationError("--eot", "must be a token id (0 or more) or `none`");
+           a->eot = id;
+         },
+         "the id written between documents (default: 0 for bytes, the tokenizer's "
+         "<|endoftext|> if it has one), or `none`")
+      ->type_name("ID|none");
   sub->add_option("--out", a->out_dir, "output directory for train.bin and val.bin")->required();
   sub->add_option("--tokenizer", a->tokenizer,
                   "tokenizer.json to encode with (also writes manifest.json)");

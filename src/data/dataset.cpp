@@ -18,6 +18,7 @@
 #include "manifest.h"
 #include "open_shards.h"
 #include "shard.h"
+#include "split.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/data/data.h"
 #include "trainrun/data/markov.h"
@@ -162,11 +163,6 @@ std::vector<std::string> resolve_files(const std::string& spec, const char* key)
 void check_fraction(double f) {
   if (!(f >= 0.0 && f < 1.0))
     throw DataError(fmt::format("data.val_fraction={} must be in [0, 1)", f));
-}
-
-// The first (1 - val_fraction) of a stream is train, the rest val (docs/data-format.md).
-int64_t train_length(int64_t total, double val_fraction) {
-  return static_cast<int64_t>(static_cast<double>(total) * (1.0 - val_fraction));
 }
 
 std::unique_ptr<TokenDataset> tail_split(std::shared_ptr<const TokenDataset> all, Split split,
@@ -335,33 +331,6 @@ std::unique_ptr<TokenDataset> open_shards(const ShardSpec& spec, Split split, in
   check_fraction(spec.val_fraction);
   return tail_split(std::move(train), split, spec.val_fraction,
                     fmt::format("{}='{}' (no {})", spec.train_key, spec.train, spec.val_key));
-}
-
-std::string prepare_text_shards(const std::string& text_path, const std::string& out_dir,
-                                double val_fraction) {
-  if (!(val_fraction > 0.0 && val_fraction < 1.0))
-    throw DataError(fmt::format("val_fraction={} must be in (0, 1)", val_fraction));
-  const auto bytes = read_text(text_path, text_path);
-  const std::vector<int32_t> tokens(bytes.begin(), bytes.end());
-  const int64_t total = static_cast<int64_t>(tokens.size());
-  const int64_t ntrain = std::clamp<int64_t>(train_length(total, val_fraction), 1, total - 1);
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (ec)
-    throw DataError(
-        fmt::format("cannot create the output directory {} ({})", out_dir, ec.message()));
-  const auto train_path = (fs::path(out_dir) / "train.bin").string();
-  const auto val_path = (fs::path(out_dir) / "val.bin").string();
-  const std::vector<int32_t> train(tokens.begin(), tokens.begin() + ntrain);
-  const std::vector<int32_t> val(tokens.begin() + ntrain, tokens.end());
-  write_token_shard(train_path, train, 256);
-  write_token_shard(val_path, val, 256);
-  // A tokenized prepare's manifest no longer describes these shards: remove it, but only when it
-  // is trainrun's (a dataset's own manifest.json is not ours to delete; shards ignore it).
-  if (is_trainrun_manifest((fs::path(out_dir) / kManifestName).string()))
-    fs::remove(fs::path(out_dir) / kManifestName, ec);
-  return fmt::format("wrote {} ({} tokens) and val.bin ({} tokens)", train_path, train.size(),
-                     val.size());
 }
 
 }  // namespace trainrun

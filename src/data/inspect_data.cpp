@@ -9,7 +9,6 @@
 #include <climits>
 #include <vector>
 
-#include "bpe_model.h"
 #include "json.h"
 #include "trainrun/data/data.h"
 #include "trainrun/data/sample_stream.h"
@@ -60,17 +59,9 @@ std::string token_text(const Tokenizer* tok, const std::vector<int32_t>& ids) {
   return printable_utf8(out);
 }
 
-// The tokenizer's end-of-text id (GPT-2's <|endoftext|>), or -1.
-int64_t tokenizer_eot(const Tokenizer* tok) {
-  if (!tok) return -1;
-  for (const auto& a : tok->model().added)
-    if (a.content == "<|endoftext|>") return a.id;
-  return -1;
-}
-
 std::string report(const SampleStream& stream, const Tokenizer* tok, int vocab_size,
                    int64_t run_samples, const InspectRequest& req) {
-  const int64_t eot = req.eot >= 0 ? req.eot : tokenizer_eot(tok);
+  const int64_t eot = req.eot >= 0 ? req.eot : tok ? tok->end_of_text() : -1;
   Json j;
   std::string text;
   j["seq_len"] = stream.seq_len();

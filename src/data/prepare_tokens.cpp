@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "manifest.h"
+#include "prepare_inputs.h"
 #include "sha256.h"
 #include "shard.h"
 #include "text_blocks.h"
@@ -48,38 +49,6 @@ void write_text_file(const std::string& path, const std::string& text) {
   }
 }
 
-// "\r 45.1% 12.3/27.3 MB, 8.2 MB/s, 3456789 tokens" on a terminal; nothing otherwise.
-class Progress {
- public:
-  Progress(bool on, uint64_t total) : on_(on && ::isatty(2)), total_(total) {}
-  void update(uint64_t done, uint64_t tokens) {
-    if (!on_) return;
-    const double s = std::chrono::duration<double>(Clock::now() - start_).count();
-    std::fprintf(stderr, "\rtokenizing: %5.1f%% %.1f/%.1f MB, %.1f MB/s, %llu tokens   ",
-                 total_ ? 100.0 * static_cast<double>(done) / static_cast<double>(total_) : 100.0,
-                 static_cast<double>(done) / 1e6, static_cast<double>(total_) / 1e6,
-                 s > 0 ? static_cast<double>(done) / 1e6 / s : 0.0,
-                 static_cast<unsigned long long>(tokens));
-  }
-  ~Progress() {
-    if (on_) std::fputc('\n', stderr);
-  }
-
- private:
-  using Clock = std::chrono::steady_clock;
-  bool on_;
-  uint64_t total_;
-  Clock::time_point start_ = Clock::now();
-};
-
-uint64_t file_size(const std::string& path) {
-  std::error_code ec;
-  const auto n = fs::file_size(path, ec);
-  if (ec || !fs::is_regular_file(path, ec))
-    throw DataError(fmt::format("{}: not a readable regular file; point it at a text file", path));
-  return n;
-}
-
 }  // namespace
 
 std::string prepare_token_shards(const PrepareRequest& req) {
@@ -94,27 +63,36 @@ std::string prepare_token_shards(const PrepareRequest& req) {
   man.tokenizer_source = fs::absolute(req.tokenizer).lexically_normal().string();
   man.vocab_size = tok.vocab_size();
   man.val_fraction = req.val_fraction;
+  const int64_t eot = req.eot == kEotAuto ? tok.end_of_text() : req.eot;
+  if (eot >= tok.vocab_size())
+    throw ConfigError(
+        fmt::format("--eot {}: the tokenizer {} has ids 0-{}; pass one of them or "
+                    "`none`",
+                    eot, req.tokenizer, tok.vocab_size() - 1));
+  const std::vector<PrepareInput> inputs = prepare_inputs(req.texts);
   uint64_t total = 0;
-  for (const std::string& t : req.texts) total += file_size(t);
+  for (const PrepareInput& in : inputs) total += in.bytes;
   // The split: val starts at the first piece boundary after this many input bytes.
   const auto split =
       static_cast<uint64_t>(std::floor(static_cast<double>(total) * (1 - req.val_fraction)));
 
+  create_output_directory(req.out_dir);
   std::error_code ec;
-  fs::create_directories(req.out_dir, ec);
-  if (ec)
-    throw DataError(
-        fmt::format("cannot create the output directory {} ({})", req.out_dir, ec.message()));
   const fs::path out(req.out_dir);
   ShardWriter train((out / "train.bin").string(), man.vocab_size);
   ShardWriter val((out / "val.bin").string(), man.vocab_size);
   man.dtype = train.width();
   const int nt = req.threads > 0 ? req.threads : omp_get_max_threads();
-  Progress progress(req.progress, total);
+  PrepareProgress progress(req.progress, total);
   uint64_t file_start = 0, done = 0;
   std::vector<TextSegment> segs;
   std::vector<std::vector<int32_t>> ids;
-  for (const std::string& path : req.texts) {
+  for (const PrepareInput& input : inputs) {
+    const std::string& path = input.path;
+    if (eot >= 0 && file_start > 0) {  // between documents, in the split the next one starts in
+      const auto id = static_cast<int32_t>(eot);
+      (file_start >= split ? val : train).append(&id, 1);
+    }
     const uint64_t cut = split >= file_start ? split - file_start : 0;
     TextBlocks blocks(path, req.block_bytes, kSegmentBytes, cut);
     ManifestInput in{path, blocks.size(), 0};
@@ -150,14 +128,21 @@ std::string prepare_token_shards(const PrepareRequest& req) {
   if (!fs::equivalent(req.tokenizer, tok_copy, ec)) write_text_file(tok_copy, tok_bytes);
   write_text_file((out / kManifestName).string(), manifest_json(man));
   return fmt::format(
-      "wrote {} ({} tokens) and val.bin ({} tokens), {} bit tokens, vocab {}; manifest {}",
-      (out / "train.bin").string(), man.train_tokens, man.val_tokens, 8 * man.dtype, man.vocab_size,
-      (out / kManifestName).string());
+             "wrote {} ({} tokens) and val.bin ({} tokens), {} bit tokens, vocab {}; manifest {}",
+             (out / "train.bin").string(), man.train_tokens, man.val_tokens, 8 * man.dtype,
+             man.vocab_size, (out / kManifestName).string()) +
+         (inputs.size() < 2 ? std::string()
+          : eot >= 0
+              ? fmt::format("; {} documents, end-of-text id {} between them", inputs.size(), eot)
+              : fmt::format("; {} documents, nothing between them (the tokenizer "
+                            "has no <|endoftext|>; --eot ID adds one)",
+                            inputs.size()));
 }
 
 std::string prepare_shards(const PrepareRequest& req) {
   const fs::path out(req.out_dir);
-  std::vector<std::string> inputs = req.texts;
+  std::vector<std::string> inputs;
+  for (PrepareInput& in : prepare_inputs(req.texts)) inputs.push_back(std::move(in.path));
   std::vector<std::string> outputs = {(out / "train.bin").string(), (out / "val.bin").string()};
   const std::string manifest = (out / kManifestName).string();
   if (!req.tokenizer.empty()) {
@@ -171,12 +156,7 @@ std::string prepare_shards(const PrepareRequest& req) {
     outputs.push_back(manifest);  // byte-level shards make an earlier tokenized manifest untrue
   }
   check_outputs(inputs, outputs, req.force, "data prepare");
-  if (!req.tokenizer.empty()) return prepare_token_shards(req);
-  if (req.texts.size() != 1)
-    throw ConfigError(fmt::format(
-        "byte-level prepare takes one text file (got {}); pass --tokenizer to prepare several",
-        req.texts.size()));
-  return prepare_text_shards(req.texts[0], req.out_dir, req.val_fraction);
+  return req.tokenizer.empty() ? prepare_byte_shards(req) : prepare_token_shards(req);
 }
 
 }  // namespace trainrun

@@ -287,6 +287,12 @@ int Tokenizer::vocab_size() const {
   return m_->vocab_size();
 }
 
+int Tokenizer::end_of_text() const {
+  for (const AddedToken& a : m_->added)
+    if (a.content == "<|endoftext|>") return a.id;
+  return -1;
+}
+
 std::vector<int32_t> encode_file(const Tokenizer& tok, const std::string& path) {
   return tok.encode(read_whole_file(path));
 }

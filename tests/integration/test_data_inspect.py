@@ -82,3 +82,51 @@ def test_bad_input_is_refused_with_the_fix(docs, tmp_path):
     assert "none.bin" in p.stderr
     p = run(["data", "inspect", str(docs), "--set", "seed=1"], check=2)
     assert "--set applies to a config" in p.stderr
+
+
+def read_ids(path):
+    data = path.read_bytes()
+    magic, version, dtype, count, vocab = struct.unpack_from("<8sIIQI", data)
+    fmt = {1: "B", 2: "H", 4: "I"}[dtype]
+    return list(struct.unpack_from(f"<{count}{fmt}", data, 64))
+
+
+def test_prepare_puts_the_tokenizers_end_of_text_between_documents(tmp_path):
+    """A directory of three files through a tokenizer with <|endoftext|>: the shards hold each
+    file's ids with that id between them, and inspect counts three documents by it unasked."""
+    corpus = tmp_path / "corpus"
+    (corpus / "more").mkdir(parents=True)
+    texts = {"a.txt": (REPO / "README.md").read_text()[:3000],
+             "b.txt": (REPO / "docs" / "data-format.md").read_text()[:3000],
+             "more/c.txt": (REPO / "man" / "trainrun.1").read_text()[:3000]}
+    for name, text in texts.items():
+        (corpus / name).write_text(text)
+    tok = tmp_path / "tok.json"
+    run(["data", "tokenizer", "train", str(corpus / "a.txt"), "--vocab-size", "300", "--out",
+         str(tok)], check=0)
+    j = json.loads(tok.read_text())
+    j["added_tokens"] = [{"id": 300, "content": "<|endoftext|>", "special": True,
+                          "single_word": False, "lstrip": False, "rstrip": False,
+                          "normalized": False}]
+    tok.write_text(json.dumps(j))
+    out = tmp_path / "shards"
+    p = run(["data", "prepare", str(corpus), "--tokenizer", str(tok), "--out", str(out)], check=0)
+    assert "3 documents, end-of-text id 300 between them" in p.stdout
+    want = []
+    for name in sorted(texts):
+        if want:
+            want.append(300)
+        ids = run(["data", "tokenizer", "encode", str(tok), str(corpus / name)], check=0).stdout
+        want += [int(i) for i in ids.split()]
+    assert read_ids(out / "train.bin") + read_ids(out / "val.bin") == want
+    # The val split (the last 10% of the bytes) starts inside c.txt: train holds both separators.
+    assert read_ids(out / "train.bin").count(300) == 2
+    got = json.loads(run(["data", "inspect", str(out / "train.bin"), "--json"], check=0).stdout)
+    assert got["eot"] == 300 and got["sources"][0]["documents"] == 3
+    # --eot none: the files back to back; an id outside the vocabulary: refused (exit 2).
+    p = run(["data", "prepare", str(corpus), "--tokenizer", str(tok), "--out", str(out),
+             "--force", "--eot", "none"], check=0)
+    assert 300 not in read_ids(out / "train.bin") + read_ids(out / "val.bin")
+    p = run(["data", "prepare", str(corpus), "--tokenizer", str(tok), "--out", str(out),
+             "--force", "--eot", "301"], check=2)
+    assert "--eot 301" in p.stderr

@@ -30,11 +30,6 @@ enum class Split { train, val };
 std::unique_ptr<TokenDataset> open_dataset(const DataConfig& data, Split split, int vocab_size,
                                            uint64_t seed);
 
-// `trainrun data prepare`: byte-tokenizes a text file into OUT/train.bin and OUT/val.bin
-// (the last val_fraction of the text). Returns a one-line summary.
-std::string prepare_text_shards(const std::string& text_path, const std::string& out_dir,
-                                double val_fraction);
-
 // Writes a shard in trainrun's format (docs/data-format.md).
 void write_token_shard(const std::string& path, const std::vector<int32_t>& tokens, int vocab_size);
 

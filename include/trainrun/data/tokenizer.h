@@ -36,7 +36,8 @@ class Tokenizer {
   // The bytes of ids; throws DataError for an id outside the vocabulary.
   std::string decode(const std::vector<int32_t>& ids) const;
 
-  int vocab_size() const;  // largest id + 1, added tokens included
+  int vocab_size() const;   // largest id + 1, added tokens included
+  int end_of_text() const;  // the id of <|endoftext|> (GPT-2's document separator), or -1
   int num_merges() const;
   const BpeModel& model() const { return *m_; }
 
@@ -59,8 +60,14 @@ std::string decode_ids_text(const Tokenizer& tok, const std::string& ids_path);
 Tokenizer train_tokenizer(const std::vector<std::string>& files, int vocab_size, int threads);
 Tokenizer train_tokenizer_on_text(std::string_view text, int vocab_size);
 
+// PrepareRequest::eot: the id written between input files (documents).
+inline constexpr int64_t kEotAuto = -2;  // bytes: 0; a tokenizer: its <|endoftext|>, if any
+inline constexpr int64_t kEotNone = -1;  // nothing between documents
+
 struct PrepareRequest {
-  std::vector<std::string> texts;  // read in this order, each as its own document
+  std::vector<std::string> texts;  // files and directories (their files, sorted), in order:
+                                   // each file is one document
+  int64_t eot = kEotAuto;          // the id between documents (kEotAuto, kEotNone or an id)
   std::string tokenizer;           // tokenizer.json
   std::string out_dir;             // gets train.bin, val.bin, manifest.json, tokenizer.json
   double val_fraction = 0.1;       // the split: the piece boundary after this share of bytes
@@ -70,9 +77,13 @@ struct PrepareRequest {
   bool force = false;              // replace outputs that exist (trainrun/data/output_files.h)
 };
 
-// `trainrun data prepare`: prepare_token_shards with a tokenizer, else prepare_text_shards
-// (bytes, one file).
+// `trainrun data prepare`: prepare_token_shards with a tokenizer, else prepare_byte_shards.
 std::string prepare_shards(const PrepareRequest& req);
+
+// `trainrun data prepare` without a tokenizer: the files' bytes as tokens (vocabulary 256),
+// streamed into train.bin and val.bin (the last val_fraction of the tokens). Returns a one-line
+// summary.
+std::string prepare_byte_shards(const PrepareRequest& req);
 
 // `trainrun data prepare --tokenizer`: tokenizes the texts in parallel, streaming, into token
 // shards and a manifest (docs/data-format.md). Returns a one-line summary.

@@ -1,0 +1,98 @@
+#include "prepare_inputs.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "trainrun/core/errors.h"
+
+namespace trainrun {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+uint64_t regular_file_size(const std::string& path) {
+  std::error_code ec;
+  const auto n = fs::file_size(path, ec);
+  if (ec || !fs::is_regular_file(path, ec))
+    throw DataError(fmt::format("{}: not a readable regular file; point it at a text file", path));
+  return n;
+}
+
+bool hidden(const fs::path& p) {
+  const std::string name = p.filename().string();
+  return !name.empty() && name[0] == '.';
+}
+
+}  // namespace
+
+std::vector<PrepareInput> prepare_inputs(const std::vector<std::string>& texts) {
+  std::vector<PrepareInput> out;
+  for (const std::string& t : texts) {
+    std::error_code ec;
+    if (!fs::is_directory(t, ec)) {
+      out.push_back({t, regular_file_size(t)});
+      continue;
+    }
+    std::vector<std::string> files;
+    for (auto it = fs::recursive_directory_iterator(t, ec); !ec && it != fs::end(it);
+         it.increment(ec)) {
+      if (hidden(it->path())) {
+        if (it->is_directory(ec)) it.disable_recursion_pending();
+        continue;
+      }
+      if (it->is_regular_file(ec)) files.push_back(it->path().string());
+    }
+    if (ec) throw DataError(fmt::format("{}: cannot list the directory ({})", t, ec.message()));
+    if (files.empty())
+      throw DataError(fmt::format("{}: a directory with no files in it; point at text files", t));
+    std::sort(files.begin(), files.end());
+    for (std::string& f : files) {
+      const uint64_t n = regular_file_size(f);
+      out.push_back({std::move(f), n});
+    }
+  }
+  return out;
+}
+
+void create_output_directory(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    throw DataError(fmt::format("cannot create the output directory {} ({})", dir, ec.message()));
+}
+
+PrepareProgress::PrepareProgress(bool on, uint64_t total_bytes)
+    : on_(on), tty_(::isatty(2) != 0), total_(total_bytes) {}
+
+PrepareProgress::~PrepareProgress() {
+  if (drawn_ && tty_) std::fputc('\n', stderr);
+}
+
+void PrepareProgress::update(uint64_t done, uint64_t tokens) {
+  if (!on_) return;
+  const auto now = Clock::now();
+  if (now - last_ < (tty_ ? std::chrono::milliseconds(100) : std::chrono::seconds(10))) return;
+  last_ = now;
+  const double s = std::chrono::duration<double>(now - start_).count();
+  const double rate = s > 0 ? static_cast<double>(done) / s : 0;  // bytes/s
+  std::string eta = "?";
+  if (rate > 0 && total_ >= done) {
+    const auto left = static_cast<int64_t>(static_cast<double>(total_ - done) / rate);
+    eta = left >= 3600 ? fmt::format("{}h{:02}m", left / 3600, left / 60 % 60)
+          : left >= 60 ? fmt::format("{}m{:02}s", left / 60, left % 60)
+                       : fmt::format("{}s", left);
+  }
+  std::fprintf(stderr, "%stokenizing: %5.1f%% %.1f/%.1f MB, %.1f MB/s, %llu tokens, ETA %s%s",
+               tty_ ? "\r" : "",
+               total_ ? 100.0 * static_cast<double>(done) / static_cast<double>(total_) : 100.0,
+               static_cast<double>(done) / 1e6, static_cast<double>(total_) / 1e6, rate / 1e6,
+               static_cast<unsigned long long>(tokens), eta.c_str(), tty_ ? "   " : "\n");
+  drawn_ = true;
+}
+
+}  // namespace trainrun
