@@ -54,3 +54,23 @@ TEST_CASE("a missing plugin or GPU gives a clear error, never a crash") {
     CHECK_THROWS_AS(nccl_unique_id(), DeviceError);
   }
 }
+
+TEST_CASE("device auto looks for a driver before it loads the plugin") {
+  std::string why;
+  const bool driver = cuda_driver_present(&why);
+  if (!driver) {
+    CHECK(why.find("libcuda.so.1") != std::string::npos);
+    // No driver, no GPU: the plugin (if built) agrees, so skipping it changes no outcome.
+    std::string why_backend;
+    CHECK(make_cuda_backend(0, &why_backend) == nullptr);
+  }
+  // A plugin named explicitly (the CPU-executed device needs no driver) decides for itself.
+  const char* old = std::getenv("TRAINRUN_CUDA_PLUGIN");
+  const std::string saved = old ? old : "";
+  ::setenv("TRAINRUN_CUDA_PLUGIN", "/nonexistent/libtrainrun_cuda.so", 1);
+  CHECK(cuda_driver_present(nullptr));
+  if (old)
+    ::setenv("TRAINRUN_CUDA_PLUGIN", saved.c_str(), 1);
+  else
+    ::unsetenv("TRAINRUN_CUDA_PLUGIN");
+}

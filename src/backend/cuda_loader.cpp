@@ -106,6 +106,17 @@ Fn symbol(const char* name) {
 
 }  // namespace
 
+bool cuda_driver_present(std::string* why_not) {
+  if (const char* env = std::getenv("TRAINRUN_CUDA_PLUGIN"); env && *env) return true;
+  void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (!h) {
+    if (why_not) *why_not = "no NVIDIA driver: libcuda.so.1 is not on this machine's library path";
+    return false;
+  }
+  dlclose(h);
+  return true;
+}
+
 bool cuda_plugin_available(std::string* why_not) {
   const Plugin& p = plugin();
   if (!p.handle && why_not) *why_not = p.error;

@@ -13,6 +13,12 @@ namespace trainrun {
 std::unique_ptr<Backend> choose_backend(const Experiment& exp, int local_rank) {
   if (exp.device == DeviceChoice::cpu) return make_cpu_backend();
   std::string why;
+  // Without a driver no GPU can be used: the plugin is not loaded (it maps the CUDA runtime and
+  // cuBLASLt, 160 MiB resident per rank, to find no device).
+  if (exp.device == DeviceChoice::automatic && !cuda_driver_present(&why)) {
+    spdlog::info("device: auto -> cpu ({})", why);
+    return make_cpu_backend();
+  }
   auto be = make_cuda_backend(local_rank, &why);
   if (be) return be;
   if (exp.device == DeviceChoice::cuda)

@@ -17,6 +17,12 @@ using NcclId = std::array<char, 128>;
 // (Loading needs no GPU; creating a backend or communicator does.)
 bool cuda_plugin_available(std::string* why_not);
 
+// Whether an NVIDIA driver (libcuda.so.1) can be loaded, which any GPU needs; otherwise false
+// with the reason in why_not. True when TRAINRUN_CUDA_PLUGIN names a plugin: that plugin
+// decides (the CPU-executed device needs no driver). `device: auto` asks this first, so a
+// machine without a driver never maps the CUDA runtime and cuBLASLt (160 MiB per process).
+bool cuda_driver_present(std::string* why_not);
+
 // ncclGetUniqueId, on rank 0 only; broadcast the result to the other ranks (e.g. over MPI).
 // Throws DeviceError when the plugin is missing or NCCL fails.
 NcclId nccl_unique_id();
