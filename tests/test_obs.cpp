@@ -245,8 +245,17 @@ TEST_CASE("plan: memory, ZeRO-1 shards and communication") {
                                          p.bytes_activations + p.bytes_workspace));
   e.distributed.zero = 1;
   const Plan z = make_plan(e, fake_peak("cpu (test)"));
+  // ZeRO-1 on the CPU: the moments' shard, and Open MPI's reduce-scatter temporary in the
+  // workspace ((W-1)/W of the fp32 gradient).
+  CHECK(z.bytes_workspace ==
+        doctest::Approx(p.bytes_workspace + 4.0 * static_cast<double>(n) * 4 / 5));
   CHECK(z.bytes_total ==
-        doctest::Approx(p.bytes_total - p.bytes_optimizer + p.bytes_optimizer_zero1));
+        doctest::Approx(p.bytes_total - p.bytes_optimizer + p.bytes_optimizer_zero1 -
+                        p.bytes_workspace + z.bytes_workspace));
+  e.checkpoint.sharded = true;  // each rank snapshots its shard: 12 bytes per parameter of it
+  CHECK(make_plan(e, fake_peak("cpu (test)")).bytes_workspace ==
+        doctest::Approx(z.bytes_workspace - 12.0 * static_cast<double>(n - largest)));
+  e.checkpoint.sharded = false;
   CHECK(z.comm_bytes_per_step == doctest::Approx(p.comm_bytes_per_step));
 
   Experiment one = gpt(2, 64, 4, 32, 64, 8);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -74,29 +75,39 @@ void ParamStore::refresh_compute() {
 }
 
 void ParamStore::initialize(uint64_t seed) {
-  // Initialise on the host in the store's dtype, then one copy to the device.
-  std::vector<double> host(static_cast<size_t>(total_));
+  // Drawn in double on the host, a chunk at a time, converted to the store's dtype and copied
+  // to the device: a host copy of the whole model in double and again in float was a transient
+  // of 12 bytes per parameter at start-up (1.5 GB for GPT-2 124M, on every rank).
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  std::vector<double> value(static_cast<size_t>(std::min(total_, kChunk)));
+  std::vector<float> f(dtype_ == DType::f64 ? 0 : value.size());
+  const Tensor all = params();
   for (const auto& p : infos_) {
-    double* dst = host.data() + p.offset;
-    switch (p.init) {
-      case Init::zeros:
-        for (int64_t i = 0; i < p.numel; ++i) dst[i] = 0.0;
-        break;
-      case Init::ones:
-        for (int64_t i = 0; i < p.numel; ++i) dst[i] = 1.0;
-        break;
-      case Init::normal: {
-        Rng rng(hash_combine(seed, hash_string(p.name)));
-        for (int64_t i = 0; i < p.numel; ++i) dst[i] = p.init_std * rng.normal();
-        break;
+    Rng rng(hash_combine(seed, hash_string(p.name)));  // one stream per parameter, whole
+    for (int64_t off = 0; off < p.numel; off += kChunk) {
+      const int64_t n = std::min(kChunk, p.numel - off);
+      for (int64_t i = 0; i < n; ++i) {
+        double& v = value[static_cast<size_t>(i)];
+        switch (p.init) {
+          case Init::zeros:
+            v = 0.0;
+            break;
+          case Init::ones:
+            v = 1.0;
+            break;
+          case Init::normal:
+            v = p.init_std * rng.normal();
+            break;
+        }
+      }
+      const Tensor dst = all.slice(p.offset + off, {n});
+      if (dtype_ == DType::f64) {
+        be_.copy(dst, Tensor(value.data(), DType::f64, Device::cpu, {n}));
+      } else {
+        std::copy(value.begin(), value.begin() + n, f.begin());
+        be_.copy(dst, Tensor(f.data(), DType::f32, Device::cpu, {n}));
       }
     }
-  }
-  if (dtype_ == DType::f64) {
-    be_.copy(params(), Tensor(host.data(), DType::f64, Device::cpu, {total_}));
-  } else {
-    std::vector<float> f(host.begin(), host.end());
-    be_.copy(params(), Tensor(f.data(), DType::f32, Device::cpu, {total_}));
   }
   refresh_compute();
 }
@@ -163,13 +174,20 @@ void Arena::zero(size_t begin, size_t end) {
 }
 
 uint64_t ParamStore::checksum() const {
-  std::vector<float> host(static_cast<size_t>(total_));
-  be_.copy(Tensor(host.data(), DType::f32, Device::cpu, {total_}), params());
+  // Through a host buffer of 1 Mi floats: a copy of all the weights was a transient of 4 bytes
+  // per parameter at the end of every run, the peak of its resident set (bench/RESULTS.md 23).
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  std::vector<float> host(static_cast<size_t>(std::min(total_, kChunk)));
+  const Tensor all = params();
   uint64_t h = 0;
-  for (float f : host) {
-    uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    h = hash_combine(h, bits);
+  for (int64_t off = 0; off < total_; off += kChunk) {
+    const int64_t n = std::min(kChunk, total_ - off);
+    be_.copy(Tensor(host.data(), DType::f32, Device::cpu, {n}), all.slice(off, {n}));
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &host[static_cast<size_t>(i)], 4);
+      h = hash_combine(h, bits);
+    }
   }
   return h;
 }

@@ -137,10 +137,22 @@ MemoryPlan memory_of(const Experiment& exp, bool gpu, const ModelShape& shape) {
   mem.activations = static_cast<double>(shape.activation_bytes);
   // Workspace. GPU: the cuBLASLt workspace (32 MiB) plus about 512 MiB for the CUDA context and
   // library handles. CPU: the host copy of weights and both moments that a checkpoint takes
-  // (12 bytes per parameter) plus the token buffers.
+  // (12 bytes per parameter of the rank's share), the token buffers, and the process itself: code,
+  // oneDNN, MPI and OpenMP runtimes, measured at 50 MiB resident for the smallest run
+  // (bench/RESULTS.md 23).
   const double token_buffers = 2.0 * 4 * micro_batch * m.seq_len;
-  mem.workspace = gpu ? 544.0 * 1048576 : 12 * n + token_buffers;
+  constexpr double kCpuProcess = 56.0 * 1048576;
+  // The snapshot is the largest rank's: rank 0 holds all of it (gathering ZeRO-1's moments)
+  // unless checkpoints are sharded, when each rank snapshots its own shard.
+  const double snapshot = exp.checkpoint.sharded && world > 1
+                              ? 12 * static_cast<double>((params + world - 1) / world)
+                              : 12 * n;
   const bool zero = exp.distributed.zero != 0 && world > 1;
+  // ZeRO-1 over MPI: Open MPI's in-place MPI_Reduce_scatter holds a temporary of up to the whole
+  // gradient (measured: 0, 46 and 61 MiB of a 73 MiB gradient at 2, 4 and 8 ranks), counted as
+  // (world - 1) / world of it. NCCL reduces in place.
+  const double reduce_scatter = zero ? 4 * n * (world - 1) / world : 0;
+  mem.workspace = gpu ? 544.0 * 1048576 : snapshot + token_buffers + kCpuProcess + reduce_scatter;
   mem.total = mem.params + mem.grads + (zero ? mem.optimizer_zero1 : mem.optimizer) +
               mem.activations + mem.workspace;
   return mem;

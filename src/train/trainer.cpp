@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <omp.h>
 #include <cmath>
@@ -40,6 +41,7 @@
 #include "trainrun/model/model.h"
 #include "trainrun/obs/trace.h"
 #include "trainrun/optim/optimizer.h"
+#include "trainrun/plan/plan.h"
 #include "watchdog.h"
 
 namespace fs = std::filesystem;
@@ -75,6 +77,7 @@ class Trainer {
   std::string save_checkpoint(int64_t step, double* seconds);
   void restore(const std::string& file);
   void finish(int64_t step, double loss, int exit_code, double t_run);
+  void log_peak_memory() const;
 
   void phase(Phase p, int64_t step) {
     if (watchdog_) watchdog_->enter(p, step);
@@ -420,6 +423,17 @@ void Trainer::restore(const std::string& file) {
                state_.step, state_.tokens_seen, state_.world_size);
 }
 
+// The process's peak resident set beside the plan's bytes per rank (CPU runs, where the plan
+// describes this process's memory): the figure a test holds the plan to.
+void Trainer::log_peak_memory() const {
+  rusage ru{};
+  if (::getrusage(RUSAGE_SELF, &ru) != 0) return;
+  const double peak = static_cast<double>(ru.ru_maxrss) * 1024;  // Linux: KiB
+  const double planned = plan_memory(exp_, false).total;
+  spdlog::info("rank {} peak resident memory {:.0f} MiB, the plan {:.0f} MiB ({:+.1f}%)", rank_,
+               peak / 1048576, planned / 1048576, 100 * (planned - peak) / peak);
+}
+
 void Trainer::finish(int64_t step, double loss, int exit_code, double t_run) {
   reporter_->end_line();
   phase(Phase::checkpoint, step);
@@ -432,6 +446,7 @@ void Trainer::finish(int64_t step, double loss, int exit_code, double t_run) {
   finish_profile(*tracer_, *comm_, exp_.run_dir, !opts_.profile.empty(), console_);
   spdlog::info("rank {} parameter checksum {:016x} at step {}", rank_, model_->params().checksum(),
                step);
+  if (be_->device() == Device::cpu) log_peak_memory();
   if (exit_code == kExitOk)
     reporter_->summary(step, now() - t_run, loss, batches_->train().entropy_rate());
 }
