@@ -46,117 +46,129 @@ SourceStats scan(const TokenDataset& d, int64_t eot) {
   return st;
 }
 
-// One id as text: the tokenizer's bytes, else the byte itself (byte-level data), else <id>.
-std::string token_text(const Tokenizer* tok, const std::vector<int32_t>& ids) {
-  if (tok) return printable_utf8(tok->decode(ids));
-  std::string out;
-  for (const int32_t id : ids) {
-    if (id < 256)
-      out += static_cast<char>(id);
-    else
-      out += fmt::format("<{}>", id);
+// A source's figures: its histogram gives the ids used, the largest and the most frequent.
+Json source_json(const SampleStream& stream, size_t s, double total_weight, const Tokenizer* tok,
+                 int vocab_size, int64_t eot) {
+  const auto& src = stream.source(s);
+  const SourceStats st = scan(*src.data, eot);
+  int64_t used = 0;
+  std::vector<std::pair<int64_t, int32_t>> top;  // (count, id)
+  for (size_t id = 0; id < st.count.size(); ++id) {
+    if (st.count[id] == 0) continue;
+    ++used;
+    top.emplace_back(st.count[id], static_cast<int32_t>(id));
   }
-  return printable_utf8(out);
+  const size_t k = std::min<size_t>(kTopIds, top.size());
+  std::partial_sort(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(k), top.end(),
+                    [](const auto& a, const auto& b) {
+                      return a.first != b.first ? a.first > b.first : a.second < b.second;
+                    });
+  top.resize(k);
+  const int64_t largest = static_cast<int64_t>(st.count.size()) - 1;
+  Json js = {{"name", src.name},
+             {"weight", src.weight / total_weight},
+             {"data", src.data->describe()},
+             {"tokens", st.tokens},
+             {"samples_per_epoch", stream.epoch_samples(s)},
+             {"vocab_size", vocab_size > 0 ? vocab_size : largest + 1},
+             {"ids_used", used},
+             {"largest_id", largest},
+             {"documents", eot >= 0 ? Json(st.documents) : Json(nullptr)},
+             {"eot_count", eot >= 0 && eot <= largest ? st.count[static_cast<size_t>(eot)] : 0},
+             {"top", Json::array()}};
+  for (const auto& [n, id] : top)
+    js["top"].push_back({{"id", id},
+                         {"text", ids_text(tok, {id})},
+                         {"share", static_cast<double>(n) / static_cast<double>(st.tokens)}});
+  return js;
 }
 
-std::string report(const SampleStream& stream, const Tokenizer* tok, int vocab_size,
-                   int64_t run_samples, const InspectRequest& req) {
+// The whole report as JSON; --json prints it, text() renders it for people.
+Json report_json(const SampleStream& stream, const Tokenizer* tok, int vocab_size,
+                 int64_t run_samples, const InspectRequest& req) {
   const int64_t eot = req.eot >= 0 ? req.eot : tok ? tok->end_of_text() : -1;
-  Json j;
-  std::string text;
-  j["seq_len"] = stream.seq_len();
-  j["order"] = fmt::format("{}", stream.order());
-  j["tokenizer"] = tok ? fmt::format("BPE, {} tokens", tok->vocab_size()) : "bytes";
-  j["eot"] = eot;
-  text += fmt::format("train split: {}; windows of {} tokens; tokenizer: {}\n", stream.describe(),
-                      stream.seq_len() + 1, j["tokenizer"].get<std::string>());
+  Json j = {{"split", stream.describe()},
+            {"seq_len", stream.seq_len()},
+            {"order", fmt::format("{}", stream.order())},
+            {"tokenizer", tok ? fmt::format("BPE, {} tokens", tok->vocab_size()) : "bytes"},
+            {"eot", eot},
+            {"sources", Json::array()},
+            {"samples", Json::array()}};
   double total_weight = 0;
   for (size_t s = 0; s < stream.num_sources(); ++s) total_weight += stream.source(s).weight;
-  j["sources"] = Json::array();
-  for (size_t s = 0; s < stream.num_sources(); ++s) {
-    const auto& src = stream.source(s);
-    const SourceStats st = scan(*src.data, eot);
-    int64_t used = 0;
-    std::vector<std::pair<int64_t, int32_t>> top;  // (count, id)
-    for (size_t id = 0; id < st.count.size(); ++id) {
-      if (st.count[id] == 0) continue;
-      ++used;
-      top.emplace_back(st.count[id], static_cast<int32_t>(id));
-    }
-    const size_t k = std::min<size_t>(kTopIds, top.size());
-    std::partial_sort(top.begin(), top.begin() + static_cast<std::ptrdiff_t>(k), top.end(),
-                      [](const auto& a, const auto& b) {
-                        return a.first != b.first ? a.first > b.first : a.second < b.second;
-                      });
-    top.resize(k);
-    const int64_t largest = static_cast<int64_t>(st.count.size()) - 1;
-    const int64_t vocab = vocab_size > 0 ? vocab_size : largest + 1;
-    Json js = {{"name", src.name},
-               {"weight", src.weight / total_weight},
-               {"data", src.data->describe()},
-               {"tokens", st.tokens},
-               {"samples_per_epoch", stream.epoch_samples(s)},
-               {"vocab_size", vocab},
-               {"ids_used", used},
-               {"largest_id", largest},
-               {"documents", eot >= 0 ? Json(st.documents) : Json(nullptr)}};
-    js["top"] = Json::array();
-    std::string tops;
-    for (const auto& [n, id] : top) {
-      const std::string t = token_text(tok, {id});
-      const double share = static_cast<double>(n) / static_cast<double>(st.tokens);
-      js["top"].push_back({{"id", id}, {"text", t}, {"share", share}});
-      tops += fmt::format("{}{:?} {:.1f}%", tops.empty() ? "" : ", ", t, 100 * share);
-    }
-    text += fmt::format(
-        "source {} (weight {:.1f}%): {}; {} samples an epoch\n"
-        "  vocabulary: {} of {} ids used, largest {}; most frequent: {}\n",
-        src.name, 100 * src.weight / total_weight, src.data->describe(), stream.epoch_samples(s),
-        used, vocab, largest, tops);
-    if (eot >= 0)
-      text += fmt::format(
-          "  documents: {} (separated by end-of-text id {}, which appears {} times)\n",
-          st.documents, eot,
-          eot < static_cast<int64_t>(st.count.size()) ? st.count[static_cast<size_t>(eot)] : 0);
-    else
-      text +=
-          "  documents: not marked (no end-of-text id: the tokenizer has no <|endoftext|>; "
-          "pass --eot ID to count them)\n";
-    j["sources"].push_back(std::move(js));
-  }
+  for (size_t s = 0; s < stream.num_sources(); ++s)
+    j["sources"].push_back(source_json(stream, s, total_weight, tok, vocab_size, eot));
   if (stream.num_sources() > 1 && run_samples > 0) {
     const std::vector<int64_t> counts = stream.counts(run_samples);
     Json jm = {{"samples", run_samples}, {"sources", Json::array()}};
-    text += fmt::format("mixture over the run's {} samples (train.steps x train.batch_size):",
-                        run_samples);
-    for (size_t s = 0; s < counts.size(); ++s) {
-      const double share = static_cast<double>(counts[s]) / static_cast<double>(run_samples);
-      const double epochs =
-          static_cast<double>(counts[s]) / static_cast<double>(stream.epoch_samples(s));
-      jm["sources"].push_back({{"name", stream.source(s).name},
-                               {"samples", counts[s]},
-                               {"share", share},
-                               {"epochs", epochs}});
-      text += fmt::format(" {} {} ({:.2f}%, {:.2f} epochs){}", stream.source(s).name, counts[s],
-                          100 * share, epochs, s + 1 < counts.size() ? ";" : "\n");
-    }
+    for (size_t s = 0; s < counts.size(); ++s)
+      jm["sources"].push_back(
+          {{"name", stream.source(s).name},
+           {"samples", counts[s]},
+           {"share", static_cast<double>(counts[s]) / static_cast<double>(run_samples)},
+           {"epochs",
+            static_cast<double>(counts[s]) / static_cast<double>(stream.epoch_samples(s))}});
     j["mixture"] = std::move(jm);
   }
-  j["samples"] = Json::array();
   std::vector<int32_t> window(static_cast<size_t>(stream.seq_len()) + 1);
   for (int i = 0; i < req.samples; ++i) {
     const SampleStream::Place p = stream.place(i);
     stream.read(i, window.data());
-    const std::string t = token_text(tok, window);
     j["samples"].push_back({{"index", i},
                             {"source", stream.source(p.source).name},
                             {"start", p.start},
                             {"ids", window},
-                            {"text", t}});
-    text += fmt::format("sample {} ({}, tokens {}..{}): {:?}\n", i, stream.source(p.source).name,
-                        p.start, p.start + stream.seq_len(), t);
+                            {"text", ids_text(tok, window)}});
   }
-  return req.json ? j.dump(2) + "\n" : text;
+  return j;
+}
+
+std::string text(const Json& j) {
+  const auto str = [](const Json& v) { return v.get<std::string>(); };
+  std::string out = fmt::format("train split: {}; windows of {} tokens; tokenizer: {}\n",
+                                str(j["split"]), j["seq_len"].get<int>() + 1, str(j["tokenizer"]));
+  for (const Json& s : j["sources"]) {
+    std::string tops;
+    for (const Json& t : s["top"])
+      tops += fmt::format("{}{:?} {:.1f}%", tops.empty() ? "" : ", ", str(t["text"]),
+                          100 * t["share"].get<double>());
+    out += fmt::format(
+        "source {} (weight {:.1f}%): {}; {} samples an epoch\n"
+        "  vocabulary: {} of {} ids used, largest {}; most frequent: {}\n",
+        str(s["name"]), 100 * s["weight"].get<double>(), str(s["data"]),
+        s["samples_per_epoch"].get<int64_t>(), s["ids_used"].get<int64_t>(),
+        s["vocab_size"].get<int64_t>(), s["largest_id"].get<int64_t>(), tops);
+    if (s["documents"].is_null())
+      out +=
+          "  documents: not marked (no end-of-text id: the tokenizer has no <|endoftext|>; "
+          "pass --eot ID to count them)\n";
+    else
+      out += fmt::format(
+          "  documents: {} (separated by end-of-text id {}, which appears {} times)\n",
+          s["documents"].get<int64_t>(), j["eot"].get<int64_t>(), s["eot_count"].get<int64_t>());
+  }
+  if (const Json* m = member(j, "mixture")) {
+    out += fmt::format("mixture over the run's {} samples (train.steps x train.batch_size):",
+                       (*m)["samples"].get<int64_t>());
+    const Json& srcs = (*m)["sources"];
+    for (size_t s = 0; s < srcs.size(); ++s)
+      out += fmt::format(" {} {} ({:.2f}%, {:.2f} epochs){}", str(srcs[s]["name"]),
+                         srcs[s]["samples"].get<int64_t>(), 100 * srcs[s]["share"].get<double>(),
+                         srcs[s]["epochs"].get<double>(), s + 1 < srcs.size() ? ";" : "\n");
+  }
+  for (const Json& x : j["samples"]) {
+    const int64_t start = x["start"].get<int64_t>();
+    out +=
+        fmt::format("sample {} ({}, tokens {}..{}): {:?}\n", x["index"].get<int>(),
+                    str(x["source"]), start, start + j["seq_len"].get<int64_t>(), str(x["text"]));
+  }
+  return out;
+}
+
+std::string report(const SampleStream& stream, const Tokenizer* tok, int vocab_size,
+                   int64_t run_samples, const InspectRequest& req) {
+  const Json j = report_json(stream, tok, vocab_size, run_samples, req);
+  return req.json ? j.dump(2) + "\n" : text(j);
 }
 
 }  // namespace

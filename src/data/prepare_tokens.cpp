@@ -141,8 +141,11 @@ std::string prepare_token_shards(const PrepareRequest& req) {
 
 std::string prepare_shards(const PrepareRequest& req) {
   const fs::path out(req.out_dir);
-  std::vector<std::string> inputs;
-  for (PrepareInput& in : prepare_inputs(req.texts)) inputs.push_back(std::move(in.path));
+  // Directories listed once: what is checked below is what is read.
+  PrepareRequest files = req;
+  files.texts.clear();
+  for (PrepareInput& in : prepare_inputs(req.texts)) files.texts.push_back(std::move(in.path));
+  std::vector<std::string> inputs = files.texts;
   std::vector<std::string> outputs = {(out / "train.bin").string(), (out / "val.bin").string()};
   const std::string manifest = (out / kManifestName).string();
   if (!req.tokenizer.empty()) {
@@ -156,7 +159,7 @@ std::string prepare_shards(const PrepareRequest& req) {
     outputs.push_back(manifest);  // byte-level shards make an earlier tokenized manifest untrue
   }
   check_outputs(inputs, outputs, req.force, "data prepare");
-  return req.tokenizer.empty() ? prepare_byte_shards(req) : prepare_token_shards(req);
+  return req.tokenizer.empty() ? prepare_byte_shards(files) : prepare_token_shards(files);
 }
 
 }  // namespace trainrun

@@ -287,6 +287,17 @@ int Tokenizer::vocab_size() const {
   return m_->vocab_size();
 }
 
+std::string ids_text(const Tokenizer* tok, const std::vector<int32_t>& ids) {
+  if (tok) return printable_utf8(tok->decode(ids));
+  std::string text;
+  for (const int32_t id : ids)
+    if (id < 256)
+      text.push_back(static_cast<char>(id));
+    else
+      text += fmt::format("<{}>", id);
+  return printable_utf8(text);
+}
+
 int Tokenizer::end_of_text() const {
   for (const AddedToken& a : m_->added)
     if (a.content == "<|endoftext|>") return a.id;

@@ -117,14 +117,7 @@ std::string sample_text(const std::string& run_dir_or_file, const std::string& p
     ctx.push_back(next);
     out.push_back(next);
   }
-  if (tok) return printable_utf8(tok->decode(out));
-  std::string text;
-  for (const int32_t id : out)
-    if (id < 256)
-      text.push_back(static_cast<char>(id));
-    else
-      text += fmt::format("<{}>", id);
-  return printable_utf8(text);
+  return ids_text(tok.get(), out);
 }
 
 }  // namespace trainrun

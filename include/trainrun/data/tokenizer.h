@@ -50,6 +50,11 @@ class Tokenizer {
 // token that is half of one, then prints as text.
 std::string printable_utf8(std::string_view bytes);
 
+// Token ids as printable text: decoded by `tok`, or without one (byte-level data) each id below
+// 256 as that byte and the others as "<id>"; then printable_utf8. What `sample` prints and what
+// `data inspect` shows.
+std::string ids_text(const Tokenizer* tok, const std::vector<int32_t>& ids);
+
 // `data tokenizer encode`: the ids of a file's bytes. `decode`: the bytes of the
 // whitespace-separated ids in a file (standard input when ids_path is empty).
 std::vector<int32_t> encode_file(const Tokenizer& tok, const std::string& path);
