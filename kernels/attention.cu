@@ -1,5 +1,6 @@
-// Causal grouped-query self-attention, flash-attention-2 style, fp32 arithmetic on CUDA cores.
-// Simple and checkable first: no tensor cores, no T x T matrix anywhere in global memory.
+// Causal grouped-query self-attention, flash-attention-2 style, fp32 arithmetic on CUDA cores:
+// f32 activations, and bf16 where attention_tc.cu's tensor-core kernels do not apply (head_dim
+// other than 32, 64 and 128). No T x T matrix anywhere in global memory.
 //
 // Layout (as include/trainrun/backend/backend.h): qkv [B,T,W], W = (NH + 2*NKV)*hd = (q | k | v); q
 // head h at columns h*hd .. (h+1)*hd, k head g at NH*hd + g*hd, v head g at (NH+NKV)*hd + g*hd; q
@@ -28,6 +29,7 @@
 // one (b, kv head) key tile and walks those q heads in turn, still without atomics.
 #include <cmath>
 
+#include "attention.h"
 #include "common.cuh"
 #include "launch.h"
 
@@ -39,12 +41,7 @@ constexpr int kWarps = 8;
 constexpr int kRowsPerWarp = kTile / kWarps;             // 4
 constexpr int kDimsPerLane = kAttentionMaxHeadDim / 32;  // 4
 
-struct Geometry {
-  int64_t T, C, W;         // sequence length, out width NH*hd, qkv row width
-  int64_t k_col, v_col;    // first column of k head 0 and of v head 0 in a qkv row
-  int NH, NKV, group, hd;  // group = NH / NKV q heads per kv head
-  float scale;
-};
+using Geometry = AttentionGeometry;
 
 // Loads rows [t0, t0+kTile) of one head's slice (columns `col0` .. +hd of a [B*T, ld] matrix)
 // into fp32 shared memory with row stride `stride`; rows past T read as zero.
@@ -341,16 +338,6 @@ Geometry geometry(int64_t T_, int64_t hd, int NH, int NKV) {
   return g;
 }
 
-// Kernels that need more than the default 48 KB of dynamic shared memory must opt in.
-template <class K>
-void allow_smem(K kernel, size_t bytes, const char* name) {
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(bytes));
-  if (e != cudaSuccess)
-    throw DeviceError(std::string("cudaFuncSetAttribute(") + name +
-                      ", shared memory): " + cudaGetErrorString(e));
-}
-
 void check_geometry(const Geometry& g, const char* op) {
   if (g.hd < 1 || g.hd > kAttentionMaxHeadDim)
     throw DeviceError(std::string(op) + ": head_dim " + std::to_string(g.hd) +
@@ -364,6 +351,10 @@ void attention_forward(DType dt, DType st, void* out, void* lse, const void* qkv
   if (B <= 0 || T_ <= 0) return;
   const Geometry g = geometry(T_, hd, NH, NKV);
   check_geometry(g, "attention");
+  if (attention_tc_supports(dt, hd)) {
+    attention_tc_forward(st, out, lse, qkv, B, g);
+    return;
+  }
   const dim3 grid(static_cast<unsigned>((T_ + kTile - 1) / kTile), static_cast<unsigned>(B * NH));
   const size_t smem = sizeof(float) * (kTile * g.hd * 2 + kTile * (g.hd + 1));
   by_dtypes(dt, st, "attention", [&](auto t, auto s) {
@@ -399,6 +390,10 @@ void attention_backward(DType dt, DType st, void* dqkv, const void* dout, const 
     TRAINRUN_LAUNCH(static_cast<unsigned>((rows + kWarps - 1) / kWarps), kWarps * 32, 0,
                     attention_delta_kernel<T>)
     (D, static_cast<const T*>(dout), static_cast<const T*>(out), B, g);
+    if (attention_tc_supports(dt, hd)) {
+      attention_tc_backward(st, dqkv, dout, qkv, lse, D, B, g);
+      return;
+    }
     allow_smem(attention_dq_kernel<T, S>, smem_dq, "attention_dq");
     TRAINRUN_LAUNCH(grid, kWarps * 32, smem_dq, attention_dq_kernel<T, S>)
     (static_cast<T*>(dqkv), static_cast<const T*>(dout), static_cast<const T*>(qkv),

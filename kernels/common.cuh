@@ -70,6 +70,16 @@ inline unsigned grid_for(int64_t n, int threads) {
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
 }
 
+// Kernels that need more than the default 48 KB of dynamic shared memory must opt in.
+template <class K>
+void allow_smem(K kernel, size_t bytes, const char* name) {
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(bytes));
+  if (e != cudaSuccess)
+    throw DeviceError(std::string("cudaFuncSetAttribute(") + name +
+                      ", shared memory): " + cudaGetErrorString(e));
+}
+
 // Throws trainrun::DeviceError naming the kernel when the launch failed (bad configuration,
 // no kernel image for this GPU, a sticky error from an earlier kernel).
 void check_launch(const char* kernel);

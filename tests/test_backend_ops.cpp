@@ -68,13 +68,14 @@ bool parse(int argc, char** argv, Options* o) {
 }
 
 // Awkward shapes: sizes that are no multiple of 32/64/128, T = 1, batch 1, head_dim 19 to 128
-// (the CUDA kernel's limit), the GPT-2 vocabulary (50257) and its padded size (50304), and the
-// longest sequence the configs use (1024).
+// (the CUDA kernel's limit; 32, 64 and 128 take the tensor-core attention in bf16), the GPT-2
+// vocabulary (50257) and its padded size (50304), and the longest sequence the configs use (1024).
 std::vector<ModelShape> shapes(bool quick) {
   std::vector<ModelShape> s = {
       {"T1", 1, 1, 32, 1, 11},          // one token, one head
       {"odd", 3, 67, 96, 3, 1001},      // hd 32, T not a tile multiple
       {"hd40", 2, 129, 80, 2, 333},     // hd not a multiple of 32
+      {"hd64", 1, 130, 256, 4, 500},    // hd 64: bf16 attention on tensor cores, GQA 1 and 2
       {"hd19", 1, 33, 57, 3, 50257},    // prime-ish sizes, GPT-2's vocabulary, batch 1
       {"hd128", 1, 256, 256, 2, 4096},  // the largest head_dim
   };

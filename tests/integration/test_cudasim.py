@@ -49,10 +49,19 @@ def test_fp32_training_matches_the_cpu(quickstart, tmp_path, sim_env, model):
     assert_close(losses(tmp_path / "sim"), losses(tmp_path / "cpu"), 1e-4)
 
 
-@pytest.mark.parametrize("model", ["gpt", "llama"])
+# head_dim 32: bf16 attention runs on tensor cores (kernels/attention_tc.cu, mma.sync through the
+# sim's fragment layouts); the others' head_dim 8 and 16 take the CUDA-core kernels.
+BF16_MODELS = {
+    "gpt": GPT, "llama": LLAMA,
+    "gpt-hd32": [*GPT, "model.d_model=64"],
+    "llama-hd32": [*LLAMA, "model.d_model=128", "model.seq_len=80", "train.batch_size=2"],
+}
+
+
+@pytest.mark.parametrize("model", BF16_MODELS)
 def test_bf16_training_matches_the_cpu_bf16_reference(quickstart, tmp_path, sim_env, model):
     # bf16 weights and activations, f32 parameter gradients and masters (docs/cuda.md).
-    extra = [*(GPT if model == "gpt" else LLAMA), "train.precision=bf16"]
+    extra = [*BF16_MODELS[model], "train.precision=bf16"]
     train(quickstart, tmp_path / "cpu", "cpu", extra, sim_env)
     train(quickstart, tmp_path / "sim", "cuda", extra, sim_env)
     assert_close(losses(tmp_path / "sim"), losses(tmp_path / "cpu"), 2e-2)

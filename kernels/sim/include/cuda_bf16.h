@@ -19,3 +19,7 @@ inline __nv_bfloat16 __float2bfloat16_rn(float f) {
 inline float __bfloat162float(__nv_bfloat16 h) {
   return trainrun::bf16_to_f32(h.__x);
 }
+
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) {
+  return h.__x;
+}

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda_runtime.h"
+#include "mma.cuh"
 
 namespace {
 
@@ -120,7 +121,99 @@ __global__ void shuffle_with_exited_lane(float* out) {
   out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
 }
 
+// The tensor-core fragments of kernels/mma.cuh. Operands are built lane by lane from global
+// memory by the PTX ISA's tables (written out again here, apart from the sim's code), so a sim
+// that put an element in another lane or register gives a wrong product.
+using trainrun::cuda::bf16;
+__global__ void mma_from_table(float* D, const bf16* A, const bf16* B) {  // A 16x16, B 16x8
+  namespace c = trainrun::cuda;
+  const int lane = static_cast<int>(threadIdx.x), g = lane / 4, t = lane % 4;
+  auto pair = [](const bf16* m, int i0, int i1) {
+    return static_cast<uint32_t>(__bfloat16_as_ushort(m[i0])) |
+           static_cast<uint32_t>(__bfloat16_as_ushort(m[i1])) << 16;
+  };
+  const c::FragA a{{pair(A, g * 16 + 2 * t, g * 16 + 2 * t + 1),
+                    pair(A, (g + 8) * 16 + 2 * t, (g + 8) * 16 + 2 * t + 1),
+                    pair(A, g * 16 + 2 * t + 8, g * 16 + 2 * t + 9),
+                    pair(A, (g + 8) * 16 + 2 * t + 8, (g + 8) * 16 + 2 * t + 9)}};
+  const c::FragB b{{pair(B, 2 * t * 8 + g, (2 * t + 1) * 8 + g),
+                    pair(B, (2 * t + 8) * 8 + g, (2 * t + 9) * 8 + g)}};
+  c::FragC d{{1.0f, 2.0f, 3.0f, 4.0f}};  // accumulated onto: D = A B + C
+  c::mma_bf16(d, a, b);
+  D[g * 8 + 2 * t] = d.x[0];
+  D[g * 8 + 2 * t + 1] = d.x[1];
+  D[(g + 8) * 8 + 2 * t] = d.x[2];
+  D[(g + 8) * 8 + 2 * t + 1] = d.x[3];
+}
+
+// Each lane's four registers of an ldmatrix .x4 (and .trans) over a 16x16 shared matrix whose
+// element [r][c] is 16 r + c (exact in bf16), with the row addresses an A operand uses: matrix i
+// holds rows 8 (i % 2) .. +7 and columns 8 (i / 2) .. +7. `offset` shifts the rows by that many
+// elements (a misaligned address unless a multiple of 8).
+__global__ void ldmatrix_lanes(float* out, float* out_trans, int offset) {
+  namespace c = trainrun::cuda;
+  alignas(16) __shared__ bf16 m[16 * 24 + 8];
+  const int lane = static_cast<int>(threadIdx.x);
+  for (int i = lane; i < 16 * 24 + 8; i += 32) m[i] = __float2bfloat16_rn(0.0f);
+  __syncthreads();
+  for (int i = lane; i < 256; i += 32) m[offset + i / 16 * 24 + i % 16] = __float2bfloat16_rn(i);
+  __syncthreads();
+  const bf16* row = m + offset + (lane % 16) * 24 + (lane / 16) * 8;
+  uint32_t r[4], rt[4];
+  c::ldmatrix_x4(r, row);
+  c::ldmatrix_x4_trans(rt, row);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 2; ++j) {
+      out[lane * 8 + 2 * i + j] = trainrun::bf16_to_f32(static_cast<uint16_t>(r[i] >> 16 * j));
+      out_trans[lane * 8 + 2 * i + j] =
+          trainrun::bf16_to_f32(static_cast<uint16_t>(rt[i] >> 16 * j));
+    }
+}
+
 }  // namespace
+
+TEST_CASE("mma.sync m16n8k16: fragments placed by the PTX tables give D = A B + C") {
+  std::vector<bf16> a(256), b(128);
+  std::vector<float> af(256), bf(128);
+  for (int i = 0; i < 256; ++i) af[i] = static_cast<float>((i * 7) % 11 - 5);
+  for (int i = 0; i < 128; ++i) bf[i] = static_cast<float>((i * 5) % 9 - 4) * 0.5f;
+  for (int i = 0; i < 256; ++i) a[i] = __float2bfloat16_rn(af[i]);
+  for (int i = 0; i < 128; ++i) b[i] = __float2bfloat16_rn(bf[i]);
+  DeviceBuffer<bf16> A(256), B(128);
+  DeviceBuffer<float> D(128);
+  REQUIRE(cudaMemcpy(A.p, a.data(), 512, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(B.p, b.data(), 256, cudaMemcpyHostToDevice) == cudaSuccess);
+  TRAINRUN_LAUNCH(1, 32, 0, mma_from_table)(D.p, A.p, B.p);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const std::vector<float> d = D.host();
+  const float c[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+  for (int r = 0; r < 16; ++r)
+    for (int n = 0; n < 8; ++n) {
+      float want = c[(r >= 8) * 2 + n % 2];  // the lane's C[e] for element (r, n)
+      for (int k = 0; k < 16; ++k) want += af[r * 16 + k] * bf[k * 8 + n];
+      CHECK_MESSAGE(d[r * 8 + n] == want, "D[" << r << "][" << n << "]");
+    }
+}
+
+TEST_CASE("ldmatrix .x4 and .trans deliver the documented elements to each lane") {
+  DeviceBuffer<float> out(256), out_trans(256);
+  TRAINRUN_LAUNCH(1, 32, 0, ldmatrix_lanes)(out.p, out_trans.p, 0);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const std::vector<float> o = out.host(), ot = out_trans.host();
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 2; ++j) {
+        const int r0 = 8 * (i % 2), c0 = 8 * (i / 2);  // matrix i's corner
+        CHECK(o[lane * 8 + 2 * i + j] == static_cast<float>(16 * (r0 + g) + c0 + 2 * t + j));
+        CHECK(ot[lane * 8 + 2 * i + j] == static_cast<float>(16 * (r0 + 2 * t + j) + c0 + g));
+      }
+  }
+  cudaError_t e;
+  TRAINRUN_LAUNCH(1, 32, 0, ldmatrix_lanes)(out.p, out_trans.p, 4);  // rows 8 bytes off
+  CHECK(last_error(&e).find("not 16-byte aligned") != std::string::npos);
+  CHECK(e == cudaErrorLaunchFailure);
+}
 
 TEST_CASE("threads of a block interleave at __syncthreads, also in a partial last warp") {
   for (int n : {256, 1000}) {

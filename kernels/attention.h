@@ -1,0 +1,28 @@
+// What attention.cu (the entry points and the CUDA-core kernels) and attention_tc.cu (the
+// tensor-core kernels for bf16) share: the geometry of the qkv layout and the tensor-core path's
+// entry points. attention.cu chooses the path; launch.h is the backend's view of both.
+#pragma once
+
+#include <cstdint>
+
+#include "trainrun/core/tensor.h"
+
+namespace trainrun::cuda {
+
+// qkv [B,T,W], W = (NH + 2*NKV)*hd = (q | k | v); out [B,T,C], C = NH*hd (launch.h).
+struct AttentionGeometry {
+  int64_t T, C, W;         // sequence length, out width NH*hd, qkv row width
+  int64_t k_col, v_col;    // first column of k head 0 and of v head 0 in a qkv row
+  int NH, NKV, group, hd;  // group = NH / NKV q heads per kv head
+  float scale;             // 1 / sqrt(hd)
+};
+
+// attention_tc.cu: bf16 activations with head_dim 32, 64 or 128.
+bool attention_tc_supports(DType dt, int64_t hd);
+void attention_tc_forward(DType st, void* out, void* lse, const void* qkv, int64_t B,
+                          const AttentionGeometry& g);
+// D [B,NH,T] = rowsum(dout * out), computed by attention.cu's delta kernel.
+void attention_tc_backward(DType st, void* dqkv, const void* dout, const void* qkv, const void* lse,
+                           const float* D, int64_t B, const AttentionGeometry& g);
+
+}  // namespace trainrun::cuda
