@@ -742,6 +742,37 @@ TEST_CASE("stragglers: no false positives with equal timings and 5% noise") {
   }
 }
 
+TEST_CASE("slow collectives: a slower network raises every rank's wait, a slow rank does not") {
+  // timing(rank, data, forward, backward, comm, optimizer): 2 ranks on two hosts, 3 ms of
+  // collectives a step while the link is fast.
+  auto fast = [] {
+    return std::vector<RankTiming>{timing(0, 0.001, 0.010, 0.020, 0.003, 0.002),
+                                   timing(1, 0.001, 0.010, 0.020, 0.004, 0.002)};
+  };
+  CollectiveWatch watch;
+  CHECK_FALSE(watch.check(fast(), 0.2));  // the first check only learns the baseline
+  CHECK_FALSE(watch.check(fast(), 0.2));
+  // The link rate-limited: both ranks wait 250 ms more, their own work unchanged.
+  std::vector<RankTiming> slow_link = fast();
+  for (RankTiming& r : slow_link) r.phases[3] += 0.250, r.step += 0.250;
+  const auto s = watch.check(slow_link, 0.2);
+  REQUIRE(s);
+  CHECK(s->least_wait == doctest::Approx(0.253));
+  CHECK(s->baseline == doctest::Approx(0.003));
+  CHECK(find_stragglers(slow_link, 0.2).empty());  // and no rank is named for it
+  // Rank 1 sleeping 60 ms a step: rank 0 waits for it, rank 1 does not wait: not the network.
+  std::vector<RankTiming> slow_rank = {timing(0, 0.001, 0.010, 0.020, 0.063, 0.002),
+                                       timing(1, 0.061, 0.010, 0.020, 0.003, 0.002)};
+  CHECK_FALSE(watch.check(slow_rank, 0.2));
+  REQUIRE(find_stragglers(slow_rank, 0.2).size() == 1);
+  // Noise of a few milliseconds, or a rise under the margin, is not a slowdown.
+  std::vector<RankTiming> noisy = fast();
+  for (RankTiming& r : noisy) r.phases[3] += 0.008;
+  CHECK_FALSE(watch.check(noisy, 0.2));
+  // One rank alone has no collectives to watch.
+  CHECK_FALSE(watch.check({slow_link[0]}, 0.2));
+}
+
 TEST_CASE("report: summary of a run directory and its plot") {
   TempDir d;
   const std::string rd = d.path.string();

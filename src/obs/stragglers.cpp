@@ -87,4 +87,15 @@ std::vector<Straggler> find_stragglers(const std::vector<RankTiming>& ranks, dou
   return out;
 }
 
+std::optional<SlowCollectives> CollectiveWatch::check(const std::vector<RankTiming>& ranks,
+                                                      double margin) {
+  if (ranks.size() < 2) return std::nullopt;
+  double least = ranks[0].phases[kComm];
+  for (const RankTiming& r : ranks) least = std::min(least, r.phases[kComm]);
+  if (baseline_ >= 0 && least > baseline_ * (1 + margin) && least - baseline_ > kMinExcess)
+    return SlowCollectives{least, baseline_};
+  baseline_ = baseline_ < 0 ? least : std::min(baseline_, least);
+  return std::nullopt;
+}
+
 }  // namespace trainrun

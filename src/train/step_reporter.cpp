@@ -1,6 +1,7 @@
 #include "step_reporter.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <sys/ioctl.h>
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <stdexcept>
 #include <string_view>
 
@@ -324,6 +326,27 @@ void StepReporter::check_stragglers(int64_t step) {
            {"phase", s.phase},
            {"step_time", s.step},
            {"median", s.median}});
+  }
+  const auto slow = collectives_.check(ranks, cfg_.straggler_margin);
+  const bool was_slow = collectives_slow_;
+  if (!slow && was_slow)
+    spdlog::info("slow collectives: the ranks' waits in collectives are back to normal");
+  collectives_slow_ = slow.has_value();
+  if (slow) {
+    // Said at every check it lasts (metrics events) and in the log when it starts.
+    const std::set<std::string> hosts(hosts_.begin(), hosts_.end());
+    const std::string where = hosts.size() == 1
+                                  ? fmt::format("within host {}", *hosts.begin())
+                                  : fmt::format("between hosts {}", fmt::join(hosts, ", "));
+    if (!was_slow)
+      spdlog::warn(
+          "slow collectives: every rank waits at least {:.1f} ms per step in collectives, "
+          "against {:.1f} ms at the earlier checks: the network {} has slowed, not a rank",
+          slow->least_wait * 1e3, slow->baseline * 1e3, where);
+    event(step, MetricEvent::slow_collectives,
+          {{"least_wait", slow->least_wait},
+           {"baseline", slow->baseline},
+           {"hosts", fmt::format("{}", fmt::join(hosts, ","))}});
   }
 }
 

@@ -141,7 +141,9 @@ class StepReporter {
   std::unique_ptr<MetricsLog> metrics_;  // rank 0 only
   std::function<void(int64_t)> on_collective_;
   StragglerWindow window_;
-  double ema_step_ = 0;  // seconds per step, for the ETA
+  CollectiveWatch collectives_;    // rank 0: has the network slowed?
+  bool collectives_slow_ = false;  // at the last check
+  double ema_step_ = 0;            // seconds per step, for the ETA
   // Seconds of checkpointing since the last train row: saves fall outside the step, and not
   // every saving step is a logged one, so each row carries what was spent since the one before.
   double checkpoint_carry_ = 0;

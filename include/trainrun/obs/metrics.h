@@ -34,14 +34,15 @@ enum class MetricEvent : uint8_t {
   rollback,            // back to the newest good checkpoint
   gave_up,             // the run ends non-finite
   checkpoint_skipped,  // a save refused (non-finite state, a bad streak)
+  slow_collectives,    // every rank waits longer in the collectives: the network, not a rank
 };
 
 template <>
 struct EnumNames<MetricEvent> {
-  static constexpr std::string_view names[] = {"restart",           "straggler", "bad_step",
-                                               "loss_spike",        "rollback",  "gave_up",
-                                               "checkpoint_skipped"};
-  static_assert(std::size(names) == 1 + static_cast<size_t>(MetricEvent::checkpoint_skipped));
+  static constexpr std::string_view names[] = {
+      "restart",  "straggler", "bad_step",           "loss_spike",
+      "rollback", "gave_up",   "checkpoint_skipped", "slow_collectives"};
+  static_assert(std::size(names) == 1 + static_cast<size_t>(MetricEvent::slow_collectives));
 };
 
 // An event row's first fields, {"step", step}, {"event", its name}; the caller adds the rest.

@@ -1,7 +1,9 @@
 // Stragglers: given every rank's recent step time and phase times, name the ranks slower than
-// the median by more than a margin, and the phase that made them slow.
+// the median by more than a margin, and the phase that made them slow; and tell a slow network
+// (every rank waits longer in the collectives) from a slow rank.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,5 +28,24 @@ struct Straggler {
 };
 
 std::vector<Straggler> find_stragglers(const std::vector<RankTiming>& ranks, double margin);
+
+// The collectives slowed on every rank: the least time any rank waited in them per step, and the
+// lowest that least wait was at the earlier checks.
+struct SlowCollectives {
+  double least_wait, baseline;  // seconds per step
+};
+
+// A slow link is not a slow rank. When the network between hosts slows, every rank waits longer
+// in the collectives while its own work stays the same; when one rank is slow, the others wait for
+// it, but it does not wait itself. So the least any rank waits (the minimum over ranks of
+// phases[comm]) is watched from check to check: above its lowest earlier value by the margin and
+// by 10 ms a step, the collectives themselves have slowed (one rank's slowness cannot raise it).
+class CollectiveWatch {
+ public:
+  std::optional<SlowCollectives> check(const std::vector<RankTiming>& ranks, double margin);
+
+ private:
+  double baseline_ = -1;  // < 0: no check yet
+};
 
 }  // namespace trainrun
