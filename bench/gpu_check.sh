@@ -90,6 +90,18 @@ else
   r=$(gpu_suite gpu-suite 180) || status=1
 fi
 note "gpu suite" "$r ($(( $(date +%s) - t0 )) s)"
+# Attention in bf16 on tensor cores (attention_tc.cu) against the CUDA-core kernels
+# (TRAINRUN_CUDA_ATTENTION=cuda_cores), the same cases one after the other: the longest shape's
+# forward and backward times.
+if [ "$SIM" = 0 ]; then
+  for path in tensor_cores cuda_cores; do
+    TRAINRUN_CUDA_ATTENTION=$path timeout "$(cap 90)" "$BUILD/tests/test_backend_ops" \
+      --backend cuda --require --op attention > "$LOGDIR/attention-$path.txt" 2>&1
+    times=$(awk '$2 == "bf16" && / gpt2 / && !/n_kv_head/ {for (i = 1; i < NF; i++)
+            if ($(i + 1) == "ms") printf "%s %s ms, ", $1, $i}' "$LOGDIR/attention-$path.txt")
+    note "attention bf16 $path" "${times:-no timing (see attention-$path.txt)}"
+  done
+fi
 SANITIZER=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
 for tool in memcheck racecheck initcheck; do
   if [ "$SIM" = 1 ]; then

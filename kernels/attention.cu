@@ -28,6 +28,8 @@
 // Under GQA a kv head's dK/dV sum over the NH/NKV q heads sharing it: the dkv kernel's block owns
 // one (b, kv head) key tile and walks those q heads in turn, still without atomics.
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "attention.h"
 #include "common.cuh"
@@ -344,6 +346,18 @@ void check_geometry(const Geometry& g, const char* op) {
                       " is outside the CUDA kernel's 1.." + std::to_string(kAttentionMaxHeadDim));
 }
 
+// TRAINRUN_CUDA_ATTENTION=cuda_cores keeps bf16 on this file's kernels, so bench/gpu_check.sh
+// can time both paths side by side on one GPU.
+// Read once when the plugin loads (a namespace-scope constant: no guarded static).
+const bool kCudaCoresOnly = [] {
+  const char* e = std::getenv("TRAINRUN_CUDA_ATTENTION");
+  return e != nullptr && std::string(e) == "cuda_cores";
+}();
+
+bool tensor_cores(DType dt, int64_t hd) {
+  return !kCudaCoresOnly && attention_tc_supports(dt, hd);
+}
+
 }  // namespace
 
 void attention_forward(DType dt, DType st, void* out, void* lse, const void* qkv, int64_t B,
@@ -351,7 +365,7 @@ void attention_forward(DType dt, DType st, void* out, void* lse, const void* qkv
   if (B <= 0 || T_ <= 0) return;
   const Geometry g = geometry(T_, hd, NH, NKV);
   check_geometry(g, "attention");
-  if (attention_tc_supports(dt, hd)) {
+  if (tensor_cores(dt, hd)) {
     attention_tc_forward(st, out, lse, qkv, B, g);
     return;
   }
@@ -390,7 +404,7 @@ void attention_backward(DType dt, DType st, void* dqkv, const void* dout, const 
     TRAINRUN_LAUNCH(static_cast<unsigned>((rows + kWarps - 1) / kWarps), kWarps * 32, 0,
                     attention_delta_kernel<T>)
     (D, static_cast<const T*>(dout), static_cast<const T*>(out), B, g);
-    if (attention_tc_supports(dt, hd)) {
+    if (tensor_cores(dt, hd)) {
       attention_tc_backward(st, dqkv, dout, qkv, lse, D, B, g);
       return;
     }
