@@ -23,6 +23,7 @@
 #include "trainrun/obs/metrics.h"
 #include "trainrun/obs/stragglers.h"
 #include "trainrun/obs/trace.h"
+#include "trainrun/plan/collectives.h"
 #include "trainrun/plan/plan.h"
 #include "trainrun/plan/report.h"
 
@@ -80,6 +81,8 @@ DevicePeak fake_peak(const std::string& name, double memory = 1e12) {
   p.mem_bw = 1e11;
   p.memory = memory;
   p.link_bw = 1e10;
+  // No latency: the collectives' time is then their bytes over link_bw (collectives.h's ring).
+  p.net = {"intra (test)", "inter (test)", 1e10, 0, 1e10, 0, 8};
   p.source = "test";
   p.host_bw = 5e10;
   p.disk_bw = 1e9;
@@ -529,6 +532,60 @@ TEST_CASE("plan: only gradients final before backward ends hide behind it") {
   const double embeddings = (64.0 + 32.0) * 64 / static_cast<double>(pg.params);
   CHECK(pg.predicted_step_seconds == near(parts(pg, embeddings)));
   CHECK(pg.predicted_step_seconds < parts(pg, 1.0));
+}
+
+TEST_CASE("collectives: the alpha-beta model, ring or tree, per bucket, the slowest link") {
+  const Interconnect net{"NVLink", "IB", 400e9, 3e-6, 50e9, 5e-6, 8};
+  const double n = 500e6;  // bytes per rank
+  CHECK(allreduce_time(n, 1, 1, net).seconds == 0);
+  // 8 ranks in one node, one bucket: the ring over NVLink, 2 (p-1)/p n / b + 2 (p-1) a.
+  CollectiveTime t = allreduce_time(n, 8, 1, net);
+  CHECK(std::string(t.algorithm) == "ring");
+  CHECK(t.link == "NVLink");
+  CHECK(t.bandwidth_seconds == doctest::Approx(2.0 * 7 / 8 * n / 400e9));
+  CHECK(t.latency_seconds == doctest::Approx(2 * 7 * 3e-6));
+  CHECK(t.seconds == doctest::Approx(t.bandwidth_seconds + t.latency_seconds));
+  // 16 ranks span two nodes: every hop waits for the network.
+  t = allreduce_time(n, 16, 1, net);
+  CHECK(t.link == "IB");
+  CHECK(t.bandwidth_seconds == doctest::Approx(2.0 * 15 / 16 * n / 50e9));
+  // 4096 ranks in 120 buckets: the ring's 2 (p-1) hops per bucket cost more than the tree's
+  // twice the bytes, so the tree is taken, with 2 log2(p) hops per bucket.
+  t = allreduce_time(n, 4096, 120, net);
+  CHECK(std::string(t.algorithm) == "tree");
+  CHECK(t.bandwidth_seconds == doctest::Approx(2 * n / 50e9));
+  CHECK(t.latency_seconds == doctest::Approx(120 * 2 * 12 * 5e-6));
+  CHECK(t.seconds < 120 * 2 * 4095 * 5e-6);  // what the ring would take
+  // A small message at scale: latency decides, also for one bucket.
+  CHECK(std::string(allreduce_time(1e3, 512, 1, net).algorithm) == "tree");
+  // ZeRO-1's reduce-scatter (or all-gather): half a ring.
+  const CollectiveTime h = half_allreduce_time(n, 16, 1, net);
+  CHECK(h.seconds == doctest::Approx(15.0 / 16 * n / 50e9 + 15 * 5e-6));
+
+  // The plan: this run's collectives and the same gradients at 8 to 4096 ranks.
+  Experiment e = gpt(2, 64, 4, 32, 64, 8);
+  e.distributed.nproc = 2;
+  DevicePeak peak = fake_peak("cpu (test)");
+  peak.net = net;
+  const Plan p = make_plan(e, peak);
+  CHECK(p.buckets == 1);
+  CHECK(p.allreduce_seconds_per_step ==
+        doctest::Approx(allreduce_time(4.0 * double(p.params), 2, 1, net).seconds));
+  REQUIRE(p.at_scale.size() == 4);
+  CHECK(p.at_scale[0].world == 8);
+  CHECK(p.at_scale[3].world == 4096);
+  CHECK(p.at_scale[3].t.link == "IB");
+  CHECK(p.at_scale[3].t.seconds > p.at_scale[1].t.seconds);
+  const std::string text = plan_text(p);
+  CHECK(text.find("collectives at scale") != std::string::npos);
+  CHECK(text.find("4096 ranks") != std::string::npos);
+  CHECK(plan_json(p).find("\"at_scale\":[{\"world\":8,") != std::string::npos);
+  // A measured link replaces the assumed one: between nodes for a multi-node run.
+  set_link(peak, true, 2e6, 40e-6);
+  CHECK(peak.net.inter_bw == 2e6);
+  CHECK(peak.net.inter_latency == 40e-6);
+  CHECK(peak.link_bw == 2e6);
+  CHECK(peak.net.intra_bw == 400e9);
 }
 
 TEST_CASE("step phases: one word each, read back by name; which wait and which may be long") {

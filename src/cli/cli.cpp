@@ -135,7 +135,9 @@ Command add_plan(CLI::App& app) {
   struct Args : ConfigArgs {
     std::string gpu;
     bool json = false;
-    double disk_bw = 0;  // MB/s; 0 = the assumed rate (device_peaks.cpp)
+    double disk_bw = 0;        // MB/s; 0 = the assumed rate (device_peaks.cpp)
+    double link_bw = 0;        // MB/s; 0 = the table's or the assumed link
+    double link_latency = -1;  // microseconds; < 0 = the assumed latency
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand(
@@ -148,9 +150,21 @@ Command add_plan(CLI::App& app) {
                   "the plan; measure with build/bench/bench_checkpoint DIR)")
       ->type_name("MBPS")
       ->check(CLI::PositiveNumber);
+  sub->add_option("--link-bw", a->link_bw,
+                  "MB/s per rank, one direction, of the link this run's collectives cross (the "
+                  "network between nodes, or within a node with one node); default: the "
+                  "device table's or an assumed rate, printed in the plan")
+      ->type_name("MBPS")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--link-latency", a->link_latency,
+                  "microseconds per hop of that link (default: assumed, printed in the plan)")
+      ->type_name("US")
+      ->check(CLI::NonNegativeNumber);
   return {sub, [a] {
             Experiment exp = a->load();
             DevicePeak peak = device_peak(exp, a->gpu);
+            set_link(peak, exp.distributed.nodes > 1, a->link_bw * 1e6,
+                     a->link_latency < 0 ? -1 : a->link_latency * 1e-6);
             if (a->disk_bw > 0) {
               peak.disk_bw = a->disk_bw * 1e6;
               peak.disk_source = fmt::format("{:g} MB/s per rank (--disk-bw)", a->disk_bw);

@@ -49,6 +49,13 @@ constexpr GpuSpec kGpus[] = {
 constexpr double kCpuSharedMemoryBw = 0.8e9;
 // Between CPU nodes we assume plain 10 GbE.
 constexpr double kCpuNetworkBw = 1.25e9;
+// Per-hop latencies of the collectives model (collectives.h). GPUs: NCCL's low-latency protocol
+// over NVLink, a few microseconds a step, and an InfiniBand hop with its software, about 5;
+// nodes of 8 GPUs (DGX/HGX). CPU ranks: MPI over shared memory about 1 us, over TCP about 50.
+// All assumed (`trainrun plan --link-bw/--link-latency` state a measured link).
+constexpr double kNvlinkLatency = 3e-6, kNetworkLatency = 5e-6;
+constexpr int kGpusPerNode = 8;
+constexpr double kCpuSharedMemoryLatency = 1e-6, kCpuNetworkLatency = 50e-6;
 
 // The rate one rank writes a checkpoint file at, HDF5 encoding, fletcher32 checksums, fsync and
 // rename included, when `trainrun plan --disk-bw` does not say. Assumed, not measured: planning
@@ -119,6 +126,8 @@ DevicePeak gpu_peak(const GpuSpec& g, const Experiment& exp, const std::string& 
   p.mem_bw = g.mem_bw;
   p.memory = g.memory;
   const bool multi_node = exp.distributed.nodes > 1;
+  p.net = {"NVLink (one direction)", g.network_name, g.nvlink, kNvlinkLatency, g.network,
+           kNetworkLatency,          kGpusPerNode};
   p.link_bw = multi_node ? g.network : g.nvlink;
   p.host_bw = g.pcie;
   assume_disk(p);
@@ -141,6 +150,13 @@ DevicePeak cpu_peak(const Experiment& exp) {
   p.mem_bw = measure_copy_bandwidth() / share;
   p.memory = mem_available_bytes() / share;
   const bool multi_node = exp.distributed.nodes > 1;
+  p.net = {"shared memory",
+           "10 GbE (assumed)",
+           kCpuSharedMemoryBw,
+           kCpuSharedMemoryLatency,
+           kCpuNetworkBw,
+           kCpuNetworkLatency,
+           std::max(1, exp.distributed.nproc)};
   p.link_bw = multi_node ? kCpuNetworkBw : kCpuSharedMemoryBw;
   p.host_bw = p.mem_bw / 2;  // mem_bw counts a copy's read and its write
   assume_disk(p);
@@ -155,6 +171,17 @@ DevicePeak cpu_peak(const Experiment& exp) {
 }
 
 }  // namespace
+
+void set_link(DevicePeak& peak, bool multi_node, double bw, double latency) {
+  Interconnect& n = peak.net;
+  std::string& name = multi_node ? n.inter_name : n.intra_name;
+  if (bw > 0) {
+    (multi_node ? n.inter_bw : n.intra_bw) = bw;
+    peak.link_bw = bw;
+    name = "the --link-bw link";
+  }
+  if (latency >= 0) (multi_node ? n.inter_latency : n.intra_latency) = latency;
+}
 
 DevicePeak device_peak(const Experiment& exp, const std::string& gpu) {
   if (!gpu.empty()) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "trainrun/comm/comm.h"
 #include "trainrun/core/shard.h"
 #include "trainrun/model/flops.h"
 #include "trainrun/model/model_spec.h"
@@ -150,8 +151,10 @@ MemoryPlan memory_of(const Experiment& exp, bool gpu, const ModelShape& shape) {
   const bool zero = exp.distributed.zero != 0 && world > 1;
   // ZeRO-1 over MPI: Open MPI's in-place MPI_Reduce_scatter holds a temporary of up to the whole
   // gradient (measured: 0, 46 and 61 MiB of a 73 MiB gradient at 2, 4 and 8 ranks), counted as
-  // (world - 1) / world of it. NCCL reduces in place.
-  const double reduce_scatter = zero ? 4 * n * (world - 1) / world : 0;
+  // (world - 1) / world of it from 3 ranks on; at 2 ranks its algorithm needs none (counting
+  // half the gradient there put the plan 8% above the peak, at the test's 10% edge). NCCL
+  // reduces in place.
+  const double reduce_scatter = zero && world > 2 ? 4 * n * (world - 1) / world : 0;
   mem.workspace = gpu ? 544.0 * 1048576 : snapshot + token_buffers + kCpuProcess + reduce_scatter;
   mem.total = mem.params + mem.grads + (zero ? mem.optimizer_zero1 : mem.optimizer) +
               mem.activations + mem.workspace;
@@ -206,16 +209,29 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
   // Each activation byte is written once and read about twice (forward, backward).
   const double traffic = 3 * p.bytes_activations * p.accum / std::max(peak.mem_bw, 1.0);
   const double busy = std::max(compute, traffic);
-  const double comm = p.comm_bytes_per_step / std::max(peak.link_bw, 1.0);
-  double exposed = comm;
-  if (!zero && p.world > 1) {
-    // Gradient buckets go out during backward (2/3 of compute), except those final only at its
-    // end (all of them for a model that reports none earlier).
-    const double last = static_cast<double>(shape.last_ready_params) / n;
-    exposed = std::max(comm * last, comm - busy * 2.0 / 3.0 / p.accum);
+  // The collectives (collectives.h): one allreduce per gradient bucket, or ZeRO-1's
+  // reduce-scatter and all-gather of the whole gradient.
+  p.buckets = zero ? 1 : static_cast<int>((p.params + kGradBucketElems - 1) / kGradBucketElems);
+  auto collectives = [&](int world) {
+    if (!zero) return allreduce_time(grad_bytes, world, p.buckets, peak.net);
+    CollectiveTime t = half_allreduce_time(grad_bytes, world, 1, peak.net);
+    t.seconds *= 2, t.bandwidth_seconds *= 2, t.latency_seconds *= 2;
+    return t;
+  };
+  // Gradient buckets go out during backward (2/3 of compute), except those final only at its
+  // end (all of them for a model that reports none earlier); ZeRO-1's come after it.
+  const double last = static_cast<double>(shape.last_ready_params) / n;
+  auto exposed_of = [&](double comm) {
+    return zero ? comm : std::max(comm * last, comm - busy * 2.0 / 3.0 / p.accum);
+  };
+  p.collectives = collectives(p.world);
+  p.allreduce_seconds_per_step = p.collectives.seconds;
+  p.allreduce_exposed_seconds_per_step = exposed_of(p.collectives.seconds);
+  for (const int w : {8, 64, 512, 4096}) {
+    const CollectiveTime t = collectives(w);
+    p.at_scale.push_back({w, t, exposed_of(t.seconds)});
   }
-  p.allreduce_seconds_per_step = comm;
-  p.allreduce_exposed_seconds_per_step = exposed;
+  const double exposed = p.allreduce_exposed_seconds_per_step;
   const double shard = zero ? static_cast<double>(largest_shard) : n;
   // AdamW reads weight, grad, m, v and writes weight, m, v: 28 bytes per parameter.
   const double optimizer = 28 * shard / std::max(peak.mem_bw, 1.0);

@@ -49,6 +49,21 @@ std::string json_number(double v) {
   return std::isfinite(v) ? fmt::format("{}", v) : "null";
 }
 
+// "ring over 10 GbE: 2.1 ms bandwidth + 0.3 ms latency (1 bucket)".
+std::string collective_text(const CollectiveTime& t, int buckets) {
+  return fmt::format("{} over {}: {} bandwidth + {} latency ({} bucket{})", t.algorithm, t.link,
+                     human_seconds(t.bandwidth_seconds), human_seconds(t.latency_seconds), buckets,
+                     buckets == 1 ? "" : "s");
+}
+
+std::string collective_json(const CollectiveTime& t) {
+  return fmt::format(
+      "{{\"seconds\":{},\"bandwidth_seconds\":{},\"latency_seconds\":{},\"algorithm\":{},"
+      "\"link\":{}}}",
+      json_number(t.seconds), json_number(t.bandwidth_seconds), json_number(t.latency_seconds),
+      json_string(t.algorithm), json_string(t.link));
+}
+
 }  // namespace
 
 std::string plan_text(const Plan& p) {
@@ -80,6 +95,18 @@ std::string plan_text(const Plan& p) {
                                            human_seconds(p.allreduce_seconds_per_step),
                                            human_seconds(p.allreduce_exposed_seconds_per_step))
                              : "none (1 rank)");
+  if (p.world > 1) line("model", collective_text(p.collectives, p.buckets));
+  const Interconnect& n = p.peak.net;
+  s += fmt::format(
+      "collectives at scale (the same gradients, {} rank{} a node; {} {} and {} per hop "
+      "within a node, {} {} and {} between nodes):\n",
+      n.ranks_per_node, n.ranks_per_node == 1 ? "" : "s", n.intra_name, human_rate(n.intra_bw),
+      human_seconds(n.intra_latency), n.inter_name, human_rate(n.inter_bw),
+      human_seconds(n.inter_latency));
+  for (const Plan::AtScale& a : p.at_scale)
+    line(fmt::format("{} ranks", a.world),
+         fmt::format("{} ({} exposed): {}", human_seconds(a.t.seconds), human_seconds(a.exposed),
+                     collective_text(a.t, p.buckets)));
   s += "prediction:\n";
   line("step time",
        fmt::format("{} (compute at peak: a floor)", human_seconds(p.predicted_step_seconds)));
@@ -140,6 +167,18 @@ std::string plan_json(const Plan& p) {
     if (!warnings.empty()) warnings += ',';
     warnings += json_string(w);
   }
+  std::string at_scale;
+  for (const Plan::AtScale& a : p.at_scale)
+    at_scale += fmt::format("{}{{\"world\":{},\"collectives\":{},\"exposed_seconds\":{}}}",
+                            at_scale.empty() ? "" : ",", a.world, collective_json(a.t),
+                            json_number(a.exposed));
+  const Interconnect& n = p.peak.net;
+  const std::string net = fmt::format(
+      "{{\"intra_name\":{},\"intra_bw\":{},\"intra_latency\":{},\"inter_name\":{},"
+      "\"inter_bw\":{},\"inter_latency\":{},\"ranks_per_node\":{}}}",
+      json_string(n.intra_name), json_number(n.intra_bw), json_number(n.intra_latency),
+      json_string(n.inter_name), json_number(n.inter_bw), json_number(n.inter_latency),
+      n.ranks_per_node);
   const CheckpointPlan& c = p.checkpoint;
   const std::string checkpoint = fmt::format(
       "{{\"every\":{},\"async\":{},\"sharded\":{},\"files\":{},\"state_bytes\":{},"
@@ -157,7 +196,8 @@ std::string plan_json(const Plan& p) {
       "\"bytes\":{{\"params\":{},\"grads\":{},\"optimizer\":{},\"optimizer_zero1\":{},"
       "\"activations\":{},\"workspace\":{},\"total\":{}}},"
       "\"comm_bytes_per_step\":{},\"allreduce_seconds_per_step\":{},"
-      "\"allreduce_exposed_seconds_per_step\":{},\"predicted_step_seconds\":{},"
+      "\"allreduce_exposed_seconds_per_step\":{},\"buckets\":{},\"collectives\":{},"
+      "\"at_scale\":[{}],\"interconnect\":{},\"predicted_step_seconds\":{},"
       "\"predicted_tokens_per_second\":{},\"checkpoint\":{},"
       "\"device\":{{\"name\":{},\"flops\":{},\"mem_bw\":{},\"memory\":{},\"link_bw\":{},"
       "\"host_bw\":{},\"disk_bw\":{},\"disk_source\":{},\"source\":{}}},"
@@ -167,7 +207,8 @@ std::string plan_json(const Plan& p) {
       json_number(p.bytes_optimizer), json_number(p.bytes_optimizer_zero1),
       json_number(p.bytes_activations), json_number(p.bytes_workspace), json_number(p.bytes_total),
       json_number(p.comm_bytes_per_step), json_number(p.allreduce_seconds_per_step),
-      json_number(p.allreduce_exposed_seconds_per_step), json_number(p.predicted_step_seconds),
+      json_number(p.allreduce_exposed_seconds_per_step), p.buckets, collective_json(p.collectives),
+      at_scale, net, json_number(p.predicted_step_seconds),
       json_number(p.predicted_tokens_per_second), checkpoint, json_string(p.peak.name),
       json_number(p.peak.flops), json_number(p.peak.mem_bw), json_number(p.peak.memory),
       json_number(p.peak.link_bw), json_number(p.peak.host_bw), json_number(p.peak.disk_bw),

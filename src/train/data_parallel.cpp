@@ -103,7 +103,7 @@ class Ddp final : public DataParallel {
   Ddp(Communicator& host, Communicator& device, ParamStore& ps, const OptimizerConfig& cfg,
       Tracer* tracer)
       : DataParallel(host, device, ps, cfg, Shard{0, ps.numel()}, tracer) {
-    if (host.size() > 1) sync_ = std::make_unique<GradSync>(device, ps.grads(), kBucketElems);
+    if (host.size() > 1) sync_ = std::make_unique<GradSync>(device, ps.grads(), kGradBucketElems);
   }
 
   GradReadyFn grad_ready_hook() override {
@@ -131,7 +131,6 @@ class Ddp final : public DataParallel {
   void gather_params(StepTimes&) override {}
 
  private:
-  static constexpr int64_t kBucketElems = int64_t{1} << 20;
   std::unique_ptr<GradSync> sync_;
 };
 

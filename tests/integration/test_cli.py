@@ -4,6 +4,7 @@ import json
 import math
 import os
 import pathlib
+import re
 import struct
 
 from conftest import REPO, TINY, run, sets
@@ -114,6 +115,28 @@ def test_a_run_that_cannot_fit_is_refused_with_the_numbers(quickstart, tmp_path)
             check=2)
     assert "GiB per rank" in p.stderr and "trainrun plan" in p.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_plan_collectives_model_and_a_measured_link(quickstart):
+    # The collectives' time from the alpha-beta model (collectives.h), at 8 to 4096 ranks too;
+    # --link-bw/--link-latency state the link between nodes (bench/collectives_link.py).
+    p = run(["plan", quickstart, *sets("distributed.nodes=2")], check=0)
+    assert "collectives at scale" in p.stdout and "10 GbE (assumed)" in p.stdout
+    for w in (8, 64, 512, 4096):
+        assert re.search(rf"^  {w} ranks +[\d.]+ [mu]?s \([\d.]+ [mu]?s exposed\): "
+                         r"(ring|tree) over ", p.stdout, re.M), p.stdout
+    j = json.loads(run(["plan", quickstart, "--json", "--link-bw", "1", "--link-latency", "50",
+                        *sets("distributed.nodes=2")], check=0).stdout)
+    c = j["collectives"]
+    assert c["algorithm"] == "ring" and c["link"] == "the --link-bw link"
+    # 2 ranks, one bucket: 2 (p-1)/p of the f32 gradients at 1 MB/s, and 2 hops of 50 us.
+    assert math.isclose(c["bandwidth_seconds"], 4 * j["params"] / 1e6, rel_tol=1e-9)
+    assert math.isclose(c["latency_seconds"], 2 * 50e-6, rel_tol=1e-9)
+    assert math.isclose(j["allreduce_seconds_per_step"], c["seconds"])
+    assert [a["world"] for a in j["at_scale"]] == [8, 64, 512, 4096]
+    assert j["interconnect"]["inter_bw"] == 1e6
+    bad = run(["plan", quickstart, "--link-bw", "0"], check=None)
+    assert bad.returncode == 2 and "--link-bw" in bad.stderr
 
 
 def test_plan_disk_bw_sets_the_checkpoint_write_rate(quickstart):

@@ -13,6 +13,10 @@
 
 namespace trainrun {
 
+// Data parallelism sends the gradients in buckets of this many elements, one collective each
+// (train/data_parallel.cpp), overlapped with the backward; `trainrun plan` counts them.
+inline constexpr int64_t kGradBucketElems = int64_t{1} << 20;
+
 class Communicator {
  public:
   class Request {  // a started non-blocking collective

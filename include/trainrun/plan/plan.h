@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "trainrun/core/experiment.h"
+#include "trainrun/plan/collectives.h"
 
 namespace trainrun {
 
@@ -17,7 +18,8 @@ struct DevicePeak {
   double flops = 0;    // FLOP/s for this run's precision, per rank
   double mem_bw = 0;   // bytes/s
   double memory = 0;   // bytes available per rank
-  double link_bw = 0;  // bytes/s per rank for collectives (NVLink / network / shared memory)
+  double link_bw = 0;  // bytes/s per rank for this run's collectives (the link below they use)
+  Interconnect net;    // within a node and between nodes (collectives.h)
   std::string source;  // "measured now" or "table"
   // Checkpoints. host_bw: bytes/s of the snapshot copy into host memory (CPU: memcpy, GPU: PCIe).
   // disk_bw: bytes/s one rank writes a checkpoint file at (an assumption unless --disk-bw).
@@ -55,8 +57,19 @@ struct Plan {
   double bytes_workspace = 0;
   double bytes_total = 0;  // per rank, with the configured ZeRO setting
   double comm_bytes_per_step = 0;
-  double allreduce_seconds_per_step = 0;          // comm_bytes_per_step over the link
+  double allreduce_seconds_per_step = 0;          // the collectives' time (collectives.h)
   double allreduce_exposed_seconds_per_step = 0;  // of it, what backward does not hide
+  int buckets =
+      1;  // collectives per step: gradient buckets (ZeRO-1: 1 reduce-scatter + all-gather)
+  CollectiveTime collectives;  // this run's, with its algorithm and terms
+  // The same gradients at other world sizes (8, 64, 512, 4096 ranks, ranks_per_node a node),
+  // each rank keeping this run's micro-batch: the collectives' time and what is exposed.
+  struct AtScale {
+    int world;
+    CollectiveTime t;
+    double exposed;
+  };
+  std::vector<AtScale> at_scale;
   double predicted_step_seconds = 0, predicted_tokens_per_second = 0;
   DevicePeak peak;
   CheckpointPlan checkpoint;
@@ -75,6 +88,11 @@ struct MemoryPlan {
 // gpu: sized for a GPU (bf16 weight copy and activations when train.precision is bf16, CUDA
 // context workspace) rather than the CPU (host checkpoint copy).
 MemoryPlan plan_memory(const Experiment& exp, bool gpu);
+
+// `trainrun plan --link-bw/--link-latency`: the link this run's collectives cross (between
+// nodes when multi_node, else within the node) measured instead of assumed; bw <= 0 and
+// latency < 0 keep what the table or the assumption says.
+void set_link(DevicePeak& peak, bool multi_node, double bw, double latency);
 
 // The peak for the configured device: CPU measures sgemm now; GPUs come from a table
 // (A100, H100, H200; `gpu` names one, empty = H100). The checkpoint write rate is an assumption
