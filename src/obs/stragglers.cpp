@@ -92,9 +92,23 @@ std::optional<SlowCollectives> CollectiveWatch::check(const std::vector<RankTimi
   if (ranks.size() < 2) return std::nullopt;
   double least = ranks[0].phases[kComm];
   for (const RankTiming& r : ranks) least = std::min(least, r.phases[kComm]);
-  if (baseline_ >= 0 && least > baseline_ * (1 + margin) && least - baseline_ > kMinExcess)
-    return SlowCollectives{least, baseline_};
-  baseline_ = baseline_ < 0 ? least : std::min(baseline_, least);
+  if (!history_.empty()) {
+    auto median = [](std::vector<double> v) {
+      std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
+      return v[v.size() / 2];
+    };
+    const double usual = median(history_);
+    // How much the least wait varies by itself (a robust standard deviation: 1.4826 x the
+    // median absolute deviation): once a rank is slow the least waiter is that rank, whose
+    // wait swings with the others' hiccups, and 3 of those deviations are no slower network.
+    std::vector<double> dev;
+    for (double x : history_) dev.push_back(std::abs(x - usual));
+    const double spread = 3 * 1.4826 * median(dev);
+    if (least > usual * (1 + margin) && least - usual > std::max(kMinExcess, spread))
+      return SlowCollectives{least, usual};
+  }
+  history_.push_back(least);
+  if (history_.size() > kHistory) history_.erase(history_.begin());
   return std::nullopt;
 }
 

@@ -29,23 +29,27 @@ struct Straggler {
 
 std::vector<Straggler> find_stragglers(const std::vector<RankTiming>& ranks, double margin);
 
-// The collectives slowed on every rank: the least time any rank waited in them per step, and the
-// lowest that least wait was at the earlier checks.
+// The collectives slowed on every rank: the least time any rank waited in them per step, and
+// what that least wait usually was at the earlier checks.
 struct SlowCollectives {
-  double least_wait, baseline;  // seconds per step
+  double least_wait, baseline;  // seconds per step; baseline: the usual least wait
 };
 
 // A slow link is not a slow rank. When the network between hosts slows, every rank waits longer
 // in the collectives while its own work stays the same; when one rank is slow, the others wait for
 // it, but it does not wait itself. So the least any rank waits (the minimum over ranks of
-// phases[comm]) is watched from check to check: above its lowest earlier value by the margin and
-// by 10 ms a step, the collectives themselves have slowed (one rank's slowness cannot raise it).
+// phases[comm]) is watched from check to check: above its usual value (the median of the last
+// kHistory checks that were not slow) by the margin and by 10 ms a step, the collectives
+// themselves have slowed (one rank's slowness cannot raise it). A median, not the lowest value
+// ever seen: at 4,096 simulated ranks the lowest drifted down with noise and a third of clean
+// checks looked slow against it (bench/straggler_sim).
 class CollectiveWatch {
  public:
+  static constexpr size_t kHistory = 16;
   std::optional<SlowCollectives> check(const std::vector<RankTiming>& ranks, double margin);
 
  private:
-  double baseline_ = -1;  // < 0: no check yet
+  std::vector<double> history_;  // least waits of the last kHistory checks not judged slow
 };
 
 }  // namespace trainrun
