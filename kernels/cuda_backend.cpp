@@ -14,6 +14,7 @@
 // embedding_backward's table gradient is f32 only). f64 is refused: it exists for CPU gradient
 // checks only. CUDA failures throw DeviceError.
 #include <cuda_runtime.h>
+#include <algorithm>
 
 #include <cmath>
 #include <cstdio>
@@ -61,6 +62,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaSetDevice(ordinal_);
     if (scratch_) cudaFree(scratch_);
+    if (runs_) cudaFree(runs_);
     cudaFree(bad_id_);
   }
   CudaBackend(const CudaBackend&) = delete;
@@ -315,6 +317,19 @@ class CudaBackend final : public Backend {
                                        hp.grad_scale));
   }
 
+  void adamw_runs_impl(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp,
+                       const std::vector<AdamWRun>& runs) override {
+    on_device();
+    const int count = upload_runs(runs);
+    if (count == 0) return;
+    const int64_t n = runs_host_.back().end;
+    auto step = [&](double wd) {
+      return AdamWStep<float>::make(hp.lr, hp.beta1, hp.beta2, hp.eps, wd, hp.step, hp.grad_scale);
+    };
+    cuda::adamw_runs(param.as<float>(), grad.as<float>(), m.as<float>(), v.as<float>(), runs_,
+                     count, n, step(hp.weight_decay), step(0.0));
+  }
+
  private:
   // The CUDA runtime's current device is per host thread; the trainer, the checkpoint writer and
   // the communicator may call from different threads.
@@ -375,11 +390,40 @@ class CudaBackend final : public Backend {
     return scratch_;
   }
 
+  // adamw_runs' table in device memory. The optimizer passes the same runs every step, so it is
+  // copied only when it differs from the last one. Returns the number of non-empty runs.
+  int upload_runs(const std::vector<AdamWRun>& runs) {
+    std::vector<AdamWRunDevice> t;
+    for (const AdamWRun& r : runs)
+      if (r.n > 0) t.push_back({r.begin, r.begin + r.n, r.decay ? 1 : 0});
+    const bool same = t.size() == runs_host_.size() &&
+                      std::equal(t.begin(), t.end(), runs_host_.begin(), [](auto& a, auto& b) {
+                        return a.begin == b.begin && a.end == b.end && a.decay == b.decay;
+                      });
+    if (same) return static_cast<int>(t.size());
+    if (t.size() > runs_capacity_) {
+      if (runs_) cuda_check(cudaFree(runs_), "cudaFree (adamw runs)");
+      runs_ = nullptr;
+      runs_capacity_ = 0;
+      cuda_check(cudaMalloc(reinterpret_cast<void**>(&runs_), t.size() * sizeof(t[0])),
+                 "cudaMalloc (adamw runs)");
+      runs_capacity_ = t.size();
+    }
+    if (!t.empty())
+      cuda_check(cudaMemcpy(runs_, t.data(), t.size() * sizeof(t[0]), cudaMemcpyHostToDevice),
+                 "cudaMemcpy (adamw runs)");
+    runs_host_ = std::move(t);
+    return static_cast<int>(runs_host_.size());
+  }
+
   int ordinal_;
   std::string describe_;
   Gemm gemm_;
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  AdamWRunDevice* runs_ = nullptr;  // adamw_runs' table (upload_runs)
+  size_t runs_capacity_ = 0;
+  std::vector<AdamWRunDevice> runs_host_;
   unsigned long long* bad_id_ = nullptr;  // kIdChecks flags, kNoBadId when none (id_flag)
   std::vector<IdCheck> pending_;          // the ops whose flags are not read back yet
 };

@@ -107,6 +107,15 @@ void cross_entropy_backward(DType dt, DType st, void* dlogits, const void* logit
 size_t reduce_scratch_bytes();
 double sum(DType dt, const void* x, int64_t n, bool squares, void* scratch);
 
+// adamw.cu: one run of AdamW's flat buffers, [begin, end), as the kernel reads it.
+struct AdamWRunDevice {
+  int64_t begin, end;
+  int32_t decay;  // 1: hp.weight_decay, 0: none
+};
+// Every run in one launch; n = the end of the last run; runs is device memory.
+void adamw_runs(float* param, const float* grad, float* m, float* v, const AdamWRunDevice* runs,
+                int count, int64_t n, const AdamWStep<float>& decay,
+                const AdamWStep<float>& no_decay);
 // adamw.cu (f32 only): trainrun/core/adamw_update.h's element update over [0, n)
 void adamw(float* param, const float* grad, float* m, float* v, int64_t n,
            const AdamWStep<float>& s);

@@ -498,4 +498,32 @@ void Backend::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWPa
   adamw_impl(param, grad, m, v, hp);
 }
 
+void Backend::adamw_runs(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp,
+                         const std::vector<AdamWRun>& runs) {
+  pointwise(*this, Op::adamw, {{"param", param}, {"grad", grad}, {"m", m}, {"v", v}});
+  OpCheck c(*this, Op::adamw);
+  if (hp.step < 1) c.fail(fmt::format("step is {}, must be >= 1 (1-based)", hp.step));
+  int64_t end = 0;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const AdamWRun& r = runs[i];
+    if (r.begin < end || r.n < 0 || r.begin + r.n > param.numel())
+      c.fail(fmt::format("run {} [{}, {}) is not sorted, disjoint and inside the {} elements", i,
+                         r.begin, r.begin + r.n, param.numel()));
+    end = r.begin + r.n;
+  }
+  const OpTimer timer(*this, Op::adamw);
+  adamw_runs_impl(param, grad, m, v, hp, runs);
+}
+
+void Backend::adamw_runs_impl(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp,
+                              const std::vector<AdamWRun>& runs) {
+  for (const AdamWRun& r : runs) {
+    if (r.n == 0) continue;
+    AdamWParams h = hp;
+    if (!r.decay) h.weight_decay = 0.0f;
+    adamw_impl(param.slice(r.begin, {r.n}), grad.slice(r.begin, {r.n}), m.slice(r.begin, {r.n}),
+               v.slice(r.begin, {r.n}), h);
+  }
+}
+
 }  // namespace trainrun

@@ -51,31 +51,22 @@ void AdamW::step(double lr, int64_t t, double grad_scale) {
   hp.eps = static_cast<float>(cfg_.eps);
   hp.step = t;
   hp.grad_scale = grad_scale;
-  Tensor params = ps_.params(), grads = ps_.grads(), m_all = m(), v_all = v();
-  // Weight decay applies per parameter, so walk the parameters that overlap the shard and merge
-  // neighbours with the same decay flag into one fused call.
-  int64_t run_begin = -1, run_end = -1;
-  bool run_decay = false;
-  auto flush = [&]() {
-    if (run_begin < 0) return;
-    const int64_t n = run_end - run_begin, off = run_begin - shard_.begin;
-    hp.weight_decay = run_decay ? static_cast<float>(cfg_.weight_decay) : 0.0f;
-    be.adamw(params.slice(run_begin, {n}), grads.slice(run_begin, {n}), m_all.slice(off, {n}),
-             v_all.slice(off, {n}), hp);
-    run_begin = -1;
-  };
+  // Weight decay applies per parameter: the parameters overlapping the shard become runs of
+  // equal decay (neighbours merged), all updated in one call (one launch on a GPU).
+  std::vector<AdamWRun> runs;
   for (const ParamInfo& p : ps_.infos()) {
     const int64_t b = std::max(p.offset, shard_.begin);
     const int64_t e = std::min(p.offset + p.numel, shard_.end);
     if (b >= e) continue;
-    if (run_begin >= 0 && (p.decay != run_decay || b != run_end)) flush();
-    if (run_begin < 0) {
-      run_begin = b;
-      run_decay = p.decay;
-    }
-    run_end = e;
+    const int64_t begin = b - shard_.begin;
+    if (!runs.empty() && runs.back().decay == p.decay && runs.back().begin + runs.back().n == begin)
+      runs.back().n += e - b;
+    else
+      runs.push_back({begin, e - b, p.decay});
   }
-  flush();
+  hp.weight_decay = static_cast<float>(cfg_.weight_decay);
+  be.adamw_runs(ps_.params().slice(shard_.begin, {shard_.size()}),
+                ps_.grads().slice(shard_.begin, {shard_.size()}), m(), v(), hp, runs);
 }
 
 }  // namespace trainrun

@@ -4,6 +4,7 @@
 // than the CPU get 1e-4 (GEMMs, layernorm) to 2e-4 (attention: exp and two GEMM-like sums);
 // pointwise ops 1e-5 (GELU's tanh) to 1e-6 (one rounding); bf16 results get 1e-2 to 3e-2, a few
 // bf16 ulps (2^-8 = 3.9e-3), since the reference's f32 value is rounded to bf16 before comparing.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -543,6 +544,27 @@ void add_adamw(std::vector<OpCase>& out, const Ctx& x) {
     be.adamw(a["param"], a["grad"], a["m"], a["v"], hp);
   });
   out.push_back(std::move(clipped));
+  // Every parameter in one call: runs of alternating decay, of odd lengths, one gap left alone
+  // and a first run past element 0 (the CUDA backend's one launch, its block-chunk boundaries
+  // crossed at several places, against the CPU's update per run).
+  OpCase runs = c;
+  runs.variant = " runs";
+  runs.call = op_call([n](Backend& be, const Args& a) {
+    AdamWParams hp;
+    hp.lr = 3e-4f;
+    hp.weight_decay = 0.1f;
+    hp.step = 7;
+    hp.grad_scale = 0.8;
+    std::vector<AdamWRun> r;
+    int64_t at = 5;
+    for (int i = 0; at < n; ++i) {
+      const int64_t len = std::min<int64_t>(n - at, 1 + (i * 7919 + 3) % 20011);
+      if (i != 3) r.push_back({at, len, i % 2 == 0});  // run 3 skipped: a gap
+      at += len;
+    }
+    be.adamw_runs(a["param"], a["grad"], a["m"], a["v"], hp, r);
+  });
+  out.push_back(std::move(runs));
   out.push_back(std::move(c));
 }
 
@@ -614,6 +636,19 @@ std::vector<OpCase> error_cases() {
   add(Op::matmul, " wrong shape", Expect::invalid_argument,
       {input("in", f, {4, 6}), input("w", f, {4, 6}), output("out", f, {6, 4})},
       [](Backend& be, const Args& a) { be.matmul(a["out"], a["in"], a["w"], Tensor()); });
+  add(Op::adamw, " runs overlap", Expect::invalid_argument,
+      {inout("param", f, {10}), input("grad", f, {10}), inout("m", f, {10}),
+       inout("v", f, {10}, 0.0f, 1e-5f)},
+      [](Backend& be, const Args& a) {
+        be.adamw_runs(a["param"], a["grad"], a["m"], a["v"], AdamWParams{},
+                      {{0, 5, true}, {4, 3, false}});
+      });
+  add(Op::adamw, " run past the end", Expect::invalid_argument,
+      {inout("param", f, {10}), input("grad", f, {10}), inout("m", f, {10}),
+       inout("v", f, {10}, 0.0f, 1e-5f)},
+      [](Backend& be, const Args& a) {
+        be.adamw_runs(a["param"], a["grad"], a["m"], a["v"], AdamWParams{}, {{8, 3, true}});
+      });
   add(Op::attention, " heads do not divide C", Expect::invalid_argument,
       {input("qkv", f, {1, 2, 12}), output("out", f, {1, 2, 4}), output("lse", f, {1, 3, 2})},
       [](Backend& be, const Args& a) { be.attention(a["out"], a["lse"], a["qkv"], 3); });

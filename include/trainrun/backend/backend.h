@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "trainrun/core/tensor.h"
 
@@ -64,6 +65,13 @@ struct AdamWParams {
   // into the update's one pass instead of a scale() pass of its own over the gradients, which
   // stay unscaled in their buffer.
   double grad_scale = 1.0;
+};
+
+// A run [begin, begin + n) of the optimizer's flat buffers and whether weight decay applies to it
+// (decay is per parameter: matrices yes, biases and norms no).
+struct AdamWRun {
+  int64_t begin = 0, n = 0;
+  bool decay = false;
 };
 
 // Every op of the set, for supports() and for naming ops in messages and tests.
@@ -233,6 +241,12 @@ class Backend {
   // Fused AdamW with decoupled weight decay over a contiguous range of the flat buffers, on
   // grad * hp.grad_scale.
   void adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp);
+  // The same over several runs of those buffers in one call (one kernel launch on a GPU, rather
+  // than one per run of equal decay): hp.weight_decay on the runs with decay, 0 on the others.
+  // Runs are sorted, disjoint and inside the four equal-length tensors; elements between runs
+  // are left alone.
+  void adamw_runs(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp,
+                  const std::vector<AdamWRun>& runs);
 
  protected:
   // The implementations. Each is called only with what its public method validated: required
@@ -278,6 +292,9 @@ class Backend {
                                            Tensor targets, float scale) = 0;
   virtual double sum_impl(Tensor x, bool squares) = 0;
   virtual void adamw_impl(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp) = 0;
+  // Default: adamw_impl on each run's slices (the CPU); the CUDA backend makes it one launch.
+  virtual void adamw_runs_impl(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp,
+                               const std::vector<AdamWRun>& runs);
 
   // The DataError for a token id outside [0, limit) at position `index` of `name`, worded the
   // same on every backend.
