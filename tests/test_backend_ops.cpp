@@ -75,7 +75,8 @@ std::vector<ModelShape> shapes(bool quick) {
       {"T1", 1, 1, 32, 1, 11},          // one token, one head
       {"odd", 3, 67, 96, 3, 1001},      // hd 32, T not a tile multiple
       {"hd40", 2, 129, 80, 2, 333},     // hd not a multiple of 32
-      {"hd64", 1, 130, 256, 4, 500},    // hd 64: bf16 attention on tensor cores, GQA 1 and 2
+      {"hd64", 1, 130, 256, 4, 500},    // hd 64: bf16 attention on tensor cores, GQA 1 and 2 (only
+                                        // attention: all_cases)
       {"hd19", 1, 33, 57, 3, 50257},    // prime-ish sizes, GPT-2's vocabulary, batch 1
       {"hd128", 1, 256, 256, 2, 4096},  // the largest head_dim
   };
@@ -98,7 +99,13 @@ std::vector<OpCase> all_cases(const Options& o, uint64_t seed) {
   std::vector<OpCase> cases = error_cases();
   for (const DType dt : {DType::f32, DType::bf16})
     for (const ModelShape& s : shapes(o.quick))
-      for (OpCase& c : cases_for(s, dt)) cases.push_back(std::move(c));
+      for (OpCase& c : cases_for(s, dt)) {
+        // hd64 is there for attention (the tensor-core kernels' head_dim 64 with grouped-query
+        // heads); its other ops repeat the other shapes' at a CI cost (the sim under ASan).
+        const bool attention = c.op == Op::attention || c.op == Op::attention_backward;
+        if (std::string(s.name) == "hd64" && !attention) continue;
+        cases.push_back(std::move(c));
+      }
   std::vector<OpCase> picked;
   for (OpCase& c : cases) {
     if (!o.op.empty() && c.name().find(o.op) == std::string::npos) continue;
