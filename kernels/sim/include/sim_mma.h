@@ -13,10 +13,11 @@
 #include <string>
 
 #include "cuda_bf16.h"
-#include "scheduler.h"  // fail(): ends the launch as a kernel fault
 #include "sim_device.h"
 
 namespace trainrun::sim {
+
+[[noreturn]] void fail(const std::string& message);  // scheduler.cpp: ends the launch
 
 inline float bf16_half(uint32_t reg, int hi) {
   return trainrun::bf16_to_f32(static_cast<uint16_t>(hi ? reg >> 16 : reg & 0xffffu));
