@@ -127,8 +127,13 @@ def test_slow_rank_is_named_as_a_straggler(tmp_path):
 
 
 def test_no_straggler_without_a_fault(tmp_path):
+    # Every rank sleeps 20 ms a step, the same on both: the steps of this tiny model are ~0.5 ms,
+    # so unpaced a 5-step window lasts a few ms and one burst of another process on a 2-core
+    # machine could slow 3 of one rank's 5 steps by 10 ms (it did, once in CI). Paced, the cores
+    # are idle most of each step and a window spans ~100 ms, as a real job's steps would.
     rd = tmp_path / "even"
-    run([QS, *sets(*STRAGGLER_RUN), "--run-dir", str(rd)], env=ONE_THREAD, check=0)
+    run([QS, *sets(*STRAGGLER_RUN), "--run-dir", str(rd)],
+        env={**ONE_THREAD, "TRAINRUN_FAULTS": "slow:ms=20"}, check=0)
     assert not [r for r in metrics(rd, "event") if r.get("event") == "straggler"]
 
 
