@@ -17,9 +17,12 @@
 //
 // Forward: online softmax. Per query row: running max m, running sum l, accumulator o. For each
 // key tile: m' = max(m, tile max), alpha = exp(m - m'), l = l*alpha + sum p, o = o*alpha + P.V.
-// Key tiles are aligned to query tiles and start at 0, so every tile a row visits holds key
-// k0 <= q for it: the max is always finite and no -inf - -inf NaN can arise.
-// Backward (three kernels, no atomics, deterministic):
+// Document masking (documents.h): query q sees keys [first_key(q), q]. Key tiles stay aligned to
+// query tiles and start at the tile holding the least first key of the block's queries; a row
+// whose document starts after a tile sees none of its keys there (its max is still -inf) and
+// skips the tile, so no -inf - -inf NaN can arise. Without document starts every first key is 0:
+// the plain causal mask, every tile from 0 holding a key the row sees.
+// Backward (three kernels, no atomics, deterministic; the same mask per score):
 //   D_q = dout_q . out_q                        (attention_delta_kernel)
 //   p = exp(s - lse_q), dS = p (dout_q . v_k - D_q)
 //   dQ_q += scale sum_k dS k_k                  (attention_dq_kernel: grid over query tiles)
@@ -34,6 +37,7 @@
 #include "attention.h"
 #include "common.cuh"
 #include "launch.h"
+#include "trainrun/core/documents.h"
 
 namespace trainrun::cuda {
 namespace {
@@ -44,6 +48,24 @@ constexpr int kRowsPerWarp = kTile / kWarps;             // 4
 constexpr int kDimsPerLane = kAttentionMaxHeadDim / 32;  // 4
 
 using Geometry = AttentionGeometry;
+
+static_assert(kTile == 32, "a lane holds one row of a tile (first keys, scores)");
+// The first key of each of the warp's rows (lane i read query q0 + i's), and the first key tile
+// the block visits: the one holding the least first key of its queries (the same in every warp).
+struct TileFirstKeys {
+  int row[kRowsPerWarp];
+  int64_t k_begin;
+};
+__device__ __forceinline__ TileFirstKeys tile_first_keys(const Geometry& g, int64_t b, int64_t q0) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int fk = row_first_key(g, b, q0 + lane);
+  TileFirstKeys t;
+  t.k_begin = int64_t{warp_min(fk)} / kTile * kTile;  // row q0 < T, so the min is a key
+#pragma unroll
+  for (int rr = 0; rr < kRowsPerWarp; ++rr)
+    t.row[rr] = __shfl_sync(0xffffffffu, fk, warp * kRowsPerWarp + rr);
+  return t;
+}
 
 // Loads rows [t0, t0+kTile) of one head's slice (columns `col0` .. +hd of a [B*T, ld] matrix)
 // into fp32 shared memory with row stride `stride`; rows past T read as zero.
@@ -73,6 +95,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
   load_tile(Qs, hd, qbase, g.W, q0, g.T, hd);
+  const TileFirstKeys fk = tile_first_keys(g, b, q0);
 
   float m[kRowsPerWarp], l[kRowsPerWarp], o[kRowsPerWarp][kDimsPerLane];
 #pragma unroll
@@ -84,7 +107,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 
   const int64_t last_key = (q0 + kTile - 1 < g.T ? q0 + kTile - 1 : g.T - 1);
-  for (int64_t k0 = 0; k0 <= last_key; k0 += kTile) {
+  for (int64_t k0 = fk.k_begin; k0 <= last_key; k0 += kTile) {
     __syncthreads();  // everyone is done with the previous K/V tile
     load_tile(Ks, hd + 1, kbase, g.W, k0, g.T, hd);
     load_tile(Vs, hd, vbase, g.W, k0, g.T, hd);
@@ -95,21 +118,24 @@ __global__ void __launch_bounds__(kWarps * 32)
       const int64_t qi = q0 + r;
       if (qi >= g.T) continue;  // warp-uniform
       const int64_t kj = k0 + lane;
+      const bool seen = fk.row[rr] <= kj && kj <= qi;
       float s = -INFINITY;
-      if (kj <= qi) {
+      if (seen) {
         float acc = 0.0f;
         for (int d = 0; d < hd; ++d) acc += Qs[r * hd + d] * Ks[lane * (hd + 1) + d];
         s = acc * g.scale;
       }
-      const float m_new = fmaxf(m[rr], warp_max(s));  // finite: key k0 <= qi is in this tile
-      const float p = kj <= qi ? expf(s - m_new) : 0.0f;
-      const float alpha = expf(m[rr] - m_new);  // 0 on the first tile (m = -inf)
+      const float m_new = fmaxf(m[rr], warp_max(s));
+      if (m_new == -INFINITY) continue;  // the row's document starts after this tile (uniform)
+      const float p = seen ? expf(s - m_new) : 0.0f;
+      const float alpha = expf(m[rr] - m_new);  // 0 on the row's first tile (m = -inf)
       l[rr] = l[rr] * alpha + warp_sum(p);
       m[rr] = m_new;
 #pragma unroll
       for (int k = 0; k < kDimsPerLane; ++k) o[rr][k] *= alpha;
+      const int jmin = static_cast<int>(fk.row[rr] > k0 ? fk.row[rr] - k0 : 0);
       const int jmax = static_cast<int>(qi - k0 + 1 < kTile ? qi - k0 + 1 : kTile);
-      for (int j = 0; j < jmax; ++j) {
+      for (int j = jmin; j < jmax; ++j) {
         const float pj = __shfl_sync(0xffffffffu, p, j);
 #pragma unroll
         for (int k = 0; k < kDimsPerLane; ++k) {
@@ -151,7 +177,7 @@ __global__ void attention_delta_kernel(float* D, const T* dout, const T* out, in
   if (lane == 0) D[(b * g.NH + h) * g.T + t] = acc;
 }
 
-// dQ for a tile of queries, streaming key tiles 0 .. the diagonal.
+// dQ for a tile of queries, streaming key tiles from the least first key's to the diagonal.
 template <class T, class S>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_dq_kernel(T* dqkv, const T* dout, const T* qkv, const S* lse, const float* D,
@@ -171,6 +197,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   load_tile(Qs, hd, qbase, g.W, q0, g.T, hd);
   load_tile(dOs, hd, dout + b * g.T * g.C + h * hd, g.C, q0, g.T, hd);
+  const TileFirstKeys fk = tile_first_keys(g, b, q0);
 
   float row_lse[kRowsPerWarp], row_D[kRowsPerWarp], dq[kRowsPerWarp][kDimsPerLane];
 #pragma unroll
@@ -183,7 +210,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 
   const int64_t last_key = (q0 + kTile - 1 < g.T ? q0 + kTile - 1 : g.T - 1);
-  for (int64_t k0 = 0; k0 <= last_key; k0 += kTile) {
+  for (int64_t k0 = fk.k_begin; k0 <= last_key; k0 += kTile) {
     __syncthreads();
     load_tile(Ks, hd + 1, kbase, g.W, k0, g.T, hd);
     load_tile(Vs, hd + 1, vbase, g.W, k0, g.T, hd);
@@ -195,7 +222,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (qi >= g.T) continue;
       const int64_t kj = k0 + lane;
       float ds = 0.0f;
-      if (kj <= qi) {
+      if (fk.row[rr] <= kj && kj <= qi) {
         float s = 0.0f, dp = 0.0f;
         for (int d = 0; d < hd; ++d) {
           s += Qs[r * hd + d] * Ks[lane * (hd + 1) + d];
@@ -204,8 +231,9 @@ __global__ void __launch_bounds__(kWarps * 32)
         const float p = expf(s * g.scale - row_lse[rr]);
         ds = p * (dp - row_D[rr]);
       }
+      const int jmin = static_cast<int>(fk.row[rr] > k0 ? fk.row[rr] - k0 : 0);
       const int jmax = static_cast<int>(qi - k0 + 1 < kTile ? qi - k0 + 1 : kTile);
-      for (int j = 0; j < jmax; ++j) {
+      for (int j = jmin; j < jmax; ++j) {
         const float dsj = __shfl_sync(0xffffffffu, ds, j);
 #pragma unroll
         for (int k = 0; k < kDimsPerLane; ++k) {
@@ -230,7 +258,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // dK and dV for a tile of keys of one kv head, streaming, for each q head sharing it, the query
-// tiles from the diagonal to T.
+// tiles from the diagonal to T; a tile none of whose queries sees a key of the block (their
+// documents start after it) is skipped.
 template <class T, class S>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_dkv_kernel(T* dqkv, const T* dout, const T* qkv, const S* lse, const float* D,
@@ -243,6 +272,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   float* dOs = Qs + kTile * (hd + 1);     // [kTile][hd + 1] same
   float* lse_s = dOs + kTile * (hd + 1);  // [kTile]
   float* D_s = lse_s + kTile;             // [kTile]
+  int* fk_s = reinterpret_cast<int*>(D_s + kTile);  // [kTile] first keys (kNoKey past T)
   const int64_t bkv = blockIdx.y, b = bkv / g.NKV, kvh = bkv % g.NKV;
   const int64_t k0 = int64_t(blockIdx.x) * kTile;
   const T* row0 = qkv + b * g.T * g.W;
@@ -262,6 +292,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     const T* qbase = row0 + h * hd;
     const T* dbase = dout + b * g.T * g.C + h * hd;
     for (int64_t q0 = k0; q0 < g.T; q0 += kTile) {
+      const int fk = row_first_key(g, b, q0 + lane);  // lane i: query q0 + i's first key
+      if (warp_min(fk) >= k0 + kTile) continue;       // the same in every warp
       __syncthreads();
       load_tile(Qs, hd + 1, qbase, g.W, q0, g.T, hd);
       load_tile(dOs, hd + 1, dbase, g.C, q0, g.T, hd);
@@ -269,6 +301,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int64_t t = q0 + threadIdx.x;
         lse_s[threadIdx.x] = t < g.T ? to_f32(lse[bh * g.T + t]) : 0.0f;
         D_s[threadIdx.x] = t < g.T ? D[bh * g.T + t] : 0.0f;
+        fk_s[threadIdx.x] = fk;  // warp 0's lanes
       }
       __syncthreads();
 #pragma unroll
@@ -278,7 +311,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         if (kj >= g.T) continue;  // warp-uniform
         const int64_t qi = q0 + lane;
         float p = 0.0f, ds = 0.0f;
-        if (qi < g.T && qi >= kj) {
+        if (fk_s[lane] <= kj && kj <= qi) {
           float s = 0.0f, dp = 0.0f;
           for (int d = 0; d < hd; ++d) {
             s += Qs[lane * (hd + 1) + d] * Ks[r * hd + d];
@@ -361,9 +394,10 @@ bool tensor_cores(DType dt, int64_t hd) {
 }  // namespace
 
 void attention_forward(DType dt, DType st, void* out, void* lse, const void* qkv, int64_t B,
-                       int64_t T_, int64_t hd, int NH, int NKV) {
+                       int64_t T_, int64_t hd, int NH, int NKV, const int32_t* doc_start) {
   if (B <= 0 || T_ <= 0) return;
-  const Geometry g = geometry(T_, hd, NH, NKV);
+  Geometry g = geometry(T_, hd, NH, NKV);
+  g.doc_start = doc_start;
   check_geometry(g, "attention");
   if (tensor_cores(dt, hd)) {
     attention_tc_forward(st, out, lse, qkv, B, g);
@@ -387,16 +421,17 @@ size_t attention_backward_scratch_bytes(int64_t B, int64_t T_, int NH) {
 
 void attention_backward(DType dt, DType st, void* dqkv, const void* dout, const void* qkv,
                         const void* out, const void* lse, int64_t B, int64_t T_, int64_t hd, int NH,
-                        int NKV, void* scratch) {
+                        int NKV, const int32_t* doc_start, void* scratch) {
   if (B <= 0 || T_ <= 0) return;
-  const Geometry g = geometry(T_, hd, NH, NKV);
+  Geometry g = geometry(T_, hd, NH, NKV);
+  g.doc_start = doc_start;
   check_geometry(g, "attention_backward");
   float* D = static_cast<float*>(scratch);
   const unsigned tiles = static_cast<unsigned>((T_ + kTile - 1) / kTile);
   const dim3 grid(tiles, static_cast<unsigned>(B * NH));      // dQ: per q head
   const dim3 kv_grid(tiles, static_cast<unsigned>(B * NKV));  // dK/dV: per kv head
   const size_t smem_dq = sizeof(float) * (kTile * g.hd * 2 + kTile * (g.hd + 1) * 2);
-  const size_t smem_dkv = smem_dq + sizeof(float) * 2 * kTile;
+  const size_t smem_dkv = smem_dq + sizeof(float) * 2 * kTile + sizeof(int) * kTile;
   by_dtypes(dt, st, "attention_backward", [&](auto t, auto s) {
     using T = decltype(t);
     using S = decltype(s);

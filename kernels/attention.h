@@ -1,21 +1,33 @@
 // What attention.cu (the entry points and the CUDA-core kernels) and attention_tc.cu (the
 // tensor-core kernels for bf16) share: the geometry of the qkv layout and the tensor-core path's
-// entry points. attention.cu chooses the path; launch.h is the backend's view of both.
+// entry points, and the document-masking helper of their kernels. attention.cu chooses the path;
+// launch.h is the backend's view of both.
 #pragma once
 
 #include <cstdint>
 
+#include "common.cuh"
+#include "trainrun/core/documents.h"
 #include "trainrun/core/tensor.h"
 
 namespace trainrun::cuda {
 
 // qkv [B,T,W], W = (NH + 2*NKV)*hd = (q | k | v); out [B,T,C], C = NH*hd (launch.h).
 struct AttentionGeometry {
-  int64_t T, C, W;         // sequence length, out width NH*hd, qkv row width
-  int64_t k_col, v_col;    // first column of k head 0 and of v head 0 in a qkv row
-  int NH, NKV, group, hd;  // group = NH / NKV q heads per kv head
-  float scale;             // 1 / sqrt(hd)
+  int64_t T, C, W;                     // sequence length, out width NH*hd, qkv row width
+  int64_t k_col, v_col;                // first column of k head 0 and of v head 0 in a qkv row
+  int NH, NKV, group, hd;              // group = NH / NKV q heads per kv head
+  float scale;                         // 1 / sqrt(hd)
+  const int32_t* doc_start = nullptr;  // [B,T] document starts (documents.h); nullptr: none
 };
+
+constexpr int kNoKey = 0x7fffffff;  // a first key above every key: a row past T sees none
+
+// The first key query t sees (documents.h) as a 32-bit int (doc_start is i32, so T < 2^31);
+// kNoKey for rows past T.
+__device__ __forceinline__ int row_first_key(const AttentionGeometry& g, int64_t b, int64_t t) {
+  return t < g.T ? static_cast<int>(first_key(g.doc_start, b, g.T, t)) : kNoKey;
+}
 
 // attention_tc.cu: bf16 activations with head_dim 32, 64 or 128.
 bool attention_tc_supports(DType dt, int64_t hd);

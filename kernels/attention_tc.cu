@@ -18,12 +18,20 @@
 // Softmax runs in base 2 (exp2 of scores pre-multiplied by scale * log2 e, one FMA each); lse is
 // stored in natural log as attention.cu stores it. P and dS are rounded to bf16 for the second
 // product, as flash attention does; the gpu suite's bf16 tolerance covers it.
+// Document masking (documents.h): query q sees keys first_key(q) <= k <= q. Each lane reads the
+// first keys of its rows once (rows past T get one above every key: they see nothing); the forward
+// and dQ start at the key tile holding the least first key of the block's queries, and dK/dV skip
+// query tiles whose documents all start after the block's keys. A row may then see a whole tile
+// masked before its first key; the forward's online softmax subtracts 0 instead of a max of -inf
+// there (as flash attention does), so exp2 gives 0, never NaN. Without document starts every first
+// key is 0: the causal mask.
 #include <cmath>
 
 #include <type_traits>
 
 #include "attention.h"
 #include "mma.cuh"
+#include "trainrun/core/documents.h"
 
 namespace trainrun::cuda {
 namespace {
@@ -36,6 +44,30 @@ constexpr float kLn2 = 0.6931471805599453f;
 
 template <int HD>
 constexpr int kLd = HD + 8;  // shared-memory row stride in elements (16-byte multiple)
+
+// The keys a lane's two rows (queries q and q + 8) see among those of a 16 x 64 score tile of keys
+// from k0: the lane's element (j, e) is key k0 + 8j + 2t4 + e%2 of row e/2, kept when
+// lo[e/2] <= 8j + e%2 <= hi[e/2]. Offsets from the lane's first key, in 32 bits.
+struct SeenKeys {
+  int lo[2], hi[2];
+};
+__device__ __forceinline__ SeenKeys seen_keys(const int (&fk)[2], int64_t q, int64_t k0, int t4) {
+  const int64_t first = k0 + 2 * t4;
+  SeenKeys k;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    k.lo[r] = static_cast<int>(fk[r] - first);  // <= kNoKey
+    k.hi[r] = static_cast<int>(q + 8 * r - first);
+  }
+  return k;
+}
+
+// The least first key of queries [t0, t0 + 64) (kNoKey if none is before T), in every lane.
+__device__ __forceinline__ int least_first_key(const AttentionGeometry& g, int64_t b, int64_t t0) {
+  const int lane = threadIdx.x % 32;
+  const int a = row_first_key(g, b, t0 + lane), c = row_first_key(g, b, t0 + 32 + lane);
+  return warp_min(a < c ? a : c);
+}
 
 // Rows [t0, t0 + 64) of one head's slice (hd columns of a [*, ld] bf16 matrix) into shared memory;
 // rows past T read as zero, so no 0xFF (NaN) byte ever enters a product.
@@ -151,31 +183,37 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int n = 0; n < HD / 8; ++n) o[n] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows gr and gr + 8, base 2
+  const int fk[2] = {row_first_key(g, b, wq0 + gr), row_first_key(g, b, wq0 + gr + 8)};
+  const int warp_fk = warp_min(fk[0] < fk[1] ? fk[0] : fk[1]);
 
   const int64_t last_key = q0 + kRows - 1 < g.T ? q0 + kRows - 1 : g.T - 1;
-  for (int64_t k0 = 0; k0 <= last_key; k0 += kCols) {
+  for (int64_t k0 = least_first_key(g, b, q0) / kCols * kCols; k0 <= last_key; k0 += kCols) {
     __syncthreads();  // every warp is done with the previous K/V tile
     load_rows<HD>(Ks, row0 + g.k_col + kvh * HD, g.W, k0, g.T);
     load_rows<HD>(Vs, row0 + g.v_col + kvh * HD, g.W, k0, g.T);
     __syncthreads();
     if (k0 > wq0 + 15) continue;  // every key of the tile is after the warp's queries (uniform)
+    if (k0 + kCols <= warp_fk) continue;  // ... or before their documents (uniform)
     FragC s[8];
     abt<HD>(s, qf, Ks);
+    const SeenKeys sk = seen_keys(fk, wq0 + gr, k0, t4);
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int64_t qi = wq0 + gr + 8 * (e / 2), kj = k0 + 8 * j + 2 * t4 + e % 2;
-        s[j].x[e] = kj <= qi ? s[j].x[e] * c : -INFINITY;
+        const int col = 8 * j + e % 2;
+        s[j].x[e] = sk.lo[e / 2] <= col && col <= sk.hi[e / 2] ? s[j].x[e] * c : -INFINITY;
         tile_max[e / 2] = fmaxf(tile_max[e / 2], s[j].x[e]);
       }
-    float alpha[2];
+    float alpha[2], m_sub[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      // Finite: key tiles start at 0 and each holds key k0 <= the query for a warp that works.
+      // -inf while the row has seen no key (its document starts after this tile): subtract 0
+      // then, so exp2 gives 0 and never -inf - -inf = NaN.
       const float m_new = fmaxf(m[r], quad_max(tile_max[r]));
-      alpha[r] = exp2f(m[r] - m_new);  // 0 on the first tile (m = -inf)
+      m_sub[r] = m_new == -INFINITY ? 0.0f : m_new;
+      alpha[r] = exp2f(m[r] - m_sub[r]);  // 0 on the row's first tile (m = -inf)
       m[r] = m_new;
       l[r] *= alpha[r];
     }
@@ -183,8 +221,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[j].x[e] = exp2f(s[j].x[e] - m[e / 2]);  // masked: exp2(-inf) = 0
-        l[e / 2] += s[j].x[e];                    // this lane's part of the row sum
+        s[j].x[e] = exp2f(s[j].x[e] - m_sub[e / 2]);  // masked: exp2(-inf) = 0
+        l[e / 2] += s[j].x[e];                        // this lane's part of the row sum
       }
 #pragma unroll
     for (int n = 0; n < HD / 8; ++n)
@@ -230,24 +268,27 @@ __global__ void __launch_bounds__(kWarps * 32)
   load_rows<HD>(Qs, row0 + h * HD, g.W, q0, g.T);
   load_rows<HD>(dOs, dout + b * g.T * g.C + h * HD, g.C, q0, g.T);
   __syncthreads();
-  float lse2[2], Dr[2];  // rows gr and gr + 8: lse in base 2, D
+  float lse2[2], Dr[2];  // rows gr and gr + 8: lse in base 2, D, first key (kNoKey past T)
+  int fk[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t qi = wq0 + gr + 8 * r;
     lse2[r] = qi < g.T ? to_f32(lse[bh * g.T + qi]) * kLog2e : 0.0f;
     Dr[r] = qi < g.T ? D[bh * g.T + qi] : 0.0f;
+    fk[r] = row_first_key(g, b, qi);
   }
+  const int warp_fk = warp_min(fk[0] < fk[1] ? fk[0] : fk[1]);
   FragC dq[HD / 8];
 #pragma unroll
   for (int n = 0; n < HD / 8; ++n) dq[n] = FragC{{0.0f, 0.0f, 0.0f, 0.0f}};
 
   const int64_t last_key = q0 + kRows - 1 < g.T ? q0 + kRows - 1 : g.T - 1;
-  for (int64_t k0 = 0; k0 <= last_key; k0 += kCols) {
+  for (int64_t k0 = least_first_key(g, b, q0) / kCols * kCols; k0 <= last_key; k0 += kCols) {
     __syncthreads();
     load_rows<HD>(Ks, row0 + g.k_col + kvh * HD, g.W, k0, g.T);
     load_rows<HD>(Vs, row0 + g.v_col + kvh * HD, g.W, k0, g.T);
     __syncthreads();
-    if (k0 > wq0 + 15) continue;
+    if (k0 > wq0 + 15 || k0 + kCols <= warp_fk) continue;  // no key the warp's queries see
     // The warp's Q and dO rows are read again from shared memory for each tile rather than held:
     // registers go to the accumulators (hd 128: dq alone is 64 floats a lane).
     FragC s[8], dp[8];
@@ -256,13 +297,13 @@ __global__ void __launch_bounds__(kWarps * 32)
     abt<HD>(s, a, Ks);
     load_a<HD>(a, dOs + 16 * warp * kLd<HD>);
     abt<HD>(dp, a, Vs);
+    const SeenKeys sk = seen_keys(fk, wq0 + gr, k0, t4);
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int r = e / 2;
-        const int64_t qi = wq0 + gr + 8 * r, kj = k0 + 8 * j + 2 * t4 + e % 2;
-        const float p = kj <= qi && qi < g.T ? exp2f(s[j].x[e] * c - lse2[r]) : 0.0f;
+        const int r = e / 2, col = 8 * j + e % 2;
+        const float p = sk.lo[r] <= col && col <= sk.hi[r] ? exp2f(s[j].x[e] * c - lse2[r]) : 0.0f;
         s[j].x[e] = p * (dp[j].x[e] - Dr[r]);  // dS
       }
     FragA ds[4];
@@ -292,6 +333,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   bf16* dOs = Qs + kCols * kLd<HD>;  // [64][HD + 8]
   float* lse2_s = reinterpret_cast<float*>(dOs + kCols * kLd<HD>);  // [64] base 2
   float* D_s = lse2_s + kCols;                                      // [64]
+  int* fk_s = reinterpret_cast<int*>(D_s + kCols);                  // [64] first keys
   const int64_t bkv = blockIdx.y, b = bkv / g.NKV, kvh = bkv % g.NKV;
   const int64_t k0 = int64_t(blockIdx.x) * kRows;
   const bf16* row0 = qkv + b * g.T * g.W;
@@ -308,6 +350,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int64_t h = kvh * g.group; h < (kvh + 1) * g.group; ++h) {
     const int64_t bh = b * g.NH + h;
     for (int64_t q0 = k0; q0 < g.T; q0 += kCols) {
+      // The tile's queries whose documents start after the block's keys see none of them; the
+      // tile is skipped when that is all of them (the same in every warp).
+      const int least = least_first_key(g, b, q0);
+      if (least >= k0 + kRows) continue;
       __syncthreads();
       load_rows<HD>(Qs, row0 + h * HD, g.W, q0, g.T);
       load_rows<HD>(dOs, dout + b * g.T * g.C + h * HD, g.C, q0, g.T);
@@ -315,10 +361,12 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int64_t t = q0 + threadIdx.x;
         lse2_s[threadIdx.x] = t < g.T ? to_f32(lse[bh * g.T + t]) * kLog2e : 0.0f;
         D_s[threadIdx.x] = t < g.T ? D[bh * g.T + t] : 0.0f;
+        fk_s[threadIdx.x] = row_first_key(g, b, t);  // kNoKey past T
       }
       __syncthreads();
-      FragC st[8], dpt[8];  // S^T and dP^T: the warp's 16 keys x 64 queries
-      FragA a[HD / 16];     // the warp's K, then V rows (read again per tile, as in dQ)
+      if (least > wk0 + 15) continue;  // none of them sees the warp's keys (uniform)
+      FragC st[8], dpt[8];             // S^T and dP^T: the warp's 16 keys x 64 queries
+      FragA a[HD / 16];                // the warp's K, then V rows (read again per tile, as in dQ)
       load_a<HD>(a, Ks + 16 * warp * kLd<HD>);
       abt<HD>(st, a, Qs);
       load_a<HD>(a, Vs + 16 * warp * kLd<HD>);
@@ -328,8 +376,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int i = 8 * j + 2 * t4 + e % 2;  // query q0 + i
-          const int64_t kj = wk0 + gr + 8 * (e / 2), qi = q0 + i;
-          const float p = qi >= kj && qi < g.T ? exp2f(st[j].x[e] * c - lse2_s[i]) : 0.0f;
+          const int kj = static_cast<int>(wk0 + gr + 8 * (e / 2)), qi = static_cast<int>(q0 + i);
+          const float p = fk_s[i] <= kj && kj <= qi ? exp2f(st[j].x[e] * c - lse2_s[i]) : 0.0f;
           st[j].x[e] = p;
           dpt[j].x[e] = p * (dpt[j].x[e] - D_s[i]);  // dS^T
         }
@@ -404,7 +452,7 @@ void attention_tc_backward(DType st, void* dqkv, const void* dout, const void* q
                            const float* D, int64_t B, const AttentionGeometry& g) {
   const unsigned tiles = static_cast<unsigned>((g.T + kRows - 1) / kRows);
   const size_t smem_dq = 4 * tile_bytes(g.hd);
-  const size_t smem_dkv = smem_dq + 2 * kCols * sizeof(float);
+  const size_t smem_dkv = smem_dq + 2 * kCols * sizeof(float) + kCols * sizeof(int);
   by_head_dim(g.hd, [&](auto hd) {
     by_stat_dtype(st, [&](auto s) {
       using S = decltype(s);

@@ -230,31 +230,38 @@ class CudaBackend final : public Backend {
   }
 
   // ---- attention ----
-  void attention_impl(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head) override {
+  void attention_impl(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head,
+                      Tensor doc_start) override {
     on_device();
     cuda::attention_forward(qkv.dtype, lse.dtype, out.data, lse.data, qkv.data, qkv.dim(0),
-                            qkv.dim(1), head_dim(qkv, n_head, n_kv_head), n_head, n_kv_head);
+                            qkv.dim(1), head_dim(qkv, n_head, n_kv_head), n_head, n_kv_head,
+                            starts(doc_start));
   }
 
   void attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
-                               int n_head, int n_kv_head) override {
+                               int n_head, int n_kv_head, Tensor doc_start) override {
     on_device();
     const int64_t B = qkv.dim(0), T = qkv.dim(1);
     cuda::attention_backward(qkv.dtype, lse.dtype, dqkv.data, dout.data, qkv.data, out.data,
                              lse.data, B, T, head_dim(qkv, n_head, n_kv_head), n_head, n_kv_head,
+                             starts(doc_start),
                              scratch(attention_backward_scratch_bytes(B, T, n_head)));
   }
 
-  void rope_impl(Tensor out, Tensor in, int n_head, int n_kv_head, float theta) override {
+  void rope_impl(Tensor out, Tensor in, int n_head, int n_kv_head, float theta,
+                 Tensor doc_start) override {
     on_device();
     cuda::rope_forward(in.dtype, out.data, in.data, in.dim(0), in.dim(1), n_head, n_kv_head,
-                       head_dim(in, n_head, n_kv_head), theta);
+                       head_dim(in, n_head, n_kv_head), theta, starts(doc_start));
   }
-  void rope_backward_impl(Tensor din, Tensor dout, int n_head, int n_kv_head,
-                          float theta) override {
+  void rope_backward_impl(Tensor din, Tensor dout, int n_head, int n_kv_head, float theta,
+                          Tensor doc_start) override {
     on_device();
     cuda::rope_backward(din.dtype, din.data, dout.data, din.dim(0), din.dim(1), n_head, n_kv_head,
-                        head_dim(din, n_head, n_kv_head), theta);
+                        head_dim(din, n_head, n_kv_head), theta, starts(doc_start));
+  }
+  static const int32_t* starts(const Tensor& doc_start) {
+    return doc_start.empty() ? nullptr : doc_start.as<int32_t>();
   }
 
   // ---- gated MLP ----

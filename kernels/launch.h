@@ -69,12 +69,13 @@ void embedding_backward(DType dt, void* dtable, const void* dout, const int32_t*
 
 // attention.cu (head_dim <= 128): qkv [B,T,(NH+2*NKV)*hd], NKV divides NH (NKV = NH: MHA)
 constexpr int kAttentionMaxHeadDim = 128;
+// doc_start: [B,T] document starts on the device (Backend::attention), or nullptr.
 void attention_forward(DType dt, DType st, void* out, void* lse, const void* qkv, int64_t B,
-                       int64_t T, int64_t hd, int NH, int NKV);
+                       int64_t T, int64_t hd, int NH, int NKV, const int32_t* doc_start);
 size_t attention_backward_scratch_bytes(int64_t B, int64_t T, int NH);
 void attention_backward(DType dt, DType st, void* dqkv, const void* dout, const void* qkv,
                         const void* out, const void* lse, int64_t B, int64_t T, int64_t hd, int NH,
-                        int NKV, void* scratch);
+                        int NKV, const int32_t* doc_start, void* scratch);
 
 // rmsnorm.cu: out = in * rstd * w, rstd = 1/sqrt(mean(in^2) + 1e-5); backward accumulates.
 void rmsnorm_forward(DType dt, DType st, void* out, void* rstd, const void* in, const void* w,
@@ -85,11 +86,11 @@ void rmsnorm_backward(DType dt, DType st, DType gt, void* din, void* dw, const v
                       void* scratch);
 
 // rope.cu: on the NH q and NKV k heads of [B,T,(NH+2*NKV)*hd]; v copied (backward: added).
-// out may alias in.
+// out may alias in. doc_start: [B,T] document starts (positions restart there), or nullptr.
 void rope_forward(DType dt, void* out, const void* in, int64_t B, int64_t T, int NH, int NKV,
-                  int64_t hd, float theta);
+                  int64_t hd, float theta, const int32_t* doc_start);
 void rope_backward(DType dt, void* din, const void* dout, int64_t B, int64_t T, int NH, int NKV,
-                   int64_t hd, float theta);
+                   int64_t hd, float theta, const int32_t* doc_start);
 
 // swiglu.cu: in [N,2H] = (gate | up), out [N,H] = silu(gate) * up; backward accumulates.
 void swiglu_forward(DType dt, void* out, const void* in, int64_t N, int64_t H);

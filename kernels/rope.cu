@@ -3,13 +3,15 @@
 // the pair (x[i], x[i + hd/2]), i < hd/2, turns by angle t * theta^(-2i/hd), t the position.
 // One thread per pair (or per v element, which is copied forward and added backward), grid-stride
 // over rows * (pairs + v columns). A thread reads and writes only its own pair, so out may alias
-// in. The angle and its cosine and sine are computed in double, as the CPU does, because a
-// position near 1e3 times an fp32 frequency would already be off by ~1e-4 rad; the rotation
-// itself is fp32.
+// in. With document starts (documents.h) the position is the offset in the row's document,
+// t - first_key, so each packed document is rotated as if it began the row. The angle and its
+// cosine and sine are computed in double, as the CPU does, because a position near 1e3 times an
+// fp32 frequency would already be off by ~1e-4 rad; the rotation itself is fp32.
 #include <cmath>
 
 #include "common.cuh"
 #include "launch.h"
+#include "trainrun/core/documents.h"
 
 namespace trainrun::cuda {
 namespace {
@@ -19,6 +21,7 @@ constexpr int kThreads = 256;
 struct RopeGeometry {
   int64_t rows, T, hd, half, pairs, v_cols, W;  // pairs = (NH+NKV)*hd/2 per row
   double log_theta;
+  const int32_t* doc_start;  // [B,T] document starts (documents.h), or nullptr
 };
 
 // kBackward: din += R^T dout (angle -a), v: din += dout. Forward: out = R in, v copied.
@@ -33,10 +36,10 @@ __global__ void rope_kernel(T* out, const T* in, RopeGeometry g) {
       out[c] = from_f32<T>(kBackward ? to_f32(out[c]) + to_f32(in[c]) : to_f32(in[c]));
       continue;
     }
-    const int64_t head = k / g.half, i = k % g.half;
-    const double angle =
-        static_cast<double>(row % g.T) *
-        exp(-2.0 * static_cast<double>(i) / static_cast<double>(g.hd) * g.log_theta);
+    const int64_t head = k / g.half, i = k % g.half, t = row % g.T;
+    const int64_t pos = t - first_key(g.doc_start, row / g.T, g.T, t);
+    const double angle = static_cast<double>(pos) * exp(-2.0 * static_cast<double>(i) /
+                                                        static_cast<double>(g.hd) * g.log_theta);
     double sn, cs;
     sincos(angle, &sn, &cs);
     const float c = static_cast<float>(cs), s = static_cast<float>(kBackward ? -sn : sn);
@@ -53,8 +56,10 @@ __global__ void rope_kernel(T* out, const T* in, RopeGeometry g) {
   }
 }
 
-RopeGeometry geometry(int64_t B, int64_t T_, int NH, int NKV, int64_t hd, float theta) {
+RopeGeometry geometry(int64_t B, int64_t T_, int NH, int NKV, int64_t hd, float theta,
+                      const int32_t* doc_start) {
   RopeGeometry g;
+  g.doc_start = doc_start;
   g.rows = B * T_;
   g.T = T_;
   g.hd = hd;
@@ -81,13 +86,13 @@ void launch(DType dt, void* out, const void* in, const RopeGeometry& g, const ch
 }  // namespace
 
 void rope_forward(DType dt, void* out, const void* in, int64_t B, int64_t T_, int NH, int NKV,
-                  int64_t hd, float theta) {
-  launch<false>(dt, out, in, geometry(B, T_, NH, NKV, hd, theta), "rope");
+                  int64_t hd, float theta, const int32_t* doc_start) {
+  launch<false>(dt, out, in, geometry(B, T_, NH, NKV, hd, theta, doc_start), "rope");
 }
 
 void rope_backward(DType dt, void* din, const void* dout, int64_t B, int64_t T_, int NH, int NKV,
-                   int64_t hd, float theta) {
-  launch<true>(dt, din, dout, geometry(B, T_, NH, NKV, hd, theta), "rope_backward");
+                   int64_t hd, float theta, const int32_t* doc_start) {
+  launch<true>(dt, din, dout, geometry(B, T_, NH, NKV, hd, theta, doc_start), "rope_backward");
 }
 
 }  // namespace trainrun::cuda

@@ -69,16 +69,18 @@ class FakeBackend final : public Backend {
   void add_impl(Tensor, Tensor, Tensor) override { ++calls["add"]; }
   void accumulate_impl(Tensor, Tensor) override { ++calls["accumulate"]; }
   void scale_impl(Tensor, double) override { ++calls["scale"]; }
-  void attention_impl(Tensor, Tensor, Tensor, int, int) override { ++calls["attention"]; }
-  void attention_backward_impl(Tensor, Tensor, Tensor, Tensor, Tensor, int, int) override {
+  void attention_impl(Tensor, Tensor, Tensor, int, int, Tensor) override { ++calls["attention"]; }
+  void attention_backward_impl(Tensor, Tensor, Tensor, Tensor, Tensor, int, int, Tensor) override {
     ++calls["attention_backward"];
   }
   void rmsnorm_impl(Tensor, Tensor, Tensor, Tensor) override { ++calls["rmsnorm"]; }
   void rmsnorm_backward_impl(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, GradWrite) override {
     ++calls["rmsnorm_backward"];
   }
-  void rope_impl(Tensor, Tensor, int, int, float) override { ++calls["rope"]; }
-  void rope_backward_impl(Tensor, Tensor, int, int, float) override { ++calls["rope_backward"]; }
+  void rope_impl(Tensor, Tensor, int, int, float, Tensor) override { ++calls["rope"]; }
+  void rope_backward_impl(Tensor, Tensor, int, int, float, Tensor) override {
+    ++calls["rope_backward"];
+  }
   void swiglu_impl(Tensor, Tensor) override { ++calls["swiglu"]; }
   void swiglu_backward_impl(Tensor, Tensor, Tensor, GradWrite) override {
     ++calls["swiglu_backward"];
@@ -329,6 +331,38 @@ TEST_CASE("ids in host memory are range-checked for every backend, in one wordin
   });
   CHECK(gpu.calls["embedding"] == 1);
   CHECK(on_gpu == on_cpu);
+}
+
+TEST_CASE("document starts: i32 [B,T], each in [0, t], checked before any implementation runs") {
+  Mem m;
+  FakeBackend fake(Device::cpu, {DType::f32});
+  // qkv [1,3,6] (2 heads of hd 1), out [1,3,2], lse [1,2,3].
+  auto attention = [&](Tensor starts) {
+    return error_of<std::invalid_argument>(fake, [&](Backend& b) {
+      b.attention(m.t(DType::f32, {1, 3, 2}), m.t(DType::f32, {1, 2, 3}),
+                  m.t(DType::f32, {1, 3, 6}), 2, 0, starts);
+    });
+  };
+  m.i = {0, 0, 2};
+  CHECK(attention(m.ids({1, 3})).empty());
+  CHECK(fake.calls["attention"] == 1);
+  m.i = {0, 2, 2};  // position 1 cannot start after itself
+  CHECK(attention(m.ids({1, 3})) ==
+        "attention: doc_start[0, 1] = 2: a document start must lie in [0, 1] (the position itself "
+        "or before it)");
+  m.i = {0, 0, 0, 0};
+  CHECK(attention(m.ids({4})) == "attention: doc_start [4] has 4 elements, expected B*T = 3");
+  CHECK(attention(m.t(DType::f32, {1, 3})) ==
+        "attention: doc_start must be an i32 tensor, got f32");
+  m.i = {0, -1, 0};
+  const std::string rope = error_of<std::invalid_argument>(fake, [&](Backend& b) {
+    b.rope(m.t(DType::f32, {1, 3, 6}), m.t(DType::f32, {1, 3, 6}), 1, 1, 1e4f, m.ids({1, 3}));
+  });
+  CHECK(rope ==
+        "rope: doc_start[0, 1] = -1: a document start must lie in [0, 1] (the position itself or "
+        "before it)");
+  CHECK(fake.calls["attention"] == 1);
+  CHECK(fake.calls["rope"] == 0);
 }
 
 TEST_CASE("copy: raw bytes between host and device, a cast only where supported") {

@@ -74,12 +74,12 @@ class Faulty final : public Backend {
   void add_impl(Tensor o, Tensor a, Tensor b) override { cpu_->add(o, a, b); }
   void accumulate_impl(Tensor d, Tensor s) override { cpu_->accumulate(d, s); }
   void scale_impl(Tensor x, double s) override { cpu_->scale(x, s); }
-  void attention_impl(Tensor o, Tensor l, Tensor qkv, int nh, int nkv) override {
-    cpu_->attention(o, l, qkv, nh, nkv);
+  void attention_impl(Tensor o, Tensor l, Tensor qkv, int nh, int nkv, Tensor ds) override {
+    cpu_->attention(o, l, qkv, nh, nkv, ds);
   }
   void attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor o, Tensor l, int nh,
-                               int nkv) override {
-    cpu_->attention_backward(dqkv, dout, qkv, o, l, nh, nkv);
+                               int nkv, Tensor ds) override {
+    cpu_->attention_backward(dqkv, dout, qkv, o, l, nh, nkv, ds);
   }
   void rmsnorm_impl(Tensor o, Tensor r, Tensor in, Tensor w) override {
     cpu_->rmsnorm(o, r, in, w);
@@ -88,11 +88,12 @@ class Faulty final : public Backend {
                              GradWrite param_write) override {
     cpu_->rmsnorm_backward(din, dw, dout, in, w, r, param_write);
   }
-  void rope_impl(Tensor o, Tensor in, int nh, int nkv, float theta) override {
-    cpu_->rope(o, in, nh, nkv, theta);
+  void rope_impl(Tensor o, Tensor in, int nh, int nkv, float theta, Tensor ds) override {
+    cpu_->rope(o, in, nh, nkv, theta, ds);
   }
-  void rope_backward_impl(Tensor din, Tensor dout, int nh, int nkv, float theta) override {
-    cpu_->rope_backward(din, dout, nh, nkv, theta);
+  void rope_backward_impl(Tensor din, Tensor dout, int nh, int nkv, float theta,
+                          Tensor ds) override {
+    cpu_->rope_backward(din, dout, nh, nkv, theta, ds);
   }
   void swiglu_impl(Tensor o, Tensor in) override { cpu_->swiglu(o, in); }
   void swiglu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) override {

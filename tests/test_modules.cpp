@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "trainrun/backend/backend.h"
+#include "trainrun/core/documents.h"
 #include "trainrun/core/rng.h"
 #include "trainrun/model/activation.h"
 #include "trainrun/model/attention.h"
@@ -226,21 +227,32 @@ TEST_CASE("gradcheck: GELU and ReLU") {
   }
 }
 
-TEST_CASE("gradcheck: CausalSelfAttention, plain and with grouped-query heads, RoPE, no bias") {
-  // (n_head, n_kv_head, bias, rope): GPT-2's, then grouped-query, multi-query, and as many kv
-  // heads as heads, each with and without biases.
+// No document starts: every sequence one document.
+const Tensor kOneDocument;
+
+TEST_CASE(
+    "gradcheck: CausalSelfAttention, plain and with grouped-query heads, RoPE, no bias, "
+    "documents") {
+  // (n_head, n_kv_head, bias, rope, documents): GPT-2's, then grouped-query, multi-query, and as
+  // many kv heads as heads, each with and without biases; GPT-2's and a grouped-query one with
+  // RoPE again with documents packed in the rows (document masking: the mask and the positions
+  // restart at each document start).
   struct Case {
     int nh, nkv;
-    bool bias, rope;
+    bool bias, rope, documents = false;
   };
-  std::vector<Case> cases = {{2, 2, true, false}};
+  std::vector<Case> cases = {
+      {2, 2, true, false}, {2, 2, true, false, true}, {4, 2, false, true, true}};
   for (auto [nh, nkv] : {std::pair{4, 2}, std::pair{4, 1}, std::pair{2, 2}})
     for (bool bias : {false, true}) cases.push_back({nh, nkv, bias, true});
+  // Row 0: documents [0,2) and [2,5); row 1: [0,1), [1,4) and [4,5).
+  std::vector<int32_t> starts = {0, 0, 2, 2, 2, 0, 1, 1, 1, 4};
   for (const Case& k : cases) {
     CAPTURE(k.nh);
     CAPTURE(k.nkv);
     CAPTURE(k.bias);
     CAPTURE(k.rope);
+    CAPTURE(k.documents);
     Fixture fx;
     const int B = 2, T = 5, C = k.rope ? 16 : 8, hd = C / k.nh;
     CausalSelfAttention attn =
@@ -249,7 +261,9 @@ TEST_CASE("gradcheck: CausalSelfAttention, plain and with grouped-query heads, R
                      {.n_kv_head = k.nkv, .bias = k.bias, .rope = true, .rope_theta = 100.0f})
                : CausalSelfAttention(fx.ps, "attn", C, k.nh, 0.02f);
     fx.allocate_params();
-    fx.bind([&] { attn.bind(fx.acts, fx.scratch, B, T); });
+    const Tensor docs =
+        k.documents ? Tensor(starts.data(), DType::i32, Device::cpu, {B, T}) : Tensor{};
+    fx.bind([&] { attn.bind(fx.acts, fx.scratch, B, T, &docs); });
     REQUIRE(fx.ps.infos().size() == (k.bias ? 4u : 2u));
     CHECK(fx.ps.infos()[0].shape == std::vector<int64_t>{(k.nh + 2 * k.nkv) * hd, C});
     gradcheck_module(
@@ -295,7 +309,7 @@ TEST_CASE("gradcheck: TransformerBlock and LlamaBlock (GQA), with and without dr
       Fixture fx;
       TransformerBlock blk(fx.ps, "blk", C, 2, 2);
       fx.allocate_params();
-      fx.bind([&] { blk.bind(fx.acts, fx.scratch, B, T); });
+      fx.bind([&] { blk.bind(fx.acts, fx.scratch, B, T, &kOneDocument); });
       gradcheck_module(
           fx, block_case, [&](Tensor out, Tensor in) { blk.forward(out, in, p, 7); },
           [&](Tensor din, Tensor dout, Tensor in) { blk.backward(din, dout, in, p, 7); });
@@ -309,7 +323,7 @@ TEST_CASE("gradcheck: TransformerBlock and LlamaBlock (GQA), with and without dr
     cfg.n_layer = 2;
     LlamaBlock blk(fx.ps, "blk", cfg);
     fx.allocate_params();
-    fx.bind([&] { blk.bind(fx.acts, fx.scratch, B, T); });
+    fx.bind([&] { blk.bind(fx.acts, fx.scratch, B, T, &kOneDocument); });
     CHECK(param_names(fx.ps) ==
           std::vector<std::string>{"blk.attn_norm.weight", "blk.attn.qkv.weight",
                                    "blk.attn.proj.weight", "blk.mlp_norm.weight",
@@ -757,4 +771,72 @@ TEST_CASE("ModelSpec: every family states its rules, bounds and description") {
   model_spec(ModelType::mlp).validate(mlp, problems);
   REQUIRE(problems.size() == 1);
   CHECK(problems[0].message.find("model.hidden is empty") != std::string::npos);
+}
+
+TEST_CASE("document masking: two packed documents give the logits of each run on its own") {
+  // Row 0 packs documents A and B (each ending in the end-of-text id); row 1 packs B then A. With
+  // document masking each position's logits must equal those of its document run alone at the
+  // start of a row (what follows it there cannot matter: attention is causal). That holds only
+  // if attention stays inside the document and the positions (gpt's learned table, llama's RoPE)
+  // restart at its start. Without masking the second document's logits differ.
+  const int T = 12, V = 20, n = 6;
+  const int32_t eot = 19;
+  for (const ModelConfig& cfg :
+       {gpt_config(2, 16, 2, T, V), llama_config(2, 16, 4, 2, T, V, false)}) {
+    CAPTURE(enum_name(cfg.type));
+    auto be = make_cpu_backend();
+    auto model = build_model(cfg, *be, 2, DType::f64);
+    Rng rng(11);
+    randomize(model->params().params(), rng, 0.3);
+    std::vector<int32_t> A(n), B(n);
+    for (int i = 0; i < n; ++i) {
+      A[size_t(i)] = static_cast<int32_t>(rng.next() % (V - 1));
+      B[size_t(i)] = static_cast<int32_t>(rng.next() % (V - 1));
+    }
+    A[n - 1] = B[n - 1] = eot;  // each document ends with the end-of-text id
+    auto cat = [](std::vector<int32_t> a, const std::vector<int32_t>& b) {
+      a.insert(a.end(), b.begin(), b.end());
+      return a;
+    };
+    const std::vector<int32_t> zeros(n, 0), targets(2 * T, 1);
+    // The logits [2T, V] of rows r0 and r1, with or without document masking.
+    auto logits = [&](const std::vector<int32_t>& r0, const std::vector<int32_t>& r1, bool masked) {
+      const std::vector<int32_t> x = cat(r0, r1);
+      std::vector<int32_t> starts(x.size());
+      document_starts(x.data(), 2, T, eot, starts.data());
+      model->set_batch(x.data(), targets.data());
+      model->set_documents(masked ? starts.data() : nullptr);
+      model->forward(false, 0);
+      std::vector<double> out(static_cast<size_t>(2 * T * V));
+      be->copy(Tensor(out.data(), DType::f64, Device::cpu, {2 * T, V}), model->logits());
+      return out;
+    };
+    const auto packed = logits(cat(A, B), cat(B, A), true);
+    const auto alone = logits(cat(A, zeros), cat(B, zeros), false);
+    const auto unmasked = logits(cat(A, B), cat(B, A), false);
+    // Row r, positions [p0, p0 + n) of `a` against positions [0, n) of row r of `b`.
+    auto max_diff = [&](const std::vector<double>& a, int r, int p0, const std::vector<double>& b,
+                        int rb) {
+      double d = 0;
+      for (int p = 0; p < n; ++p)
+        for (int v = 0; v < V; ++v)
+          d = std::max(d, std::abs(a[size_t(((r * T) + p0 + p) * V + v)] -
+                                   b[size_t(((rb * T) + p) * V + v)]));
+      return d;
+    };
+    CHECK(max_diff(packed, 0, 0, alone, 0) < 1e-12);   // A first: as alone
+    CHECK(max_diff(packed, 0, n, alone, 1) < 1e-12);   // B after A: as B alone
+    CHECK(max_diff(packed, 1, 0, alone, 1) < 1e-12);   // B first
+    CHECK(max_diff(packed, 1, n, alone, 0) < 1e-12);   // A after B
+    CHECK(max_diff(unmasked, 0, n, alone, 1) > 1e-3);  // B sees A without masking
+    // Masking off again (nullptr): the plain causal model.
+    CHECK(logits(cat(A, B), cat(B, A), false) == unmasked);
+  }
+}
+
+TEST_CASE("document_starts: a document starts at 0 and after each end-of-text id") {
+  const std::vector<int32_t> x = {5, 9, 7, 9, 9, 3, /* row 1 */ 9, 1, 2, 3, 4, 9};
+  std::vector<int32_t> s(x.size());
+  document_starts(x.data(), 2, 6, 9, s.data());
+  CHECK(s == std::vector<int32_t>{0, 0, 2, 2, 4, 5, 0, 1, 1, 1, 1, 1});
 }

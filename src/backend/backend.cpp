@@ -338,7 +338,8 @@ const char* attention_layout(bool gqa, bool backward) {
 
 }  // namespace
 
-void Backend::attention(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head) {
+void Backend::attention(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head,
+                        Tensor doc_start) {
   OpCheck c(*this, Op::attention);
   const DType dt = c.floats({{"out", out}, {"qkv", qkv}});
   c.stats(dt, {{"lse", lse}});
@@ -347,12 +348,13 @@ void Backend::attention(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv
   c.shapes(out.numel() == d.B * d.T * C && out.cols() == C && lse.numel() == d.B * n_head * d.T,
            {{"out", out}, {"lse", lse}, {"qkv", qkv}},
            attention_layout(d.n_kv_head != n_head, false));
+  c.doc_starts({"doc_start", doc_start}, d.B, d.T);
   const OpTimer timer(*this, Op::attention);
-  attention_impl(out, lse, qkv, n_head, d.n_kv_head);
+  attention_impl(out, lse, qkv, n_head, d.n_kv_head, doc_start);
 }
 
 void Backend::attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
-                                 int n_head, int n_kv_head) {
+                                 int n_head, int n_kv_head, Tensor doc_start) {
   OpCheck c(*this, Op::attention_backward);
   const DType dt = c.floats({{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"out", out}});
   c.stats(dt, {{"lse", lse}});
@@ -362,8 +364,9 @@ void Backend::attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor ou
                dout.numel() == out.numel() && dout.cols() == C && lse.numel() == d.B * n_head * d.T,
            {{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"out", out}, {"lse", lse}},
            attention_layout(d.n_kv_head != n_head, true));
+  c.doc_starts({"doc_start", doc_start}, d.B, d.T);
   const OpTimer timer(*this, Op::attention_backward);
-  attention_backward_impl(dqkv, dout, qkv, out, lse, n_head, d.n_kv_head);
+  attention_backward_impl(dqkv, dout, qkv, out, lse, n_head, d.n_kv_head, doc_start);
 }
 
 namespace {
@@ -390,18 +393,22 @@ int rope_check(OpCheck& c, Named a, Named b, int n_head, int n_kv_head, float th
 
 }  // namespace
 
-void Backend::rope(Tensor out, Tensor in, int n_head, int n_kv_head, float theta) {
+void Backend::rope(Tensor out, Tensor in, int n_head, int n_kv_head, float theta,
+                   Tensor doc_start) {
   OpCheck c(*this, Op::rope);
   const int nkv = rope_check(c, {"out", out}, {"in", in}, n_head, n_kv_head, theta);
+  c.doc_starts({"doc_start", doc_start}, in.dim(0), in.dim(1));
   const OpTimer timer(*this, Op::rope);
-  rope_impl(out, in, n_head, nkv, theta);
+  rope_impl(out, in, n_head, nkv, theta, doc_start);
 }
 
-void Backend::rope_backward(Tensor din, Tensor dout, int n_head, int n_kv_head, float theta) {
+void Backend::rope_backward(Tensor din, Tensor dout, int n_head, int n_kv_head, float theta,
+                            Tensor doc_start) {
   OpCheck c(*this, Op::rope_backward);
   const int nkv = rope_check(c, {"din", din}, {"dout", dout}, n_head, n_kv_head, theta);
+  c.doc_starts({"doc_start", doc_start}, din.dim(0), din.dim(1));
   const OpTimer timer(*this, Op::rope_backward);
-  rope_backward_impl(din, dout, n_head, nkv, theta);
+  rope_backward_impl(din, dout, n_head, nkv, theta, doc_start);
 }
 
 // ---- gated MLP ----

@@ -227,39 +227,47 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void attention_impl(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head) override {
+  void attention_impl(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head,
+                      Tensor doc_start) override {
     dispatch(st_, qkv.dtype, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       cpu::attention_forward<T>(st_.out<T>(out), st_.out<T>(lse), st_.in<T>(qkv), qkv.dim(0),
-                                qkv.dim(1), head_dim(qkv, n_head, n_kv_head), n_head, n_kv_head);
+                                qkv.dim(1), head_dim(qkv, n_head, n_kv_head), n_head, n_kv_head,
+                                starts(doc_start));
     });
   }
 
   void attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
-                               int n_head, int n_kv_head) override {
+                               int n_head, int n_kv_head, Tensor doc_start) override {
     dispatch(st_, qkv.dtype, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       cpu::attention_backward<T>(st_.out<T>(dqkv), st_.in<T>(dout), st_.in<T>(qkv), st_.in<T>(out),
                                  st_.in<T>(lse), qkv.dim(0), qkv.dim(1),
-                                 head_dim(qkv, n_head, n_kv_head), n_head, n_kv_head);
+                                 head_dim(qkv, n_head, n_kv_head), n_head, n_kv_head,
+                                 starts(doc_start));
     });
   }
 
-  void rope_impl(Tensor out, Tensor in, int n_head, int n_kv_head, float theta) override {
+  void rope_impl(Tensor out, Tensor in, int n_head, int n_kv_head, float theta,
+                 Tensor doc_start) override {
     dispatch(st_, in.dtype, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       cpu::rope_forward<T>(st_.out<T>(out), st_.in<T>(in), in.dim(0), in.dim(1), n_head, n_kv_head,
-                           head_dim(in, n_head, n_kv_head), theta);
+                           head_dim(in, n_head, n_kv_head), theta, starts(doc_start));
     });
   }
 
-  void rope_backward_impl(Tensor din, Tensor dout, int n_head, int n_kv_head,
-                          float theta) override {
+  void rope_backward_impl(Tensor din, Tensor dout, int n_head, int n_kv_head, float theta,
+                          Tensor doc_start) override {
     dispatch(st_, din.dtype, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       cpu::rope_backward<T>(st_.out<T>(din), st_.in<T>(dout), din.dim(0), din.dim(1), n_head,
-                            n_kv_head, head_dim(din, n_head, n_kv_head), theta);
+                            n_kv_head, head_dim(din, n_head, n_kv_head), theta, starts(doc_start));
     });
+  }
+
+  static const int32_t* starts(const Tensor& doc_start) {
+    return doc_start.empty() ? nullptr : doc_start.as<int32_t>();
   }
 
   void swiglu_impl(Tensor out, Tensor in) override {

@@ -132,6 +132,24 @@ void OpCheck::ids(const Named& n, int64_t count, int64_t limit) {
     if (p[i] < 0 || p[i] >= limit) throw out_of_range_id(op_, n.name, i, p[i], limit);
 }
 
+void OpCheck::doc_starts(const Named& n, int64_t B, int64_t T) {
+  if (n.t.empty()) return;
+  on_device(n);
+  if (n.t.dtype != DType::i32)
+    fail(fmt::format("{} must be an i32 tensor, got {}", n.name, dtype_name(n.t.dtype)));
+  if (n.t.numel() != B * T)
+    fail(fmt::format("{} {} has {} elements, expected B*T = {}", n.name, n.t.shape_str(),
+                     n.t.numel(), B * T));
+  if (n.t.device != Device::cpu) return;  // the kernels clamp into [0, t] (documents.h)
+  const int32_t* p = n.t.as<int32_t>();
+  for (int64_t i = 0; i < B * T; ++i)
+    if (p[i] < 0 || p[i] > i % T)
+      fail(
+          fmt::format("{}[{}, {}] = {}: a document start must lie in [0, {}] (the position "
+                      "itself or before it)",
+                      n.name, i / T, i % T, p[i], i % T));
+}
+
 void OpCheck::same_numel(std::initializer_list<Named> ts) {
   const Named& first = *ts.begin();
   for (const Named& n : ts)

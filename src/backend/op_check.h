@@ -33,6 +33,9 @@ class OpCheck {
                    std::initializer_list<Named> optional = {});
   // An i32 tensor of n token ids on the device; when it is host memory, every id in [0, limit).
   void ids(const Named& ids, int64_t n, int64_t limit);
+  // Document starts for [B,T] rows (Backend::attention): empty, or an i32 [B,T] tensor on the
+  // device; when it is host memory, every value in [0, t].
+  void doc_starts(const Named& starts, int64_t B, int64_t T);
   // Every tensor has the first one's element count.
   void same_numel(std::initializer_list<Named> ts);
   // Throws "<op>: <name shape> ...: expected <layout>" unless ok.

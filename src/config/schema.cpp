@@ -129,6 +129,16 @@ std::vector<Field> make_schema() {
        .description = "data.order epochs: consecutive samples read in sequence, the unit the "
                       "per-epoch shuffle moves (larger reads more sequentially)",
        .resumable = kFixed, .min = 1},
+      {KEY(data, document_masking),
+       .description = "Packed documents do not attend to each other: a position sees only its "
+                      "own document's earlier positions, and positions (gpt's learned, llama's "
+                      "RoPE) restart at each document (needs token shards)",
+       .resumable = kFixed},
+      {KEY(data, eot),
+       .description = "data.document_masking: the end-of-text id between documents; -1 = the "
+                      "tokenizer's <|endoftext|> (byte-level shards: 0 unless prepared with "
+                      "--eot)",
+       .resumable = kFixed, .min = -1},
 
       {KEY(train, steps), .description = "Optimizer steps in the whole run",
        .resumable = kResumable, .min = 1},

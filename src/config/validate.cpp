@@ -77,6 +77,33 @@ void one_data_source(const Experiment& e, int, Fail& out) {
   }
 }
 
+void documents_need_shards(const Experiment& e, int, Fail& out) {
+  const auto& d = e.data;
+  if (d.eot >= 0 && !d.document_masking) {
+    fail(out, {"data.eot"},
+         "data.eot is set without data.document_masking: it names the id that separates "
+         "documents, which only document masking uses (set data.document_masking: true, or drop "
+         "data.eot)");
+    return;
+  }
+  if (!d.document_masking) return;
+  if (e.model.type == ModelType::mlp) {
+    fail(out, {"data.document_masking", "model.type"},
+         "data.document_masking needs attention: model.type mlp reads a fixed context window; "
+         "use gpt or llama, or drop data.document_masking");
+  } else if (d.train.empty() && d.mix.empty()) {
+    fail(out, {"data.document_masking", !d.text.empty() ? "data.text" : "data.synthetic"},
+         "data.document_masking needs token shards (data.train or data.mix) with an end-of-text "
+         "id between documents: data.text and data.synthetic are one stream (make shards with "
+         "`trainrun data prepare`)");
+  }
+  if (d.eot >= e.model.vocab_size) {
+    fail(out, {"data.eot", "model.vocab_size"},
+         fmt::format("data.eot={} is not a token of the model's vocabulary (0-{})", d.eot,
+                     e.model.vocab_size - 1));
+  }
+}
+
 void something_to_evaluate(const Experiment& e, int, Fail& out) {
   const auto& d = e.data;
   const bool split_by_fraction =
@@ -186,6 +213,9 @@ const Rule kRules[] = {
      lr_decays_down},
     {"with `data.text` or `data.synthetic` and `train.eval_every` > 0: `data.val_fraction` > 0",
      something_to_evaluate},
+    {"`data.document_masking` with token shards (`data.train` or `data.mix`) and a gpt or llama "
+     "model; `data.eot` only with it, below `model.vocab_size`",
+     documents_need_shards},
     {"`data.synthetic`: the training part of `data.synthetic_tokens` holds at least "
      "`model.seq_len` + 1 tokens",
      synthetic_fits_a_sequence},

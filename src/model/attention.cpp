@@ -20,8 +20,10 @@ CausalSelfAttention::CausalSelfAttention(ParamStore& ps, const std::string& name
       qkv_(ps, name + ".qkv", d_model, qkv_width_, opt.bias, 0.02f),
       proj_(ps, name + ".proj", d_model, d_model, opt.bias, proj_std) {}
 
-void CausalSelfAttention::bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq) {
+void CausalSelfAttention::bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq,
+                               const Tensor* doc_start) {
   DType dt = ps_.dtype();
+  doc_start_ = doc_start;
   qkv_out_ = acts.take(dt, {batch, seq, qkv_width_});
   y_ = acts.take(dt, {batch, seq, d_model_});
   lse_ = acts.take(ps_.stats_dtype(), {batch, n_head_, seq});
@@ -35,8 +37,8 @@ void CausalSelfAttention::forward(Tensor out, Tensor in) const {
   Backend& be = ps_.backend();
   qkv_.forward(qkv_out_.reshape({qkv_out_.rows(), qkv_width_}), in);
   // In place: backward needs only the rotated q and k (the qkv projection's input is `in`).
-  if (opt_.rope) be.rope(qkv_out_, qkv_out_, n_head_, opt_.n_kv_head, opt_.rope_theta);
-  be.attention(y_, lse_, qkv_out_, n_head_, opt_.n_kv_head);
+  if (opt_.rope) be.rope(qkv_out_, qkv_out_, n_head_, opt_.n_kv_head, opt_.rope_theta, *doc_start_);
+  be.attention(y_, lse_, qkv_out_, n_head_, opt_.n_kv_head, *doc_start_);
   proj_.forward(out, y_.reshape({y_.rows(), d_model_}));
 }
 
@@ -47,10 +49,10 @@ void CausalSelfAttention::backward(Tensor din, Tensor dout, Tensor in, GradWrite
                  GradWrite::overwrite);
   // attention_backward and rope_backward accumulate (dk, dv gather over queries).
   be.fill(dqkv_, 0.0);
-  be.attention_backward(dqkv_, dy_, qkv_out_, y_, lse_, n_head_, opt_.n_kv_head);
+  be.attention_backward(dqkv_, dy_, qkv_out_, y_, lse_, n_head_, opt_.n_kv_head, *doc_start_);
   if (opt_.rope) {
     be.fill(dqkv_raw_, 0.0);
-    be.rope_backward(dqkv_raw_, dqkv_, n_head_, opt_.n_kv_head, opt_.rope_theta);
+    be.rope_backward(dqkv_raw_, dqkv_, n_head_, opt_.n_kv_head, opt_.rope_theta, *doc_start_);
   }
   qkv_.backward(din, dqkv_raw_.reshape({rows, qkv_width_}), in, write);
 }

@@ -34,11 +34,13 @@ class BlockStack {
     dres_[1] = scratch.take(dt, {rows, dim});
   }
   // The blocks: activations each their own, gradient scratch shared from scratch's mark now on.
-  void bind_blocks(Arena& acts, Arena& scratch, int64_t batch, int64_t seq) {
+  // doc_start: the model's document starts (CausalSelfAttention::bind).
+  void bind_blocks(Arena& acts, Arena& scratch, int64_t batch, int64_t seq,
+                   const Tensor* doc_start) {
     const size_t shared = scratch.mark();
     for (auto& b : blocks_) {
       scratch.rewind(shared);
-      b->bind(acts, scratch, batch, seq);
+      b->bind(acts, scratch, batch, seq, doc_start);
     }
   }
 

@@ -8,6 +8,8 @@
 //   kNormName          "ln_f" / "norm_f"
 //   make_block(ps, name, cfg)
 //   untied(cfg)        whether the head is its own "lm_head" (gpt: never)
+// Document masking (set_documents): the document starts go to every block's attention, and the
+// positions restart at each document (LearnedPositions here; RoPE in the attention).
 // Parameters are declared in forward order (wte, positions, blocks, norm, lm_head), so during
 // backward the head, the norm and then the blocks become final in decreasing offset order and
 // the embeddings last, which is what the trainer's gradient buckets rely on.
@@ -21,6 +23,7 @@
 
 #include "block_stack.h"
 #include "families.h"
+#include "trainrun/core/documents.h"
 #include "trainrun/model/embedding.h"
 #include "trainrun/model/linear.h"
 #include "trainrun/model/model.h"
@@ -36,11 +39,15 @@ class LearnedPositions {
     pos_ids_ = acts.take(DType::i32, {rows});
     tmp_ = acts.take(dt, {rows, dim});
   }
-  // Position ids are the same for every batch: filled once, after allocation.
-  void fill(Backend& be, int64_t rows, int seq_len) {
+  // Position ids: t (filled once, after allocation), or with document starts [rows] (a batch's,
+  // set for each batch) each position's offset in its document.
+  void fill(Backend& be, int64_t rows, int seq_len, const int32_t* doc_start = nullptr) {
     std::vector<int32_t> pos(static_cast<size_t>(rows));
-    for (int64_t i = 0; i < rows; ++i)
-      pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % seq_len);
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t t = i % seq_len;
+      pos[static_cast<size_t>(i)] =
+          static_cast<int32_t>(t - first_key(doc_start, i / seq_len, seq_len, t));
+    }
     be.copy(pos_ids_, Tensor(pos.data(), DType::i32, Device::cpu, {rows}));
   }
   void forward(Backend& be, Tensor x0) const {
@@ -58,7 +65,7 @@ class LearnedPositions {
 struct NoPositions {
   NoPositions(ParamStore&, const ModelConfig&) {}
   void bind(Arena&, int64_t, int64_t, DType) {}
-  void fill(Backend&, int64_t, int) {}
+  void fill(Backend&, int64_t, int, const int32_t* = nullptr) {}
   void forward(Backend&, Tensor) const {}
   void backward(Tensor) const {}
 };
@@ -91,6 +98,20 @@ class CausalLm final : public Model {
 
   void set_batch(const int32_t* x, const int32_t* y) override {
     copy_batch(ps_.backend(), ids_, targets_, x, y);
+  }
+
+  void set_documents(const int32_t* doc_start) override {
+    Backend& be = ps_.backend();
+    if (doc_start) {
+      be.copy(doc_buf_, Tensor(const_cast<int32_t*>(doc_start), DType::i32, Device::cpu,
+                               {doc_buf_.dim(0), doc_buf_.dim(1)}));
+      doc_start_ = doc_buf_;
+    } else if (doc_start_.empty()) {
+      return;  // already one document per sequence
+    } else {
+      doc_start_ = Tensor{};
+    }
+    positions_.fill(be, rows(), cfg_.seq_len, doc_start);
   }
 
   double forward(bool training, uint64_t seed) override {
@@ -144,6 +165,8 @@ class CausalLm final : public Model {
     scratch_.restart();
     ids_ = acts_.take(DType::i32, {N});
     targets_ = acts_.take(DType::i32, {N});
+    doc_buf_ = acts_.take(DType::i32, {B, T});
+    doc_start_ = Tensor{};
     positions_.bind(acts_, N, C, dt);
     stack_.bind_stream(acts_, scratch_, N, C, dt);
     norm_out_ = acts_.take(dt, {N, C});
@@ -153,7 +176,7 @@ class CausalLm final : public Model {
     lse_ = acts_.take(ps_.stats_dtype(), {N});
     dnorm_ = scratch_.take(dt, {N, C});
     top_end_ = scratch_.mark();  // the stream's gradients and dnorm; then the blocks' shared part
-    stack_.bind_blocks(acts_, scratch_, B, T);
+    stack_.bind_blocks(acts_, scratch_, B, T, &doc_start_);
   }
 
   ModelConfig cfg_;
@@ -167,6 +190,8 @@ class CausalLm final : public Model {
   std::optional<Linear> lm_head_;  // absent when the head is tied to wte
   Arena acts_, scratch_;
   Tensor ids_, targets_, norm_out_, logits_, losses_, lse_, dnorm_;
+  Tensor doc_buf_;    // [B,T] i32: document starts, when set_documents gave some
+  Tensor doc_start_;  // what the attention reads: doc_buf_, or empty (no document masking)
   size_t top_end_ = 0;
 };
 

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "families.h"
@@ -52,6 +53,13 @@ class MlpModel final : public Model {
     // One prediction per window: the token after the last context token.
     for (int b = 0; b < batch_; ++b) host_targets_[static_cast<size_t>(b)] = y[b * T + T - 1];
     be.copy(targets_, Tensor(host_targets_.data(), DType::i32, Device::cpu, {batch_}));
+  }
+
+  void set_documents(const int32_t* doc_start) override {
+    if (doc_start)
+      throw std::invalid_argument(
+          "mlp: document masking needs attention (config validation refuses "
+          "data.document_masking with model.type mlp)");
   }
 
   double forward(bool, uint64_t) override {

@@ -9,12 +9,13 @@
 namespace trainrun {
 
 template <class Norm, class Ffn>
-void PreNormBlock<Norm, Ffn>::bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq) {
+void PreNormBlock<Norm, Ffn>::bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq,
+                                   const Tensor* doc_start) {
   const int64_t rows = batch * seq, dm = dim_;
   const DType dt = ps_.dtype();
   p_.norm1.bind(acts, rows);
   p_.norm2.bind(acts, rows);
-  p_.attn.bind(acts, scratch, batch, seq);
+  p_.attn.bind(acts, scratch, batch, seq, doc_start);
   p_.ffn.bind(acts, scratch, rows);
   n1_ = acts.take(dt, {rows, dm});
   ao_ = acts.take(dt, {rows, dm});

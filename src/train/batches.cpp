@@ -2,9 +2,28 @@
 
 #include <fmt/format.h>
 
+#include "trainrun/core/documents.h"
+#include "trainrun/core/errors.h"
 #include "trainrun/core/rng.h"
+#include "trainrun/data/tokenizer.h"
 
 namespace trainrun {
+
+namespace {
+
+// The id between documents: data.eot, else the run's tokenizer's <|endoftext|>.
+int32_t document_eot(const DataConfig& d) {
+  if (d.eot >= 0) return static_cast<int32_t>(d.eot);
+  const std::unique_ptr<Tokenizer> tok = data_tokenizer(d);
+  if (tok && tok->end_of_text() >= 0) return tok->end_of_text();
+  throw DataError(fmt::format(
+      "data.document_masking: the id between documents is not known ({}): set data.eot to the "
+      "id `trainrun data prepare` wrote between documents (byte-level shards: 0, unless "
+      "prepared with --eot)",
+      tok ? "the tokenizer has no <|endoftext|>" : "no tokenizer on record for the shards"));
+}
+
+}  // namespace
 
 Batches::Batches(const Experiment& exp, int rank, int world, int micro)
     : run_seed_(exp.seed),
@@ -21,6 +40,16 @@ Batches::Batches(const Experiment& exp, int rank, int world, int micro)
   const size_t n = static_cast<size_t>(micro) * static_cast<size_t>(exp.model.seq_len);
   x_.resize(n);
   y_.resize(n);
+  if (exp.data.document_masking) {
+    eot_ = document_eot(exp.data);
+    doc_start_.resize(n);
+  }
+}
+
+void Batches::find_documents() {
+  if (eot_)
+    document_starts(x_.data(), micro_, static_cast<int64_t>(x_.size()) / micro_, *eot_,
+                    doc_start_.data());
 }
 
 Batches::~Batches() = default;
@@ -35,11 +64,14 @@ void Batches::prefetch(int64_t step, int m) {
 }
 
 double Batches::next() {
-  return train_loader_->next(x_.data(), y_.data());
+  const double waited = train_loader_->next(x_.data(), y_.data());
+  find_documents();
+  return waited;
 }
 
 void Batches::fetch_val(int64_t batch, int m) {
   val_loader_->fetch(first_sample(batch, m), micro_, x_.data(), y_.data());
+  find_documents();
 }
 
 std::vector<std::string> Batches::epochs_begun(int64_t step) const {

@@ -3,13 +3,15 @@
 // on any world size: micro-batch m of step s (0-based) on rank r starts at sample
 //   s * batch_size + m * micro * world + r * micro
 // and holds `micro` consecutive samples. The validation batches are the same samples every
-// evaluation, so evaluations are comparable across steps.
+// evaluation, so evaluations are comparable across steps. With data.document_masking each
+// micro-batch also carries its document starts (documents.h), found from the end-of-text id.
 //
 // Thread safety: the step loop's thread only (each loader prefetches on its own thread).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +38,8 @@ class Batches {
   // Inputs and targets of the current micro-batch: [micro, seq_len] each.
   const int32_t* x() const { return x_.data(); }
   const int32_t* y() const { return y_.data(); }
+  // Its document starts [micro, seq_len] with data.document_masking, else nullptr.
+  const int32_t* doc_start() const { return eot_ ? doc_start_.data() : nullptr; }
   // The randomness (dropout) of micro-batch m of `step`: a function of its first sample only.
   uint64_t seed(int64_t step, int m) const;
 
@@ -48,6 +52,7 @@ class Batches {
 
  private:
   int64_t first_sample(int64_t step, int m) const;
+  void find_documents();
 
   uint64_t run_seed_;
   int64_t batch_size_;
@@ -55,6 +60,8 @@ class Batches {
   std::unique_ptr<SampleStream> train_, val_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::vector<int32_t> x_, y_;
+  std::optional<int32_t> eot_;  // set with data.document_masking
+  std::vector<int32_t> doc_start_;
 };
 
 }  // namespace trainrun

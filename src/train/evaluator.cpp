@@ -38,6 +38,7 @@ std::optional<double> Evaluator::run(int64_t step) {
     for (int m = 0; m < accum_; ++m) {
       batches_.fetch_val(done, m);
       model_.set_batch(batches_.x(), batches_.y());
+      model_.set_documents(batches_.doc_start());
       sum += model_.forward(false, 0);
     }
   }

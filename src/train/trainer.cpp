@@ -342,6 +342,7 @@ double Trainer::accumulate_gradients(int64_t step, StepTimes& t) {
     else
       batches_->prefetch(step + 1, 0);
     model_->set_batch(batches_->x(), batches_->y());
+    model_->set_documents(batches_->doc_start());
     const uint64_t seed = batches_->seed(step, m);
     phase(Phase::forward, step);
     const double t0 = now();

@@ -38,6 +38,9 @@ TensorSpec scratch(const char* name, DType dt, std::vector<int64_t> shape) {
 TensorSpec ids(const char* name, int64_t n, int64_t limit) {
   return {name, DType::i32, {n}, Role::ids, 0, 0, limit, {}};
 }
+TensorSpec doc_starts(const char* name, int64_t B, int64_t T) {
+  return {name, DType::i32, {B, T}, Role::doc_starts, 0, 0, 0, {}};
+}
 TensorSpec absent(const char* name) {
   return {name, DType::f32, {}, Role::input, 0, 0, 0, {}};
 }
@@ -305,21 +308,24 @@ void add_reductions(std::vector<OpCase>& out, const Ctx& x) {
 }
 
 // nkv = 0: multi-head attention as the GPT calls it (n_kv_head left out); else grouped-query
-// attention with nkv kv heads.
-void add_attention(std::vector<OpCase>& out, const Ctx& x, int nkv) {
+// attention with nkv kv heads. documents: with document starts (packed documents masked from
+// each other), else without (doc_start left empty).
+void add_attention(std::vector<OpCase>& out, const Ctx& x, int nkv, bool documents) {
   const ModelShape& s = x.s;
   const int nh = s.NH, kv = nkv == 0 ? nh : nkv;
   const int64_t B = s.B, T = s.T, hd = s.C / nh, C = nh * hd, W = (nh + 2 * kv) * hd;
-  const std::string variant = nkv == 0 ? "" : " n_kv_head=" + std::to_string(nkv);
+  const std::string variant = std::string(documents ? " documents" : "") +
+                              (nkv == 0 ? "" : " n_kv_head=" + std::to_string(nkv));
+  const TensorSpec starts = documents ? doc_starts("doc_start", B, T) : absent("doc_start");
   const std::string what = "B=" + std::to_string(B) + " T=" + std::to_string(T) +
                            " NH=" + std::to_string(nh) + " NKV=" + std::to_string(kv) +
                            " hd=" + std::to_string(hd);
   const double fwd_flops = 4.0 * B * nh * static_cast<double>(T) * T * hd / 2;
   OpCase f = x.make(Op::attention, variant, what);
   f.tensors = {input("qkv", x.dt, {B, T, W}, -1.5f, 1.5f), output("out", x.dt, {B, T, C}),
-               output("lse", x.st, {B, nh, T})};
+               output("lse", x.st, {B, nh, T}), starts};
   f.call = op_call([nh, nkv](Backend& be, const Args& a) {
-    be.attention(a["out"], a["lse"], a["qkv"], nh, nkv);
+    be.attention(a["out"], a["lse"], a["qkv"], nh, nkv, a["doc_start"]);
   });
   f.tol = x.tol(2e-4, 3e-2);
   f.flops = fwd_flops;
@@ -327,14 +333,18 @@ void add_attention(std::vector<OpCase>& out, const Ctx& x, int nkv) {
   out.push_back(std::move(f));
 
   OpCase b = x.make(Op::attention_backward, variant, what);
-  b.tensors = {grad("dqkv", x.dt, {B, T, W}), input("dout", x.dt, {B, T, C}),
-               input("qkv", x.dt, {B, T, W}, -1.5f, 1.5f), derived("out", x.dt, {B, T, C}),
-               derived("lse", x.st, {B, nh, T})};
+  b.tensors = {grad("dqkv", x.dt, {B, T, W}),
+               input("dout", x.dt, {B, T, C}),
+               input("qkv", x.dt, {B, T, W}, -1.5f, 1.5f),
+               derived("out", x.dt, {B, T, C}),
+               derived("lse", x.st, {B, nh, T}),
+               starts};
   b.prepare = [nh, nkv](Backend& be, const Args& a) {
-    be.attention(a["out"], a["lse"], a["qkv"], nh, nkv);
+    be.attention(a["out"], a["lse"], a["qkv"], nh, nkv, a["doc_start"]);
   };
   b.call = op_call([nh, nkv](Backend& be, const Args& a) {
-    be.attention_backward(a["dqkv"], a["dout"], a["qkv"], a["out"], a["lse"], nh, nkv);
+    be.attention_backward(a["dqkv"], a["dout"], a["qkv"], a["out"], a["lse"], nh, nkv,
+                          a["doc_start"]);
   });
   b.tol = x.tol(2e-4, 3e-2);
   b.flops = 2.5 * fwd_flops;
@@ -392,7 +402,8 @@ void add_rmsnorm(std::vector<OpCase>& out, const Ctx& x) {
 }
 
 // rope on qkv [B,T,(NH+2*nkv)*hd] (nkv 0 = NH), theta 10000 as Llama 2; hd must be even.
-void add_rope(std::vector<OpCase>& out, const Ctx& x, int nkv) {
+// documents: the forward and backward again with positions restarting at document starts.
+void add_rope(std::vector<OpCase>& out, const Ctx& x, int nkv, bool documents) {
   const ModelShape& s = x.s;
   const int nh = s.NH, kv = nkv == 0 ? nh : nkv;
   const int64_t B = s.B, T = s.T, hd = s.C / nh, W = (nh + 2 * kv) * hd;
@@ -426,6 +437,24 @@ void add_rope(std::vector<OpCase>& out, const Ctx& x, int nkv) {
       x.tol(1e-5, 2e-2),
       [nh, nkv](Backend& be, const Args& a) {
         be.rope_backward(a["din"], a["dout"], nh, nkv, kTheta);
+      },
+      3);
+  if (!documents) return;
+  add(
+      Op::rope, " documents" + variant,
+      {input("in", x.dt, {B, T, W}, -2.0f, 2.0f), output("out", x.dt, {B, T, W}),
+       doc_starts("doc_start", B, T)},
+      x.tol(1e-5, 1e-2),
+      [nh, nkv](Backend& be, const Args& a) {
+        be.rope(a["out"], a["in"], nh, nkv, kTheta, a["doc_start"]);
+      },
+      2);
+  add(
+      Op::rope_backward, " documents" + variant,
+      {grad("din", x.dt, {B, T, W}), input("dout", x.dt, {B, T, W}), doc_starts("doc_start", B, T)},
+      x.tol(1e-5, 2e-2),
+      [nh, nkv](Backend& be, const Args& a) {
+        be.rope_backward(a["din"], a["dout"], nh, nkv, kTheta, a["doc_start"]);
       },
       3);
 }
@@ -581,13 +610,20 @@ std::vector<OpCase> cases_for(const ModelShape& s, DType dt) {
   add_pointwise(out, x);
   if (dt == DType::f32) add_casts(out, x);
   add_reductions(out, x);
-  add_attention(out, x, 0);
-  for (int kv : gqa_kv_heads(s.NH)) add_attention(out, x, kv);
+  // Document masking (packed documents), in attention and rope, at every shape but GPT-2's
+  // micro-batch: the masking is the same at every size, and there the CPU reference's share of
+  // the gpu suite's time would grow by the attention cases again.
+  const bool documents = s.B * s.T <= 1024;
+  for (const bool docs : {false, true}) {
+    if (docs && !documents) continue;
+    add_attention(out, x, 0, docs);
+    for (int kv : gqa_kv_heads(s.NH)) add_attention(out, x, kv, docs);
+  }
   // The Llama ops: RMSNorm, rope (multi-head and grouped-query layouts), the SwiGLU gate.
   add_rmsnorm(out, x);
   if ((s.C / s.NH) % 2 == 0) {
-    add_rope(out, x, 0);
-    for (int kv : gqa_kv_heads(s.NH)) add_rope(out, x, kv);
+    add_rope(out, x, 0, documents);
+    for (int kv : gqa_kv_heads(s.NH)) add_rope(out, x, kv, documents);
   }
   add_swiglu(out, x);
   add_embedding(out, x);

@@ -16,14 +16,18 @@
 namespace trainrun::backend_ops {
 
 enum class Role : uint8_t {
-  input,    // random in [lo, hi), read by the op
-  output,   // overwritten: starts as NaN, so an element the op forgets fails; compared
-  grad,     // accumulated (+=): starts random; compared, and a second call must add again
-  inout,    // starts random, updated in place (AdamW state, scale, in-place ops); compared
-  ids,      // i32 token ids, uniform in [0, id_limit), except the positions in bad_ids
-  derived,  // computed by the case's prepare() on the reference, then given to both backends
-            // (rounded to its dtype), so a backward starts from identical saved statistics
-  scratch,  // written by prepare(), not compared
+  input,       // random in [lo, hi), read by the op
+  output,      // overwritten: starts as NaN, so an element the op forgets fails; compared
+  grad,        // accumulated (+=): starts random; compared, and a second call must add again
+  inout,       // starts random, updated in place (AdamW state, scale, in-place ops); compared
+  ids,         // i32 token ids, uniform in [0, id_limit), except the positions in bad_ids
+  doc_starts,  // i32 [B,T] document starts (Backend::attention): each row packs documents, a new
+               // one starting at each position with probability 4/T; row 0 holds at least three
+               // (T >= 4), with boundaries inside the kernels' 32- and 64-row tiles and, for
+               // T > 96, one at 63, the last key of a tile (runner.cpp)
+  derived,     // computed by the case's prepare() on the reference, then given to both backends
+               // (rounded to its dtype), so a backward starts from identical saved statistics
+  scratch,     // written by prepare(), not compared
 };
 
 struct TensorSpec {

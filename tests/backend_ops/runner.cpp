@@ -60,11 +60,43 @@ struct HostValues {
   std::vector<int32_t> ids;
 };
 
+// A boundary of row 0's forced documents near position `at`: never on a multiple of 32, so it
+// falls inside a tile of the CUDA kernels (32 rows CUDA-core, 64 tensor-core).
+int64_t inside_tile(int64_t at) {
+  return at % 32 == 0 ? at + 1 : at;
+}
+
+// Document starts [B,T]: position 0 starts a document and position t > 0 a new one with
+// probability 4/T (draw t of the row from the seed); row 0 also starts documents near T/4 and
+// 5T/8, so it holds at least three with boundaries inside tiles whatever the draws, and, when T
+// is long enough, at 63: a document whose first key is the last of a 64-key tile, so a block of
+// queries from 64 must not skip that tile for its one key. Each value is the start of its
+// position's document.
+std::vector<int32_t> document_starts(int64_t B, int64_t T, uint64_t seed) {
+  std::vector<int32_t> starts(static_cast<size_t>(B * T));
+  const int64_t forced[3] = {inside_tile(std::max<int64_t>(1, T / 4)), inside_tile(T * 5 / 8),
+                             T > 96 ? 63 : 0};
+  for (int64_t b = 0; b < B; ++b) {
+    int32_t start = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const bool drawn = splitmix64(seed + b * T + t) % uint64_t(T) < 4;
+      const bool force = b == 0 && (t == forced[0] || t == forced[1] || t == forced[2]);
+      if (t > 0 && (drawn || force)) start = static_cast<int32_t>(t);
+      starts[size_t(b * T + t)] = start;
+    }
+  }
+  return starts;
+}
+
 // Element i draws from splitmix64(seed + i) (what Rng(seed) gives as its i-th draw), so the
 // GPT-2-sized tensors fill in parallel.
 HostValues generate(const TensorSpec& s, uint64_t seed) {
   HostValues h;
   const int64_t n = s.shape.empty() ? 0 : numel(s.shape);
+  if (s.role == Role::doc_starts) {
+    if (n > 0) h.ids = document_starts(s.shape[0], s.shape[1], seed);
+    return h;
+  }
   if (s.role == Role::ids) {
     h.ids.resize(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i)

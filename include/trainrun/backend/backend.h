@@ -197,22 +197,29 @@ class Backend {
   // n_head / n_kv_head query heads each (n_kv_head divides n_head; 1 = multi-query).
   // qkv [B,T,(n_head + 2*n_kv_head)*hd] = (q | k | v); q head h reads kv head
   // h / (n_head / n_kv_head); out [B,T,n_head*hd]; lse [B,n_head,T].
-  void attention(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head = 0);
+  // Document masking: doc_start [B,T] (i32; empty = one document per row) holds, for each
+  // position t, the first position of its document (0 <= doc_start[b,t] <= t): query t then sees
+  // only keys j with doc_start[b,t] <= j <= t (documents.h), so packed documents do not attend
+  // to each other. The same tensor goes to attention_backward.
+  void attention(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head = 0,
+                 Tensor doc_start = {});
   // The head dimension hd of such a qkv (n_kv_head already resolved, not 0): the one derivation
   // the public checks and every backend's kernels use.
   static int64_t head_dim(const Tensor& qkv, int n_head, int n_kv_head) {
     return qkv.dim(2) / (n_head + 2 * int64_t{n_kv_head});
   }
   void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head,
-                          int n_kv_head = 0);
+                          int n_kv_head = 0, Tensor doc_start = {});
   // Rotary position embedding on the q and k heads of qkv [B,T,(n_head + 2*n_kv_head)*hd]
-  // (n_kv_head 0 = n_head). Position t is the index along T. Within each q or k head the pair
+  // (n_kv_head 0 = n_head). Position t is the index along T, or with doc_start (as attention's)
+  // its offset in its document, t - doc_start[b,t]. Within each q or k head the pair
   // (x[i], x[i + hd/2]), i < hd/2, turns by angle t * theta^(-2i/hd) (GPT-NeoX / Hugging Face
   // Llama "rotate_half"): x'[i] = x[i] cos - x[i+hd/2] sin, x'[i+hd/2] = x[i+hd/2] cos + x[i] sin.
   // v is copied unchanged. out may alias in. hd must be even, theta > 0.
-  void rope(Tensor out, Tensor in, int n_head, int n_kv_head, float theta);
+  void rope(Tensor out, Tensor in, int n_head, int n_kv_head, float theta, Tensor doc_start = {});
   // din += R^T dout on the q and k heads (rotation by -angle), din += dout on v.
-  void rope_backward(Tensor din, Tensor dout, int n_head, int n_kv_head, float theta);
+  void rope_backward(Tensor din, Tensor dout, int n_head, int n_kv_head, float theta,
+                     Tensor doc_start = {});
 
   // ---- gated MLP ----
   // SwiGLU: in [N,2H] = (gate | up); out [N,H] = silu(gate) * up, silu(x) = x / (1 + e^-x).
@@ -273,16 +280,18 @@ class Backend {
   virtual void add_impl(Tensor out, Tensor a, Tensor b) = 0;
   virtual void accumulate_impl(Tensor dst, Tensor src) = 0;
   virtual void scale_impl(Tensor x, double s) = 0;
-  // n_kv_head arrives resolved: never 0, always a divisor of n_head.
-  virtual void attention_impl(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head) = 0;
+  // n_kv_head arrives resolved: never 0, always a divisor of n_head. doc_start may be empty.
+  virtual void attention_impl(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head,
+                              Tensor doc_start) = 0;
   virtual void attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
-                                       int n_head, int n_kv_head) = 0;
+                                       int n_head, int n_kv_head, Tensor doc_start) = 0;
   virtual void rmsnorm_impl(Tensor out, Tensor rstd, Tensor in, Tensor w) = 0;
   virtual void rmsnorm_backward_impl(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w,
                                      Tensor rstd, GradWrite param_write) = 0;
-  virtual void rope_impl(Tensor out, Tensor in, int n_head, int n_kv_head, float theta) = 0;
-  virtual void rope_backward_impl(Tensor din, Tensor dout, int n_head, int n_kv_head,
-                                  float theta) = 0;
+  virtual void rope_impl(Tensor out, Tensor in, int n_head, int n_kv_head, float theta,
+                         Tensor doc_start) = 0;
+  virtual void rope_backward_impl(Tensor din, Tensor dout, int n_head, int n_kv_head, float theta,
+                                  Tensor doc_start) = 0;
   virtual void swiglu_impl(Tensor out, Tensor in) = 0;
   virtual void swiglu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) = 0;
   virtual void embedding_impl(Tensor out, Tensor ids, Tensor table) = 0;

@@ -112,7 +112,9 @@ struct DataConfig {
   int64_t synthetic_tokens = 1 << 20;  // length of the built-in stream
   std::vector<MixSource> mix;          // a weighted mixture of shard sources (instead of train)
   DataOrder order = DataOrder::automatic;
-  int shuffle_block = 1;  // epochs: samples read in sequence, the unit the shuffle moves
+  int shuffle_block = 1;          // epochs: samples read in sequence, the unit the shuffle moves
+  bool document_masking = false;  // attention stays within documents; positions restart
+  int64_t eot = -1;               // the id between documents; -1: the tokenizer's <|endoftext|>
 };
 
 struct TrainConfig {

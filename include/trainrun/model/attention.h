@@ -23,7 +23,9 @@ class CausalSelfAttention {
   // "<name>.proj" [d_model, d_model], each with a bias when opt.bias.
   CausalSelfAttention(ParamStore& ps, const std::string& name, int d_model, int n_head,
                       float proj_std, AttentionOptions opt = {});
-  void bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq);
+  // doc_start: the model's document starts for the batch, read at every call (an empty tensor
+  // when there are none); it outlives the module.
+  void bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq, const Tensor* doc_start);
   void forward(Tensor out, Tensor in) const;
   // din += (or =) d(loss)/d(in), as Linear::backward. Zeroes the scratch it accumulates into.
   void backward(Tensor din, Tensor dout, Tensor in, GradWrite write = GradWrite::accumulate) const;
@@ -34,6 +36,7 @@ class CausalSelfAttention {
   AttentionOptions opt_;
   int qkv_width_;
   Linear qkv_, proj_;
+  const Tensor* doc_start_ = nullptr;
   Tensor qkv_out_, y_, lse_;     // activations (qkv_out_ after the rotation, when rope)
   Tensor dqkv_, dy_, dqkv_raw_;  // gradient scratch (dqkv_raw_: before the rotation)
 };

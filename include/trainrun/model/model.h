@@ -20,6 +20,11 @@ class Model {
   virtual ~Model() = default;
   // x, y: host token ids [batch, seq_len]; y is x shifted by one.
   virtual void set_batch(const int32_t* x, const int32_t* y) = 0;
+  // Document masking (Backend::attention) for the micro-batches that follow: doc_start
+  // [batch, seq_len] host document starts of the x given to set_batch (documents.h), or nullptr
+  // (the default): every sequence one document. A family without attention (mlp) takes only
+  // nullptr.
+  virtual void set_documents(const int32_t* doc_start) = 0;
   // Mean loss over this micro-batch's targets.
   virtual double forward(bool training, uint64_t dropout_seed) = 0;
   // Gradients of (scale x summed loss) accumulate into params().grads().

@@ -32,7 +32,7 @@ class PreNormBlock {
     Ffn ffn;
   };
   // Activations are per block; gradient scratch is shared by all blocks (one backward at a time).
-  void bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq);
+  void bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq, const Tensor* doc_start);
   void forward(Tensor out, Tensor x, float dropout, uint64_t seed) const;
   // dx = d(loss)/dx (overwritten: dx's old contents are never read). Reuses the shared scratch.
   void backward(Tensor dx, Tensor dout, Tensor x, float dropout, uint64_t seed) const;

@@ -37,13 +37,14 @@ void rmsnorm_backward(T* din, T* dw, const T* dout, const T* in, const T* w, con
                       int64_t rows, int64_t C, bool param_acc);
 
 // rope.cpp: rotary embedding on the NH q and NKV k heads of qkv [B,T,(NH+2*NKV)*hd]; v copied.
-// out may alias in. Backward: din += R^T dout (v: din += dout).
+// out may alias in. Backward: din += R^T dout (v: din += dout). doc_start [B,T] or nullptr: the
+// position is the offset in the document (documents.h).
 template <class T>
 void rope_forward(T* out, const T* in, int64_t B, int64_t T_, int NH, int NKV, int64_t hd,
-                  double theta);
+                  double theta, const int32_t* doc_start);
 template <class T>
 void rope_backward(T* din, const T* dout, int64_t B, int64_t T_, int NH, int NKV, int64_t hd,
-                   double theta);
+                   double theta, const int32_t* doc_start);
 
 // swiglu.cpp: in [N,2H] = (gate | up), out [N,H] = silu(gate) * up
 template <class T>
@@ -78,13 +79,14 @@ template <class T>
 void fill(T* x, T value, int64_t n);
 
 // attention.cpp: causal grouped-query self-attention, qkv [B,T,(NH+2*NKV)*hd] = (q | k | v),
-// out [B,T,NH*hd], lse [B,NH,T]; q head h reads kv head h / (NH / NKV).
+// out [B,T,NH*hd], lse [B,NH,T]; q head h reads kv head h / (NH / NKV). doc_start [B,T] or
+// nullptr: query t sees keys [first_key, t] (documents.h).
 template <class T>
 void attention_forward(T* out, T* lse, const T* qkv, int64_t B, int64_t T_, int64_t hd, int NH,
-                       int NKV);
+                       int NKV, const int32_t* doc_start);
 template <class T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const T* lse, int64_t B,
-                        int64_t T_, int64_t hd, int NH, int NKV);
+                        int64_t T_, int64_t hd, int NH, int NKV, const int32_t* doc_start);
 
 // embedding.cpp: ids already validated in [0, V)
 template <class T>

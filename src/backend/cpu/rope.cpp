@@ -5,10 +5,12 @@
 // the row's heads), so f32 and the CUDA kernels (which do the same) differ only in the final
 // multiply-adds. The backward applies the transposed rotation (angle -a) and accumulates; v
 // passes through (copied forward, added backward). Rows are independent: parallel over B*T.
+// With document masking the position is the offset in the document, t - doc_start[b,t].
 #include <cmath>
 #include <vector>
 
 #include "kernels.h"
+#include "trainrun/core/documents.h"
 
 namespace trainrun::cpu {
 
@@ -31,12 +33,13 @@ void row_angles(std::vector<double>& cs, std::vector<double>& sn, int64_t t, int
 // Forward: out = R x (overwrites). Backward: out += R^T x.
 template <class T, bool kBackward>
 void rope_rows(T* out, const T* in, int64_t B, int64_t T_, int NH, int NKV, int64_t hd,
-               double theta) {
+               double theta, const int32_t* doc_start) {
   const int64_t half = hd / 2, rotated = (NH + int64_t{NKV}) * hd, W = (NH + 2 * int64_t{NKV}) * hd;
 #pragma omp parallel for
   for (int64_t row = 0; row < B * T_; ++row) {
     thread_local std::vector<double> cs, sn;
-    row_angles(cs, sn, row % T_, hd, theta);
+    const int64_t b = row / T_, t = row % T_;
+    row_angles(cs, sn, t - first_key(doc_start, b, T_, t), hd, theta);
     const T* x = in + row * W;
     T* y = out + row * W;
     for (int64_t h0 = 0; h0 < rotated; h0 += hd) {
@@ -66,23 +69,23 @@ void rope_rows(T* out, const T* in, int64_t B, int64_t T_, int NH, int NKV, int6
 
 template <class T>
 void rope_forward(T* out, const T* in, int64_t B, int64_t T_, int NH, int NKV, int64_t hd,
-                  double theta) {
-  rope_rows<T, false>(out, in, B, T_, NH, NKV, hd, theta);
+                  double theta, const int32_t* doc_start) {
+  rope_rows<T, false>(out, in, B, T_, NH, NKV, hd, theta, doc_start);
 }
 
 template <class T>
 void rope_backward(T* din, const T* dout, int64_t B, int64_t T_, int NH, int NKV, int64_t hd,
-                   double theta) {
-  rope_rows<T, true>(din, dout, B, T_, NH, NKV, hd, theta);
+                   double theta, const int32_t* doc_start) {
+  rope_rows<T, true>(din, dout, B, T_, NH, NKV, hd, theta, doc_start);
 }
 
-template void rope_forward<float>(float*, const float*, int64_t, int64_t, int, int, int64_t,
-                                  double);
+template void rope_forward<float>(float*, const float*, int64_t, int64_t, int, int, int64_t, double,
+                                  const int32_t*);
 template void rope_forward<double>(double*, const double*, int64_t, int64_t, int, int, int64_t,
-                                   double);
+                                   double, const int32_t*);
 template void rope_backward<float>(float*, const float*, int64_t, int64_t, int, int, int64_t,
-                                   double);
+                                   double, const int32_t*);
 template void rope_backward<double>(double*, const double*, int64_t, int64_t, int, int, int64_t,
-                                    double);
+                                    double, const int32_t*);
 
 }  // namespace trainrun::cpu
