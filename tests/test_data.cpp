@@ -1,5 +1,7 @@
 // Data: shard formats, dataset sources, every DataError, the Markov source and the loader.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -428,6 +431,177 @@ TEST_CASE("prepare_byte_shards writes train.bin and val.bin that read back as th
         text.size() + 6);
   req.eot = 256;
   CHECK_THROWS_AS(prepare_byte_shards(req), ConfigError);
+}
+
+namespace {
+
+// Thrown from PrepareRequest::after_entry: the prepare stops there as if killed.
+struct Killed {};
+
+// Inputs of several blocks each (at block_bytes 2048), one with no safe cut for longer than a
+// block (cut at a code point instead: where a resumed reader must cut as the first one did).
+void write_prepare_inputs(const std::string& dir) {
+  fs::create_directories(dir);
+  const char* words[] = {"the ", "cat ", "sat\n", "on ", "a ", "mat, ", "é ", "naïve ", "42 "};
+  const size_t sizes[] = {2500, 1200, 1500, 3000, 1500};
+  for (int f = 0; f < 5; ++f) {
+    std::string text;
+    for (int i = 0; text.size() < sizes[f]; ++i) text += words[(i * 7 + f * 3 + i / 5) % 9];
+    // Letters only, longer than a block: no safe cut, so it is cut where a block ends, inside
+    // words the tokenizer merges.
+    for (int i = 0; f == 2 && i < 700; ++i) text += i % 3 ? "thecatsat" : "naïvecafé";
+    if (f == 2) text += " the end\n";
+    write_bytes(dir + "/doc" + std::to_string(f) + ".txt", text);
+  }
+  write_bytes(dir + "/empty.txt", "");  // an empty document: a separator and nothing else
+}
+
+// What a prepare leaves in dir: every file's bytes by name.
+std::map<std::string, std::string> dir_files(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    out[e.path().filename().string()] = slurp(e.path().string());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("an interrupted prepare continues from any journal entry to the same shards") {
+  TempDir tmp;
+  write_prepare_inputs(tmp / "in");
+  // Merges inside the letters-only stretch of doc2: where it is cut decides the ids.
+  train_tokenizer_on_text(slurp(tmp / "in/doc2.txt"), 300).save(tmp / "tok.json");
+  for (const bool bytes : {true, false}) {
+    CAPTURE(bytes);
+    PrepareRequest req;
+    req.texts = {tmp / "in"};
+    if (!bytes) req.tokenizer = tmp / "tok.json";
+    req.val_fraction = 0.3;  // the split inside doc3
+    req.block_bytes = 2048;
+    req.threads = 2;
+    req.progress = false;
+    req.journal_seconds = 0;  // an entry at every input and block boundary
+    int entries = 0;
+    req.after_entry = [&] { ++entries; };
+    req.out_dir = tmp / (bytes ? "bytes_ref" : "tok_ref");
+    prepare_shards(req);
+    const auto want = dir_files(req.out_dir);
+    CHECK(want.count(bytes ? "train.bin" : "manifest.json") == 1);
+    REQUIRE(entries > 10);  // blocks inside the inputs, the inputs, and the finished entry
+    for (int k = 1; k <= entries; ++k) {
+      CAPTURE(k);
+      req.out_dir = tmp / ((bytes ? "bytes" : "tok") + std::to_string(k));
+      int n = 0;
+      req.after_entry = [&] {
+        if (++n == k) throw Killed{};
+      };
+      CHECK_THROWS_AS(prepare_shards(req), Killed);
+      REQUIRE(fs::exists(req.out_dir + "/.prepare.json"));
+      CHECK(!fs::exists(req.out_dir + "/train.bin"));
+      // What a killed prepare wrote after its last entry: cut off when it continues.
+      for (const char* name : {"/train.bin.partial", "/val.bin.partial"})
+        std::ofstream(req.out_dir + name, std::ios::binary | std::ios::app) << "garbage";
+      req.after_entry = nullptr;
+      prepare_shards(req);
+      CHECK(dir_files(req.out_dir) == want);  // no journal, no partial shards, the same bytes
+    }
+  }
+}
+
+TEST_CASE("an interrupted prepare with other arguments is refused, naming each change") {
+  TempDir tmp;
+  write_prepare_inputs(tmp / "in");
+  train_tokenizer_on_text(slurp(tmp / "in/doc1.txt"), 300).save(tmp / "tok.json");
+  PrepareRequest req;
+  req.texts = {tmp / "in"};
+  req.out_dir = tmp / "out";
+  req.block_bytes = 2048;
+  req.progress = false;
+  req.journal_seconds = 0;
+  int n = 0;
+  req.after_entry = [&] {
+    if (++n == 6) throw Killed{};
+  };
+  CHECK_THROWS_AS(prepare_shards(req), Killed);
+  req.after_entry = nullptr;
+  const auto refused = [&](PrepareRequest r, const std::string& why) {
+    CAPTURE(why);
+    CHECK_THROWS_WITH_AS(prepare_shards(r), doctest::Contains(why.c_str()), ConfigError);
+    CHECK_THROWS_WITH_AS(prepare_shards(r), doctest::Contains("pass --force to start over"),
+                         ConfigError);
+  };
+  PrepareRequest other = req;
+  other.val_fraction = 0.2;
+  refused(other, "--val-fraction was 0.1, now 0.2");
+  other = req;
+  other.eot = kEotNone;
+  refused(other, "the end-of-text id (--eot) was 0, now none");
+  other = req;
+  other.tokenizer = tmp / "tok.json";
+  refused(other, "it was byte-level, now --tokenizer");
+  other = req;
+  other.texts = {tmp / "in/doc0.txt", tmp / "in/doc1.txt"};
+  refused(other, "/in/doc2.txt is no longer an input");
+  write_bytes(tmp / "in/doc9.txt", "new");
+  refused(req, "/in/doc9.txt is a new input");
+  fs::remove(tmp / "in/doc9.txt");
+  // The journal's own inputs: changed ones are named, whether read already or not.
+  std::ofstream(tmp / "in/doc0.txt", std::ios::binary | std::ios::app) << "!";
+  refused(req, "/in/doc0.txt changed size (");
+  struct timespec times[2] = {{0, UTIME_OMIT}, {12345, 0}};
+  REQUIRE(::utimensat(AT_FDCWD, (tmp / "in/doc4.txt").c_str(), times, 0) == 0);
+  refused(req, "/in/doc4.txt was modified (its mtime changed)");
+  // Partial shards without their journal are not this prepare's to continue or replace.
+  fs::copy(tmp / "out/.prepare.json", tmp / "journal");
+  fs::remove(tmp / "out/.prepare.json");
+  CHECK_THROWS_WITH_AS(prepare_shards(req), doctest::Contains("train.bin.partial exists"),
+                       ConfigError);
+  fs::copy(tmp / "journal", tmp / "out/.prepare.json");
+  // A prepare writing into the directory (its lock): another is refused, --force or not, and
+  // removes nothing.
+  {
+    const int fd = ::open((tmp / "out").c_str(), O_RDONLY | O_DIRECTORY);
+    REQUIRE(::flock(fd, LOCK_EX) == 0);
+    for (const bool force : {false, true}) {
+      PrepareRequest r = req;
+      r.force = force;
+      CHECK_THROWS_WITH_AS(prepare_shards(r), doctest::Contains("is writing into"), ConfigError);
+    }
+    ::close(fd);
+  }
+  CHECK(fs::exists(tmp / "out/.prepare.json"));
+  CHECK(fs::exists(tmp / "out/train.bin.partial"));
+  // --force starts over: the same shards as a prepare that was never interrupted.
+  req.force = true;
+  prepare_shards(req);
+  req.force = false;
+  req.out_dir = tmp / "ref";
+  prepare_shards(req);
+  CHECK(dir_files(tmp / "out") == dir_files(tmp / "ref"));
+}
+
+TEST_CASE("a partial shard shorter than its journal is refused with the fix") {
+  TempDir tmp;
+  write_prepare_inputs(tmp / "in");
+  PrepareRequest req;
+  req.texts = {tmp / "in"};
+  req.out_dir = tmp / "out";
+  req.block_bytes = 2048;
+  req.progress = false;
+  req.journal_seconds = 0;
+  int n = 0;
+  req.after_entry = [&] {
+    if (++n == 4) throw Killed{};
+  };
+  CHECK_THROWS_AS(prepare_shards(req), Killed);
+  req.after_entry = nullptr;
+  fs::resize_file(tmp / "out/train.bin.partial", 100);
+  CHECK_THROWS_WITH_AS(prepare_shards(req),
+                       doctest::Contains("fewer than the 5750 tokens the journal records; pass "
+                                         "--force to start over"),
+                       DataError);
+  fs::remove(tmp / "out/train.bin.partial");
+  CHECK_THROWS_WITH_AS(prepare_shards(req), doctest::Contains("cannot continue"), DataError);
 }
 
 TEST_CASE("Markov source: deterministic per seed, entropy rate exact and below log(vocab)") {

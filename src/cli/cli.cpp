@@ -231,7 +231,9 @@ Command add_data_prepare(CLI::App& app) {
                   "tokenizer.json to encode with (also writes manifest.json)");
   sub->add_option("--threads", a->threads, "encoding threads (default: all cores)")
       ->check(CLI::Range(0, kMaxThreads));
-  sub->add_flag("--force", a->force, "replace shards, manifest and tokenizer copy that exist");
+  sub->add_flag("--force", a->force,
+                "replace shards, manifest and tokenizer copy that exist; start an interrupted "
+                "prepare over instead of continuing it");
   sub->add_option("--val-fraction", a->val_fraction,
                   "fraction held out for validation, in (0, 0.9]")
       ->capture_default_str()
@@ -245,6 +247,12 @@ Command add_data_prepare(CLI::App& app) {
           },
           "(0, 0.9]"));
   return {sub, [a] {
+            // Test only (tests/integration/test_prepare_resume.py): SIGKILL once N inputs are
+            // journaled, at the next boundary, to test what a killed prepare leaves.
+            if (const char* n = std::getenv("TRAINRUN_PREPARE_STOP_AFTER"); n && *n) {
+              a->stop_after_inputs = std::strtoll(n, nullptr, 10);
+              a->stop_kills = true;
+            }
             fmt::print("{}\n", prepare_shards(*a));
             return kExitOk;
           }};

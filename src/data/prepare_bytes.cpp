@@ -1,7 +1,9 @@
 // `trainrun data prepare` without a tokenizer: every byte is a token (vocabulary 256). The files
 // are streamed in blocks into train.bin and val.bin with the end-of-text id between them, so a
 // corpus is bounded by the disk, not by memory (it was read whole, and refused past 4 GiB).
+// Resumable: prepare_journal.h records how far it got, at input and block boundaries.
 #include <fmt/format.h>
+#include <sys/types.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -12,6 +14,7 @@
 
 #include "manifest.h"
 #include "prepare_inputs.h"
+#include "prepare_journal.h"
 #include "shard.h"
 #include "split.h"
 #include "trainrun/core/errors.h"
@@ -51,20 +54,46 @@ std::string prepare_byte_shards(const PrepareRequest& req) {
   create_output_directory(req.out_dir);
   std::error_code ec;
   const fs::path out(req.out_dir);
-  ShardWriter train((out / "train.bin").string(), 256);
-  ShardWriter val((out / "val.bin").string(), 256);
-  int64_t pos = 0;
+  const size_t block_bytes = std::clamp<size_t>(req.block_bytes, 1, kBlockBytes);
+  PrepareFingerprint fp;
+  for (const PrepareInput& in : inputs) fp.inputs.push_back(fingerprint_input(in));
+  fp.val_fraction = req.val_fraction;
+  fp.eot = eot;
+  fp.vocab_size = 256;
+  fp.dtype = 1;
+  fp.block_bytes = block_bytes;
+  // Resumable (prepare_journal.h): an interrupted prepare continues from its journal.
+  PrepareJournal journal(req.out_dir, std::move(fp), req.force);
+  journal.test_hooks(req);
+  const PreparePosition& at = journal.start();
+  ShardWriter train((out / "train.bin").string(), 256,
+                    ShardWriter::Partial{static_cast<int64_t>(at.train_tokens)});
+  ShardWriter val((out / "val.bin").string(), 256,
+                  ShardWriter::Partial{static_cast<int64_t>(at.val_tokens)});
+  int64_t pos = static_cast<int64_t>(train.count() + val.count());
   const auto put = [&](const int32_t* ids, int64_t n) {
     const int64_t k = std::clamp<int64_t>(ntrain - pos, 0, n);
     if (k > 0) train.append(ids, static_cast<size_t>(k));
     if (n > k) val.append(ids + k, static_cast<size_t>(n - k));
     pos += n;
   };
-  PrepareProgress progress(req.progress, static_cast<uint64_t>(total));
-  std::vector<unsigned char> block(kBlockBytes);
-  std::vector<int32_t> ids(kBlockBytes);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (i > 0 && eot >= 0) {
+  const auto boundary = [&](size_t inputs_done, bool started, uint64_t offset) {
+    if (!journal.boundary(inputs_done, !started)) return;
+    PreparePosition p;
+    p.inputs_done = inputs_done;
+    p.started = started;
+    p.offset = offset;
+    p.train_tokens = train.count();
+    p.val_tokens = val.count();
+    journal.record(p, train, val);
+  };
+  PrepareProgress progress(req.progress, static_cast<uint64_t>(total), static_cast<uint64_t>(pos));
+  std::vector<unsigned char> block(block_bytes);
+  std::vector<int32_t> ids(block_bytes);
+  for (size_t i = at.inputs_done; i < inputs.size(); ++i) {
+    // Resumed inside this input: its separator and first `offset` bytes are written.
+    const bool inside = i == at.inputs_done && at.started;
+    if (i > 0 && eot >= 0 && !inside) {
       const auto id = static_cast<int32_t>(eot);
       put(&id, 1);
     }
@@ -73,8 +102,12 @@ std::string prepare_byte_shards(const PrepareRequest& req) {
     if (!f)
       throw DataError(fmt::format("{}: cannot read the text file ({}); fix the path", in.path,
                                   std::strerror(errno)));
+    uint64_t offset = inside ? std::min(at.offset, in.bytes) : 0;
+    if (offset > 0 && ::fseeko(f.get(), static_cast<off_t>(offset), SEEK_SET) != 0)
+      throw DataError(
+          fmt::format("{}: cannot seek to byte {} ({})", in.path, offset, std::strerror(errno)));
     // Only the size it had when listed: a file that grows while it is read stops there.
-    for (uint64_t left = in.bytes; left > 0;) {
+    for (uint64_t left = in.bytes - offset; left > 0;) {
       const size_t n = std::fread(block.data(), 1, std::min<uint64_t>(left, block.size()), f.get());
       if (n == 0)
         throw DataError(fmt::format(
@@ -84,14 +117,25 @@ std::string prepare_byte_shards(const PrepareRequest& req) {
       std::copy(block.begin(), block.begin() + static_cast<std::ptrdiff_t>(n), ids.begin());
       put(ids.data(), static_cast<int64_t>(n));
       left -= n;
+      offset += n;
       progress.update(static_cast<uint64_t>(pos), static_cast<uint64_t>(pos));
+      if (left > 0) boundary(i, true, offset);
     }
+    boundary(i + 1, false, 0);
   }
+  PreparePosition finished;
+  finished.inputs_done = inputs.size();
+  finished.train_tokens = train.count();
+  finished.val_tokens = val.count();
+  finished.finished = true;
+  journal.record(finished, train, val);
   train.commit();
+  journal.rename_point();
   val.commit();
   // A tokenized prepare's manifest no longer describes these shards: remove it, but only when it
   // is trainrun's (a dataset's own manifest.json is not ours to delete; shards ignore it).
   if (is_trainrun_manifest((out / kManifestName).string())) fs::remove(out / kManifestName, ec);
+  journal.remove();
   std::string summary = fmt::format("wrote {} ({} tokens) and val.bin ({} tokens)",
                                     (out / "train.bin").string(), train.count(), val.count());
   if (inputs.size() > 1)

@@ -1,6 +1,7 @@
 #include "prepare_inputs.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,12 +16,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-uint64_t regular_file_size(const std::string& path) {
-  std::error_code ec;
-  const auto n = fs::file_size(path, ec);
-  if (ec || !fs::is_regular_file(path, ec))
+PrepareInput regular_file(std::string path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
     throw DataError(fmt::format("{}: not a readable regular file; point it at a text file", path));
-  return n;
+  const int64_t mtime = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  return {std::move(path), static_cast<uint64_t>(st.st_size), mtime};
 }
 
 bool hidden(const fs::path& p) {
@@ -35,7 +36,7 @@ std::vector<PrepareInput> prepare_inputs(const std::vector<std::string>& texts) 
   for (const std::string& t : texts) {
     std::error_code ec;
     if (!fs::is_directory(t, ec)) {
-      out.push_back({t, regular_file_size(t)});
+      out.push_back(regular_file(t));
       continue;
     }
     std::vector<std::string> files;
@@ -51,10 +52,7 @@ std::vector<PrepareInput> prepare_inputs(const std::vector<std::string>& texts) 
     if (files.empty())
       throw DataError(fmt::format("{}: a directory with no files in it; point at text files", t));
     std::sort(files.begin(), files.end());
-    for (std::string& f : files) {
-      const uint64_t n = regular_file_size(f);
-      out.push_back({std::move(f), n});
-    }
+    for (std::string& f : files) out.push_back(regular_file(std::move(f)));
   }
   return out;
 }
@@ -66,8 +64,8 @@ void create_output_directory(const std::string& dir) {
     throw DataError(fmt::format("cannot create the output directory {} ({})", dir, ec.message()));
 }
 
-PrepareProgress::PrepareProgress(bool on, uint64_t total_bytes)
-    : on_(on), tty_(::isatty(2) != 0), total_(total_bytes) {}
+PrepareProgress::PrepareProgress(bool on, uint64_t total_bytes, uint64_t already_done)
+    : on_(on), tty_(::isatty(2) != 0), total_(total_bytes), base_(already_done) {}
 
 PrepareProgress::~PrepareProgress() {
   if (drawn_ && tty_) std::fputc('\n', stderr);
@@ -79,7 +77,7 @@ void PrepareProgress::update(uint64_t done, uint64_t tokens) {
   if (now - last_ < (tty_ ? std::chrono::milliseconds(100) : std::chrono::seconds(10))) return;
   last_ = now;
   const double s = std::chrono::duration<double>(now - start_).count();
-  const double rate = s > 0 ? static_cast<double>(done) / s : 0;  // bytes/s
+  const double rate = s > 0 && done > base_ ? static_cast<double>(done - base_) / s : 0;  // B/s
   std::string eta = "?";
   if (rate > 0 && total_ >= done) {
     const auto left = static_cast<int64_t>(static_cast<double>(total_ - done) / rate);

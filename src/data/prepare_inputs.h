@@ -13,6 +13,7 @@ namespace trainrun {
 struct PrepareInput {
   std::string path;
   uint64_t bytes = 0;
+  int64_t mtime_ns = 0;  // when it was last modified (a resumed prepare checks it is unchanged)
 };
 
 // Files in the order given; a directory gives every regular file below it (hidden ones and
@@ -28,7 +29,8 @@ void create_output_directory(const std::string& dir);
 // prepare prints nothing.
 class PrepareProgress {
  public:
-  PrepareProgress(bool on, uint64_t total_bytes);
+  // already_done: bytes an interrupted prepare did (not counted in the rate).
+  PrepareProgress(bool on, uint64_t total_bytes, uint64_t already_done = 0);
   ~PrepareProgress();
   PrepareProgress(const PrepareProgress&) = delete;
   PrepareProgress& operator=(const PrepareProgress&) = delete;
@@ -37,7 +39,7 @@ class PrepareProgress {
  private:
   using Clock = std::chrono::steady_clock;
   bool on_, tty_;
-  uint64_t total_;
+  uint64_t total_, base_;
   Clock::time_point start_ = Clock::now(), last_ = start_;
   bool drawn_ = false;
 };

@@ -59,11 +59,11 @@ std::string hex_bytes(const unsigned char* p, size_t n) {
   return s;
 }
 
-int width_for_vocab(int64_t vocab_size) {
+}  // namespace
+
+int shard_width_for_vocab(int64_t vocab_size) {
   return vocab_size <= 256 ? 1 : vocab_size <= 65536 ? 2 : 4;
 }
-
-}  // namespace
 
 MappedShard::MappedShard(const std::string& path, int vocab_size) : path_(path) {
   // O_NONBLOCK: opening a FIFO named by mistake must not wait for a writer.
@@ -262,7 +262,7 @@ ShardHeader header_for(int width, uint64_t count, int vocab_size) {
 }  // namespace
 
 ShardWriter::ShardWriter(std::string path, int vocab_size)
-    : path_(std::move(path)), vocab_size_(vocab_size), width_(width_for_vocab(vocab_size)) {
+    : path_(std::move(path)), vocab_size_(vocab_size), width_(shard_width_for_vocab(vocab_size)) {
   if (vocab_size < 1)
     throw DataError(fmt::format("{}: cannot write a shard for vocab_size {}", path_, vocab_size));
   tmp_ = fmt::format("{}.tmp.{}", path_, ::getpid());
@@ -276,11 +276,64 @@ ShardWriter::ShardWriter(std::string path, int vocab_size)
   std::fwrite(&h, sizeof h, 1, f_);  // the count is filled in by commit()
 }
 
+ShardWriter::ShardWriter(std::string path, int vocab_size, Partial partial)
+    : path_(std::move(path)),
+      tmp_(path_ + ".partial"),
+      vocab_size_(vocab_size),
+      width_(shard_width_for_vocab(vocab_size)),
+      partial_(true) {
+  if (vocab_size < 1)
+    throw DataError(fmt::format("{}: cannot write a shard for vocab_size {}", path_, vocab_size));
+  if (partial.keep_tokens <= 0) {
+    f_ = std::fopen(tmp_.c_str(), "wb");
+    if (!f_)
+      throw DataError(
+          fmt::format("cannot write {} ({}); check that the directory exists and is writable", tmp_,
+                      std::strerror(errno)));
+    const ShardHeader h = header_for(width_, 0, vocab_size_);
+    std::fwrite(&h, sizeof h, 1, f_);  // the count is filled in by commit()
+    return;
+  }
+  const auto keep = static_cast<uint64_t>(partial.keep_tokens);
+  const auto cannot = [&](const std::string& why) {
+    if (f_) std::fclose(f_);
+    f_ = nullptr;
+    return DataError(fmt::format(
+        "{}: cannot continue the interrupted prepare: {}; pass --force to start over", tmp_, why));
+  };
+  f_ = std::fopen(tmp_.c_str(), "r+b");
+  if (!f_) throw cannot(fmt::format("cannot open it ({})", std::strerror(errno)));
+  ShardHeader h{};
+  struct stat st {};
+  if (std::fread(&h, sizeof h, 1, f_) != 1 || std::memcmp(h.magic, kShardMagic, 8) != 0 ||
+      h.version != kShardVersion)
+    throw cannot("it is not a trainrun shard");
+  if (h.dtype != static_cast<uint32_t>(width_) ||
+      h.vocab_size != static_cast<uint32_t>(vocab_size_))
+    throw cannot(fmt::format("it holds {}-byte tokens of a vocabulary of {}, not {}-byte of {}",
+                             h.dtype, h.vocab_size, width_, vocab_size_));
+  const uint64_t want = sizeof h + keep * static_cast<uint64_t>(width_);
+  if (::fstat(::fileno(f_), &st) != 0 || static_cast<uint64_t>(st.st_size) < want)
+    throw cannot(fmt::format("it holds {} bytes, fewer than the {} tokens the journal records",
+                             st.st_size, keep));
+  // What was written after the journal's last entry goes: it is written again.
+  if (std::fflush(f_) != 0 || ::ftruncate(::fileno(f_), static_cast<off_t>(want)) != 0 ||
+      std::fseek(f_, 0, SEEK_END) != 0)
+    throw cannot(fmt::format("cannot cut it back ({})", std::strerror(errno)));
+  count_ = keep;
+}
+
 ShardWriter::~ShardWriter() {
   if (f_) {
     std::fclose(f_);
-    std::remove(tmp_.c_str());
+    if (!partial_) std::remove(tmp_.c_str());
   }
+}
+
+void ShardWriter::sync() {
+  if (std::ferror(f_) || std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0)
+    throw DataError(fmt::format("cannot write {} ({}); check free space and permissions", tmp_,
+                                std::strerror(errno)));
 }
 
 void ShardWriter::append(const int32_t* tokens, size_t n) {
@@ -308,7 +361,7 @@ void ShardWriter::commit() {
   f_ = nullptr;
   if (!ok || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const int e = ok ? errno : err;
-    std::remove(tmp_.c_str());
+    if (!partial_) std::remove(tmp_.c_str());
     throw DataError(fmt::format("cannot write {} ({}); check free space and permissions", path_,
                                 std::strerror(e)));
   }

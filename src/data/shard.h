@@ -58,10 +58,21 @@ class MappedShard {
 // Streams a shard in trainrun's format to PATH.tmp.PID; commit() fills in the count and renames
 // it to PATH, so a reader never sees half a shard. Destroyed uncommitted, it removes the
 // temporary file. Not thread-safe.
+//
+// A resumable writer (a `data prepare`, prepare_journal.h) writes PATH.partial instead, a
+// stable name that stays when it is destroyed uncommitted: sync() makes what it holds durable,
+// and a later writer reopens it, keeping the tokens the journal recorded.
 class ShardWriter {
  public:
   // The token width is the smallest that holds vocab_size; throws DataError if it cannot open.
   ShardWriter(std::string path, int vocab_size);
+  // PATH.partial: keep_tokens <= 0 starts it afresh; otherwise it must be a partial shard for
+  // this vocabulary holding at least keep_tokens tokens, and is cut back to them (DataError
+  // naming the file and the fix if not).
+  struct Partial {
+    int64_t keep_tokens = 0;
+  };
+  ShardWriter(std::string path, int vocab_size, Partial partial);
   ~ShardWriter();
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
@@ -70,6 +81,8 @@ class ShardWriter {
   void append(const int32_t* tokens, size_t n);
   uint64_t count() const { return count_; }
   int width() const { return width_; }
+  // Flushes and fsyncs what is written (not the header: its count is written by commit()).
+  void sync();
   void commit();
 
  private:
@@ -77,6 +90,10 @@ class ShardWriter {
   std::FILE* f_ = nullptr;
   int vocab_size_, width_;
   uint64_t count_ = 0;
+  bool partial_ = false;
 };
+
+// The smallest token width (bytes) that holds ids below vocab_size: 1, 2 or 4.
+int shard_width_for_vocab(int64_t vocab_size);
 
 }  // namespace trainrun

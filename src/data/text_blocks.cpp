@@ -45,10 +45,12 @@ bool TextBlocks::next(std::vector<TextSegment>& segments) {
   buf_.erase(0, consumed_);
   buf_offset_ += consumed_;
   consumed_ = 0;
-  const size_t want = buf_.size() + block_;
-  while (buf_.size() < want && read_ < size_) {
+  // A block more than was read (a resumed reader: more than the reader it continues had read).
+  const uint64_t until = std::max(read_, resume_read_end_) + block_;
+  resume_read_end_ = 0;
+  while (read_ < until && read_ < size_) {
     const size_t have = buf_.size();
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(want - have, size_ - read_));
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(until - read_, size_ - read_));
     buf_.resize(have + n);
     const ssize_t r = ::read(fd_, buf_.data() + have, n);
     if (r < 0 && errno == EINTR) {
@@ -87,6 +89,17 @@ bool TextBlocks::next(std::vector<TextSegment>& segments) {
   if (end > pos) segments.push_back({text.substr(pos, end - pos), buf_offset_ + pos});
   consumed_ = end;
   return true;
+}
+
+void TextBlocks::resume(uint64_t consumed_end, uint64_t read_end) {
+  const uint64_t at = std::min(consumed_end, size_);
+  if (::lseek(fd_, static_cast<off_t>(at), SEEK_SET) != static_cast<off_t>(at))
+    throw DataError(
+        fmt::format("{}: cannot seek to byte {} ({})", path_, at, std::strerror(errno)));
+  buf_.clear();
+  buf_offset_ = read_ = at;
+  consumed_ = 0;
+  resume_read_end_ = std::max(read_end, at);
 }
 
 }  // namespace trainrun

@@ -33,6 +33,14 @@ class TextBlocks {
   // The next block's segments, in order; false when the file is done.
   bool next(std::vector<TextSegment>& segments);
 
+  // Where a resumed reader continues: the end of the segments handed out so far, and how far
+  // the file has been read (a resumed `data prepare`, prepare_journal.h).
+  uint64_t consumed_end() const { return buf_offset_ + consumed_; }
+  uint64_t read_end() const { return read_; }
+  // Before the first next(): continue as the reader that reported these did, cutting the same
+  // segments (its next block reads up to read_end + block_bytes). DataError if it cannot seek.
+  void resume(uint64_t consumed_end, uint64_t read_end);
+
  private:
   std::string path_;
   int fd_ = -1;
@@ -41,7 +49,8 @@ class TextBlocks {
   size_t block_, segment_;
   uint64_t cut_at_;
   std::string buf_;
-  size_t consumed_ = 0;  // bytes of buf_ handed out by the last next()
+  size_t consumed_ = 0;           // bytes of buf_ handed out by the last next()
+  uint64_t resume_read_end_ = 0;  // resume(): how far the reader it continues had read
 };
 
 }  // namespace trainrun

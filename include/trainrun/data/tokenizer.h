@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -79,10 +80,22 @@ struct PrepareRequest {
   int threads = 0;                 // <= 0: all cores
   size_t block_bytes = 64 << 20;   // read at a time (memory is a few times this)
   bool progress = true;            // a progress line on stderr when it is a terminal
-  bool force = false;              // replace outputs that exist (trainrun/data/output_files.h)
+  bool force = false;              // replace outputs that exist (trainrun/data/output_files.h);
+                                   // an interrupted prepare's journal: start over
+  // Tests only. The CLI's TRAINRUN_PREPARE_STOP_AFTER=N: once this many inputs are done and
+  // journaled, stop at the next boundary as if killed there (SIGKILL when stop_kills, else
+  // src/data/prepare_journal.h's PrepareStopped), leaving the journal and partial shards.
+  int64_t stop_after_inputs = -1;
+  bool stop_kills = false;
+  // The journal's entries come at most this often (0: at every input and block boundary), and
+  // after_entry runs after each (it may throw, as if the prepare were killed there).
+  double journal_seconds = 1.0;
+  std::function<void()> after_entry;
 };
 
 // `trainrun data prepare`: prepare_token_shards with a tokenizer, else prepare_byte_shards.
+// Both are resumable: an interrupted prepare (killed, out of space) leaves DIR/.prepare.json
+// and DIR/{train,val}.bin.partial, and the same request continues it (docs/data-format.md).
 std::string prepare_shards(const PrepareRequest& req);
 
 // `trainrun data prepare` without a tokenizer: the files' bytes as tokens (vocabulary 256),
