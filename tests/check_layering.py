@@ -8,7 +8,8 @@ top-level meson.build, and a concept may use only those before it (and itself). 
 is its folder: src/<concept>/..., kernels/ (the CUDA half of backend), src/main.cpp (cli), and
 include/trainrun/<concept>/... for the public headers, so a header's path names its owner; a
 private header (any .h beside the sources) may be included only from its own folder. tests/ and bench/ may include anything. It also refuses a
-bare std::mutex or std::condition_variable outside thread_annotations.h (see BARE_LOCK).
+bare std::mutex or std::condition_variable outside thread_annotations.h (see BARE_LOCK), and two
+namespace-scope inline variables of one name in different headers (see INLINE_VAR).
 """
 import argparse
 import pathlib
@@ -23,6 +24,10 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 # Clang checks; a bare standard mutex would escape the check. The CPU-executed device
 # (kernels/sim/) is exempt: a test device with its own fiber scheduler.
 BARE_LOCK = re.compile(r'^[^/\n]*\bstd::(mutex|condition_variable|shared_mutex)\b', re.M)
+# An inline variable is one object program-wide: two headers defining `inline constexpr ... kName`
+# with different values in one namespace break the one-definition rule silently, and the linker
+# keeps either (a checkpoint folder's MANIFEST once became the shards' manifest.json that way).
+INLINE_VAR = re.compile(r'^inline\s+constexpr\s[^=;(]*?\b(k[A-Za-z0-9_]+)\s*(?:=|\{)', re.M)
 LOCK_HOME = pathlib.PurePath("include/trainrun/core/thread_annotations.h")
 SOURCES = ("*.h", "*.cpp", "*.cu", "*.cuh")
 
@@ -73,8 +78,17 @@ def check(root):
     for top in ("src", "kernels", "include"):
         for pattern in SOURCES:
             files += (root / top).rglob(pattern)
+    inline_vars = {}
     for path in sorted(set(files)):
         rel = path.relative_to(root)
+        if path.suffix == ".h":
+            text = path.read_text(errors="replace")
+            for m in INLINE_VAR.finditer(text):
+                line = text.count("\n", 0, m.start()) + 1
+                first = inline_vars.setdefault(m.group(1), f"{rel}:{line}")
+                if first != f"{rel}:{line}":
+                    problems.append(f"{rel}:{line}: inline variable {m.group(1)} is also defined "
+                                    f"at {first}: one object program-wide; rename one")
         mine = concept_of_file(rel)
         if rel.parts[0] == "include" and mine is None:
             problems.append(f"{rel}: public header outside a concept's folder: move it to "

@@ -55,8 +55,8 @@ void check_same_tokenizer(const ShardManifest& m, const ConfiguredTokenizer& con
       "{}/{}: these shards were made with another tokenizer than data.tokenizer='{}' (its "
       "sha256 is {}, the manifest records {}, copied from {}): set data.tokenizer={} (or leave "
       "it unset), or prepare the data again with --tokenizer {}",
-      m.dir, kManifestName, conf.path, conf.sha256, m.tokenizer_sha256, m.tokenizer_source, theirs,
-      conf.path));
+      m.dir, kShardManifestName, conf.path, conf.sha256, m.tokenizer_sha256, m.tokenizer_source,
+      theirs, conf.path));
 }
 
 // A multiple of 64 keeps the output layer's matmuls aligned.
@@ -91,7 +91,7 @@ bool is_trainrun_manifest(const std::string& path) {
 }
 
 std::optional<ShardManifest> read_manifest(const std::string& dir) {
-  const fs::path path = fs::path(dir) / kManifestName;
+  const fs::path path = fs::path(dir) / kShardManifestName;
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return std::nullopt;
   // A manifest.json of some other tool's (a dataset's own) is not ours to judge the shards by.
@@ -146,7 +146,7 @@ void check_shard_manifests(const std::vector<std::string>& files, int vocab_size
         "{}/{}: these shards were tokenized with {} ({} tokens) but model.vocab_size is {}; set "
         "model.vocab_size >= {} (e.g. --set model.vocab_size={}), or prepare the data with a "
         "smaller tokenizer",
-        shown(d), kManifestName, m->tokenizer_file, m->vocab_size, vocab_size, m->vocab_size,
+        shown(d), kShardManifestName, m->tokenizer_file, m->vocab_size, vocab_size, m->vocab_size,
         suggested_vocab(m->vocab_size)));
   }
 }
@@ -196,7 +196,7 @@ std::unique_ptr<Tokenizer> data_tokenizer(const DataConfig& data) {
     throw DataError(fmt::format(
         "{}: missing, or not the tokenizer {}/{} records (sha256 {}); restore it from {} or "
         "prepare the data again",
-        path, m->dir, kManifestName, m->tokenizer_sha256, m->tokenizer_source));
+        path, m->dir, kShardManifestName, m->tokenizer_sha256, m->tokenizer_source));
   return std::make_unique<Tokenizer>(Tokenizer::parse(bytes, path));
 }
 

@@ -27,7 +27,7 @@ struct ShardManifest {
   uint64_t train_tokens = 0, val_tokens = 0;
 };
 
-inline constexpr const char* kManifestName = "manifest.json";
+inline constexpr const char* kShardManifestName = "manifest.json";
 inline constexpr const char* kManifestFormat = "trainrun token shards";  // its "format" field
 
 // True when `path` is a regular file that trainrun wrote as a shard manifest (its format field).

@@ -134,7 +134,8 @@ std::string prepare_byte_shards(const PrepareRequest& req) {
   val.commit();
   // A tokenized prepare's manifest no longer describes these shards: remove it, but only when it
   // is trainrun's (a dataset's own manifest.json is not ours to delete; shards ignore it).
-  if (is_trainrun_manifest((out / kManifestName).string())) fs::remove(out / kManifestName, ec);
+  if (is_trainrun_manifest((out / kShardManifestName).string()))
+    fs::remove(out / kShardManifestName, ec);
   journal.remove();
   std::string summary = fmt::format("wrote {} ({} tokens) and val.bin ({} tokens)",
                                     (out / "train.bin").string(), train.count(), val.count());

@@ -180,12 +180,12 @@ std::string prepare_token_shards(const PrepareRequest& req) {
   val.commit();
   const std::string tok_copy = (out / man.tokenizer_file).string();
   if (!fs::equivalent(req.tokenizer, tok_copy, ec)) write_text_file(tok_copy, tok_bytes);
-  write_text_file((out / kManifestName).string(), manifest_json(man));
+  write_text_file((out / kShardManifestName).string(), manifest_json(man));
   journal.remove();
   return fmt::format(
              "wrote {} ({} tokens) and val.bin ({} tokens), {} bit tokens, vocab {}; manifest {}",
              (out / "train.bin").string(), man.train_tokens, man.val_tokens, 8 * man.dtype,
-             man.vocab_size, (out / kManifestName).string()) +
+             man.vocab_size, (out / kShardManifestName).string()) +
          (inputs.size() < 2 ? std::string()
           : eot >= 0
               ? fmt::format("; {} documents, end-of-text id {} between them", inputs.size(), eot)
@@ -202,7 +202,7 @@ std::string prepare_shards(const PrepareRequest& req) {
   for (PrepareInput& in : prepare_inputs(req.texts)) files.texts.push_back(std::move(in.path));
   std::vector<std::string> inputs = files.texts;
   std::vector<std::string> outputs = {(out / "train.bin").string(), (out / "val.bin").string()};
-  const std::string manifest = (out / kManifestName).string();
+  const std::string manifest = (out / kShardManifestName).string();
   if (!req.tokenizer.empty()) {
     inputs.push_back(req.tokenizer);
     outputs.push_back(manifest);

@@ -90,3 +90,14 @@ def test_a_bare_std_mutex_fails(tmp_path):
     assert p.returncode == 1
     assert "src/train/watchdog.h" in p.stdout
     assert "a bare std::mutex: use Mutex/CondVar" in p.stdout
+
+
+def test_an_inline_variable_defined_twice_fails(tmp_path):
+    # Two headers' `inline constexpr ... kName` are one object: the linker keeps either value.
+    root = copy_tree(tmp_path)
+    h = root / "src" / "data" / "manifest.h"
+    h.write_text(h.read_text().replace("kShardManifestName =", "kManifestName ="))
+    p = check(root)
+    assert p.returncode == 1
+    assert "src/data/manifest.h" in p.stdout and "kManifestName" in p.stdout
+    assert "src/checkpoint/sharded_checkpoint.h" in p.stdout
