@@ -508,10 +508,9 @@ TEST_CASE("an interrupted prepare continues from any journal entry to the same s
   }
 }
 
-TEST_CASE("an interrupted prepare with other arguments is refused, naming each change") {
-  TempDir tmp;
-  write_prepare_inputs(tmp / "in");
-  train_tokenizer_on_text(slurp(tmp / "in/doc1.txt"), 300).save(tmp / "tok.json");
+// A prepare of tmp/in into tmp/out in 2 KiB blocks, killed at its `stop_at`th journal entry;
+// returns its request, to be run again.
+PrepareRequest interrupted_prepare(const TempDir& tmp, int stop_at) {
   PrepareRequest req;
   req.texts = {tmp / "in"};
   req.out_dir = tmp / "out";
@@ -520,10 +519,18 @@ TEST_CASE("an interrupted prepare with other arguments is refused, naming each c
   req.journal_seconds = 0;
   int n = 0;
   req.after_entry = [&] {
-    if (++n == 6) throw Killed{};
+    if (++n == stop_at) throw Killed{};
   };
   CHECK_THROWS_AS(prepare_shards(req), Killed);
   req.after_entry = nullptr;
+  return req;
+}
+
+TEST_CASE("an interrupted prepare with other arguments is refused, naming each change") {
+  TempDir tmp;
+  write_prepare_inputs(tmp / "in");
+  train_tokenizer_on_text(slurp(tmp / "in/doc1.txt"), 300).save(tmp / "tok.json");
+  PrepareRequest req = interrupted_prepare(tmp, 6);
   const auto refused = [&](PrepareRequest r, const std::string& why) {
     CAPTURE(why);
     CHECK_THROWS_WITH_AS(prepare_shards(r), doctest::Contains(why.c_str()), ConfigError);
@@ -583,18 +590,7 @@ TEST_CASE("an interrupted prepare with other arguments is refused, naming each c
 TEST_CASE("a partial shard shorter than its journal is refused with the fix") {
   TempDir tmp;
   write_prepare_inputs(tmp / "in");
-  PrepareRequest req;
-  req.texts = {tmp / "in"};
-  req.out_dir = tmp / "out";
-  req.block_bytes = 2048;
-  req.progress = false;
-  req.journal_seconds = 0;
-  int n = 0;
-  req.after_entry = [&] {
-    if (++n == 4) throw Killed{};
-  };
-  CHECK_THROWS_AS(prepare_shards(req), Killed);
-  req.after_entry = nullptr;
+  PrepareRequest req = interrupted_prepare(tmp, 4);
   fs::resize_file(tmp / "out/train.bin.partial", 100);
   CHECK_THROWS_WITH_AS(prepare_shards(req),
                        doctest::Contains("fewer than the 5750 tokens the journal records; pass "
