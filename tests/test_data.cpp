@@ -386,7 +386,9 @@ TEST_CASE("prepare_byte_shards writes train.bin and val.bin that read back as th
   req.texts = {tmp / "in.txt"};
   req.out_dir = out;
   const auto summary = prepare_byte_shards(req);
-  CHECK(summary == "wrote " + out + "/train.bin (1110 tokens) and val.bin (124 tokens)");
+  CHECK(summary == "wrote " + out +
+                       "/train.bin (1110 tokens) and val.bin (124 tokens), and their document "
+                       "indexes (train.idx, val.idx)");
   const auto all = open_dataset(shards(out + "/train.bin", out + "/val.bin"), Split::train, 256, 0);
   const auto val = open_dataset(shards(out + "/train.bin", out + "/val.bin"), Split::val, 256, 0);
   auto got = read_all(*all);

@@ -135,9 +135,9 @@ std::vector<Field> make_schema() {
                       "RoPE) restart at each document (needs token shards)",
        .resumable = kFixed},
       {KEY(data, eot),
-       .description = "data.document_masking: the end-of-text id between documents; -1 = the "
-                      "tokenizer's <|endoftext|> (byte-level shards: 0 unless prepared with "
-                      "--eot)",
+       .description = "data.document_masking: the end-of-text id between documents, for shards "
+                      "without a document index (.idx); -1 = the tokenizer's <|endoftext|> "
+                      "(byte-level shards: 0 unless prepared with --eot)",
        .resumable = kFixed, .min = -1},
 
       {KEY(train, steps), .description = "Optimizer steps in the whole run",

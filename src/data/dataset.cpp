@@ -15,6 +15,7 @@
 #include <limits>
 #include <stdexcept>
 
+#include "document_index.h"
 #include "manifest.h"
 #include "open_shards.h"
 #include "shard.h"
@@ -31,14 +32,50 @@ namespace {
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Several shards read as one stream, in file-name order.
+// Several shards read as one stream, in file-name order. With `documents`, each shard's document
+// index is opened and checked where it has one; the stream has an index when every shard does.
 class ShardStream final : public TokenDataset {
  public:
-  ShardStream(const std::vector<std::string>& files, int vocab_size) {
+  ShardStream(const std::vector<std::string>& files, int vocab_size, bool documents = false,
+              int64_t eot = -1) {
     starts_.push_back(0);
+    indexed_ = documents;
     for (const auto& f : files) {
       shards_.push_back(std::make_unique<MappedShard>(f, vocab_size));
       starts_.push_back(starts_.back() + shards_.back()->num_tokens());
+      std::unique_ptr<DocumentIndex> idx;
+      std::error_code ec;
+      if (const std::string p = document_index_path(f); documents && fs::exists(p, ec)) {
+        idx = std::make_unique<DocumentIndex>(p, *shards_.back());
+        if (eot >= 0 && idx->eot() != eot)
+          throw DataError(fmt::format(
+              "{}: the document index was written for end-of-text id {} but data.eot is {}; "
+              "set data.eot: {} (or drop it), or prepare the shards again with --eot {}",
+              p, idx->eot() < 0 ? "none" : std::to_string(idx->eot()), eot,
+              idx->eot() < 0 ? "-1" : std::to_string(idx->eot()), eot));
+      }
+      indexed_ = indexed_ && idx != nullptr;
+      indexes_.push_back(std::move(idx));
+    }
+  }
+  bool has_document_index() const override { return indexed_; }
+  void document_starts(int64_t pos, int64_t n, int32_t* out) const override {
+    if (!indexed_ || pos < 0 || n < 0 || pos + n > num_tokens())
+      throw std::logic_error("ShardStream::document_starts without an index or past the end");
+    size_t s = shard_of(pos);
+    int64_t doc = indexes_[s]->find(static_cast<uint64_t>(pos - starts_[s]));
+    int64_t begin = starts_[s] + static_cast<int64_t>(indexes_[s]->start(doc));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t p = pos + i;
+      while (p >= starts_[s + 1]) {  // the next shard begins a document
+        ++s;
+        doc = 0;
+        begin = starts_[s];
+      }
+      while (doc + 1 < indexes_[s]->size() &&
+             starts_[s] + static_cast<int64_t>(indexes_[s]->start(doc + 1)) <= p)
+        begin = starts_[s] + static_cast<int64_t>(indexes_[s]->start(++doc));
+      out[i] = static_cast<int32_t>(std::max<int64_t>(begin - pos, 0));
     }
   }
   int64_t num_tokens() const override { return starts_.back(); }
@@ -46,10 +83,7 @@ class ShardStream final : public TokenDataset {
     if (pos < 0 || n < 0 || pos + n > num_tokens())
       throw std::out_of_range(
           fmt::format("read [{}, {}) past {} tokens", pos, pos + n, num_tokens()));
-    // The shard holding pos: the last start <= pos (skipping empty shards).
-    size_t s = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), pos) -
-                                   starts_.begin()) -
-               1;
+    size_t s = shard_of(pos);
     while (n > 0) {
       const int64_t off = pos - starts_[s];
       const int64_t take = std::min(n, shards_[s]->num_tokens() - off);
@@ -68,8 +102,17 @@ class ShardStream final : public TokenDataset {
   double entropy_rate() const override { return kNaN; }
 
  private:
+  // The shard holding pos: the last start <= pos (skipping empty shards).
+  size_t shard_of(int64_t pos) const {
+    return static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), pos) -
+                               starts_.begin()) -
+           1;
+  }
+
   std::vector<std::unique_ptr<MappedShard>> shards_;
+  std::vector<std::unique_ptr<DocumentIndex>> indexes_;  // null: the shard has none
   std::vector<int64_t> starts_;  // starts_[i] = first stream position of shard i; back() = total
+  bool indexed_ = false;
 };
 
 // A contiguous part [begin, begin + n) of another dataset.
@@ -87,6 +130,12 @@ class Slice final : public TokenDataset {
     return fmt::format("{}: {} tokens of {}", what_, n_, base_->describe());
   }
   double entropy_rate() const override { return base_->entropy_rate(); }
+  bool has_document_index() const override { return base_->has_document_index(); }
+  void document_starts(int64_t pos, int64_t n, int32_t* out) const override {
+    if (pos < 0 || n < 0 || pos + n > n_)
+      throw std::out_of_range(fmt::format("documents [{}, {}) past {} tokens", pos, pos + n, n_));
+    base_->document_starts(begin_ + pos, n, out);
+  }
 
  private:
   std::shared_ptr<const TokenDataset> base_;
@@ -230,6 +279,10 @@ std::vector<uint8_t> read_text(const std::string& path, const std::string& label
 
 }  // namespace
 
+void TokenDataset::document_starts(int64_t, int64_t, int32_t*) const {
+  throw std::logic_error(fmt::format("{} has no document index", describe()));
+}
+
 std::unique_ptr<TokenDataset> open_dataset(const DataConfig& data, Split split, int vocab_size,
                                            uint64_t seed) {
   const int sources = !data.train.empty() + !data.text.empty() + !data.synthetic.empty();
@@ -292,9 +345,9 @@ std::unique_ptr<TokenDataset> open_dataset(const DataConfig& data, Split split, 
                       fmt::format("data.text='{}'", data.text));
   }
 
-  return open_shards(
-      {data.train, "data.train", data.val, "data.val", data.tokenizer, data.val_fraction}, split,
-      vocab_size);
+  return open_shards({data.train, "data.train", data.val, "data.val", data.tokenizer,
+                      data.val_fraction, data.document_masking, data.eot},
+                     split, vocab_size);
 }
 
 std::unique_ptr<TokenDataset> open_shards(const ShardSpec& spec, Split split, int vocab_size) {
@@ -304,7 +357,7 @@ std::unique_ptr<TokenDataset> open_shards(const ShardSpec& spec, Split split, in
     const std::string& key = val ? spec.val_key : spec.train_key;
     const auto files = resolve_files(files_spec, key.c_str());
     check_shard_manifests(files, vocab_size, spec.tokenizer);
-    auto ds = std::make_unique<ShardStream>(files, vocab_size);
+    auto ds = std::make_unique<ShardStream>(files, vocab_size, spec.documents, spec.eot);
     if (ds->num_tokens() == 0)
       throw DataError(fmt::format("{}='{}': the shards hold no tokens", key, files_spec));
     return ds;
@@ -324,7 +377,7 @@ std::unique_ptr<TokenDataset> open_shards(const ShardSpec& spec, Split split, in
     return open_shards(by_file, split, vocab_size);
   }
   check_shard_manifests(files, vocab_size, spec.tokenizer);
-  auto train = std::make_shared<ShardStream>(files, vocab_size);
+  auto train = std::make_shared<ShardStream>(files, vocab_size, spec.documents, spec.eot);
   if (train->num_tokens() == 0)
     throw DataError(fmt::format("{}='{}': the shards hold no tokens", spec.train_key, spec.train));
   // No val shards: hold out the tail of the train stream.

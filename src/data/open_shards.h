@@ -14,6 +14,8 @@ struct ShardSpec {
   std::string val, val_key;      // "" = the last val_fraction of train is val
   std::string tokenizer;         // checked against the shards' manifest.json
   double val_fraction = 0.1;
+  bool documents = false;  // open and check the shards' document indexes (document_index.h)
+  int64_t eot = -1;        // data.eot: an index written for another id is refused
 };
 
 // Throws DataError (exit 3) naming the key, the file and the fix.

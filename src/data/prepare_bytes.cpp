@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "document_index.h"
 #include "manifest.h"
 #include "prepare_inputs.h"
 #include "prepare_journal.h"
@@ -132,13 +133,18 @@ std::string prepare_byte_shards(const PrepareRequest& req) {
   train.commit();
   journal.rename_point();
   val.commit();
+  std::vector<uint64_t> input_tokens;
+  for (const PrepareInput& in : inputs) input_tokens.push_back(in.bytes);
+  write_prepared_indexes(req.out_dir, 256, eot, input_tokens);
   // A tokenized prepare's manifest no longer describes these shards: remove it, but only when it
   // is trainrun's (a dataset's own manifest.json is not ours to delete; shards ignore it).
   if (is_trainrun_manifest((out / kShardManifestName).string()))
     fs::remove(out / kShardManifestName, ec);
   journal.remove();
-  std::string summary = fmt::format("wrote {} ({} tokens) and val.bin ({} tokens)",
-                                    (out / "train.bin").string(), train.count(), val.count());
+  std::string summary = fmt::format(
+      "wrote {} ({} tokens) and val.bin ({} tokens), and their document indexes (train.idx, "
+      "val.idx)",
+      (out / "train.bin").string(), train.count(), val.count());
   if (inputs.size() > 1)
     summary +=
         eot >= 0

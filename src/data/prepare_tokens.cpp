@@ -15,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "document_index.h"
 #include "manifest.h"
 #include "prepare_inputs.h"
 #include "prepare_journal.h"
@@ -178,12 +179,16 @@ std::string prepare_token_shards(const PrepareRequest& req) {
   train.commit();
   journal.rename_point();
   val.commit();
+  std::vector<uint64_t> input_tokens;
+  for (const ManifestInput& m : man.inputs) input_tokens.push_back(m.tokens);
+  write_prepared_indexes(req.out_dir, man.vocab_size, eot, input_tokens);
   const std::string tok_copy = (out / man.tokenizer_file).string();
   if (!fs::equivalent(req.tokenizer, tok_copy, ec)) write_text_file(tok_copy, tok_bytes);
   write_text_file((out / kShardManifestName).string(), manifest_json(man));
   journal.remove();
   return fmt::format(
-             "wrote {} ({} tokens) and val.bin ({} tokens), {} bit tokens, vocab {}; manifest {}",
+             "wrote {} ({} tokens) and val.bin ({} tokens), {} bit tokens, vocab {}, their "
+             "document indexes (train.idx, val.idx); manifest {}",
              (out / "train.bin").string(), man.train_tokens, man.val_tokens, 8 * man.dtype,
              man.vocab_size, (out / kShardManifestName).string()) +
          (inputs.size() < 2 ? std::string()
@@ -201,7 +206,8 @@ std::string prepare_shards(const PrepareRequest& req) {
   files.texts.clear();
   for (PrepareInput& in : prepare_inputs(req.texts)) files.texts.push_back(std::move(in.path));
   std::vector<std::string> inputs = files.texts;
-  std::vector<std::string> outputs = {(out / "train.bin").string(), (out / "val.bin").string()};
+  std::vector<std::string> outputs = {(out / "train.bin").string(), (out / "val.bin").string(),
+                                      (out / "train.idx").string(), (out / "val.idx").string()};
   const std::string manifest = (out / kShardManifestName).string();
   if (!req.tokenizer.empty()) {
     inputs.push_back(req.tokenizer);

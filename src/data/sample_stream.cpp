@@ -117,6 +117,17 @@ void SampleStream::read(int64_t j, int32_t* window) const {
   impl_->sources[p.source].data->read(p.start, impl_->seq_len + 1, window);
 }
 
+bool SampleStream::has_document_index() const {
+  for (const auto& s : impl_->sources)
+    if (!s.data->has_document_index()) return false;
+  return true;
+}
+
+void SampleStream::document_starts(int64_t j, int32_t* out) const {
+  const auto p = place(j);
+  impl_->sources[p.source].data->document_starts(p.start, impl_->seq_len, out);
+}
+
 std::vector<int64_t> SampleStream::counts(int64_t n) const {
   if (impl_->blend) return impl_->blend->counts(n);
   return {n};
@@ -175,7 +186,7 @@ std::unique_ptr<SampleStream> open_sample_stream(const DataConfig& data, Split s
       const std::string at = fmt::format("data.mix[{}]", i);
       sources.push_back({name, m.weight,
                          open_shards({m.path, at + ".path", m.val, at + ".val", data.tokenizer,
-                                      data.val_fraction},
+                                      data.val_fraction, data.document_masking, data.eot},
                                      split, vocab_size)});
     }
     std::vector<std::pair<std::string, std::string>> specs;

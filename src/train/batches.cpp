@@ -17,9 +17,10 @@ int32_t document_eot(const DataConfig& d) {
   const std::unique_ptr<Tokenizer> tok = data_tokenizer(d);
   if (tok && tok->end_of_text() >= 0) return tok->end_of_text();
   throw DataError(fmt::format(
-      "data.document_masking: the id between documents is not known ({}): set data.eot to the "
-      "id `trainrun data prepare` wrote between documents (byte-level shards: 0, unless "
-      "prepared with --eot)",
+      "data.document_masking: the shards have no document index (train.idx, val.idx) and the "
+      "id between documents is not known ({}): prepare them again with this trainrun's `data "
+      "prepare` (it writes the indexes), or set data.eot to the id `data prepare` wrote between "
+      "documents (byte-level shards: 0, unless prepared with --eot)",
       tok ? "the tokenizer has no <|endoftext|>" : "no tokenizer on record for the shards"));
 }
 
@@ -41,15 +42,22 @@ Batches::Batches(const Experiment& exp, int rank, int world, int micro)
   x_.resize(n);
   y_.resize(n);
   if (exp.data.document_masking) {
-    eot_ = document_eot(exp.data);
+    masking_ = true;
+    if (!train_->has_document_index() || !val_->has_document_index()) eot_ = document_eot(exp.data);
     doc_start_.resize(n);
   }
 }
 
-void Batches::find_documents() {
-  if (eot_)
-    document_starts(x_.data(), micro_, static_cast<int64_t>(x_.size()) / micro_, *eot_,
-                    doc_start_.data());
+void Batches::find_documents(const SampleStream& stream, int64_t first) {
+  if (!masking_) return;
+  const int64_t T = static_cast<int64_t>(x_.size()) / micro_;
+  for (int i = 0; i < micro_; ++i) {
+    int32_t* row = doc_start_.data() + static_cast<ptrdiff_t>(i) * T;
+    if (stream.has_document_index())
+      stream.document_starts(first + i, row);
+    else
+      document_starts(x_.data() + static_cast<ptrdiff_t>(i) * T, 1, T, *eot_, row);
+  }
 }
 
 Batches::~Batches() = default;
@@ -60,18 +68,19 @@ int64_t Batches::first_sample(int64_t step, int m) const {
 }
 
 void Batches::prefetch(int64_t step, int m) {
-  train_loader_->prefetch(first_sample(step, m), micro_);
+  prefetched_first_ = first_sample(step, m);
+  train_loader_->prefetch(prefetched_first_, micro_);
 }
 
 double Batches::next() {
   const double waited = train_loader_->next(x_.data(), y_.data());
-  find_documents();
+  find_documents(*train_, prefetched_first_);
   return waited;
 }
 
 void Batches::fetch_val(int64_t batch, int m) {
   val_loader_->fetch(first_sample(batch, m), micro_, x_.data(), y_.data());
-  find_documents();
+  find_documents(*val_, first_sample(batch, m));
 }
 
 std::vector<std::string> Batches::epochs_begun(int64_t step) const {

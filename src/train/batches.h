@@ -4,7 +4,8 @@
 //   s * batch_size + m * micro * world + r * micro
 // and holds `micro` consecutive samples. The validation batches are the same samples every
 // evaluation, so evaluations are comparable across steps. With data.document_masking each
-// micro-batch also carries its document starts (documents.h), found from the end-of-text id.
+// micro-batch also carries its document starts (documents.h): from the shards' document indexes
+// where every shard has one, else found from the end-of-text id in the samples.
 //
 // Thread safety: the step loop's thread only (each loader prefetches on its own thread).
 #pragma once
@@ -39,7 +40,7 @@ class Batches {
   const int32_t* x() const { return x_.data(); }
   const int32_t* y() const { return y_.data(); }
   // Its document starts [micro, seq_len] with data.document_masking, else nullptr.
-  const int32_t* doc_start() const { return eot_ ? doc_start_.data() : nullptr; }
+  const int32_t* doc_start() const { return masking_ ? doc_start_.data() : nullptr; }
   // The randomness (dropout) of micro-batch m of `step`: a function of its first sample only.
   uint64_t seed(int64_t step, int m) const;
 
@@ -52,7 +53,8 @@ class Batches {
 
  private:
   int64_t first_sample(int64_t step, int m) const;
-  void find_documents();
+  // The document starts of the micro-batch in x_, whose first sample is `first` of `stream`.
+  void find_documents(const SampleStream& stream, int64_t first);
 
   uint64_t run_seed_;
   int64_t batch_size_;
@@ -60,8 +62,10 @@ class Batches {
   std::unique_ptr<SampleStream> train_, val_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::vector<int32_t> x_, y_;
-  std::optional<int32_t> eot_;  // set with data.document_masking
+  bool masking_ = false;        // data.document_masking
+  std::optional<int32_t> eot_;  // with masking, where a split has no document index
   std::vector<int32_t> doc_start_;
+  int64_t prefetched_first_ = 0;  // the first sample of the prefetched train micro-batch
 };
 
 }  // namespace trainrun

@@ -3,6 +3,7 @@ positions restart. Byte-level shards of many short documents (end-of-text byte 0
 train with masking on the CPU and on the CPU-executed CUDA device alike, differently from the
 unmasked run; the id between documents must be known, and masking needs shards and attention."""
 import pathlib
+import shutil
 
 import pytest
 
@@ -63,12 +64,70 @@ def test_the_cuda_kernels_mask_as_the_cpu_does(shards, tmp_path):
         assert abs(got["cuda"][step] - loss) <= 1e-4 * abs(loss), (step, got)
 
 
-def test_the_id_between_documents_must_be_known(shards, tmp_path):
-    # Byte-level shards have no tokenizer to name <|endoftext|>: data.eot is required.
-    p = run([QS, *sets(*shards, "data.document_masking=true"), "--run-dir", str(tmp_path / "r")],
+def without_indexes(shards, where):
+    """The shards copied to `where` without their document indexes (as older or llm.c shards)."""
+    where.mkdir()
+    out = []
+    for s in shards:
+        if s.startswith(("data.train=", "data.val=")):
+            key, path = s.split("=", 1)
+            shutil.copy(path, where / pathlib.Path(path).name)
+            s = f"{key}={where / pathlib.Path(path).name}"
+        out.append(s)
+    return out
+
+
+def test_the_document_index_and_the_id_give_the_same_masks(shards, tmp_path):
+    # data prepare wrote train.idx and val.idx; masking reads them. Without them it finds the
+    # documents from data.eot: the same starts, so bit-identical losses.
+    indexed = tmp_path / "indexed"
+    run([QS, *sets(*shards, "data.document_masking=true"), "--run-dir", str(indexed)], check=0)
+    bare = without_indexes(shards, tmp_path / "bare")
+    scanned = tmp_path / "scanned"
+    run([QS, *sets(*bare, "data.document_masking=true", "data.eot=0"), "--run-dir",
+         str(scanned)], check=0)
+    a, b = losses(indexed), losses(scanned)
+    assert len(a) == 8 and a == b
+
+
+def test_without_an_index_the_id_between_documents_must_be_known(shards, tmp_path):
+    # Byte-level shards have no tokenizer to name <|endoftext|>: without their indexes,
+    # data.eot is required.
+    bare = without_indexes(shards, tmp_path / "bare")
+    p = run([QS, *sets(*bare, "data.document_masking=true"), "--run-dir", str(tmp_path / "r")],
             check=3)
-    assert "data.document_masking: the id between documents is not known" in p.stderr
+    assert "the shards have no document index" in p.stderr
     assert "set data.eot" in p.stderr
+
+
+def test_documents_without_an_id_between_them_are_masked_from_the_index(tmp_path):
+    # --eot none: nothing marks the documents in the tokens; the index still knows each input.
+    d = tmp_path / "in"
+    d.mkdir()
+    text = (REPO / "README.md").read_bytes()
+    for i in range(30):
+        (d / f"{i:02d}.txt").write_bytes(text[i * 20:i * 20 + 20])
+    run(["data", "prepare", str(d), "--out", str(tmp_path / "s"), "--eot", "none"], check=0)
+    extra = [*BASE, f"data.train={tmp_path / 's' / 'train.bin'}",
+             f"data.val={tmp_path / 's' / 'val.bin'}"]
+    run([QS, *sets(*extra, "data.document_masking=true"), "--run-dir", str(tmp_path / "m")],
+        check=0)
+    run([QS, *sets(*extra), "--run-dir", str(tmp_path / "p")], check=0)
+    assert losses(tmp_path / "m")[1] != losses(tmp_path / "p")[1]
+
+
+def test_an_index_that_disagrees_with_its_shard_is_refused(shards, tmp_path):
+    # Another prepare's index beside these shards: refused before training, with the fix.
+    bare = without_indexes(shards, tmp_path / "bare")
+    train = next(s.split("=", 1)[1] for s in bare if s.startswith("data.train="))
+    other = next(s.split("=", 1)[1] for s in bare if s.startswith("data.val="))
+    run(["data", "prepare", other, "--out", str(tmp_path / "other")], check=0)
+    shutil.copy(tmp_path / "other" / "train.idx", pathlib.Path(train).with_suffix(".idx"))
+    p = run([QS, *sets(*bare, "data.document_masking=true"), "--run-dir", str(tmp_path / "r")],
+            check=3)
+    assert "the document index does not match" in p.stderr
+    assert "run `trainrun data prepare` again" in p.stderr
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()
 
 
 @pytest.mark.parametrize("extra,message", [

@@ -21,12 +21,19 @@ class TokenDataset {
   virtual std::string describe() const = 0;  // "2 shards, 1003854 tokens (data/x/train.bin ...)"
   // Lowest achievable loss in nats/token when known (built-in Markov source), else NaN.
   virtual double entropy_rate() const = 0;
+  // True when every shard has a document index (docs/data-format.md), opened because
+  // data.document_masking asked for it; then document_starts answers for any range.
+  virtual bool has_document_index() const { return false; }
+  // For tokens [pos, pos + n): out[i] = where the document holding token pos + i starts,
+  // relative to pos and at least 0 (documents.h's doc_start of a window). Only with an index.
+  virtual void document_starts(int64_t pos, int64_t n, int32_t* out) const;
 };
 
 enum class Split { train, val };
 
 // Opens the split that `data` describes. Checks magic, version, size and that every token is
-// < vocab_size; throws DataError (exit 3) naming the file and the problem.
+// < vocab_size; throws DataError (exit 3) naming the file and the problem. With
+// data.document_masking, also the shards' document indexes where they have them.
 std::unique_ptr<TokenDataset> open_dataset(const DataConfig& data, Split split, int vocab_size,
                                            uint64_t seed);
 

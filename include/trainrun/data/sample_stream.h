@@ -50,6 +50,10 @@ class SampleStream {
   Place place(int64_t j) const;
   // The seq_len + 1 tokens of sample j into window.
   void read(int64_t j, int32_t* window) const;
+  // Whether every source has a document index (TokenDataset::has_document_index), and then
+  // the document starts [seq_len] of sample j's inputs (documents.h's doc_start of its row).
+  bool has_document_index() const;
+  void document_starts(int64_t j, int32_t* out) const;
   // How many of the samples [0, n) each source gives.
   std::vector<int64_t> counts(int64_t n) const;
 
