@@ -77,9 +77,10 @@ void check_windows_match_the_rule(const TokenDataset& ds, int32_t eot) {
   }
 }
 
-// An index file as docs/data-format.md lays it out, with a correct CRC unless told otherwise.
+// An index file as docs/data-format.md lays it out, with a correct CRC unless told otherwise;
+// `shard`: the tokens of a shard short enough that its sampled CRC covers all of them.
 std::string index_bytes(int32_t eot, uint64_t tokens, const std::vector<uint64_t>& starts,
-                        uint32_t crc_xor = 0) {
+                        const std::vector<int32_t>& shard, uint32_t crc_xor = 0) {
   std::string body(reinterpret_cast<const char*>(starts.data()), starts.size() * 8);
   std::string h(64, '\0');
   std::memcpy(h.data(), "TRNDOCIX", 8);
@@ -91,6 +92,10 @@ std::string index_bytes(int32_t eot, uint64_t tokens, const std::vector<uint64_t
   std::memcpy(h.data() + 16, &tokens, 8);
   std::memcpy(h.data() + 24, &count, 8);
   std::memcpy(h.data() + 32, &crc, 4);
+  REQUIRE(shard.size() <= 65536);
+  const uint32_t shard_crc =
+      crc32c(std::string_view(reinterpret_cast<const char*>(shard.data()), shard.size() * 4));
+  std::memcpy(h.data() + 36, &shard_crc, 4);
   return h + body;
 }
 
@@ -230,32 +235,37 @@ TEST_CASE("an index that disagrees with its shard is a DataError naming both and
     if (ids[i] == 0) good.push_back(i + 1);
   REQUIRE(good.size() > 3);
   // The good one, written by hand from the documented layout, is accepted.
-  write_bytes(idx, index_bytes(0, n, good));
+  write_bytes(idx, index_bytes(0, n, good, ids));
   CHECK(open_dataset(d, Split::train, 256, 0)->has_document_index());
   const std::vector<std::string> fix = {idx, "run `trainrun data prepare` again"};
   auto with = [&](std::vector<std::string> parts) {
     parts.insert(parts.end(), fix.begin(), fix.end());
     return parts;
   };
-  write_bytes(idx, index_bytes(0, n + 1, good));
+  write_bytes(idx, index_bytes(0, n + 1, good, ids));
   expect_refused(d, with({"it indexes " + std::to_string(n + 1) + " tokens"}));
-  write_bytes(idx, index_bytes(0, n, good, 1));
+  write_bytes(idx, index_bytes(0, n, good, ids, 1));
   expect_refused(d, with({"CRC-32C"}));
   auto shifted = good;
   shifted[2] += 1;
-  write_bytes(idx, index_bytes(0, n, shifted));
+  write_bytes(idx, index_bytes(0, n, shifted, ids));
   expect_refused(d, with({"document 2 starts at", "not the end-of-text id 0"}));
   auto unordered = good;
   std::swap(unordered[1], unordered[2]);
-  write_bytes(idx, index_bytes(0, n, unordered));
+  write_bytes(idx, index_bytes(0, n, unordered, ids));
   expect_refused(d, with({"out of order"}));
-  write_bytes(idx, index_bytes(0, n, good).substr(0, 64 + 8 * good.size() - 3));
+  write_bytes(idx, index_bytes(0, n, good, ids).substr(0, 64 + 8 * good.size() - 3));
   expect_refused(d, with({"bytes of starts"}));
-  write_bytes(idx, "TRNTOKEN" + index_bytes(0, n, good).substr(8));
+  write_bytes(idx, "TRNTOKEN" + index_bytes(0, n, good, ids).substr(8));
   expect_refused(d, with({"bad magic"}));
   write_bytes(idx, "short");
   expect_refused(d, with({"shorter than its 64-byte header"}));
+  // The shard changed (same size) after its index was written.
+  auto changed = ids;
+  changed[n / 2] = changed[n / 2] == 'a' ? 'b' : 'a';
+  write_bytes(idx, index_bytes(0, n, good, changed));
+  expect_refused(d, with({"the shard's tokens changed since the index was written"}));
   // An index written for another id than data.eot.
-  write_bytes(idx, index_bytes(0, n, good));
+  write_bytes(idx, index_bytes(0, n, good, ids));
   expect_refused(masked(tmp / "s", 7), {idx, "end-of-text id 0 but data.eot is 7"});
 }

@@ -39,20 +39,20 @@ std::vector<uint64_t> scan_for_eot(const MappedShard& shard, int64_t eot) {
   return starts;
 }
 
-void write_index(const std::string& shard_path, const std::vector<uint64_t>& starts,
-                 uint64_t tokens, int64_t eot) {
+void write_index(const MappedShard& shard, const std::vector<uint64_t>& starts, int64_t eot) {
   DocumentIndexHeader h{};
   std::memcpy(h.magic, kDocumentIndexMagic, sizeof h.magic);
   h.version = 1;
   h.eot = static_cast<int32_t>(eot);
-  h.tokens = tokens;
+  h.tokens = static_cast<uint64_t>(shard.num_tokens());
   h.count = starts.size();
+  h.shard_crc32c = shard_sample_crc32c(shard);
   const std::string_view body(reinterpret_cast<const char*>(starts.data()),
                               starts.size() * sizeof(uint64_t));
   h.crc32c = crc32c(body);
   std::string bytes(reinterpret_cast<const char*>(&h), sizeof h);
   bytes.append(body);
-  const std::string path = document_index_path(shard_path);
+  const std::string path = document_index_path(shard.path());
   try {
     write_file_durably(path, bytes);
   } catch (const std::runtime_error& e) {
@@ -61,6 +61,19 @@ void write_index(const std::string& shard_path, const std::vector<uint64_t>& sta
 }
 
 }  // namespace
+
+uint32_t shard_sample_crc32c(const MappedShard& shard) {
+  constexpr int64_t kRuns = 64, kRun = 1024;
+  const int64_t n = shard.num_tokens();
+  std::vector<int32_t> ids(static_cast<size_t>(std::min(n, kRuns * kRun)));
+  if (n <= kRuns * kRun) {
+    shard.read(0, n, ids.data());
+  } else {
+    for (int64_t r = 0; r < kRuns; ++r)
+      shard.read(r * (n - kRun) / (kRuns - 1), kRun, ids.data() + r * kRun);
+  }
+  return crc32c(std::string_view(reinterpret_cast<const char*>(ids.data()), ids.size() * 4));
+}
 
 std::string document_index_path(const std::string& shard_path) {
   fs::path p(shard_path);
@@ -76,8 +89,8 @@ void write_prepared_indexes(const std::string& dir, int vocab_size, int64_t eot,
   const auto ntrain = static_cast<uint64_t>(train.num_tokens());
   const auto nval = static_cast<uint64_t>(val.num_tokens());
   if (eot >= 0) {
-    write_index(train_path, scan_for_eot(train, eot), ntrain, eot);
-    write_index(val_path, scan_for_eot(val, eot), nval, eot);
+    write_index(train, scan_for_eot(train, eot), eot);
+    write_index(val, scan_for_eot(val, eot), eot);
     return;
   }
   // The inputs follow one another in the stream train.bin + val.bin; each split starts a
@@ -89,8 +102,8 @@ void write_prepared_indexes(const std::string& dir, int vocab_size, int64_t eot,
     if (s > ntrain && s < ntrain + nval && s - ntrain != v.back()) v.push_back(s - ntrain);
     s += n;
   }
-  write_index(train_path, t, ntrain, eot);
-  write_index(val_path, v, nval, eot);
+  write_index(train, t, eot);
+  write_index(val, v, eot);
 }
 
 DocumentIndex::DocumentIndex(const std::string& path, const MappedShard& shard,
@@ -145,6 +158,10 @@ DocumentIndex::DocumentIndex(const std::string& path, const MappedShard& shard,
   if (h.tokens != static_cast<uint64_t>(shard.num_tokens()))
     throw fail(
         fmt::format("it indexes {} tokens but the shard holds {}", h.tokens, shard.num_tokens()));
+  if (shard_sample_crc32c(shard) != h.shard_crc32c)
+    throw fail(
+        "the shard's tokens changed since the index was written (their sampled CRC-32C "
+        "differs)");
   const std::string_view body(reinterpret_cast<const char*>(starts_), h.count * sizeof(uint64_t));
   if (crc32c(body) != h.crc32c) throw fail("its CRC-32C does not match (a corrupted file)");
   for (int64_t i = 0; i < count_; ++i)

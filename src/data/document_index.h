@@ -18,17 +18,23 @@ class MappedShard;
 
 // 64 bytes, little-endian, then `count` u64 starts, ascending, the first 0, each < tokens.
 struct DocumentIndexHeader {
-  char magic[8];     // "TRNDOCIX"
-  uint32_t version;  // 1
-  int32_t eot;       // the end-of-text id the documents end with; -1: none (inputs)
-  uint64_t tokens;   // of the shard it indexes
-  uint64_t count;    // documents
-  uint32_t crc32c;   // CRC-32C of the starts
-  uint8_t reserved[28];
+  char magic[8];          // "TRNDOCIX"
+  uint32_t version;       // 1
+  int32_t eot;            // the end-of-text id the documents end with; -1: none (inputs)
+  uint64_t tokens;        // of the shard it indexes
+  uint64_t count;         // documents
+  uint32_t crc32c;        // CRC-32C of the starts
+  uint32_t shard_crc32c;  // CRC-32C of a sample of the shard's tokens (shard_sample_crc32c)
+  uint8_t reserved[24];
 };
 static_assert(sizeof(DocumentIndexHeader) == 64);
 
 inline constexpr char kDocumentIndexMagic[8] = {'T', 'R', 'N', 'D', 'O', 'C', 'I', 'X'};
+
+// CRC-32C of the shard's tokens (as int32) in 64 runs of 1024 spread evenly from its first token
+// to its last, or of all of them in a shorter shard: what an index records of its shard, so that
+// a shard changed after its index was written is told apart at the cost of a few page reads.
+uint32_t shard_sample_crc32c(const MappedShard& shard);
 
 // X.bin -> X.idx (any other name: name + ".idx").
 std::string document_index_path(const std::string& shard_path);
