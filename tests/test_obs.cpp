@@ -491,6 +491,54 @@ TEST_CASE("device_peak: the GPU table and the measured CPU") {
   CHECK(device_peak(e, "H100").host_bw == 64e9);         // PCIe Gen5, device to host
 }
 
+TEST_CASE("plan on a GPU: the step time is the roofline of the model's own kernels") {
+  for (const Experiment& e : model_zoo()) {
+    Experiment x = e;
+    x.device = DeviceChoice::cuda;
+    x.train.precision = Precision::bf16;
+    x.train.micro_batch_size = 2;
+    x.train.batch_size = 6;  // 3 micro-batches
+    CAPTURE(x.model.type);
+    CAPTURE(x.model.d_model);
+    const DevicePeak peak = fake_peak("H100 SXM");
+    const Plan p = make_plan(x, peak);
+    REQUIRE(!p.kernels.empty());
+    std::map<std::string, Plan::Kernels> k;
+    double seconds = 0;
+    for (const Plan::Kernels& r : p.kernels) {
+      k[r.op] = r;
+      seconds += r.seconds;
+      // Never faster than its launches, its FLOPs at the peak, or its bytes at the bandwidth.
+      CHECK(r.seconds >= r.launches * 2e-6 * (1 - 1e-9));
+      CHECK(r.seconds >= r.flops / peak.flops);
+      CHECK(r.seconds >= r.bytes / peak.mem_bw);
+    }
+    // One rank, nothing to hide: the step is the kernels, the micro-batches' and the
+    // optimizer's, whose AdamW runs once.
+    CHECK(p.predicted_step_seconds == doctest::Approx(seconds));
+    CHECK(k["adamw"].launches == 1);
+    CHECK(k["adamw"].bytes == doctest::Approx(28.0 * static_cast<double>(p.params)));
+    CHECK(p.predicted_mfu ==
+          doctest::Approx(p.flops_per_step / (p.predicted_step_seconds * peak.flops)));
+    // The recorded GEMM FLOPs are flops.h's (every matmul forward, twice that backward);
+    // attention does half of the T x T square flops.h counts: 2 of 4 forward, 5 of 8 backward.
+    const double counted = k["matmul"].flops + k["matmul_backward"].flops +
+                           2 * k["attention"].flops + 8.0 / 5 * k["attention_backward"].flops;
+    CHECK(counted == doctest::Approx(p.flops_per_step));
+    CHECK(k["matmul_backward"].flops == doctest::Approx(2 * k["matmul"].flops));
+    CHECK(k["matmul"].launches % 3 == 0);
+    if (x.model.type == ModelType::gpt) {  // 4 linears a block and the tied head
+      CHECK(k["matmul"].launches == 3 * (4 * x.model.n_layer + 1));
+      CHECK(k["attention"].launches == 3 * x.model.n_layer);
+    }
+    // The classifier moves the bf16 logits [N,V]: read forward, read and written backward.
+    const double logits = 2.0 * 2 * x.model.seq_len * x.model.vocab_size;
+    if (x.model.type != ModelType::mlp) CHECK(k["cross_entropy_backward"].bytes >= 3 * 2 * logits);
+  }
+  // The CPU keeps its measured-peak floor: no kernel table.
+  CHECK(make_plan(gpt(2, 64, 4, 32, 64, 4), fake_peak("cpu (test)")).kernels.empty());
+}
+
 TEST_CASE("plan: bf16 activation bytes equal a bf16 model's arenas") {
   auto be = make_cpu_backend();
   for (const Experiment& e : model_zoo()) {

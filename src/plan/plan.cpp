@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernel_roofline.h"
 #include "trainrun/comm/comm.h"
 #include "trainrun/core/shard.h"
 #include "trainrun/model/flops.h"
@@ -202,13 +203,38 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
   const double grad_bytes = 4 * n;
   p.comm_bytes_per_step = p.world > 1 ? 2.0 * (p.world - 1) / p.world * grad_bytes : 0;
 
-  // Step time: compute at the device's peak (or its memory traffic, whichever is slower),
-  // plus the communication that backward cannot hide, plus the memory-bound AdamW loop.
+  // Step time: on a GPU, the kernel roofline of the model's own ops (kernel_roofline.h); on the
+  // CPU, compute at the measured sgemm peak (or its memory traffic, whichever is slower). Plus
+  // the communication that backward cannot hide, plus the optimizer.
   const double flops_per_rank = p.flops_per_step / p.world;
-  const double compute = flops_per_rank / std::max(peak.flops, 1.0);
-  // Each activation byte is written once and read about twice (forward, backward).
-  const double traffic = 3 * p.bytes_activations * p.accum / std::max(peak.mem_bw, 1.0);
-  const double busy = std::max(compute, traffic);
+  double busy = 0, optimizer_kernels = 0;
+  if (gpu) {
+    const StepKernels sk = step_kernels(exp, p.micro_batch);
+    auto tally = [&](const std::vector<KernelCost>& ks, double times, double* total) {
+      for (const KernelCost& k : ks) {
+        const std::string name = op_name(k.op);
+        auto it = std::find_if(p.kernels.begin(), p.kernels.end(),
+                               [&](const Plan::Kernels& e) { return e.op == name; });
+        if (it == p.kernels.end()) it = p.kernels.insert(p.kernels.end(), {name});
+        const double s = roofline_seconds(k, peak) * times;
+        it->launches += static_cast<int64_t>(times);
+        it->flops += k.flops * times;
+        it->bytes += k.bytes * times;
+        it->seconds += s;
+        *total += s;
+      }
+    };
+    tally(sk.micro_batch, p.accum, &busy);
+    // ZeRO-1: each rank updates only its shard.
+    tally(sk.optimizer, 1.0, &optimizer_kernels);
+    std::sort(p.kernels.begin(), p.kernels.end(),
+              [](const Plan::Kernels& a, const Plan::Kernels& b) { return a.seconds > b.seconds; });
+  } else {
+    const double compute = flops_per_rank / std::max(peak.flops, 1.0);
+    // Each activation byte is written once and read about twice (forward, backward).
+    const double traffic = 3 * p.bytes_activations * p.accum / std::max(peak.mem_bw, 1.0);
+    busy = std::max(compute, traffic);
+  }
   // The collectives (collectives.h): one allreduce per gradient bucket, or ZeRO-1's
   // reduce-scatter and all-gather of the whole gradient.
   p.buckets = zero ? 1 : static_cast<int>((p.params + kGradBucketElems - 1) / kGradBucketElems);
@@ -233,9 +259,12 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
   }
   const double exposed = p.allreduce_exposed_seconds_per_step;
   const double shard = zero ? static_cast<double>(largest_shard) : n;
-  // AdamW reads weight, grad, m, v and writes weight, m, v: 28 bytes per parameter.
-  const double optimizer = 28 * shard / std::max(peak.mem_bw, 1.0);
+  // AdamW reads weight, grad, m, v and writes weight, m, v: 28 bytes per parameter (on a GPU
+  // the optimizer's kernels, ZeRO-1's over its shard).
+  const double optimizer =
+      gpu ? optimizer_kernels * shard / n : 28 * shard / std::max(peak.mem_bw, 1.0);
   p.predicted_step_seconds = busy + exposed + optimizer;
+  p.predicted_mfu = flops_per_rank / (p.predicted_step_seconds * std::max(peak.flops, 1.0));
   p.predicted_tokens_per_second = tokens_per_step / p.predicted_step_seconds;
   p.checkpoint = checkpoint_of(exp, peak, p.params, p.world, p.predicted_step_seconds);
 

@@ -107,10 +107,24 @@ std::string plan_text(const Plan& p) {
     line(fmt::format("{} ranks", a.world),
          fmt::format("{} ({} exposed): {}", human_seconds(a.t.seconds), human_seconds(a.exposed),
                      collective_text(a.t, p.buckets)));
+  if (!p.kernels.empty()) {
+    s += "kernels per step (roofline: GEMMs at 80% of peak, attention 40%, the rest at 80% of "
+         "the memory bandwidth, 2 us a launch):\n";
+    double total = 0;
+    for (const Plan::Kernels& k : p.kernels) total += k.seconds;
+    for (size_t i = 0; i < p.kernels.size() && i < 10; ++i) {
+      const Plan::Kernels& k = p.kernels[i];
+      line(k.op, fmt::format("{:>9} {:5.1f}%  {:>5} launches  {} FLOP  {}B",
+                             human_seconds(k.seconds), 100 * k.seconds / total, k.launches,
+                             human_count(k.flops), human_count(k.bytes)));
+    }
+  }
   s += "prediction:\n";
   line("step time",
-       fmt::format("{} (compute at peak: a floor)", human_seconds(p.predicted_step_seconds)));
+       fmt::format("{} ({})", human_seconds(p.predicted_step_seconds),
+                   p.kernels.empty() ? "compute at peak: a floor" : "kernel roofline"));
   line("tokens/s", human_count(p.predicted_tokens_per_second));
+  line("MFU", fmt::format("{:.1f}% of the peak below", 100 * p.predicted_mfu));
   const CheckpointPlan& c = p.checkpoint;
   s += fmt::format("checkpoint ({}, {}):\n",
                    c.every > 0 ? fmt::format("every {} step{}", c.every, c.every == 1 ? "" : "s")
@@ -190,6 +204,12 @@ std::string plan_json(const Plan& p) {
       json_number(c.gather_bytes), json_number(c.copy_seconds), json_number(c.gather_seconds),
       json_number(c.write_seconds), json_number(c.blocking_seconds),
       json_number(c.background_seconds), json_number(c.fraction), c.every_for_5pct);
+  std::string kernels;
+  for (const Plan::Kernels& k : p.kernels)
+    kernels +=
+        fmt::format("{}{{\"op\":{},\"launches\":{},\"flops\":{},\"bytes\":{},\"seconds\":{}}}",
+                    kernels.empty() ? "" : ",", json_string(k.op), k.launches, json_number(k.flops),
+                    json_number(k.bytes), json_number(k.seconds));
   return fmt::format(
       "{{\"world\":{},\"micro_batch\":{},\"accum\":{},\"params\":{},\"params_by_module\":{{{}}},"
       "\"flops_per_token\":{},\"flops_per_step\":{},"
@@ -198,7 +218,8 @@ std::string plan_json(const Plan& p) {
       "\"comm_bytes_per_step\":{},\"allreduce_seconds_per_step\":{},"
       "\"allreduce_exposed_seconds_per_step\":{},\"buckets\":{},\"collectives\":{},"
       "\"at_scale\":[{}],\"interconnect\":{},\"predicted_step_seconds\":{},"
-      "\"predicted_tokens_per_second\":{},\"checkpoint\":{},"
+      "\"predicted_tokens_per_second\":{},\"predicted_mfu\":{},\"kernels\":[{}],"
+      "\"checkpoint\":{},"
       "\"device\":{{\"name\":{},\"flops\":{},\"mem_bw\":{},\"memory\":{},\"link_bw\":{},"
       "\"host_bw\":{},\"disk_bw\":{},\"disk_source\":{},\"source\":{}}},"
       "\"warnings\":[{}],\"fits\":{}}}",
@@ -209,11 +230,11 @@ std::string plan_json(const Plan& p) {
       json_number(p.comm_bytes_per_step), json_number(p.allreduce_seconds_per_step),
       json_number(p.allreduce_exposed_seconds_per_step), p.buckets, collective_json(p.collectives),
       at_scale, net, json_number(p.predicted_step_seconds),
-      json_number(p.predicted_tokens_per_second), checkpoint, json_string(p.peak.name),
-      json_number(p.peak.flops), json_number(p.peak.mem_bw), json_number(p.peak.memory),
-      json_number(p.peak.link_bw), json_number(p.peak.host_bw), json_number(p.peak.disk_bw),
-      json_string(p.peak.disk_source), json_string(p.peak.source), warnings,
-      p.fits ? "true" : "false");
+      json_number(p.predicted_tokens_per_second), json_number(p.predicted_mfu), kernels, checkpoint,
+      json_string(p.peak.name), json_number(p.peak.flops), json_number(p.peak.mem_bw),
+      json_number(p.peak.memory), json_number(p.peak.link_bw), json_number(p.peak.host_bw),
+      json_number(p.peak.disk_bw), json_string(p.peak.disk_source), json_string(p.peak.source),
+      warnings, p.fits ? "true" : "false");
 }
 
 }  // namespace trainrun

@@ -71,6 +71,16 @@ struct Plan {
   };
   std::vector<AtScale> at_scale;
   double predicted_step_seconds = 0, predicted_tokens_per_second = 0;
+  // On a GPU: the kernel roofline (src/plan/kernel_roofline.h) behind the step time, per op
+  // over one step (every micro-batch and the optimizer), slowest first; and the MFU it implies
+  // (flops_per_step over the world's peak for the predicted step time).
+  struct Kernels {
+    std::string op;
+    int64_t launches = 0;
+    double flops = 0, bytes = 0, seconds = 0;
+  };
+  std::vector<Kernels> kernels;
+  double predicted_mfu = 0;
   DevicePeak peak;
   CheckpointPlan checkpoint;
   std::vector<std::string> warnings;
