@@ -194,7 +194,10 @@ std::unique_ptr<SampleStream> open_sample_stream(const DataConfig& data, Split s
       specs.emplace_back(sources[i].name, data.mix[i].path);
     check_one_tokenizer(specs);
   }
-  return std::make_unique<SampleStream>(std::move(sources), data.order, seed, seq_len,
+  // The data is the run's (the Markov chain of its seed); val's samples have an order of their
+  // own, so that validation does not read the windows training starts with.
+  const uint64_t order_seed = split == Split::val ? hash_combine(seed, 0x7661ull) : seed;
+  return std::make_unique<SampleStream>(std::move(sources), data.order, order_seed, seq_len,
                                         data.shuffle_block);
 }
 

@@ -34,8 +34,8 @@ Batches::Batches(const Experiment& exp, int rank, int world, int micro)
       micro_(micro),
       train_(open_sample_stream(exp.data, Split::train, exp.model.vocab_size, exp.seed,
                                 exp.model.seq_len)),
-      val_(open_sample_stream(exp.data, Split::val, exp.model.vocab_size,
-                              hash_combine(exp.seed, 0x7661ull), exp.model.seq_len)),
+      val_(open_sample_stream(exp.data, Split::val, exp.model.vocab_size, exp.seed,
+                              exp.model.seq_len)),
       train_loader_(std::make_unique<DataLoader>(*train_)),
       val_loader_(std::make_unique<DataLoader>(*val_)) {
   const size_t n = static_cast<size_t>(micro) * static_cast<size_t>(exp.model.seq_len);

@@ -29,8 +29,11 @@ def test_quickstart_shortened(quickstart, tmp_path):
     assert "name: quickstart" in (rd / "config.yaml").read_text()
     assert (rd / "checkpoints" / "step-0000030.h5").exists()
     assert (rd / "logs" / "rank-0.log").exists()
-    # It learned something: the loss fell well below the uniform log(vocab).
+    # It learned something: the loss fell well below the uniform log(vocab), and so did the
+    # validation loss, on the same chain (not a chain of another seed, which it once read).
     assert rows[-1]["loss"] < math.log(64) - 1.0
+    val = [r["val_loss"] for r in metrics(rd, "eval")]
+    assert val[-1] < val[0] and val[-1] < rows[-1]["loss"] + 0.5, (val, rows[-1]["loss"])
 
 
 def test_same_seed_bit_identical(quickstart, tmp_path):

@@ -67,7 +67,8 @@ class SampleStream {
 };
 
 // The stream of one split as the config describes it (data.mix or the single source); throws
-// DataError (exit 3) for bad data, as open_dataset does.
+// DataError (exit 3) for bad data, as open_dataset does. `seed` is the run's: both splits read
+// the data it makes (data.synthetic's chain), each in an order keyed by it and the split.
 std::unique_ptr<SampleStream> open_sample_stream(const DataConfig& data, Split split,
                                                  int vocab_size, uint64_t seed, int seq_len);
 
