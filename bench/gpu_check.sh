@@ -156,6 +156,7 @@ GPT2=(--set distributed.nproc=1 --set train.precision=bf16 --set train.steps=10 
 PROFILE=(--profile 5:8)
 [ "$SIM" = 1 ] && GPT2+=(--set model.n_layer=2 --set model.seq_len=64 --set train.batch_size=2
                          --set train.micro_batch_size=2 --set train.steps=2) && PROFILE=(--profile 1:2)
+PLAN_SETS=("${GPT2[@]}")
 GPT2+=("${PROFILE[@]}")
 timeout "$(cap 180)" "$TR" run configs/gpt2-124m.yaml --run-dir "$LOGDIR/gpt2" "${GPT2[@]}" \
   > "$LOGDIR/gpt2.log" 2>&1
@@ -165,6 +166,20 @@ if [ -n "$st" ]; then
   note "gpt2-124m bf16" "rc=$rc, last step $st s, $(field "$LOGDIR/gpt2" tokens_per_sec | awk '{print $NF}') tok/s, MFU $(field "$LOGDIR/gpt2" mfu | awk '{print $NF}') ($(( $(date +%s) - t0 )) s)"
 else
   note "gpt2-124m bf16" "rc=$rc, no metrics (see gpt2.log)"; status=1
+fi
+# The plan beside the run (docs/observability.md, "Kernel roofline"): its device memory against
+# what the GPU held (within 10% is the goal), its step time against the last, untraced step.
+if [ -n "$st" ] && "$TR" plan configs/gpt2-124m.yaml "${PLAN_SETS[@]}" --json \
+     > "$LOGDIR/gpt2-plan.json" 2> "$LOGDIR/gpt2-plan.log"; then
+  note "gpt2 plan vs run" "$(python3 -c 'import json, re, sys
+p = json.load(open(sys.argv[1]))
+m = re.findall(r"device memory in use (\d+) MiB, the plan (\d+) MiB", open(sys.argv[2]).read())
+t = float(sys.argv[3])
+mem = (f"memory {m[-1][0]} MiB held, {m[-1][1]} MiB planned "
+       f"({100 * (int(m[-1][1]) - int(m[-1][0])) / int(m[-1][0]):+.1f}%)") if m else "memory not logged"
+s, mfu = p["predicted_step_seconds"], p["predicted_mfu"]
+print(f"step {t * 1e3:.1f} ms measured, {s * 1e3:.1f} ms predicted ({100 * (s - t) / t:+.1f}%), "
+      f"MFU predicted {100 * mfu:.1f}%; {mem}")' "$LOGDIR/gpt2-plan.json" "$LOGDIR/gpt2/logs/rank-0.log" "$st")"
 fi
 # The ops that take the most time in a traced step (trace/ops-rank-0.txt: calls, ms, % step).
 if [ -f "$LOGDIR/gpt2/trace/ops-rank-0.txt" ]; then

@@ -106,6 +106,12 @@ class CudaBackend final : public Backend {
     on_device();
     cuda_check(cudaFree(p), "cudaFree");
   }
+  double device_memory_in_use() const override {
+    on_device();
+    size_t free = 0, total = 0;
+    cuda_check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    return static_cast<double>(total - free);
+  }
   void synchronize() override {
     on_device();
     cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (an earlier kernel failed)");

@@ -265,6 +265,16 @@ cudaError_t cudaFree(void* ptr) {
   return cudaSuccess;
 }
 
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  auto& m = trainrun::sim::memory();
+  std::lock_guard<std::mutex> lock(m.mutex);
+  size_t used = 0;
+  for (const auto& [p, bytes] : m.blocks) used += bytes;
+  *total = trainrun::sim::kDeviceMemory;
+  *free = used < *total ? *total - used : 0;
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   if (const cudaError_t e = take_pending(); e != cudaSuccess) return e;
   if (bytes == 0) return cudaSuccess;

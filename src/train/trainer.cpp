@@ -425,8 +425,16 @@ void Trainer::restore(const std::string& file) {
 }
 
 // The process's peak resident set beside the plan's bytes per rank (CPU runs, where the plan
-// describes this process's memory): the figure a test holds the plan to.
+// describes this process's memory), or the GPU's memory in use: the figure a test (or
+// bench/gpu_check.sh) holds the plan to.
 void Trainer::log_peak_memory() const {
+  if (const double used = be_->device_memory_in_use(); used >= 0) {
+    // A GPU: its memory in use beside the plan's bytes per rank for a GPU.
+    const double planned = plan_memory(exp_, true).total;
+    spdlog::info("rank {} device memory in use {:.0f} MiB, the plan {:.0f} MiB ({:+.1f}%)", rank_,
+                 used / 1048576, planned / 1048576, 100 * (planned - used) / used);
+    return;
+  }
   rusage ru{};
   if (::getrusage(RUSAGE_SELF, &ru) != 0) return;
   const double peak = static_cast<double>(ru.ru_maxrss) * 1024;  // Linux: KiB
@@ -447,7 +455,7 @@ void Trainer::finish(int64_t step, double loss, int exit_code, double t_run) {
   finish_profile(*tracer_, *comm_, exp_.run_dir, !opts_.profile.empty(), console_);
   spdlog::info("rank {} parameter checksum {:016x} at step {}", rank_, model_->params().checksum(),
                step);
-  if (be_->device() == Device::cpu) log_peak_memory();
+  log_peak_memory();
   if (exit_code == kExitOk)
     reporter_->summary(step, now() - t_run, loss, batches_->train().entropy_rate());
 }

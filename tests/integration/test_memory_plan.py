@@ -4,11 +4,12 @@ must be within 10% of the plan, at 1, 2 and 8 ranks, with and without ZeRO-1 and
 checkpoints. (Before the plan counted the process itself, and before the final parameter
 checksum stopped copying the weights, the peak was 19% above it.)"""
 import json
+import pathlib
 import re
 
 import pytest
 
-from conftest import REPO, run, sets
+from conftest import REPO, TRAINRUN, run, sets
 
 QS = str(REPO / "configs/quickstart.yaml")
 # 19 M parameters: large enough that the model, not the process, is most of the memory.
@@ -40,3 +41,27 @@ def test_the_plan_is_within_10_percent_of_the_peak_resident_set(tmp_path, ranks,
     assert sorted(peaks) == list(range(ranks))
     largest = max(peaks.values())
     assert abs(planned / 2**20 - largest) / largest < 0.10, (planned / 2**20, peaks)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_on_the_cuda_device_the_plan_is_what_the_gpu_holds(tmp_path, precision):
+    # A CUDA rank logs the device memory in use (cudaMemGetInfo) beside the plan's figure. The
+    # CPU-executed device simulates no CUDA context, so what it holds is the plan less the 512
+    # MiB the plan keeps for one; on a GPU, bench/gpu_check.sh compares the whole figure.
+    sim = pathlib.Path(TRAINRUN).parent / "kernels" / "sim" / "libtrainrun_cudasim.so"
+    assert sim.exists(), f"{sim} was not built"
+    cfg = sets("model.n_layer=2", "model.d_model=256", "model.n_head=4", "model.vocab_size=64",
+               "model.seq_len=64", "train.steps=1", "train.eval_every=0", "checkpoint.every=0",
+               "distributed.nproc=1", "train.batch_size=4", "device=cuda",
+               f"train.precision={precision}")
+    planned = json.loads(run(["plan", QS, *cfg, "--json"], check=0).stdout)["bytes"]["total"]
+    rd = tmp_path / "r"
+    run([QS, *cfg, "--run-dir", str(rd)], check=0, timeout=600,
+        env={"TRAINRUN_CUDA_PLUGIN": str(sim)})
+    found = re.findall(r"rank 0 device memory in use (\d+) MiB, the plan (\d+) MiB",
+                       (rd / "logs" / "rank-0.log").read_text())
+    assert len(found) == 1
+    used, plan = map(int, found[0])
+    assert abs(plan - planned / 2**20) <= 1
+    without_context = planned / 2**20 - 512
+    assert abs(without_context - used) / used < 0.10, (without_context, used)

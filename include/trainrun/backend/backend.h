@@ -140,6 +140,10 @@ class Backend {
   virtual bool f32_param_grads_with_bf16() const { return false; }
   // The largest attention head dimension (C / n_head) this backend computes; 0 means no limit.
   virtual int64_t max_head_dim() const { return 0; }
+  // Bytes of device memory in use now (a GPU: total less free, this process's allocations and
+  // its CUDA context; allocations are made once, so late in a run this is the peak); -1 where
+  // the backend does not know (the CPU).
+  virtual double device_memory_in_use() const { return -1; }
 
   // ---- memory ----
   virtual void* alloc(size_t bytes) = 0;
