@@ -138,6 +138,14 @@ ResolvedRun resolve_run(const RunRequest& r) {
     if (target.empty()) target = configured->run_dir;
   }
   if (target.empty()) throw ConfigError("--resume needs a run directory or a checkpoint file");
+  // `trainrun CONFIG --resume` before its run directory exists starts the run: a job's first
+  // start on a new volume (`trainrun k8s`'s launcher on a new claim, a batch job submitted
+  // without --submit). A --resume that names a path that is not there is a mistake.
+  if (std::error_code ec; configured && r.resume->empty() && !fs::exists(target, ec)) {
+    ResolvedRun run{*configured, "", 0, RunDirUse::start, {}};
+    run.notes.push_back(fmt::format("no run directory {} yet: starting the run", target));
+    return run;
+  }
   if (const std::optional<std::string> file = checkpoint_of(target)) {
     ResolvedRun run = resume_from(r, *file);
     if (configured) reconcile(run, *configured, r.config);

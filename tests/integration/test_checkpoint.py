@@ -123,6 +123,20 @@ def test_no_usable_checkpoint_is_exit_4(tmp_path):
     p = run(["--resume", str(rd)], check=4)
     assert "no usable checkpoint" in p.stderr
     p = run(["--resume", str(tmp_path / "nothing-here")], check=4)
+    assert "no such run directory or checkpoint file" in p.stderr
+
+
+def test_config_resume_before_its_run_directory_exists_starts_the_run(tmp_path):
+    # What `trainrun k8s`'s launcher runs on a new claim, and a requeued batch job's first start:
+    # `trainrun run CONFIG --resume`, the config's run directory not there yet.
+    rd = tmp_path / "claim" / "run"
+    cfg = [str(REPO / "configs/quickstart.yaml"), *sets(*TINY, "train.steps=4", f"run_dir={rd}")]
+    p = run(["run", *cfg, "--resume"], check=0)
+    assert f"no run directory {rd} yet: starting the run" in p.stderr
+    assert max(losses(rd)) == 4
+    # An explicit path that is not there stays an error (a typo must not start a new run).
+    p = run(["run", *cfg, "--resume", str(tmp_path / "typo")], check=4)
+    assert "no such run directory or checkpoint file" in p.stderr
 
 
 def test_h5dump_reads_a_checkpoint(tmp_path):
