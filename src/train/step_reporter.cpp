@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -282,9 +283,13 @@ void StepReporter::summary(int64_t step, double seconds, double final_loss,
   const bool evaluated = std::isfinite(last_val_loss_);
   spdlog::info("done: {} steps in {} | final train loss {:.4f}{}", step, format_duration(seconds),
                final_loss, evaluated ? fmt::format(" | val loss {:.4f}", last_val_loss_) : "");
-  if (std::isfinite(entropy_rate))
-    spdlog::info("best possible loss on this data is {:.4f} nats/token: {:.4f} above it",
-                 entropy_rate, (evaluated ? last_val_loss_ : final_loss) - entropy_rate);
+  if (std::isfinite(entropy_rate)) {
+    // The loss is measured on a finite sample, so it can land a little below the rate.
+    const double gap = (evaluated ? last_val_loss_ : final_loss) - entropy_rate;
+    spdlog::info("best possible loss on this data is {:.4f} nats/token: {:.4f} {} it ({} loss)",
+                 entropy_rate, std::abs(gap), gap < 0 ? "below" : "above",
+                 evaluated ? "val" : "train");
+  }
   spdlog::info("run directory: {}", std::filesystem::absolute(cfg_.run_dir).string());
 }
 
