@@ -36,7 +36,7 @@ std::vector<uint64_t> write_documents(const std::string& dir, int n) {
     const size_t len = 3 + static_cast<size_t>((i * 13) % 38);
     std::string text;
     for (size_t k = 0; k < len; ++k) text += words[(i * 7 + k) % words.size()];
-    char name[16];
+    char name[32];
     std::snprintf(name, sizeof name, "/%02d.txt", i);
     write_bytes(dir + name, text);
     sizes.push_back(len);
