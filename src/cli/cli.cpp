@@ -226,7 +226,9 @@ Command add_data_prepare(CLI::App& app) {
          "the id written between documents (default: 0 for bytes, the tokenizer's "
          "<|endoftext|> if it has one), or `none`")
       ->type_name("ID|none");
-  sub->add_option("--out", a->out_dir, "output directory for train.bin and val.bin")->required();
+  sub->add_option("--out", a->out_dir,
+                  "output directory for train.bin, val.bin and their document indexes (.idx)")
+      ->required();
   sub->add_option("--tokenizer", a->tokenizer,
                   "tokenizer.json to encode with (also writes manifest.json)");
   sub->add_option("--threads", a->threads, "encoding threads (default: all cores)")
