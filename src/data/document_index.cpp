@@ -107,8 +107,7 @@ void write_prepared_indexes(const std::string& dir, int vocab_size, int64_t eot,
 }
 
 DocumentIndex::DocumentIndex(const std::string& path, const MappedShard& shard,
-                             int64_t boundary_checks)
-    : path_(path) {
+                             int64_t boundary_checks) {
   const auto fail = [&](const std::string& what) {
     return DataError(fmt::format(
         "{}: the document index does not match {}: {}; run `trainrun data prepare` again to "

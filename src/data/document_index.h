@@ -57,7 +57,6 @@ class DocumentIndex {
   DocumentIndex(const DocumentIndex&) = delete;
   DocumentIndex& operator=(const DocumentIndex&) = delete;
 
-  const std::string& path() const { return path_; }
   int64_t eot() const { return eot_; }
   int64_t size() const { return count_; }
   uint64_t start(int64_t i) const { return starts_[i]; }
@@ -65,7 +64,6 @@ class DocumentIndex {
   int64_t find(uint64_t pos) const;
 
  private:
-  std::string path_;
   void* map_ = nullptr;
   size_t map_len_ = 0;
   const uint64_t* starts_ = nullptr;
