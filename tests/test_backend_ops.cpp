@@ -5,11 +5,12 @@
 // overwrite/accumulate contract before GPU time is spent on it.
 //
 //   test_backend_ops [--backend cuda|cpu] [--quick] [--op SUBSTRING] [--seed N] [--no-timing]
-//                    [--require]
+//                    [--require] [--fail-fast]
 //
 // --quick leaves out the large shapes (for compute-sanitizer, the CPU self-check and the
 // CPU-executed device). Inputs are fresh each run from a seed printed first; --seed repeats a
 // run. --require makes a missing backend a failure (the CPU-executed device must always load).
+// --fail-fast stops at the first failed case (the sim's fault injections need only that one).
 // Exit status: 0 all cases passed, 1 a case failed (or --require and no backend), 2 bad usage,
 // 77 no such backend here.
 #include <cstdint>
@@ -37,6 +38,7 @@ struct Options {
   bool quick = false;
   bool timing = true;
   bool require = false;
+  bool fail_fast = false;
   std::string op;
   uint64_t seed = 0;
   bool seed_given = false;
@@ -52,6 +54,8 @@ bool parse(int argc, char** argv, Options* o) {
       o->timing = false;
     } else if (a == "--require") {
       o->require = true;
+    } else if (a == "--fail-fast") {
+      o->fail_fast = true;
     } else if (a == "--backend" && has_value) {
       o->backend = argv[++i];
     } else if (a == "--op" && has_value) {
@@ -144,7 +148,7 @@ int main(int argc, char** argv) {
   if (!parse(argc, argv, &o)) {
     std::fprintf(stderr,
                  "usage: test_backend_ops [--backend cuda|cpu] [--quick] [--op SUBSTRING] "
-                 "[--seed N] [--no-timing] [--require]\n");
+                 "[--seed N] [--no-timing] [--require] [--fail-fast]\n");
     return 2;
   }
   std::unique_ptr<Backend> test = open_backend(o.backend);
@@ -166,6 +170,7 @@ int main(int argc, char** argv) {
     if (r.status == Outcome::fail) {
       ++failed;
       failures.push_back(c.name() + " " + dtype_name(c.dtype) + " " + c.shape);
+      if (o.fail_fast) break;
     }
   }
   std::printf("\n%d passed, %d failed, %d not supported by %s\n", passed, failed, unsupported,
