@@ -323,6 +323,12 @@ class CudaBackend final : public Backend {
     return s;
   }
 
+  void sum_to_impl(Tensor out, Tensor x) override {
+    on_device();
+    cuda::sum_to(x.dtype, x.data, x.numel(), false, scratch(reduce_scratch_bytes()),
+                 out.as<double>());
+  }
+
   void adamw_impl(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp) override {
     on_device();
     cuda::adamw(param.as<float>(), grad.as<float>(), m.as<float>(), v.as<float>(), param.numel(),

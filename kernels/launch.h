@@ -104,9 +104,11 @@ void cross_entropy_backward(DType dt, DType st, void* dlogits, const void* logit
                             const int32_t* targets, int64_t N, int64_t V, float scale,
                             unsigned long long* bad_id);
 
-// reductions.cu: result in double, copied to the host (synchronises)
+// reductions.cu: in double; sum() copies the result to the host (synchronises)
 size_t reduce_scratch_bytes();
 double sum(DType dt, const void* x, int64_t n, bool squares, void* scratch);
+// The same reduction left on the device in *result (no wait): Backend::sum_to.
+void sum_to(DType dt, const void* x, int64_t n, bool squares, void* scratch, double* result);
 
 // adamw.cu: one run of AdamW's flat buffers, [begin, end), as the kernel reads it.
 struct AdamWRunDevice {

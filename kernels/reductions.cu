@@ -51,19 +51,25 @@ size_t reduce_scratch_bytes() {
   return sizeof(double) * (kBlocks + 1);
 }
 
-double sum(DType dt, const void* x, int64_t n, bool squares, void* scratch) {
-  if (n <= 0) return 0.0;
+void sum_to(DType dt, const void* x, int64_t n, bool squares, void* scratch, double* result) {
   double* partial = static_cast<double*>(scratch);
-  double* result = partial + kBlocks;
-  int64_t blocks = (n + kThreads - 1) / kThreads;
+  int64_t blocks = n <= 0 ? 0 : (n + kThreads - 1) / kThreads;
   if (blocks > kBlocks) blocks = kBlocks;
-  by_dtype(dt, squares ? "sum_squares" : "sum", [&](auto t) {
-    using T = decltype(t);
-    TRAINRUN_LAUNCH(static_cast<unsigned>(blocks), kThreads, 0, sum_partial_kernel<T>)
-    (partial, static_cast<const T*>(x), n, squares);
-  });
+  if (blocks > 0)
+    by_dtype(dt, squares ? "sum_squares" : "sum", [&](auto t) {
+      using T = decltype(t);
+      TRAINRUN_LAUNCH(static_cast<unsigned>(blocks), kThreads, 0, sum_partial_kernel<T>)
+      (partial, static_cast<const T*>(x), n, squares);
+    });
+  // With no elements the finishing kernel alone writes the 0.
   TRAINRUN_LAUNCH(1, kThreads, 0, sum_finish_kernel)(result, partial, static_cast<int>(blocks));
   check_launch(squares ? "sum_squares" : "sum");
+}
+
+double sum(DType dt, const void* x, int64_t n, bool squares, void* scratch) {
+  if (n <= 0) return 0.0;
+  double* result = static_cast<double*>(scratch) + kBlocks;
+  sum_to(dt, x, n, squares, scratch, result);
   double host = 0.0;
   const cudaError_t e = cudaMemcpy(&host, result, sizeof(double), cudaMemcpyDeviceToHost);
   if (e != cudaSuccess)

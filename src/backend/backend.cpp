@@ -497,6 +497,20 @@ double Backend::sum_squares(Tensor x) {
   return sum_impl(x, true);
 }
 
+void Backend::sum_to(Tensor out, Tensor x) {
+  OpCheck c(*this, Op::sum);
+  c.floats({{"x", x}});
+  c.on_device({"out", out});
+  c.shapes(out.dtype == DType::f64 && out.numel() == 1, {{"out", out}}, "out one f64 element");
+  const OpTimer timer(*this, Op::sum);
+  sum_to_impl(out, x);
+}
+
+void Backend::sum_to_impl(Tensor out, Tensor x) {
+  double s = sum_impl(x, false);
+  copy_impl(out, Tensor(&s, DType::f64, Device::cpu, {1}));
+}
+
 void Backend::adamw(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp) {
   pointwise(*this, Op::adamw, {{"param", param}, {"grad", grad}, {"m", m}, {"v", v}});
   if (hp.step < 1)
@@ -520,6 +534,28 @@ void Backend::adamw_runs(Tensor param, Tensor grad, Tensor m, Tensor v, const Ad
   }
   const OpTimer timer(*this, Op::adamw);
   adamw_runs_impl(param, grad, m, v, hp, runs);
+}
+
+DeviceBuffer::DeviceBuffer(Backend& be, size_t bytes) : be_(&be), p_(be.alloc(bytes)) {}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (be_) be_->release(p_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept : be_(o.be_), p_(o.p_) {
+  o.be_ = nullptr;
+  o.p_ = nullptr;
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (be_) be_->release(p_);
+    be_ = o.be_;
+    p_ = o.p_;
+    o.be_ = nullptr;
+    o.p_ = nullptr;
+  }
+  return *this;
 }
 
 void Backend::adamw_runs_impl(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp,

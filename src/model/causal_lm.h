@@ -114,7 +114,8 @@ class CausalLm final : public Model {
     positions_.fill(be, rows(), cfg_.seq_len, doc_start);
   }
 
-  double forward(bool training, uint64_t seed) override {
+  using Model::forward;
+  void forward(bool training, uint64_t seed, Tensor loss_sum) override {
     Backend& be = ps_.backend();
     const Tensor x0 = stack_.input();
     wte_.forward(x0, ids_);
@@ -126,7 +127,7 @@ class CausalLm final : public Model {
     else
       be.matmul(logits_, norm_out_, wte_.weight(), Tensor{});
     be.cross_entropy(losses_, lse_, logits_, targets_);
-    return be.sum(losses_) / static_cast<double>(rows());
+    be.sum_to(loss_sum, losses_);
   }
 
   void backward(float scale, uint64_t seed, const GradReadyFn& ready) override {

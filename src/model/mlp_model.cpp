@@ -62,7 +62,8 @@ class MlpModel final : public Model {
           "data.document_masking with model.type mlp)");
   }
 
-  double forward(bool, uint64_t) override {
+  using Model::forward;
+  void forward(bool, uint64_t, Tensor loss_sum) override {
     Backend& be = ps_.backend();
     emb_.forward(emb_out_, ids_);
     Tensor in = emb_out_.reshape({batch_, static_cast<int64_t>(cfg_.seq_len) * cfg_.d_model});
@@ -74,7 +75,7 @@ class MlpModel final : public Model {
       }
     }
     be.cross_entropy(losses_, lse_, pre_.back(), targets_);
-    return be.sum(losses_) / static_cast<double>(batch_);
+    be.sum_to(loss_sum, losses_);
   }
 
   void backward(float scale, uint64_t, const GradReadyFn& ready) override {

@@ -141,6 +141,7 @@ class CostRecorder final : public Backend {
     add(squares ? Op::sum_squares : Op::sum, 0, bytes_of({&x}));
     return 0;
   }
+  void sum_to_impl(Tensor, Tensor x) override { sum_impl(x, false); }
   void adamw_impl(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams&) override {
     // Reads all four, writes the weight and both moments.
     add(Op::adamw, 0, bytes_of({&param, &grad, &m, &v, &param, &m, &v}));

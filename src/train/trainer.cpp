@@ -91,6 +91,7 @@ class Trainer {
   bool console_ = false, tty_ = false;
   std::unique_ptr<Backend> be_;
   std::unique_ptr<Model> model_;
+  DeviceBuffer loss_sums_;  // [accum_] f64 on the device: each micro-batch's loss sum
   std::unique_ptr<DataParallel> dp_;
   GradReadyFn grad_ready_;  // dp_'s hook for the last micro-batch's backward
   std::unique_ptr<Batches> batches_;
@@ -220,6 +221,7 @@ void Trainer::setup_model() {
   model_ = build_model(exp_.model, *be_, micro_,
                        exp_.train.precision == Precision::bf16 ? DType::bf16 : DType::f32);
   targets_per_step_ = model_->targets_per_batch() / micro_ * exp_.train.batch_size;
+  loss_sums_ = DeviceBuffer(*be_, sizeof(double) * static_cast<size_t>(accum_));
   dp_ = DataParallel::make(exp_.distributed.zero != 0, *comm_, dcomm_ ? *dcomm_ : *comm_,
                            model_->params(), exp_.optimizer, tracer_.get());
   grad_ready_ = dp_->grad_ready_hook();
@@ -318,10 +320,12 @@ StepResult Trainer::train_step(int64_t step, double lr) {
   return r;
 }
 
-// Forward and backward over this rank's micro-batches of the step; returns their summed loss.
+// Forward and backward over this rank's micro-batches of the step; returns the sum of their
+// mean losses. The losses stay on the device until every backward is queued and come back in one
+// copy then: a GPU's queue never drains between a forward and its backward.
 double Trainer::accumulate_gradients(int64_t step, StepTimes& t) {
   const float scale = 1.0f / static_cast<float>(targets_per_step_);
-  double loss = 0;
+  const Tensor loss_sums(loss_sums_.data(), DType::f64, be_->device(), {accum_});
   // A range of gradients goes to the allreduce only once what no op wrote in it is zeroed.
   ParamStore& ps = model_->params();
   GradReadyFn ready;
@@ -348,7 +352,7 @@ double Trainer::accumulate_gradients(int64_t step, StepTimes& t) {
     const double t0 = now();
     {
       Tracer::Scope span(tracer_.get(), phase_name(Phase::forward), "phase");
-      loss += model_->forward(true, seed);
+      model_->forward(true, seed, loss_sums.slice(m, {1}));
     }
     const double t1 = now();
     t.forward += t1 - t0;
@@ -361,6 +365,12 @@ double Trainer::accumulate_gradients(int64_t step, StepTimes& t) {
     t.backward += now() - t1;
   }
   ps.zero_stale(0, ps.numel());
+  std::vector<double> sums(static_cast<size_t>(accum_));
+  const double t2 = now();  // on a GPU: the wait for the queued kernels, counted as backward
+  be_->copy(Tensor(sums.data(), DType::f64, Device::cpu, {accum_}), loss_sums);
+  t.backward += now() - t2;
+  double loss = 0;  // summed in micro-batch order, as every rank and backend does
+  for (const double s : sums) loss += s / static_cast<double>(model_->targets_per_batch());
   return loss;
 }
 

@@ -305,6 +305,25 @@ void add_reductions(std::vector<OpCase>& out, const Ctx& x) {
     c.bytes = x.es * static_cast<double>(n);
     out.push_back(std::move(c));
   }
+  // sum_to: the same sum left on the device, in the middle slot of three (the trainer's one slot
+  // per micro-batch); the slots beside it must keep their values, else the result is NaN.
+  OpCase c = x.make(Op::sum, " to device", "n=" + std::to_string(n));
+  c.tensors = {input("x", x.dt, {n}, -4, 4)};
+  c.call = [](Backend& be, const Args& a) {
+    DeviceBuffer buf(be, 3 * sizeof(double));
+    const Tensor slots(buf.data(), DType::f64, be.device(), {3});
+    double host[3] = {-7.0, -7.0, -7.0};
+    const Tensor h(host, DType::f64, Device::cpu, {3});
+    be.copy(slots, h);
+    be.sum_to(slots.slice(1, {1}), a["x"]);
+    be.copy(h, slots);
+    return host[0] == -7.0 && host[2] == -7.0 ? host[1] : NAN;
+  };
+  c.result_scale = std::sqrt(static_cast<double>(n) * 16.0 / 3.0);
+  c.tol = 1e-6;
+  c.flops = static_cast<double>(n);
+  c.bytes = x.es * static_cast<double>(n);
+  out.push_back(std::move(c));
 }
 
 // nkv = 0: multi-head attention as the GPT calls it (n_kv_head left out); else grouped-query

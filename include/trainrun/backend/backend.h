@@ -124,6 +124,23 @@ class OpObserver {
   static double now();
 };
 
+class Backend;
+
+// Memory of one backend, released with the object (alloc/release as RAII).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend& be, size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  void* data() const { return p_; }
+
+ private:
+  Backend* be_ = nullptr;
+  void* p_ = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -244,9 +261,13 @@ class Backend {
   void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
                               float scale);
 
-  // ---- reductions (results come back to the host) ----
+  // ---- reductions ----
+  // The result comes back to the host: the host waits for the device.
   double sum(Tensor x);
   double sum_squares(Tensor x);  // NaN/Inf propagate, so callers detect bad steps
+  // out = sum(x), accumulated in double as sum(), left on the device: `out` is one f64 element
+  // there, and the host does not wait (the trainer reads a whole step's losses in one copy).
+  void sum_to(Tensor out, Tensor x);
 
   // ---- optimizer ----
   // Fused AdamW with decoupled weight decay over a contiguous range of the flat buffers, on
@@ -304,6 +325,9 @@ class Backend {
   virtual void cross_entropy_backward_impl(Tensor dlogits, Tensor logits, Tensor lse,
                                            Tensor targets, float scale) = 0;
   virtual double sum_impl(Tensor x, bool squares) = 0;
+  // Default: sum_impl, its result copied to `out` (what the CPU needs); a device overrides it
+  // with a reduction that writes `out` itself.
+  virtual void sum_to_impl(Tensor out, Tensor x);
   virtual void adamw_impl(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp) = 0;
   // Default: adamw_impl on each run's slices (the CPU); the CUDA backend makes it one launch.
   virtual void adamw_runs_impl(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp,

@@ -25,8 +25,12 @@ class Model {
   // (the default): every sequence one document. A family without attention (mlp) takes only
   // nullptr.
   virtual void set_documents(const int32_t* doc_start) = 0;
-  // Mean loss over this micro-batch's targets.
-  virtual double forward(bool training, uint64_t dropout_seed) = 0;
+  // The forward pass. The sum of this micro-batch's target losses goes to loss_sum, one f64
+  // element on the backend's device, and the host does not wait for it: the trainer reads all of
+  // a step's losses in one copy, so a GPU's queue never drains between forward and backward.
+  virtual void forward(bool training, uint64_t dropout_seed, Tensor loss_sum) = 0;
+  // The same, waiting for the result: the mean loss over this micro-batch's targets.
+  double forward(bool training, uint64_t dropout_seed);
   // Gradients of (scale x summed loss) accumulate into params().grads().
   virtual void backward(float scale, uint64_t dropout_seed, const GradReadyFn& ready) = 0;
   virtual int64_t targets_per_batch() const = 0;
@@ -36,6 +40,9 @@ class Model {
   virtual size_t activation_bytes() const = 0;  // both arenas
   virtual int batch() const = 0;
   virtual int seq_len() const = 0;
+
+ private:
+  DeviceBuffer loss_sum_;  // forward(training, seed)'s one f64, allocated on first use
 };
 
 // Builds, allocates and binds a model for micro-batches of `batch` sequences.
