@@ -1,10 +1,19 @@
 // Fused softmax cross-entropy over the vocabulary, fp32 arithmetic whatever the logits' type.
-// One block (256 threads) per row. Forward: each thread keeps an online (max, sum of exp(x -
-// max)) over its strided columns; the pairs merge across the warp and then the block, giving
-// lse = max + log(sum) in one read of the row; loss = lse - x[target]. The backward recomputes
-// softmax as exp(x - lse) and overwrites dlogits = (softmax - onehot) * scale; each element is
-// read before the same thread writes it, so dlogits may alias logits (no second [N,V] buffer).
-// A target outside [0, V) yields a NaN loss (and a NaN row backward) rather than a wild read, and
+// One block per row. Each thread keeps an online (max, sum of exp(x - max)) over its strided
+// columns; the pairs merge across the warp and then the block, giving lse = max + log(sum) in one
+// read of the row (row_lse); loss = lse - x[target]. The gradient recomputes softmax as
+// exp(x - lse) and overwrites dlogits = (softmax - onehot) * scale (write_gradient); each element
+// is read before the same thread writes it, so dlogits may alias logits (no second [N,V] buffer).
+//
+// Three kernels: the forward (evaluation; 256 threads a row), the backward, and the fused
+// classifier for training (llm.c's design): lse, the loss and the gradient in one kernel, so the
+// gradient pass reads a row the block has just read. It runs 1024 threads a row, at most two rows
+// an SM (about 260 rows in flight on an H100/H200: 26 MB of bf16 rows at V = 50304, inside the 50
+// MB L2), so that second read comes from L2 rather than HBM: one HBM read of the logits a step
+// instead of two, and the forward's lse round trip gone. Its results are those of the two
+// kernels bit for bit (the gradient uses lse rounded to the stats type, as the backward reads it).
+//
+// A target outside [0, V) yields a NaN loss (and a NaN row gradient) rather than a wild read, and
 // its row is flagged (launch.h) so the backend raises the same DataError as the CPU.
 #include <cmath>
 
@@ -14,7 +23,8 @@
 namespace trainrun::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;        // the forward and the backward
+constexpr int kFusedThreads = 1024;  // the fused classifier: see the top
 
 // Merge two (max, sum) pairs. A side that saw no element has m = -inf, s = 0 and must not turn
 // the result into NaN through exp(-inf - -inf).
@@ -30,15 +40,12 @@ __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
   m = mx;
 }
 
-template <class T, class S>
-__global__ void __launch_bounds__(kThreads)
-    cross_entropy_forward_kernel(S* losses, S* lse, const T* logits, const int32_t* targets,
-                                 int64_t V, unsigned long long* bad_id) {
-  __shared__ float sm[kThreads / 32], ss[kThreads / 32];
-  const int64_t n = blockIdx.x;
-  const T* x = logits + n * V;
+// logsumexp of the row x[0, V), returned to every thread of the NT-thread block.
+template <int NT, class T>
+__device__ float row_lse(const T* x, int64_t V) {
+  __shared__ float sm[NT / 32], ss[NT / 32], total;
   float m = -INFINITY, s = 0.0f;
-  for (int64_t v = threadIdx.x; v < V; v += kThreads) {
+  for (int64_t v = threadIdx.x; v < V; v += NT) {
     const float xv = to_f32(x[v]);
     if (xv > m) {
       s = (m == -INFINITY ? 0.0f : s * expf(m - xv)) + 1.0f;
@@ -60,14 +67,41 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   if (threadIdx.x == 0) {
     float M = sm[0], Ssum = ss[0];
-    for (int w = 1; w < kThreads / 32; ++w) merge(M, Ssum, sm[w], ss[w]);
-    const float l = M + logf(Ssum);
-    const int64_t tgt = targets[n];
-    const bool ok = tgt >= 0 && tgt < V;
-    if (!ok) flag_bad_id(bad_id, n, tgt);
-    lse[n] = from_f32<S>(l);
-    losses[n] = from_f32<S>(ok ? l - to_f32(x[tgt]) : NAN);
+    for (int w = 1; w < NT / 32; ++w) merge(M, Ssum, sm[w], ss[w]);
+    total = M + logf(Ssum);
   }
+  __syncthreads();
+  return total;
+}
+
+// Thread 0: the row's saved lse and loss (reads x[tgt]; a bad target is flagged, its loss NaN).
+template <class T, class S>
+__device__ void write_loss(S* losses, S* lse, const T* x, float l, int64_t n, int64_t tgt,
+                           int64_t V, unsigned long long* bad_id) {
+  const bool ok = tgt >= 0 && tgt < V;
+  if (!ok) flag_bad_id(bad_id, n, tgt);
+  lse[n] = from_f32<S>(l);
+  losses[n] = from_f32<S>(ok ? l - to_f32(x[tgt]) : NAN);
+}
+
+// The block's threads: d[v] = (exp(x[v] - l) - onehot) * scale over the row (NaN for a bad target).
+template <int NT, class T>
+__device__ void write_gradient(T* d, const T* x, float l, int64_t tgt, int64_t V, float scale) {
+  const bool ok = tgt >= 0 && tgt < V;
+  for (int64_t v = threadIdx.x; v < V; v += NT) {
+    const float p = expf(to_f32(x[v]) - l);
+    d[v] = from_f32<T>(ok ? (p - (v == tgt ? 1.0f : 0.0f)) * scale : NAN);
+  }
+}
+
+template <class T, class S>
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_forward_kernel(S* losses, S* lse, const T* logits, const int32_t* targets,
+                                 int64_t V, unsigned long long* bad_id) {
+  const int64_t n = blockIdx.x;
+  const T* x = logits + n * V;
+  const float l = row_lse<kThreads>(x, V);
+  if (threadIdx.x == 0) write_loss(losses, lse, x, l, n, targets[n], V, bad_id);
 }
 
 template <class T, class S>
@@ -75,16 +109,23 @@ __global__ void __launch_bounds__(kThreads)
     cross_entropy_backward_kernel(T* dlogits, const T* logits, const S* lse, const int32_t* targets,
                                   int64_t V, float scale, unsigned long long* bad_id) {
   const int64_t n = blockIdx.x;
-  const T* x = logits + n * V;
-  T* d = dlogits + n * V;
-  const float l = to_f32(lse[n]);
   const int64_t tgt = targets[n];
-  const bool ok = tgt >= 0 && tgt < V;
-  if (!ok && threadIdx.x == 0) flag_bad_id(bad_id, n, tgt);
-  for (int64_t v = threadIdx.x; v < V; v += kThreads) {
-    const float p = expf(to_f32(x[v]) - l);
-    d[v] = from_f32<T>(ok ? (p - (v == tgt ? 1.0f : 0.0f)) * scale : NAN);
-  }
+  if (!(tgt >= 0 && tgt < V) && threadIdx.x == 0) flag_bad_id(bad_id, n, tgt);
+  write_gradient<kThreads>(dlogits + n * V, logits + n * V, to_f32(lse[n]), tgt, V, scale);
+}
+
+template <class T, class S>
+__global__ void __launch_bounds__(kFusedThreads)
+    cross_entropy_fused_kernel(S* losses, S* lse, T* dlogits, const T* logits,
+                               const int32_t* targets, int64_t V, float scale,
+                               unsigned long long* bad_id) {
+  const int64_t n = blockIdx.x;
+  const T* x = logits + n * V;
+  const float l = row_lse<kFusedThreads>(x, V);
+  const int64_t tgt = targets[n];
+  if (threadIdx.x == 0) write_loss(losses, lse, x, l, n, tgt, V, bad_id);
+  __syncthreads();  // x[tgt] is read before any thread overwrites the row (dlogits may alias it)
+  write_gradient<kFusedThreads>(dlogits + n * V, x, to_f32(from_f32<S>(l)), tgt, V, scale);
 }
 
 }  // namespace
@@ -101,6 +142,20 @@ void cross_entropy_forward(DType dt, DType st, void* losses, void* lse, const vo
      bad_id);
   });
   check_launch("cross_entropy_forward");
+}
+
+void cross_entropy_fused(DType dt, DType st, void* losses, void* lse, void* dlogits,
+                         const void* logits, const int32_t* targets, int64_t N, int64_t V,
+                         float scale, unsigned long long* bad_id) {
+  if (N <= 0) return;
+  by_dtypes(dt, st, "cross_entropy_fused", [&](auto t, auto s) {
+    using T = decltype(t);
+    using S = decltype(s);
+    TRAINRUN_LAUNCH(static_cast<unsigned>(N), kFusedThreads, 0, cross_entropy_fused_kernel<T, S>)
+    (static_cast<S*>(losses), static_cast<S*>(lse), static_cast<T*>(dlogits),
+     static_cast<const T*>(logits), targets, V, scale, bad_id);
+  });
+  check_launch("cross_entropy_fused");
 }
 
 void cross_entropy_backward(DType dt, DType st, void* dlogits, const void* logits, const void* lse,

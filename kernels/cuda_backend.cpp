@@ -306,6 +306,14 @@ class CudaBackend final : public Backend {
                                 id_flag(Op::cross_entropy, "targets", logits.cols()));
   }
 
+  void cross_entropy_fused_impl(Tensor losses, Tensor lse, Tensor dlogits, Tensor logits,
+                                Tensor targets, float scale) override {
+    on_device();
+    cuda::cross_entropy_fused(logits.dtype, lse.dtype, losses.data, lse.data, dlogits.data,
+                              logits.data, targets.as<int32_t>(), logits.rows(), logits.cols(),
+                              scale, id_flag(Op::cross_entropy, "targets", logits.cols()));
+  }
+
   void cross_entropy_backward_impl(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
                                    float scale) override {
     on_device();

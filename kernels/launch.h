@@ -100,6 +100,10 @@ void swiglu_backward(DType dt, void* din, const void* dout, const void* in, int6
 void cross_entropy_forward(DType dt, DType st, void* losses, void* lse, const void* logits,
                            const int32_t* targets, int64_t N, int64_t V,
                            unsigned long long* bad_id);
+// Both in one kernel (Backend::cross_entropy_fused); dlogits may alias logits.
+void cross_entropy_fused(DType dt, DType st, void* losses, void* lse, void* dlogits,
+                         const void* logits, const int32_t* targets, int64_t N, int64_t V,
+                         float scale, unsigned long long* bad_id);
 void cross_entropy_backward(DType dt, DType st, void* dlogits, const void* logits, const void* lse,
                             const int32_t* targets, int64_t N, int64_t V, float scale,
                             unsigned long long* bad_id);

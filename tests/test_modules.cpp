@@ -349,13 +349,26 @@ void check_model(const ModelConfig& cfg, int batch) {
   }
   model->set_batch(x.data(), y.data());
   auto loss = [&] { return model->forward(true, 3); };
-  loss();
-  be->fill(ps.grads(), 0);
-  int64_t reported = 0;
-  model->backward(1.0f / static_cast<float>(model->targets_per_batch()), 3,
-                  [&](int64_t b, int64_t e) { reported += e - b; });
-  CHECK(reported == ps.numel());  // every gradient is reported final exactly once
-  CHECK(check_params(ps, loss, rng) == 0);
+  const float scale = 1.0f / static_cast<float>(model->targets_per_batch());
+  // Both ways to the loss's gradient: from the saved lse in backward, and fused into the forward
+  // (the trainer's), whose loss sum must be the reading forward's.
+  for (const bool fused : {false, true}) {
+    CAPTURE(fused);
+    if (fused) {
+      double sum = 0;
+      model->forward(true, 3, Tensor(&sum, DType::f64, Device::cpu, {1}), scale);
+      CHECK(sum / static_cast<double>(model->targets_per_batch()) == loss());
+      // loss() ran an unfused forward, which kept the logits: fuse again for the backward.
+      model->forward(true, 3, Tensor(&sum, DType::f64, Device::cpu, {1}), scale);
+    } else {
+      loss();
+    }
+    be->fill(ps.grads(), 0);
+    int64_t reported = 0;
+    model->backward(scale, 3, [&](int64_t b, int64_t e) { reported += e - b; });
+    CHECK(reported == ps.numel());  // every gradient is reported final exactly once
+    CHECK(check_params(ps, loss, rng) == 0);
+  }
 }
 }  // namespace
 
@@ -480,6 +493,22 @@ std::vector<ModelConfig> spec_zoo() {
 }
 
 }  // namespace
+
+TEST_CASE("a forward that fused the loss's gradient refuses a backward at another scale") {
+  auto be = make_cpu_backend();
+  auto model = build_model(gpt_config(1, 8, 2, 4, 11), *be, 1);
+  model->params().initialize(1);
+  const std::vector<int32_t> x = {1, 2, 3, 4}, y = {2, 3, 4, 5};
+  model->set_batch(x.data(), y.data());
+  double sum = 0;
+  model->forward(true, 1, Tensor(&sum, DType::f64, Device::cpu, {1}), 0.25f);
+  CHECK(std::isfinite(sum));
+  CHECK_THROWS_WITH_AS(model->backward(0.5f, 1, {}),
+                       doctest::Contains("after a forward that fused the loss's gradient at 0.25"),
+                       std::logic_error);
+  model->forward(true, 1, Tensor(&sum, DType::f64, Device::cpu, {1}), 0.25f);
+  CHECK_NOTHROW(model->backward(0.25f, 1, {}));
+}
 
 TEST_CASE("ModelSpec: every model type has its spec, complete") {
   for (size_t i = 0; i < enum_names<ModelType>().size(); ++i) {

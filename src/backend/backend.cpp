@@ -456,8 +456,10 @@ void Backend::embedding_backward(Tensor dtable, Tensor dout, Tensor ids) {
 
 // ---- loss ----
 
-void Backend::cross_entropy(Tensor losses, Tensor lse, Tensor logits, Tensor targets) {
-  OpCheck c(*this, Op::cross_entropy);
+namespace {
+
+// cross_entropy's checks (shared with the fused op): returns the logits' dtype.
+DType check_cross_entropy(OpCheck& c, Tensor losses, Tensor lse, Tensor logits, Tensor targets) {
   const DType dt = c.floats({{"logits", logits}});
   c.stats(dt, {{"losses", losses}, {"lse", lse}});
   const int64_t N = logits.rows(), V = logits.cols();
@@ -465,6 +467,20 @@ void Backend::cross_entropy(Tensor losses, Tensor lse, Tensor logits, Tensor tar
            {{"losses", losses}, {"lse", lse}, {"logits", logits}},
            "losses [N], lse [N] for logits [N,V]");
   c.ids({"targets", targets}, N, V);
+  return dt;
+}
+
+void check_dlogits(OpCheck& c, Tensor dlogits, Tensor logits) {
+  c.floats({{"dlogits", dlogits}, {"logits", logits}});
+  c.shapes(dlogits.numel() == logits.numel() && dlogits.cols() == logits.cols(),
+           {{"dlogits", dlogits}, {"logits", logits}}, "dlogits like logits [N,V]");
+}
+
+}  // namespace
+
+void Backend::cross_entropy(Tensor losses, Tensor lse, Tensor logits, Tensor targets) {
+  OpCheck c(*this, Op::cross_entropy);
+  check_cross_entropy(c, losses, lse, logits, targets);
   const OpTimer timer(*this, Op::cross_entropy);
   cross_entropy_impl(losses, lse, logits, targets);
 }
@@ -472,14 +488,28 @@ void Backend::cross_entropy(Tensor losses, Tensor lse, Tensor logits, Tensor tar
 void Backend::cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
                                      float scale) {
   OpCheck c(*this, Op::cross_entropy_backward);
-  const DType dt = c.floats({{"dlogits", dlogits}, {"logits", logits}});
+  check_dlogits(c, dlogits, logits);
+  const DType dt = logits.dtype;
   c.stats(dt, {{"lse", lse}});
   const int64_t N = logits.rows(), V = logits.cols();
-  c.shapes(dlogits.numel() == logits.numel() && dlogits.cols() == V && lse.numel() == N,
-           {{"dlogits", dlogits}, {"logits", logits}, {"lse", lse}},
-           "dlogits like logits [N,V], lse [N]");
+  c.shapes(lse.numel() == N, {{"logits", logits}, {"lse", lse}}, "lse [N] for logits [N,V]");
   c.ids({"targets", targets}, N, V);
   const OpTimer timer(*this, Op::cross_entropy_backward);
+  cross_entropy_backward_impl(dlogits, logits, lse, targets, scale);
+}
+
+void Backend::cross_entropy_fused(Tensor losses, Tensor lse, Tensor dlogits, Tensor logits,
+                                  Tensor targets, float scale) {
+  OpCheck c(*this, Op::cross_entropy);
+  check_cross_entropy(c, losses, lse, logits, targets);
+  check_dlogits(c, dlogits, logits);
+  const OpTimer timer(*this, Op::cross_entropy);
+  cross_entropy_fused_impl(losses, lse, dlogits, logits, targets, scale);
+}
+
+void Backend::cross_entropy_fused_impl(Tensor losses, Tensor lse, Tensor dlogits, Tensor logits,
+                                       Tensor targets, float scale) {
+  cross_entropy_impl(losses, lse, logits, targets);
   cross_entropy_backward_impl(dlogits, logits, lse, targets, scale);
 }
 

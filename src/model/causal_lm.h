@@ -1,7 +1,7 @@
 // CausalLm: the skeleton the transformer families (gpt, llama) share, private to src/model: a
 // token embedding "wte", the family's position scheme, n_layer blocks (BlockStack), a final
 // norm and a head that is the token embedding (tied) or a bias-free Linear "lm_head", then the
-// fused cross-entropy over every position. A family is a traits struct:
+// cross-entropy over every position (ClassifierLoss). A family is a traits struct:
 //   Block, Norm        the block and final-norm modules
 //   Positions          what is added to the token embeddings: LearnedPositions (gpt's "wpe")
 //                      or NoPositions (llama rotates q and k inside its blocks)
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "block_stack.h"
+#include "classifier_loss.h"
 #include "families.h"
 #include "trainrun/core/documents.h"
 #include "trainrun/model/embedding.h"
@@ -115,7 +116,7 @@ class CausalLm final : public Model {
   }
 
   using Model::forward;
-  void forward(bool training, uint64_t seed, Tensor loss_sum) override {
+  void forward(bool training, uint64_t seed, Tensor loss_sum, float grad_scale) override {
     Backend& be = ps_.backend();
     const Tensor x0 = stack_.input();
     wte_.forward(x0, ids_);
@@ -126,14 +127,13 @@ class CausalLm final : public Model {
       lm_head_->forward(logits_, norm_out_);
     else
       be.matmul(logits_, norm_out_, wte_.weight(), Tensor{});
-    be.cross_entropy(losses_, lse_, logits_, targets_);
-    be.sum_to(loss_sum, losses_);
+    loss_.forward(be, logits_, targets_, loss_sum, grad_scale);
   }
 
   void backward(float scale, uint64_t seed, const GradReadyFn& ready) override {
     Backend& be = ps_.backend();
     scratch_.zero(0, top_end_);
-    be.cross_entropy_backward(logits_, logits_, lse_, targets_, scale);
+    loss_.backward(be, logits_, targets_, scale);
     if (lm_head_)
       lm_head_->backward(dnorm_, logits_, norm_out_);
     else
@@ -173,8 +173,7 @@ class CausalLm final : public Model {
     norm_out_ = acts_.take(dt, {N, C});
     norm_.bind(acts_, N);
     logits_ = acts_.take(dt, {N, V});
-    losses_ = acts_.take(ps_.stats_dtype(), {N});
-    lse_ = acts_.take(ps_.stats_dtype(), {N});
+    loss_.bind(acts_, N, ps_.stats_dtype());
     dnorm_ = scratch_.take(dt, {N, C});
     top_end_ = scratch_.mark();  // the stream's gradients and dnorm; then the blocks' shared part
     stack_.bind_blocks(acts_, scratch_, B, T, &doc_start_);
@@ -190,7 +189,8 @@ class CausalLm final : public Model {
   typename Family::Norm norm_;
   std::optional<Linear> lm_head_;  // absent when the head is tied to wte
   Arena acts_, scratch_;
-  Tensor ids_, targets_, norm_out_, logits_, losses_, lse_, dnorm_;
+  Tensor ids_, targets_, norm_out_, logits_, dnorm_;
+  ClassifierLoss loss_;
   Tensor doc_buf_;    // [B,T] i32: document starts, when set_documents gave some
   Tensor doc_start_;  // what the attention reads: doc_buf_, or empty (no document masking)
   size_t top_end_ = 0;

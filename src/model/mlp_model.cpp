@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "classifier_loss.h"
 #include "families.h"
 #include "trainrun/model/activation.h"
 #include "trainrun/model/embedding.h"
@@ -63,7 +64,7 @@ class MlpModel final : public Model {
   }
 
   using Model::forward;
-  void forward(bool, uint64_t, Tensor loss_sum) override {
+  void forward(bool, uint64_t, Tensor loss_sum, float grad_scale) override {
     Backend& be = ps_.backend();
     emb_.forward(emb_out_, ids_);
     Tensor in = emb_out_.reshape({batch_, static_cast<int64_t>(cfg_.seq_len) * cfg_.d_model});
@@ -74,16 +75,14 @@ class MlpModel final : public Model {
         in = post_[i];
       }
     }
-    be.cross_entropy(losses_, lse_, pre_.back(), targets_);
-    be.sum_to(loss_sum, losses_);
+    loss_.forward(be, pre_.back(), targets_, loss_sum, grad_scale);
   }
 
   void backward(float scale, uint64_t, const GradReadyFn& ready) override {
     Backend& be = ps_.backend();
     scratch_.zero(0, scratch_.bytes());
-    Tensor logits = pre_.back();
-    be.cross_entropy_backward(logits, logits, lse_, targets_, scale);
-    Tensor dcur = logits;
+    Tensor dcur = pre_.back();
+    loss_.backward(be, dcur, targets_, scale);
     for (size_t i = layers_.size(); i-- > 0;) {
       Tensor in =
           i == 0 ? emb_out_.reshape({batch_, static_cast<int64_t>(cfg_.seq_len) * cfg_.d_model})
@@ -129,8 +128,7 @@ class MlpModel final : public Model {
         dpost_.push_back(scratch_.take(dt, {B, w}));
       }
     }
-    losses_ = acts_.take(ps_.stats_dtype(), {B});
-    lse_ = acts_.take(ps_.stats_dtype(), {B});
+    loss_.bind(acts_, B, ps_.stats_dtype());
   }
 
   ModelConfig cfg_;
@@ -141,7 +139,8 @@ class MlpModel final : public Model {
   std::vector<Linear> layers_;
   Arena acts_, scratch_;
   std::vector<int32_t> host_targets_;
-  Tensor ids_, targets_, emb_out_, demb_, losses_, lse_;
+  Tensor ids_, targets_, emb_out_, demb_;
+  ClassifierLoss loss_;
   std::vector<Tensor> pre_, post_, dpre_, dpost_;
 };
 

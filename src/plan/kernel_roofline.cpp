@@ -133,6 +133,11 @@ class CostRecorder final : public Backend {
   void cross_entropy_impl(Tensor losses, Tensor lse, Tensor logits, Tensor targets) override {
     add(Op::cross_entropy, 0, bytes_of({&losses, &lse, &logits, &targets}));
   }
+  void cross_entropy_fused_impl(Tensor losses, Tensor lse, Tensor dlogits, Tensor logits,
+                                Tensor targets, float) override {
+    // One read of the logits from memory (the gradient pass finds the row in L2), one write.
+    add(Op::cross_entropy, 0, bytes_of({&losses, &lse, &logits, &targets, &dlogits}));
+  }
   void cross_entropy_backward_impl(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
                                    float) override {
     add(Op::cross_entropy_backward, 0, bytes_of({&dlogits, &logits, &lse, &targets}));

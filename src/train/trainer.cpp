@@ -352,7 +352,7 @@ double Trainer::accumulate_gradients(int64_t step, StepTimes& t) {
     const double t0 = now();
     {
       Tracer::Scope span(tracer_.get(), phase_name(Phase::forward), "phase");
-      model_->forward(true, seed, loss_sums.slice(m, {1}));
+      model_->forward(true, seed, loss_sums.slice(m, {1}), scale);
     }
     const double t1 = now();
     t.forward += t1 - t0;

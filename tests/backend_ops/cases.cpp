@@ -564,6 +564,22 @@ void add_cross_entropy(std::vector<OpCase>& out, const Ctx& x) {
     b.bytes = x.es * 2.0 * N * V;
     out.push_back(std::move(b));
   }
+  // The fused classifier: against the CPU's two calls. In place is how the models call it.
+  for (const bool in_place : {true, false}) {
+    OpCase b = x.make(Op::cross_entropy, in_place ? " fused in place" : " fused", what);
+    b.tensors = {
+        in_place ? inout("logits", x.dt, {N, V}, -4, 4) : input("logits", x.dt, {N, V}, -4, 4),
+        ids("targets", N, V), output("losses", x.st, {N}), output("lse", x.st, {N})};
+    if (!in_place) b.tensors.push_back(output("dlogits", x.dt, {N, V}));
+    b.call = op_call([in_place, scale](Backend& be, const Args& a) {
+      be.cross_entropy_fused(a["losses"], a["lse"], in_place ? a["logits"] : a["dlogits"],
+                             a["logits"], a["targets"], scale);
+    });
+    b.tol = x.tol(1e-5, 2e-2);
+    b.flops = 6.0 * N * V;
+    b.bytes = x.es * 2.0 * N * V;  // one read (the second from L2 on a GPU), one write
+    out.push_back(std::move(b));
+  }
 }
 
 void add_adamw(std::vector<OpCase>& out, const Ctx& x) {
@@ -681,6 +697,12 @@ std::vector<OpCase> error_cases() {
       {input("logits", f, {4, 7}), bad_targets, output("losses", f, {4}), output("lse", f, {4})},
       [](Backend& be, const Args& a) {
         be.cross_entropy(a["losses"], a["lse"], a["logits"], a["targets"]);
+      });
+  add(Op::cross_entropy, " fused bad target", Expect::data_error,
+      {inout("logits", f, {4, 7}), bad_targets, output("losses", f, {4}), output("lse", f, {4})},
+      [](Backend& be, const Args& a) {
+        be.cross_entropy_fused(a["losses"], a["lse"], a["logits"], a["logits"], a["targets"],
+                               0.25f);
       });
   add(Op::cross_entropy_backward, " bad target", Expect::data_error,
       {input("logits", f, {4, 7}), bad_targets, input("lse", f, {4}), output("dlogits", f, {4, 7})},

@@ -260,6 +260,11 @@ class Backend {
   // alias logits: the fused form never holds a second [N,V] tensor.
   void cross_entropy_backward(Tensor dlogits, Tensor logits, Tensor lse, Tensor targets,
                               float scale);
+  // The fused classifier (training): cross_entropy, then cross_entropy_backward(dlogits, logits,
+  // lse, targets, scale), with exactly those two calls' results, in one pass over each row (a GPU
+  // reads the logits from memory once). dlogits may alias logits.
+  void cross_entropy_fused(Tensor losses, Tensor lse, Tensor dlogits, Tensor logits, Tensor targets,
+                           float scale);
 
   // ---- reductions ----
   // The result comes back to the host: the host waits for the device.
@@ -324,6 +329,9 @@ class Backend {
   virtual void cross_entropy_impl(Tensor losses, Tensor lse, Tensor logits, Tensor targets) = 0;
   virtual void cross_entropy_backward_impl(Tensor dlogits, Tensor logits, Tensor lse,
                                            Tensor targets, float scale) = 0;
+  // Default: the two calls' implementations in turn (the CPU, the reference).
+  virtual void cross_entropy_fused_impl(Tensor losses, Tensor lse, Tensor dlogits, Tensor logits,
+                                        Tensor targets, float scale);
   virtual double sum_impl(Tensor x, bool squares) = 0;
   // Default: sum_impl, its result copied to `out` (what the CPU needs); a device overrides it
   // with a reduction that writes `out` itself.

@@ -28,13 +28,18 @@ class Model {
   // The forward pass. The sum of this micro-batch's target losses goes to loss_sum, one f64
   // element on the backend's device, and the host does not wait for it: the trainer reads all of
   // a step's losses in one copy, so a GPU's queue never drains between forward and backward.
-  virtual void forward(bool training, uint64_t dropout_seed, Tensor loss_sum) = 0;
-  // The same, waiting for the result: the mean loss over this micro-batch's targets.
+  // grad_scale > 0 (training): the loss's gradient at that scale is computed in the same pass
+  // over the logits (Backend::cross_entropy_fused), logits() holds it afterwards, and the
+  // backward that follows must be given the same scale. 0: the logits are kept.
+  virtual void forward(bool training, uint64_t dropout_seed, Tensor loss_sum, float grad_scale) = 0;
+  // forward(training, seed, own scalar, 0), waiting for the result: the mean loss over this
+  // micro-batch's targets.
   double forward(bool training, uint64_t dropout_seed);
   // Gradients of (scale x summed loss) accumulate into params().grads().
   virtual void backward(float scale, uint64_t dropout_seed, const GradReadyFn& ready) = 0;
   virtual int64_t targets_per_batch() const = 0;
-  // [targets_per_batch, vocab] logits of the last forward (until backward overwrites them).
+  // [targets_per_batch, vocab] logits of the last forward (until backward, or a forward with a
+  // grad_scale, overwrites them with their gradient).
   virtual Tensor logits() const = 0;
   virtual ParamStore& params() = 0;
   virtual size_t activation_bytes() const = 0;  // both arenas
