@@ -176,7 +176,9 @@ StepKernels step_kernels(const Experiment& exp, int batch) {
   StepKernels out;
   rec.recording = true;
   model->set_batch(ids.data(), ids.data());
-  model->forward(true, 0);
+  // As the trainer calls it: the loss left on the device, its gradient fused into the forward.
+  const Tensor loss_sum(rec.alloc(sizeof(double)), DType::f64, Device::cuda, {1});
+  model->forward(true, 0, loss_sum, 1.0f);
   model->backward(1.0f, 0, nullptr);
   out.micro_batch.swap(rec.ops);
   // The optimizer step: the gradient norm (clipping), AdamW over the f32 masters with its two
