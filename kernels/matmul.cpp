@@ -14,6 +14,14 @@
 //
 // cuBLASLt's heuristics assume 256-byte aligned pointers unless told otherwise; views into the
 // flat parameter buffer can be less aligned, so each call states the real alignment.
+//
+// The algorithm is chosen once per call shape: the descriptors and the heuristic's choice are
+// kept (Gemm::Plans) under a key of everything the choice depends on, dtypes, transposes, sizes,
+// leading dimensions, the epilogue and the pointers' alignments (the heuristic assumes the
+// alignment it was told, and for the bias the alignment of the pointer it saw). A step then sets
+// only the bias pointer and calls cublasLtMatmul: creating four descriptors and running the
+// heuristic cost tens of microseconds of host time per GEMM, about 150 GEMMs a GPT-2 micro-batch.
+// The shapes are few (a model's layers repeat them), so the cache is not bounded.
 #include "matmul.h"
 
 #include <cuda_runtime.h>
@@ -21,11 +29,62 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <unordered_map>
 
 #include "launch.h"
 #include "trainrun/core/errors.h"
+#include "trainrun/core/rng.h"
 
 namespace trainrun::cuda {
+
+// The plan cache's types: named (not anonymous) because Gemm::Plans holds them.
+namespace gemm_plan {
+
+// RAII for the cuBLASLt descriptors of one call.
+struct Descs {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  Descs() = default;
+  Descs(const Descs&) = delete;
+  Descs& operator=(const Descs&) = delete;
+  ~Descs() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+// Everything the descriptors and the heuristic's choice depend on.
+struct PlanKey {
+  DType dt, d_dt;
+  bool trans_a, trans_b;
+  int64_t m, n, k, lda, ldb, ldd;
+  uint32_t align_a, align_b, align_d, align_bias;  // align_bias 0: no bias epilogue
+
+  bool operator==(const PlanKey&) const = default;
+};
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const {
+    uint64_t h = static_cast<uint64_t>(k.dt) | static_cast<uint64_t>(k.d_dt) << 8 |
+                 static_cast<uint64_t>(k.trans_a) << 16 | static_cast<uint64_t>(k.trans_b) << 17;
+    for (const int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldd})
+      h = hash_combine(h, static_cast<uint64_t>(v));
+    return hash_combine(
+        h, static_cast<uint64_t>(k.align_a) | static_cast<uint64_t>(k.align_b) << 16 |
+               static_cast<uint64_t>(k.align_d) << 32 | static_cast<uint64_t>(k.align_bias) << 48);
+  }
+};
+
+}  // namespace gemm_plan
+
+using gemm_plan::Descs;
+using gemm_plan::PlanKey;
+
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;  // what cuBLAS recommends for Hopper
@@ -44,57 +103,17 @@ uint32_t alignment_of(const void* p) {
   return align;
 }
 
-// RAII for the cuBLASLt descriptors of one call.
-struct Descs {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~Descs() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
-
-}  // namespace
-
-Gemm::Gemm() {
-  check(cublasLtCreate(&handle_), "cublasLtCreate", "cuBLASLt");
-  const cudaError_t e = cudaMalloc(&workspace_, kWorkspaceBytes);
-  if (e != cudaSuccess) {
-    cublasLtDestroy(handle_);
-    throw DeviceError(std::string("cuBLASLt workspace: cudaMalloc failed: ") +
-                      cudaGetErrorString(e));
-  }
-  workspace_bytes_ = kWorkspaceBytes;
-  const char* tf32 = std::getenv("TRAINRUN_CUDA_TF32");
-  tf32_ = tf32 && std::strcmp(tf32, "1") == 0;
-}
-
-Gemm::~Gemm() {
-  if (workspace_) cudaFree(workspace_);
-  if (handle_) cublasLtDestroy(handle_);
-}
-
-void Gemm::run(DType dt, DType d_dt, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-               const void* A, int64_t lda, const void* B, int64_t ldb, void* D, int64_t ldd,
-               float beta, const void* bias, const char* what) {
-  if (dt != DType::f32 && dt != DType::bf16)
-    throw DeviceError(std::string(what) + ": the CUDA backend's GEMMs take f32 or bf16, not " +
-                      dtype_name(dt));
-  if (d_dt != dt && !(d_dt == DType::f32 && dt == DType::bf16))
-    throw DeviceError(std::string(what) + ": a " + dtype_name(d_dt) + " result of " +
-                      dtype_name(dt) + " inputs (f32 beside bf16 only)");
-  const cudaDataType_t type = dt == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
-  const cudaDataType_t d_type = d_dt == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
+// The descriptors of one call shape and the heuristic's algorithm for them. The bias pointer
+// is set before the heuristic runs, which assumes its alignment (kernels/sim/cublaslt.cpp).
+void plan(cublasLtHandle_t handle, size_t workspace_bytes, bool tf32, const PlanKey& key,
+          const void* bias, Descs& ds, const char* what) {
+  const cudaDataType_t type = key.dt == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
+  const cudaDataType_t d_type = key.d_dt == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
   const cublasComputeType_t compute =
-      (dt == DType::f32 && tf32_) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  Descs ds;
+      (key.dt == DType::f32 && tf32) ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   check(cublasLtMatmulDescCreate(&ds.op, compute, CUDA_R_32F), "cublasLtMatmulDescCreate", what);
-  const cublasOperation_t ta = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t tb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t ta = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)),
         "set TRANSA", what);
   check(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)),
@@ -112,45 +131,98 @@ void Gemm::run(DType dt, DType d_dt, bool trans_a, bool trans_b, int64_t m, int6
           "set BIAS_DATA_TYPE", what);
   }
   // Stored shapes (column-major rows x cols) before op(): A is m x k, or k x m when transposed.
-  const uint64_t a_rows = static_cast<uint64_t>(trans_a ? k : m);
-  const uint64_t a_cols = static_cast<uint64_t>(trans_a ? m : k);
-  const uint64_t b_rows = static_cast<uint64_t>(trans_b ? n : k);
-  const uint64_t b_cols = static_cast<uint64_t>(trans_b ? k : n);
-  check(cublasLtMatrixLayoutCreate(&ds.a, type, a_rows, a_cols, lda), "layout A", what);
-  check(cublasLtMatrixLayoutCreate(&ds.b, type, b_rows, b_cols, ldb), "layout B", what);
-  check(cublasLtMatrixLayoutCreate(&ds.d, d_type, static_cast<uint64_t>(m),
-                                   static_cast<uint64_t>(n), ldd),
+  const uint64_t a_rows = static_cast<uint64_t>(key.trans_a ? key.k : key.m);
+  const uint64_t a_cols = static_cast<uint64_t>(key.trans_a ? key.m : key.k);
+  const uint64_t b_rows = static_cast<uint64_t>(key.trans_b ? key.n : key.k);
+  const uint64_t b_cols = static_cast<uint64_t>(key.trans_b ? key.k : key.n);
+  check(cublasLtMatrixLayoutCreate(&ds.a, type, a_rows, a_cols, key.lda), "layout A", what);
+  check(cublasLtMatrixLayoutCreate(&ds.b, type, b_rows, b_cols, key.ldb), "layout B", what);
+  check(cublasLtMatrixLayoutCreate(&ds.d, d_type, static_cast<uint64_t>(key.m),
+                                   static_cast<uint64_t>(key.n), key.ldd),
         "layout D", what);
 
   check(cublasLtMatmulPreferenceCreate(&ds.pref), "cublasLtMatmulPreferenceCreate", what);
   check(cublasLtMatmulPreferenceSetAttribute(ds.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                             &workspace_bytes_, sizeof(workspace_bytes_)),
+                                             &workspace_bytes, sizeof(workspace_bytes)),
         "set MAX_WORKSPACE_BYTES", what);
-  const uint32_t al_a = alignment_of(A), al_b = alignment_of(B), al_d = alignment_of(D);
   check(cublasLtMatmulPreferenceSetAttribute(ds.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                             &al_a, sizeof(al_a)),
+                                             &key.align_a, sizeof(key.align_a)),
         "set alignment A", what);
   check(cublasLtMatmulPreferenceSetAttribute(ds.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                             &al_b, sizeof(al_b)),
+                                             &key.align_b, sizeof(key.align_b)),
         "set alignment B", what);
   check(cublasLtMatmulPreferenceSetAttribute(ds.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                             &al_d, sizeof(al_d)),
+                                             &key.align_d, sizeof(key.align_d)),
         "set alignment C", what);
   check(cublasLtMatmulPreferenceSetAttribute(ds.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                             &al_d, sizeof(al_d)),
+                                             &key.align_d, sizeof(key.align_d)),
         "set alignment D", what);
 
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
-  check(cublasLtMatmulAlgoGetHeuristic(handle_, ds.op, ds.a, ds.b, ds.d, ds.d, ds.pref, 1, &heur,
+  check(cublasLtMatmulAlgoGetHeuristic(handle, ds.op, ds.a, ds.b, ds.d, ds.d, ds.pref, 1, &heur,
                                        &found),
         "cublasLtMatmulAlgoGetHeuristic", what);
   if (found == 0)
-    throw DeviceError(std::string(what) + ": cuBLASLt has no algorithm for m=" + std::to_string(m) +
-                      " n=" + std::to_string(n) + " k=" + std::to_string(k) + " " + dtype_name(dt));
+    throw DeviceError(
+        std::string(what) + ": cuBLASLt has no algorithm for m=" + std::to_string(key.m) +
+        " n=" + std::to_string(key.n) + " k=" + std::to_string(key.k) + " " + dtype_name(key.dt));
+  ds.algo = heur.algo;
+}
+
+}  // namespace
+
+struct Gemm::Plans {
+  std::unordered_map<PlanKey, std::unique_ptr<Descs>, gemm_plan::PlanKeyHash> by_key;
+};
+
+Gemm::Gemm() : plans_(std::make_unique<Plans>()) {
+  check(cublasLtCreate(&handle_), "cublasLtCreate", "cuBLASLt");
+  const cudaError_t e = cudaMalloc(&workspace_, kWorkspaceBytes);
+  if (e != cudaSuccess) {
+    cublasLtDestroy(handle_);
+    throw DeviceError(std::string("cuBLASLt workspace: cudaMalloc failed: ") +
+                      cudaGetErrorString(e));
+  }
+  workspace_bytes_ = kWorkspaceBytes;
+  const char* tf32 = std::getenv("TRAINRUN_CUDA_TF32");
+  tf32_ = tf32 && std::strcmp(tf32, "1") == 0;
+}
+
+Gemm::~Gemm() {
+  plans_.reset();  // the descriptors before the handle
+  if (workspace_) cudaFree(workspace_);
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+void Gemm::run(DType dt, DType d_dt, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+               const void* A, int64_t lda, const void* B, int64_t ldb, void* D, int64_t ldd,
+               float beta, const void* bias, const char* what) {
+  if (dt != DType::f32 && dt != DType::bf16)
+    throw DeviceError(std::string(what) + ": the CUDA backend's GEMMs take f32 or bf16, not " +
+                      dtype_name(dt));
+  if (d_dt != dt && !(d_dt == DType::f32 && dt == DType::bf16))
+    throw DeviceError(std::string(what) + ": a " + dtype_name(d_dt) + " result of " +
+                      dtype_name(dt) + " inputs (f32 beside bf16 only)");
+  PlanKey key{dt, d_dt, trans_a, trans_b, m, n, k, lda, ldb, ldd, 0, 0, 0, 0};
+  key.align_a = alignment_of(A);
+  key.align_b = alignment_of(B);
+  key.align_d = alignment_of(D);
+  key.align_bias = bias ? alignment_of(bias) : 0;
+  std::unique_ptr<Descs>& slot = plans_->by_key[key];
+  if (!slot) {
+    auto ds = std::make_unique<Descs>();
+    plan(handle_, workspace_bytes_, tf32_, key, bias, *ds, what);
+    slot = std::move(ds);
+  } else if (bias) {
+    check(cublasLtMatmulDescSetAttribute(slot->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                         sizeof(bias)),
+          "set BIAS_POINTER", what);
+  }
+  const Descs& ds = *slot;
   const float alpha = 1.0f;
-  check(cublasLtMatmul(handle_, ds.op, &alpha, A, ds.a, B, ds.b, &beta, D, ds.d, D, ds.d,
-                       &heur.algo, workspace_, workspace_bytes_, /*stream=*/nullptr),
+  check(cublasLtMatmul(handle_, ds.op, &alpha, A, ds.a, B, ds.b, &beta, D, ds.d, D, ds.d, &ds.algo,
+                       workspace_, workspace_bytes_, /*stream=*/nullptr),
         "cublasLtMatmul", what);
 }
 

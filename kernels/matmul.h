@@ -1,10 +1,12 @@
-// Dense-layer GEMMs on cuBLASLt (see matmul.cpp). Owns the cuBLASLt handle and its workspace.
+// Dense-layer GEMMs on cuBLASLt (see matmul.cpp). Owns the cuBLASLt handle, its workspace and
+// the algorithm chosen for each call shape.
 #pragma once
 
 #include <cublasLt.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "trainrun/core/tensor.h"
 
@@ -32,6 +34,8 @@ class Gemm {
            const void* A, int64_t lda, const void* B, int64_t ldb, void* D, int64_t ldd, float beta,
            const void* bias, const char* what);
 
+  struct Plans;  // the cuBLASLt descriptors and algorithm of each call shape (matmul.cpp)
+  std::unique_ptr<Plans> plans_;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
