@@ -22,7 +22,8 @@ __global__ void gelu_forward_kernel(T* out, const T* in, int64_t n) {
 }
 
 template <class T>
-__global__ void gelu_backward_kernel(T* din, const T* dout, const T* in, int64_t n) {
+__global__ void gelu_backward_kernel(T* din, const T* dout, const T* in, int64_t n,
+                                     bool accumulate) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const float x = to_f32(in[i]);
@@ -30,7 +31,9 @@ __global__ void gelu_backward_kernel(T* din, const T* dout, const T* in, int64_t
     const float sech2 = 1.0f - th * th;
     const float grad =
         0.5f * (1.0f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
-    din[i] = from_f32<T>(to_f32(din[i]) + grad * to_f32(dout[i]));
+    // Overwriting never reads din, so din may be dout (in place).
+    const float g = grad * to_f32(dout[i]);
+    din[i] = from_f32<T>(accumulate ? to_f32(din[i]) + g : g);
   }
 }
 
@@ -62,12 +65,13 @@ void gelu_forward(DType dt, void* out, const void* in, int64_t n) {
   check_launch("gelu_forward");
 }
 
-void gelu_backward(DType dt, void* din, const void* dout, const void* in, int64_t n) {
+void gelu_backward(DType dt, void* din, const void* dout, const void* in, int64_t n,
+                   bool accumulate) {
   if (n <= 0) return;
   by_dtype(dt, "gelu_backward", [&](auto t) {
     using T = decltype(t);
     TRAINRUN_LAUNCH(grid_for(n, kThreads), kThreads, 0, gelu_backward_kernel<T>)
-    (static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in), n);
+    (static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in), n, accumulate);
   });
   check_launch("gelu_backward");
 }

@@ -159,6 +159,25 @@ class CudaBackend final : public Backend {
                               scratch(colsum_scratch_bytes(N, OC)));
   }
 
+  // The GELU epilogues where cuBLASLt's layout rules hold (Gemm says), else the unfused ops.
+  void matmul_gelu_impl(Tensor out, Tensor pre, Tensor in, Tensor w, Tensor bias) override {
+    on_device();
+    if (!gemm_.forward_gelu(in.dtype, out.data, pre.data, in.data, w.data,
+                            bias.empty() ? nullptr : bias.data, in.rows(), in.cols(), w.rows()))
+      Backend::matmul_gelu_impl(out, pre, in, w, bias);
+  }
+
+  void matmul_backward_gelu_impl(Tensor dpre, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
+                                 Tensor w, Tensor pre, GradWrite param_write) override {
+    on_device();
+    if (!gemm_.backward_dgelu(in.dtype, dpre.data, dout.data, w.data, pre.data, in.rows(),
+                              in.cols(), w.rows())) {
+      Backend::matmul_backward_gelu_impl(dpre, dw, dbias, dout, in, w, pre, param_write);
+      return;
+    }
+    matmul_backward_impl(Tensor{}, dw, dbias, dout, in, w, GradWrite::accumulate, param_write);
+  }
+
   // ---- normalisation and activations ----
   void layernorm_impl(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w,
                       Tensor b) override {
@@ -200,8 +219,8 @@ class CudaBackend final : public Backend {
   }
   void gelu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) override {
     on_device();
-    overwrite_by_zeroing(din, write);
-    cuda::gelu_backward(in.dtype, din.data, dout.data, in.data, in.numel());
+    cuda::gelu_backward(in.dtype, din.data, dout.data, in.data, in.numel(),
+                        write == GradWrite::accumulate);
   }
   void relu_impl(Tensor out, Tensor in) override {
     on_device();

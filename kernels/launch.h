@@ -30,7 +30,9 @@ void colsum_accumulate(DType dt, DType gt, void* dst, const void* src, int64_t r
 
 // activations.cu
 void gelu_forward(DType dt, void* out, const void* in, int64_t n);
-void gelu_backward(DType dt, void* din, const void* dout, const void* in, int64_t n);
+// din (+)= gelu'(in) * dout; overwriting (accumulate false) may run in place (din == dout).
+void gelu_backward(DType dt, void* din, const void* dout, const void* in, int64_t n,
+                   bool accumulate);
 void relu_forward(DType dt, void* out, const void* in, int64_t n);
 void relu_backward(DType dt, void* din, const void* dout, const void* in, int64_t n);
 

@@ -63,7 +63,10 @@ struct PlanKey {
   DType dt, d_dt;
   bool trans_a, trans_b;
   int64_t m, n, k, lda, ldb, ldd;
-  uint32_t align_a, align_b, align_d, align_bias;  // align_bias 0: no bias epilogue
+  uint32_t align_a, align_b, align_d, align_bias;  // align_bias 0: no bias
+  Gemm::Epilogue epi;
+  uint32_t align_aux;  // 0: no aux matrix
+  int64_t aux_ld;
 
   bool operator==(const PlanKey&) const = default;
 };
@@ -74,6 +77,8 @@ struct PlanKeyHash {
                  static_cast<uint64_t>(k.trans_a) << 16 | static_cast<uint64_t>(k.trans_b) << 17;
     for (const int64_t v : {k.m, k.n, k.k, k.lda, k.ldb, k.ldd})
       h = hash_combine(h, static_cast<uint64_t>(v));
+    h = hash_combine(h, static_cast<uint64_t>(k.aux_ld));
+    h = hash_combine(h, static_cast<uint64_t>(k.epi) | static_cast<uint64_t>(k.align_aux) << 16);
     return hash_combine(
         h, static_cast<uint64_t>(k.align_a) | static_cast<uint64_t>(k.align_b) << 16 |
                static_cast<uint64_t>(k.align_d) << 32 | static_cast<uint64_t>(k.align_bias) << 48);
@@ -106,7 +111,7 @@ uint32_t alignment_of(const void* p) {
 // The descriptors of one call shape and the heuristic's algorithm for them. The bias pointer
 // is set before the heuristic runs, which assumes its alignment (kernels/sim/cublaslt.cpp).
 void plan(cublasLtHandle_t handle, size_t workspace_bytes, bool tf32, const PlanKey& key,
-          const void* bias, Descs& ds, const char* what) {
+          const void* bias, const void* aux, Descs& ds, const char* what) {
   const cudaDataType_t type = key.dt == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
   const cudaDataType_t d_type = key.d_dt == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
   const cublasComputeType_t compute =
@@ -118,10 +123,15 @@ void plan(cublasLtHandle_t handle, size_t workspace_bytes, bool tf32, const Plan
         "set TRANSA", what);
   check(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)),
         "set TRANSB", what);
+  using E = Gemm::Epilogue;
+  const cublasLtEpilogue_t epi = key.epi == E::bias       ? CUBLASLT_EPILOGUE_BIAS
+                                 : key.epi == E::gelu_aux ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                                  : CUBLASLT_EPILOGUE_GELU_AUX)
+                                 : key.epi == E::dgelu    ? CUBLASLT_EPILOGUE_DGELU
+                                                          : CUBLASLT_EPILOGUE_DEFAULT;
+  check(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
+        "set EPILOGUE", what);
   if (bias) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    check(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
-          "set EPILOGUE", what);
     check(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                          sizeof(bias)),
           "set BIAS_POINTER", what);
@@ -129,6 +139,14 @@ void plan(cublasLtHandle_t handle, size_t workspace_bytes, bool tf32, const Plan
     check(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                          sizeof(bias_type)),
           "set BIAS_DATA_TYPE", what);
+  }
+  if (aux) {
+    check(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                         sizeof(aux)),
+          "set EPILOGUE_AUX_POINTER", what);
+    check(cublasLtMatmulDescSetAttribute(ds.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &key.aux_ld,
+                                         sizeof(key.aux_ld)),
+          "set EPILOGUE_AUX_LD", what);
   }
   // Stored shapes (column-major rows x cols) before op(): A is m x k, or k x m when transposed.
   const uint64_t a_rows = static_cast<uint64_t>(key.trans_a ? key.k : key.m);
@@ -197,27 +215,35 @@ Gemm::~Gemm() {
 
 void Gemm::run(DType dt, DType d_dt, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                const void* A, int64_t lda, const void* B, int64_t ldb, void* D, int64_t ldd,
-               float beta, const void* bias, const char* what) {
+               float beta, Epilogue epi, const void* bias, const void* aux, int64_t aux_ld,
+               const char* what) {
   if (dt != DType::f32 && dt != DType::bf16)
     throw DeviceError(std::string(what) + ": the CUDA backend's GEMMs take f32 or bf16, not " +
                       dtype_name(dt));
   if (d_dt != dt && !(d_dt == DType::f32 && dt == DType::bf16))
     throw DeviceError(std::string(what) + ": a " + dtype_name(d_dt) + " result of " +
                       dtype_name(dt) + " inputs (f32 beside bf16 only)");
-  PlanKey key{dt, d_dt, trans_a, trans_b, m, n, k, lda, ldb, ldd, 0, 0, 0, 0};
+  PlanKey key{dt, d_dt, trans_a, trans_b, m, n, k, lda, ldb, ldd, 0, 0, 0, 0, epi, 0, 0};
   key.align_a = alignment_of(A);
   key.align_b = alignment_of(B);
   key.align_d = alignment_of(D);
   key.align_bias = bias ? alignment_of(bias) : 0;
+  key.align_aux = aux ? alignment_of(aux) : 0;
+  key.aux_ld = aux ? aux_ld : 0;
   std::unique_ptr<Descs>& slot = plans_->by_key[key];
   if (!slot) {
     auto ds = std::make_unique<Descs>();
-    plan(handle_, workspace_bytes_, tf32_, key, bias, *ds, what);
+    plan(handle_, workspace_bytes_, tf32_, key, bias, aux, *ds, what);
     slot = std::move(ds);
-  } else if (bias) {
-    check(cublasLtMatmulDescSetAttribute(slot->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                         sizeof(bias)),
-          "set BIAS_POINTER", what);
+  } else {  // the vectors of this call, at the alignments the plan was made for
+    if (bias)
+      check(cublasLtMatmulDescSetAttribute(slot->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                           sizeof(bias)),
+            "set BIAS_POINTER", what);
+    if (aux)
+      check(cublasLtMatmulDescSetAttribute(slot->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                           &aux, sizeof(aux)),
+            "set EPILOGUE_AUX_POINTER", what);
   }
   const Descs& ds = *slot;
   const float alpha = 1.0f;
@@ -234,8 +260,29 @@ void Gemm::forward(DType dt, void* out, const void* in, const void* w, const voi
   // address". Such a bias is added by a kernel of ours after the GEMM instead.
   const bool epilogue_bias = bias && alignment_of(bias) >= kBiasAlignment;
   run(dt, dt, /*trans_a=*/true, /*trans_b=*/false, /*m=*/OC, /*n=*/N, /*k=*/C, w, /*lda=*/C, in,
-      /*ldb=*/C, out, /*ldd=*/OC, /*beta=*/0.0f, epilogue_bias ? bias : nullptr, "matmul");
+      /*ldb=*/C, out, /*ldd=*/OC, /*beta=*/0.0f, epilogue_bias ? Epilogue::bias : Epilogue::none,
+      epilogue_bias ? bias : nullptr, nullptr, 0, "matmul");
   if (bias && !epilogue_bias) add_bias(dt, out, bias, N, OC);
+}
+
+// The aux matrix's rules (kernels/sim/cublaslt.cpp): EPILOGUE_AUX_LD a multiple of 8, and the
+// epilogue's 16-byte vector loads.
+bool Gemm::forward_gelu(DType dt, void* out, void* pre, const void* in, const void* w,
+                        const void* bias, int64_t N, int64_t C, int64_t OC) {
+  if (N <= 0 || OC <= 0 || OC % 8 != 0 || alignment_of(pre) < kBiasAlignment ||
+      (bias && alignment_of(bias) < kBiasAlignment))
+    return false;
+  run(dt, dt, true, false, /*m=*/OC, /*n=*/N, /*k=*/C, w, /*lda=*/C, in, /*ldb=*/C, out,
+      /*ldd=*/OC, 0.0f, Epilogue::gelu_aux, bias, pre, /*aux_ld=*/OC, "matmul_gelu");
+  return true;
+}
+
+bool Gemm::backward_dgelu(DType dt, void* dpre, const void* dout, const void* w, const void* pre,
+                          int64_t N, int64_t C, int64_t OC) {
+  if (N <= 0 || C <= 0 || OC <= 0 || C % 8 != 0 || alignment_of(pre) < kBiasAlignment) return false;
+  run(dt, dt, false, false, /*m=*/C, /*n=*/N, /*k=*/OC, w, /*lda=*/C, dout, /*ldb=*/OC, dpre,
+      /*ldd=*/C, 0.0f, Epilogue::dgelu, nullptr, pre, /*aux_ld=*/C, "matmul_backward_gelu (din)");
+  return true;
 }
 
 void Gemm::backward(DType dt, DType dw_dt, void* din, void* dw, const void* dout, const void* in,
@@ -243,9 +290,9 @@ void Gemm::backward(DType dt, DType dw_dt, void* din, void* dw, const void* dout
   if (N <= 0 || C <= 0 || OC <= 0) return;
   if (din)
     run(dt, dt, false, false, /*m=*/C, /*n=*/N, /*k=*/OC, w, /*lda=*/C, dout, /*ldb=*/OC, din,
-        /*ldd=*/C, 1.0f, nullptr, "matmul_backward (din)");
+        /*ldd=*/C, 1.0f, Epilogue::none, nullptr, nullptr, 0, "matmul_backward (din)");
   run(dt, dw_dt, false, true, /*m=*/C, /*n=*/OC, /*k=*/N, in, /*lda=*/C, dout, /*ldb=*/OC, dw,
-      /*ldd=*/C, 1.0f, nullptr, "matmul_backward (dw)");
+      /*ldd=*/C, 1.0f, Epilogue::none, nullptr, nullptr, 0, "matmul_backward (dw)");
 }
 
 }  // namespace trainrun::cuda

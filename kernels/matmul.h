@@ -27,12 +27,27 @@ class Gemm {
   void backward(DType dt, DType dw_dt, void* din, void* dw, const void* dout, const void* in,
                 const void* w, int64_t N, int64_t C, int64_t OC);
 
+  // The GELU epilogues. Each returns false, having done nothing, where its layout rules do not
+  // hold (a leading dimension not a multiple of 8, a vector less than 16-byte aligned); the
+  // caller then runs the unfused ops.
+  // pre[N,OC] = in . w^T + bias (bias may be null), out = gelu(pre): GELU_AUX(_BIAS).
+  bool forward_gelu(DType dt, void* out, void* pre, const void* in, const void* w, const void* bias,
+                    int64_t N, int64_t C, int64_t OC);
+  // dpre[N,C] = (dout . w) * gelu'(pre), overwritten: DGELU.
+  bool backward_dgelu(DType dt, void* dpre, const void* dout, const void* w, const void* pre,
+                      int64_t N, int64_t C, int64_t OC);
+
+  // What cuBLASLt adds to a GEMM's result.
+  enum class Epilogue : uint8_t { none, bias, gelu_aux, dgelu };
+
  private:
-  // Column-major D[m,n] = alpha op(A)[m,k] . op(B)[k,n] + beta D, optionally + bias[m]; A and B
-  // of dtype dt, D of dtype d_dt (dt, or f32 beside bf16).
+  // Column-major D[m,n] = alpha op(A)[m,k] . op(B)[k,n] + beta D, then the epilogue: + bias[m]
+  // (bias), aux = that, D = gelu(aux) (gelu_aux, bias optional), D *= gelu'(aux) (dgelu); A and
+  // B of dtype dt, D and aux of dtype d_dt (dt, or f32 beside bf16), aux's leading dimension
+  // aux_ld.
   void run(DType dt, DType d_dt, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
            const void* A, int64_t lda, const void* B, int64_t ldb, void* D, int64_t ldd, float beta,
-           const void* bias, const char* what);
+           Epilogue epi, const void* bias, const void* aux, int64_t aux_ld, const char* what);
 
   struct Plans;  // the cuBLASLt descriptors and algorithm of each call shape (matmul.cpp)
   std::unique_ptr<Plans> plans_;

@@ -127,21 +127,21 @@ void Backend::fill(Tensor x, double value) {
 
 // ---- dense ----
 
-void Backend::matmul(Tensor out, Tensor in, Tensor w, Tensor bias) {
-  OpCheck c(*this, Op::matmul);
+namespace {
+
+// matmul's checks (shared with matmul_gelu).
+void check_matmul(OpCheck& c, Tensor out, Tensor in, Tensor w, Tensor bias) {
   c.floats({{"out", out}, {"in", in}, {"w", w}}, {{"bias", bias}});
   const int64_t N = in.rows(), C = in.cols(), OC = w.rows();
   c.shapes(
       w.cols() == C && out.rows() == N && out.cols() == OC && (bias.empty() || bias.numel() == OC),
       {{"out", out}, {"in", in}, {"w", w}, {"bias", bias}},
       "out [N,OC] = in [N,C] . w [OC,C]^T + bias [OC]");
-  const OpTimer timer(*this, Op::matmul);
-  matmul_impl(out, in, w, bias);
 }
 
-void Backend::matmul_backward(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
-                              GradWrite write, GradWrite param_write) {
-  OpCheck c(*this, Op::matmul_backward);
+// matmul_backward's checks (shared with matmul_backward_gelu).
+void check_matmul_backward(OpCheck& c, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
+                           Tensor w) {
   const DType dt = c.floats({{"dout", dout}, {"in", in}, {"w", w}}, {{"din", din}});
   c.param_grads(dt, {{"dw", dw}}, {{"dbias", dbias}});
   const int64_t N = in.rows(), C = in.cols(), OC = w.rows();
@@ -150,8 +150,64 @@ void Backend::matmul_backward(Tensor din, Tensor dw, Tensor dbias, Tensor dout, 
                (dbias.empty() || dbias.numel() == OC),
            {{"din", din}, {"dw", dw}, {"dbias", dbias}, {"dout", dout}, {"in", in}, {"w", w}},
            "in/din [N,C], w/dw [OC,C], dout [N,OC], dbias [OC]");
+}
+
+// The GELU's input beside the tensor `like` it must match (out or dpre), in a dtype the backend
+// computes `gelu_op` on.
+void check_pre(const Backend& be, OpCheck& c, Op gelu_op, const char* name, Tensor like,
+               Tensor pre) {
+  c.floats({{name, like}, {"pre", pre}});
+  c.shapes(pre.rows() == like.rows() && pre.cols() == like.cols(), {{name, like}, {"pre", pre}},
+           "pre of the same shape");
+  if (!be.supports(gelu_op, like.dtype))
+    c.fail(fmt::format("the {} backend cannot compute {} on {}", device_name(be.device()),
+                       op_name(gelu_op), dtype_name(like.dtype)));
+}
+
+}  // namespace
+
+void Backend::matmul(Tensor out, Tensor in, Tensor w, Tensor bias) {
+  OpCheck c(*this, Op::matmul);
+  check_matmul(c, out, in, w, bias);
+  const OpTimer timer(*this, Op::matmul);
+  matmul_impl(out, in, w, bias);
+}
+
+void Backend::matmul_backward(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
+                              GradWrite write, GradWrite param_write) {
+  OpCheck c(*this, Op::matmul_backward);
+  check_matmul_backward(c, din, dw, dbias, dout, in, w);
   const OpTimer timer(*this, Op::matmul_backward);
   matmul_backward_impl(din, dw, dbias, dout, in, w, write, param_write);
+}
+
+void Backend::matmul_gelu(Tensor out, Tensor pre, Tensor in, Tensor w, Tensor bias) {
+  OpCheck c(*this, Op::matmul);
+  check_matmul(c, pre, in, w, bias);
+  check_pre(*this, c, Op::gelu, "out", out, pre);
+  const OpTimer timer(*this, Op::matmul);
+  matmul_gelu_impl(out, pre, in, w, bias);
+}
+
+void Backend::matmul_backward_gelu(Tensor dpre, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
+                                   Tensor w, Tensor pre, GradWrite param_write) {
+  OpCheck c(*this, Op::matmul_backward);
+  c.present({"dpre", dpre});
+  check_matmul_backward(c, dpre, dw, dbias, dout, in, w);
+  check_pre(*this, c, Op::gelu_backward, "dpre", dpre, pre);
+  const OpTimer timer(*this, Op::matmul_backward);
+  matmul_backward_gelu_impl(dpre, dw, dbias, dout, in, w, pre, param_write);
+}
+
+void Backend::matmul_gelu_impl(Tensor out, Tensor pre, Tensor in, Tensor w, Tensor bias) {
+  matmul_impl(pre, in, w, bias);
+  gelu_impl(out, pre);
+}
+
+void Backend::matmul_backward_gelu_impl(Tensor dpre, Tensor dw, Tensor dbias, Tensor dout,
+                                        Tensor in, Tensor w, Tensor pre, GradWrite param_write) {
+  matmul_backward_impl(dpre, dw, dbias, dout, in, w, GradWrite::overwrite, param_write);
+  gelu_backward_impl(dpre, dpre, pre, GradWrite::overwrite);
 }
 
 // ---- normalisation and activations ----

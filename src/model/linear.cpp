@@ -15,12 +15,25 @@ void Linear::forward(Tensor out, Tensor in) const {
   ps_.backend().matmul(out, in, ps_.param(w_), b_ >= 0 ? ps_.param(b_) : Tensor{});
 }
 
-void Linear::backward(Tensor din, Tensor dout, Tensor in, GradWrite write) const {
+void Linear::forward_gelu(Tensor out, Tensor pre, Tensor in) const {
+  ps_.backend().matmul_gelu(out, pre, in, ps_.param(w_), b_ >= 0 ? ps_.param(b_) : Tensor{});
+}
+
+GradWrite Linear::param_write() const {
   const GradWrite pw = ps_.grad_write(w_);  // the bias is written with the weight, always
   if (b_ >= 0 && ps_.grad_write(b_) != pw)
     throw std::logic_error("Linear::backward: weight and bias gradients out of step");
+  return pw;
+}
+
+void Linear::backward(Tensor din, Tensor dout, Tensor in, GradWrite write) const {
   ps_.backend().matmul_backward(din, ps_.grad(w_), b_ >= 0 ? ps_.grad(b_) : Tensor{}, dout, in,
-                                ps_.param(w_), write, pw);
+                                ps_.param(w_), write, param_write());
+}
+
+void Linear::backward_gelu(Tensor dpre, Tensor dout, Tensor in, Tensor pre) const {
+  ps_.backend().matmul_backward_gelu(dpre, ps_.grad(w_), b_ >= 0 ? ps_.grad(b_) : Tensor{}, dout,
+                                     in, ps_.param(w_), pre, param_write());
 }
 
 }  // namespace trainrun

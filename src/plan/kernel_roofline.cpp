@@ -63,6 +63,16 @@ class CostRecorder final : public Backend {
     add(Op::matmul_backward, 2.0 * mnk * ((din.empty() ? 0 : 1) + (dw.empty() ? 0 : 1)),
         bytes_of({&din, &dw, &dbias, &dout, &in, &w}));
   }
+  // A GPU fuses the GELU into the GEMM (the epilogue also writes pre, and reads it backward).
+  void matmul_gelu_impl(Tensor out, Tensor pre, Tensor in, Tensor w, Tensor bias) override {
+    add(Op::matmul, 2.0 * static_cast<double>(in.rows() * in.cols() * w.rows()),
+        bytes_of({&out, &pre, &in, &w, &bias}));
+  }
+  void matmul_backward_gelu_impl(Tensor dpre, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
+                                 Tensor w, Tensor pre, GradWrite) override {
+    const double mnk = static_cast<double>(in.rows() * in.cols() * w.rows());
+    add(Op::matmul_backward, 4.0 * mnk, bytes_of({&dpre, &pre, &dw, &dbias, &dout, &in, &w}));
+  }
   void layernorm_impl(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w,
                       Tensor b) override {
     add(Op::layernorm, 0, bytes_of({&out, &mean, &rstd, &in, &w, &b}));

@@ -168,6 +168,44 @@ void add_matmul(std::vector<OpCase>& out, const Ctx& x, int64_t OC, bool bias, b
   out.push_back(std::move(b));
 }
 
+// The MLP's fc with its GELU (matmul_gelu) and its proj's backward through that GELU
+// (matmul_backward_gelu): H = 4C, the GELU epilogues' aux leading dimension, is a multiple of 8
+// at most shapes (fused on a GPU) and not at hd19 (C = 57: the unfused fallback).
+void add_matmul_gelu(std::vector<OpCase>& out, const Ctx& x) {
+  const int64_t N = x.N, C = x.C, H = 4 * x.C;
+  const double flops = 2.0 * N * C * H;
+  OpCase f = x.make(Op::matmul, " gelu", nco(N, C, H));
+  f.tensors = {input("in", x.dt, {N, C}), input("w", x.dt, {H, C}, -0.1f, 0.1f),
+               input("bias", x.dt, {H}), output("out", x.dt, {N, H}), output("pre", x.dt, {N, H})};
+  f.call = op_call([](Backend& be, const Args& a) {
+    be.matmul_gelu(a["out"], a["pre"], a["in"], a["w"], a["bias"]);
+  });
+  f.tol = x.tol(1e-4, 2e-2);
+  f.flops = flops;
+  f.bytes = x.es * (N * C + H * C + 2.0 * N * H);
+  out.push_back(std::move(f));
+
+  for (const bool overwrite : {false, true}) {
+    OpCase b =
+        x.make(Op::matmul_backward, overwrite ? " gelu params overwrite" : " gelu", nco(N, H, C));
+    b.tensors = {output("dpre", x.dt, {N, H}),
+                 overwrite ? output("dw", x.gt, {C, H}) : grad("dw", x.gt, {C, H}),
+                 overwrite ? output("dbias", x.gt, {C}) : grad("dbias", x.gt, {C}),
+                 input("dout", x.dt, {N, C}, -0.1f, 0.1f),
+                 input("in", x.dt, {N, H}),
+                 input("w", x.dt, {C, H}, -0.05f, 0.05f),
+                 input("pre", x.dt, {N, H}, -3.0f, 3.0f)};
+    b.call = op_call([overwrite](Backend& be, const Args& a) {
+      be.matmul_backward_gelu(a["dpre"], a["dw"], a["dbias"], a["dout"], a["in"], a["w"], a["pre"],
+                              overwrite ? GradWrite::overwrite : GradWrite::accumulate);
+    });
+    b.tol = x.tol(1e-4, 2e-2);
+    b.flops = 2 * flops;
+    b.bytes = x.es * (3.0 * N * H + 2.0 * H * C + N * C);
+    out.push_back(std::move(b));
+  }
+}
+
 void add_layernorm(std::vector<OpCase>& out, const Ctx& x) {
   const int64_t N = x.N, C = x.C;
   const std::string what = "rows=" + std::to_string(N) + " C=" + std::to_string(C);
@@ -657,8 +695,9 @@ std::vector<OpCase> cases_for(const ModelShape& s, DType dt) {
   std::vector<OpCase> out;
   add_matmul(out, x, 3 * s.C, true, true, "+bias");  // the attention's qkv projection
   add_matmul(out, x, 4 * s.C, false, true, "");      // the MLP's fc, without bias
-  add_matmul(out, x, s.V, false, true, " head");     // the tied LM head (OC = vocabulary)
-  add_matmul(out, x, s.C, true, false, " no din");   // a first layer: no input gradient
+  add_matmul_gelu(out, x);
+  add_matmul(out, x, s.V, false, true, " head");    // the tied LM head (OC = vocabulary)
+  add_matmul(out, x, s.C, true, false, " no din");  // a first layer: no input gradient
   add_layernorm(out, x);
   add_pointwise(out, x);
   if (dt == DType::f32) add_casts(out, x);

@@ -183,6 +183,15 @@ class Backend {
   void matmul_backward(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
                        GradWrite write = GradWrite::accumulate,
                        GradWrite param_write = GradWrite::accumulate);
+  // A Linear with GELU after it (the MLP's fc), in one op where the backend can fuse them (a GPU:
+  // cuBLASLt's GELU epilogue): pre = matmul(in, w, bias), out = gelu(pre); pre is kept for the
+  // backward.
+  void matmul_gelu(Tensor out, Tensor pre, Tensor in, Tensor w, Tensor bias);
+  // The Linear after that GELU (the MLP's proj), its input gradient taken through the GELU:
+  // dpre[N,C] = (dout . w) * gelu'(pre), overwritten (GradWrite::overwrite); dw and dbias as
+  // matmul_backward.
+  void matmul_backward_gelu(Tensor dpre, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
+                            Tensor pre, GradWrite param_write = GradWrite::accumulate);
 
   // ---- normalisation and activations ----
   // out = (in - mean) * rstd * w + b over the last dim; mean, rstd: [rows] (saved for backward)
@@ -197,6 +206,7 @@ class Backend {
                         GradWrite param_write = GradWrite::accumulate);
   // GELU, tanh approximation (GPT-2's)
   void gelu(Tensor out, Tensor in);
+  // din += (or =) gelu'(in) * dout; with GradWrite::overwrite din may be dout (in place).
   void gelu_backward(Tensor din, Tensor dout, Tensor in, GradWrite write = GradWrite::accumulate);
   void relu(Tensor out, Tensor in);
   void relu_backward(Tensor din, Tensor dout, Tensor in, GradWrite write = GradWrite::accumulate);
@@ -296,6 +306,11 @@ class Backend {
   virtual void matmul_impl(Tensor out, Tensor in, Tensor w, Tensor bias) = 0;
   virtual void matmul_backward_impl(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
                                     Tensor w, GradWrite write, GradWrite param_write) = 0;
+  // Defaults: the unfused ops (matmul then gelu; matmul_backward into dpre, then gelu_backward
+  // in place), which is the CPU's reference; the CUDA backend fuses where cuBLASLt can.
+  virtual void matmul_gelu_impl(Tensor out, Tensor pre, Tensor in, Tensor w, Tensor bias);
+  virtual void matmul_backward_gelu_impl(Tensor dpre, Tensor dw, Tensor dbias, Tensor dout,
+                                         Tensor in, Tensor w, Tensor pre, GradWrite param_write);
   virtual void layernorm_impl(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w,
                               Tensor b) = 0;
   virtual void layernorm_backward_impl(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in,

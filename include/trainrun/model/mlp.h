@@ -3,7 +3,6 @@
 
 #include <string>
 
-#include "trainrun/model/activation.h"
 #include "trainrun/model/linear.h"
 
 namespace trainrun {
@@ -20,9 +19,8 @@ class MLP {
   ParamStore& ps_;
   int d_model_;
   Linear fc_, proj_;
-  Activation act_;
-  Tensor h_, a_;    // activations
-  Tensor dh_, da_;  // gradient scratch
+  Tensor h_, a_;  // activations: fc's output (the GELU's input) and the GELU's
+  Tensor dh_;     // gradient scratch
 };
 
 }  // namespace trainrun
