@@ -181,11 +181,26 @@ s, mfu = p["predicted_step_seconds"], p["predicted_mfu"]
 print(f"step {t * 1e3:.1f} ms measured, {s * 1e3:.1f} ms predicted ({100 * (s - t) / t:+.1f}%), "
       f"MFU predicted {100 * mfu:.1f}%; {mem}")' "$LOGDIR/gpt2-plan.json" "$LOGDIR/gpt2/logs/rank-0.log" "$st")"
 fi
-# The ops that take the most time in a traced step (trace/ops-rank-0.txt: calls, ms, % step).
-if [ -f "$LOGDIR/gpt2/trace/ops-rank-0.txt" ]; then
-  while read -r op calls ms share; do
-    note "  op $op" "$calls calls, $ms ms, $share% of a traced step"
-  done < <(grep -v '^#' "$LOGDIR/gpt2/trace/ops-rank-0.txt" | tail -n +2 | head -8)
+# The per-kernel table: the ops that take the most time in a traced step (trace/ops-rank-0.txt:
+# calls and ms per step, each op synchronised) beside the plan's FLOPs and bytes for the same op
+# and step: achieved TFLOP/s and GB/s against the GPU's peaks, and the roofline's prediction.
+if [ -f "$LOGDIR/gpt2/trace/ops-rank-0.txt" ] && [ -f "$LOGDIR/gpt2-plan.json" ]; then
+  while IFS=$'\t' read -r op line; do
+    note "  op $op" "$line"
+  done < <(python3 -c 'import json, sys
+p = json.load(open(sys.argv[1]))
+peak_flops, peak_bw = p["device"]["flops"], p["device"]["mem_bw"]
+plan = {k["op"]: k for k in p.get("kernels", [])}
+rows = [l.split() for l in open(sys.argv[2]) if not l.startswith("#")][1:]
+for r in [r for r in rows if not r[0].startswith("(") and r[0] != "step"][:10]:
+    op, calls, ms = r[0], float(r[1]), float(r[2])
+    k, s = plan.get(op), ms * 1e-3
+    line = f"{calls:.0f} calls, {ms:.3f} ms/step"
+    if k and s > 0:
+        flops, bw, pred = k["flops"] / s, k["bytes"] / s, k["seconds"] * 1e3
+        line += (f", {flops / 1e12:.1f} TFLOP/s ({100 * flops / peak_flops:.0f}% of peak)"
+                 f", {bw / 1e9:.0f} GB/s ({100 * bw / peak_bw:.0f}% of peak), roofline {pred:.3f} ms")
+    print(op + chr(9) + line)' "$LOGDIR/gpt2-plan.json" "$LOGDIR/gpt2/trace/ops-rank-0.txt")
 fi
 
 printf '\n== summary (logs in %s) ==\n' "$LOGDIR"
