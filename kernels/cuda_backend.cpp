@@ -14,6 +14,7 @@
 // embedding_backward's table gradient is f32 only). f64 is refused: it exists for CPU gradient
 // checks only. CUDA failures throw DeviceError.
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
 #include <algorithm>
 
 #include <cmath>
@@ -112,6 +113,10 @@ class CudaBackend final : public Backend {
     cuda_check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
     return static_cast<double>(total - free);
   }
+  // NVTX ranges (header-only NVTX 3: nothing to link; a no-op unless a profiler is attached).
+  void range_push(const char* name) override { nvtxRangePushA(name); }
+  void range_pop() override { nvtxRangePop(); }
+
   void synchronize() override {
     on_device();
     cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (an earlier kernel failed)");

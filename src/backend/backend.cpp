@@ -58,11 +58,14 @@ void Backend::fail_out_of_range_id(Op op, const char* name, int64_t index, int64
 namespace {
 // Reports one op's wall time to the backend's observer (trainrun --profile), if it has one. A
 // device backend is synchronised first, so the time is the op's, not its launch's; unobserved,
-// this costs a pointer test.
+// this costs a pointer test. The op is also a profiler range named for it (range_push).
 class OpTimer {
  public:
-  OpTimer(Backend& be, Op op) : be_(be), op_(op), t0_(be.op_observer() ? OpObserver::now() : 0.0) {}
+  OpTimer(Backend& be, Op op) : be_(be), op_(op), t0_(be.op_observer() ? OpObserver::now() : 0.0) {
+    be_.range_push(op_name(op));
+  }
   ~OpTimer() {
+    be_.range_pop();
     OpObserver* o = be_.op_observer();
     if (!o || std::uncaught_exceptions() > 0) return;
     if (be_.device() != Device::cpu) be_.synchronize();
@@ -620,6 +623,14 @@ void Backend::adamw_runs(Tensor param, Tensor grad, Tensor m, Tensor v, const Ad
   }
   const OpTimer timer(*this, Op::adamw);
   adamw_runs_impl(param, grad, m, v, hp, runs);
+}
+
+BackendRange::BackendRange(Backend& be, const char* name) : be_(be) {
+  be_.range_push(name);
+}
+
+BackendRange::~BackendRange() {
+  be_.range_pop();
 }
 
 DeviceBuffer::DeviceBuffer(Backend& be, size_t bytes) : be_(&be), p_(be.alloc(bytes)) {}

@@ -23,7 +23,10 @@ class BlockStack {
   template <class Make>
   BlockStack(int n_layer, Make&& make) {
     blocks_.reserve(static_cast<size_t>(n_layer));
-    for (int l = 0; l < n_layer; ++l) blocks_.push_back(make("blocks." + std::to_string(l)));
+    for (int l = 0; l < n_layer; ++l) {
+      names_.push_back("blocks." + std::to_string(l));
+      blocks_.push_back(make(names_.back()));
+    }
   }
 
   // The stream and its two gradient buffers, [rows, dim] each.
@@ -58,8 +61,10 @@ class BlockStack {
 
   void forward(Backend& be, float p, uint64_t seed) const {
     if (p > 0) be.dropout(xs_[0], xs_[0], p, hash_combine(seed, 0));
-    for (size_t l = 0; l < blocks_.size(); ++l)
+    for (size_t l = 0; l < blocks_.size(); ++l) {
+      const BackendRange range(be, names_[l].c_str());
       blocks_[l]->forward(xs_[l + 1], xs_[l], p, hash_combine(seed, 100 + l));
+    }
   }
 
   // From output_grad() back through the blocks and the input dropout; returns d(loss)/d(input)
@@ -67,7 +72,10 @@ class BlockStack {
   Tensor backward(Backend& be, float p, uint64_t seed, const GradReadyFn& ready) const {
     Tensor dcur = dres_[0], dnext = dres_[1];
     for (size_t l = blocks_.size(); l-- > 0;) {
-      blocks_[l]->backward(dnext, dcur, xs_[l], p, hash_combine(seed, 100 + l));  // overwrites
+      {
+        const BackendRange range(be, names_[l].c_str());
+        blocks_[l]->backward(dnext, dcur, xs_[l], p, hash_combine(seed, 100 + l));  // overwrites
+      }
       std::swap(dcur, dnext);
       if (ready) ready(blocks_[l]->param_begin(), blocks_[l]->param_end());
     }
@@ -80,6 +88,7 @@ class BlockStack {
   }
 
  private:
+  std::vector<std::string> names_;  // "blocks.L": the blocks' profiler ranges
   std::vector<std::unique_ptr<Block>> blocks_;
   std::vector<Tensor> xs_;
   Tensor dres_[2];

@@ -50,6 +50,14 @@ namespace trainrun {
 
 namespace {
 
+// A phase of the step: a span of the trace (--profile) and a range for a GPU profiler (NVTX).
+struct PhaseScope {
+  PhaseScope(Tracer* t, Backend& be, Phase p)
+      : span(t, phase_name(p), "phase"), range(be, phase_name(p)) {}
+  Tracer::Scope span;
+  BackendRange range;
+};
+
 // One optimizer step as the loop sees it.
 struct StepResult {
   StepTimes times;
@@ -292,18 +300,22 @@ StepResult Trainer::train_step(int64_t step, double lr) {
   model_->params().begin_grads();
   const double loss_sum = accumulate_gradients(step, t);
   phase(Phase::comm, step);
-  dp_->reduce_grads(t);
-  if (faults_.poison(nth)) be_->fill(grads, NAN);
-  // Every micro-batch's loss is a mean over the same number of targets, so the global loss is
-  // the mean of all micro-batch means over all ranks.
-  const StepStats stats = dp_->reduce_stats(loss_sum / accum_, stop_signal() != 0, t);
+  StepStats stats;
+  {
+    const BackendRange range(*be_, phase_name(Phase::comm));  // DataParallel traces its own spans
+    dp_->reduce_grads(t);
+    if (faults_.poison(nth)) be_->fill(grads, NAN);
+    // Every micro-batch's loss is a mean over the same number of targets, so the global loss is
+    // the mean of all micro-batch means over all ranks.
+    stats = dp_->reduce_stats(loss_sum / accum_, stop_signal() != 0, t);
+  }
   r.loss = stats.loss;
   r.grad_norm = stats.grad_norm;
   r.stop = stats.stop;
   phase(Phase::optimizer, step);
   const double t_opt = now();
   {
-    Tracer::Scope span(tracer_.get(), phase_name(Phase::optimizer), "phase");
+    const PhaseScope scope(tracer_.get(), *be_, Phase::optimizer);
     if (HealthMonitor::finite(r.loss, r.grad_norm)) dp_->update(lr, step + 1, r.grad_norm, t);
     if (faults_.diverge(nth)) be_->fill(model_->params().params(), INFINITY);
     model_->params().refresh_compute();  // bf16: the next forward reads the updated masters
@@ -337,7 +349,7 @@ double Trainer::accumulate_gradients(int64_t step, StepTimes& t) {
   for (int m = 0; m < accum_; ++m) {
     phase(Phase::data, step);
     {
-      Tracer::Scope span(tracer_.get(), phase_name(Phase::data), "phase");
+      const PhaseScope scope(tracer_.get(), *be_, Phase::data);
       t.data += batches_->next();
     }
     // Keep the next micro-batch (or the next step's first) loading while this one computes.
@@ -351,7 +363,7 @@ double Trainer::accumulate_gradients(int64_t step, StepTimes& t) {
     phase(Phase::forward, step);
     const double t0 = now();
     {
-      Tracer::Scope span(tracer_.get(), phase_name(Phase::forward), "phase");
+      const PhaseScope scope(tracer_.get(), *be_, Phase::forward);
       model_->forward(true, seed, loss_sums.slice(m, {1}), scale);
     }
     const double t1 = now();
@@ -359,7 +371,7 @@ double Trainer::accumulate_gradients(int64_t step, StepTimes& t) {
     phase(Phase::backward, step);
     {
       // The last micro-batch's gradients are final as backward produces them: reduce them now.
-      Tracer::Scope span(tracer_.get(), phase_name(Phase::backward), "phase");
+      const PhaseScope scope(tracer_.get(), *be_, Phase::backward);
       model_->backward(scale, seed, m + 1 == accum_ ? ready : GradReadyFn{});
     }
     t.backward += now() - t1;

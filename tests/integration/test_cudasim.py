@@ -117,3 +117,19 @@ def test_out_of_range_token_gives_the_cpu_error(quickstart, tmp_path, sim_env):
         errors[device] = [l for l in p.stderr.splitlines() if "40" in l and "vocab" in l.lower()]
         assert errors[device], p.stderr
     assert errors["cpu"][0].split("error")[-1] == errors["cuda"][0].split("error")[-1]
+
+
+def test_the_step_is_annotated_with_balanced_nvtx_ranges(quickstart, tmp_path, sim_env):
+    # What nsys would show over the kernels (docs/cuda.md, "NVTX"): the phases, the blocks inside
+    # forward and backward, every op inside those; the sim's NVTX checks that every range closes.
+    summary = tmp_path / "nvtx.txt"
+    train(quickstart, tmp_path / "run", "cuda", [*GPT, "train.steps=2"],
+          {**sim_env, "TRAINRUN_SIM_NVTX_SUMMARY": str(summary)})
+    lines = [l.split() for l in summary.read_text().splitlines()]
+    ranges = {l[1]: int(l[2]) for l in lines if l[0] == "range"}
+    stats = {l[0]: int(l[1]) for l in lines if l[0] != "range"}
+    assert stats["unmatched_pops"] == 0 and stats["open_at_exit"] == 0, stats
+    assert stats["max_depth"] >= 3, stats  # phase > block > op
+    for name in ["data", "forward", "backward", "comm", "optimizer", "blocks.0", "matmul",
+                 "attention_backward", "cross_entropy", "adamw"]:
+        assert ranges.get(name, 0) >= 2, (name, ranges)  # once a step at least

@@ -126,6 +126,18 @@ class OpObserver {
 
 class Backend;
 
+// A Backend::range_push / range_pop pair around a scope.
+class BackendRange {
+ public:
+  BackendRange(Backend& be, const char* name);
+  ~BackendRange();
+  BackendRange(const BackendRange&) = delete;
+  BackendRange& operator=(const BackendRange&) = delete;
+
+ private:
+  Backend& be_;
+};
+
 // Memory of one backend, released with the object (alloc/release as RAII).
 class DeviceBuffer {
  public:
@@ -174,6 +186,11 @@ class Backend {
   // nullptr (the default) observes nothing; the observer must outlive its setting.
   void set_op_observer(OpObserver* o) { observer_ = o; }
   OpObserver* op_observer() const { return observer_; }
+  // Named ranges for a GPU profiler (NVTX on CUDA: `nsys` shows them over the kernels): every op
+  // is one, named for it, and the trainer's phases and the model's blocks wrap theirs
+  // (BackendRange). No-ops on the CPU. Every push has its pop, on the same thread.
+  virtual void range_push(const char* name) { (void)name; }
+  virtual void range_pop() {}
 
   // ---- dense ----
   // out[N,OC] = in[N,C] . w[OC,C]^T + bias[OC] (bias may be empty)
