@@ -5,12 +5,14 @@
 // overwrite/accumulate contract before GPU time is spent on it.
 //
 //   test_backend_ops [--backend cuda|cpu] [--quick] [--op SUBSTRING] [--seed N] [--no-timing]
-//                    [--require] [--fail-fast]
+//                    [--require] [--fail-fast] [--dtype f32|bf16]
 //
 // --quick leaves out the large shapes (for compute-sanitizer, the CPU self-check and the
 // CPU-executed device). Inputs are fresh each run from a seed printed first; --seed repeats a
 // run. --require makes a missing backend a failure (the CPU-executed device must always load).
 // --fail-fast stops at the first failed case (the sim's fault injections need only that one).
+// --dtype keeps the cases of one activation dtype (the bad-input cases count as f32): the unit
+// suite runs the sim's two halves as two tests, side by side.
 // Exit status: 0 all cases passed, 1 a case failed (or --require and no backend), 2 bad usage,
 // 77 no such backend here.
 #include <cstdint>
@@ -39,7 +41,7 @@ struct Options {
   bool timing = true;
   bool require = false;
   bool fail_fast = false;
-  std::string op;
+  std::string op, dtype;
   uint64_t seed = 0;
   bool seed_given = false;
 };
@@ -60,6 +62,8 @@ bool parse(int argc, char** argv, Options* o) {
       o->backend = argv[++i];
     } else if (a == "--op" && has_value) {
       o->op = argv[++i];
+    } else if (a == "--dtype" && has_value) {
+      o->dtype = argv[++i];
     } else if (a == "--seed" && has_value) {
       o->seed = std::strtoull(argv[++i], nullptr, 10);
       o->seed_given = true;
@@ -68,7 +72,8 @@ bool parse(int argc, char** argv, Options* o) {
       return false;
     }
   }
-  return o->backend == "cuda" || o->backend == "cpu";
+  return (o->backend == "cuda" || o->backend == "cpu") &&
+         (o->dtype.empty() || o->dtype == "f32" || o->dtype == "bf16");
 }
 
 // Awkward shapes: sizes that are no multiple of 32/64/128, T = 1, batch 1, head_dim 19 to 128
@@ -113,6 +118,7 @@ std::vector<OpCase> all_cases(const Options& o, uint64_t seed) {
   std::vector<OpCase> picked;
   for (OpCase& c : cases) {
     if (!o.op.empty() && c.name().find(o.op) == std::string::npos) continue;
+    if (!o.dtype.empty() && o.dtype != dtype_name(c.dtype)) continue;
     c.seed = seed + picked.size();
     picked.push_back(std::move(c));
   }
@@ -148,7 +154,7 @@ int main(int argc, char** argv) {
   if (!parse(argc, argv, &o)) {
     std::fprintf(stderr,
                  "usage: test_backend_ops [--backend cuda|cpu] [--quick] [--op SUBSTRING] "
-                 "[--seed N] [--no-timing] [--require] [--fail-fast]\n");
+                 "[--seed N] [--no-timing] [--require] [--fail-fast] [--dtype f32|bf16]\n");
     return 2;
   }
   std::unique_ptr<Backend> test = open_backend(o.backend);
