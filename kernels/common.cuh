@@ -49,6 +49,13 @@ __device__ __forceinline__ bf16 from_f32<bf16>(float x) {
   return __float2bfloat16_rn(x);
 }
 
+// a + b computed in f32 and rounded once to the storage type: add()'s element, and the residual
+// add that the norms fold in (residual_row.cuh).
+template <class T>
+__device__ __forceinline__ T add_rounded(T a, T b) {
+  return from_f32<T>(to_f32(a) + to_f32(b));
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;

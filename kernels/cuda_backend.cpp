@@ -187,8 +187,14 @@ class CudaBackend final : public Backend {
   void layernorm_impl(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w,
                       Tensor b) override {
     on_device();
-    cuda::layernorm_forward(in.dtype, mean.dtype, out.data, mean.data, rstd.data, in.data, w.data,
-                            b.data, in.rows(), in.cols());
+    cuda::layernorm_forward(in.dtype, mean.dtype, out.data, mean.data, rstd.data, nullptr, in.data,
+                            nullptr, w.data, b.data, in.rows(), in.cols());
+  }
+  void residual_layernorm_impl(Tensor sum, Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor y,
+                               Tensor w, Tensor b) override {
+    on_device();
+    cuda::layernorm_forward(x.dtype, mean.dtype, out.data, mean.data, rstd.data, sum.data, x.data,
+                            y.data, w.data, b.data, sum.rows(), sum.cols());
   }
 
   void layernorm_backward_impl(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
@@ -204,8 +210,14 @@ class CudaBackend final : public Backend {
 
   void rmsnorm_impl(Tensor out, Tensor rstd, Tensor in, Tensor w) override {
     on_device();
-    cuda::rmsnorm_forward(in.dtype, rstd.dtype, out.data, rstd.data, in.data, w.data, in.rows(),
-                          in.cols());
+    cuda::rmsnorm_forward(in.dtype, rstd.dtype, out.data, rstd.data, nullptr, in.data, nullptr,
+                          w.data, in.rows(), in.cols());
+  }
+  void residual_rmsnorm_impl(Tensor sum, Tensor out, Tensor rstd, Tensor x, Tensor y,
+                             Tensor w) override {
+    on_device();
+    cuda::rmsnorm_forward(x.dtype, rstd.dtype, out.data, rstd.data, sum.data, x.data, y.data,
+                          w.data, sum.rows(), sum.cols());
   }
 
   void rmsnorm_backward_impl(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd,

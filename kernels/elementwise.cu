@@ -36,7 +36,7 @@ template <class T>
 __global__ void add_kernel(T* out, const T* a, const T* b, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
+    out[i] = add_rounded(a[i], b[i]);
 }
 
 template <class T>

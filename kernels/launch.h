@@ -40,9 +40,11 @@ void relu_backward(DType dt, void* din, const void* dout, const void* in, int64_
 void dropout_forward(DType dt, void* out, const void* in, int64_t n, float p, uint64_t seed);
 void dropout_backward(DType dt, void* din, const void* dout, int64_t n, float p, uint64_t seed);
 
-// layernorm.cu
-void layernorm_forward(DType dt, DType st, void* out, void* mean, void* rstd, const void* in,
-                       const void* w, const void* b, int64_t rows, int64_t C);
+// layernorm.cu. res null: normalises in (sum unused); else sum = in + res, and normalises that
+// (residual_layernorm; sum may alias in or res).
+void layernorm_forward(DType dt, DType st, void* out, void* mean, void* rstd, void* sum,
+                       const void* in, const void* res, const void* w, const void* b, int64_t rows,
+                       int64_t C);
 size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t C);
 // dw and db have dtype gt: dt, or f32 beside bf16.
 void layernorm_backward(DType dt, DType st, DType gt, void* din, void* dw, void* db,
@@ -80,8 +82,9 @@ void attention_backward(DType dt, DType st, void* dqkv, const void* dout, const 
                         int NKV, const int32_t* doc_start, void* scratch);
 
 // rmsnorm.cu: out = in * rstd * w, rstd = 1/sqrt(mean(in^2) + 1e-5); backward accumulates.
-void rmsnorm_forward(DType dt, DType st, void* out, void* rstd, const void* in, const void* w,
-                     int64_t rows, int64_t C);
+// res and sum as layernorm_forward's (residual_rmsnorm).
+void rmsnorm_forward(DType dt, DType st, void* out, void* rstd, void* sum, const void* in,
+                     const void* res, const void* w, int64_t rows, int64_t C);
 size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t C);
 void rmsnorm_backward(DType dt, DType st, DType gt, void* din, void* dw, const void* dout,
                       const void* in, const void* w, const void* rstd, int64_t rows, int64_t C,

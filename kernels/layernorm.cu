@@ -4,6 +4,10 @@
 // stead of shared memory: mean, then the variance of the centred values (as the CPU reference:
 // more accurate than E[x^2] - m^2), then the write. The row is re-read from global memory, which
 // L1/L2 serve for rows up to tens of KB. mean and rstd are saved for the backward.
+// residual_layernorm is the same kernel with the block's residual add folded into the first
+// pass (residual_row_sum, common.cuh): the add's separate pass over three [rows,C] tensors goes,
+// and the sum is rounded as stored before it is normalised, so the result equals add() then
+// layernorm() bit for bit.
 //
 // Backward, llm.c style:
 //   din += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)),  dnorm = dout * w
@@ -13,6 +17,7 @@
 #include "column_chunks.cuh"
 #include "common.cuh"
 #include "launch.h"
+#include "residual_row.cuh"
 
 namespace trainrun::cuda {
 namespace {
@@ -20,15 +25,18 @@ namespace {
 constexpr float kEps = 1e-5f;
 constexpr int kWarps = 8;
 
+// With a residual (residual_layernorm), the row normalised is sum = in + res, written to `sum`
+// in the first pass and read back from it (each lane rereads only the elements it wrote, so no
+// barrier is needed); without one (res null), the row is `in` itself.
 template <class T, class S>
-__global__ void layernorm_forward_kernel(T* out, S* mean, S* rstd, const T* in, const T* w,
-                                         const T* b, int64_t rows, int64_t C) {
+__global__ void layernorm_forward_kernel(T* out, S* mean, S* rstd, T* sum, const T* in,
+                                         const T* res, const T* w, const T* b, int64_t rows,
+                                         int64_t C) {
   const int lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x * int64_t(kWarps) + threadIdx.x / 32;
   if (row >= rows) return;  // whole warps leave together: no block barrier below
-  const T* x = in + row * C;
-  float s = 0.0f;
-  for (int64_t c = lane; c < C; c += 32) s += to_f32(x[c]);
+  const float s = residual_row_sum(sum, in, res, row * C, lane, C);
+  const T* x = (res ? sum : in) + row * C;
   const float m = warp_sum(s) / static_cast<float>(C);
   float v = 0.0f;
   for (int64_t c = lane; c < C; c += 32) {
@@ -86,16 +94,18 @@ __global__ void layernorm_param_partial_kernel(float* partial, const T* dout, co
 
 }  // namespace
 
-void layernorm_forward(DType dt, DType st, void* out, void* mean, void* rstd, const void* in,
-                       const void* w, const void* b, int64_t rows, int64_t C) {
+void layernorm_forward(DType dt, DType st, void* out, void* mean, void* rstd, void* sum,
+                       const void* in, const void* res, const void* w, const void* b, int64_t rows,
+                       int64_t C) {
   if (rows <= 0 || C <= 0) return;
   by_dtypes(dt, st, "layernorm", [&](auto t, auto s) {
     using T = decltype(t);
     using S = decltype(s);
     const unsigned grid = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
     TRAINRUN_LAUNCH(grid, kWarps * 32, 0, layernorm_forward_kernel<T, S>)
-    (static_cast<T*>(out), static_cast<S*>(mean), static_cast<S*>(rstd), static_cast<const T*>(in),
-     static_cast<const T*>(w), static_cast<const T*>(b), rows, C);
+    (static_cast<T*>(out), static_cast<S*>(mean), static_cast<S*>(rstd), static_cast<T*>(sum),
+     static_cast<const T*>(in), static_cast<const T*>(res), static_cast<const T*>(w),
+     static_cast<const T*>(b), rows, C);
   });
   check_launch("layernorm_forward");
 }

@@ -2,6 +2,7 @@
 // reference is src/backend/cpu/rmsnorm.cpp.
 //   out = in * rstd * w,  rstd = 1 / sqrt(mean(in^2) + eps)  (saved for the backward)
 // Forward: one warp per row (8 rows per 256-thread block): sum of squares, then the write.
+// residual_rmsnorm folds the residual add into the first pass, as layernorm.cu does.
 // Backward: din += rstd * (gw - in * rstd^2 * mean(gw * in)), gw = dout * w, one warp per row.
 // dw = sum over rows of dout * in * rstd, without atomics in two deterministic passes (as
 // layernorm.cu): pass 1 gives each block one (32-column tile, row chunk) and writes fp32 partial
@@ -9,6 +10,7 @@
 #include "column_chunks.cuh"
 #include "common.cuh"
 #include "launch.h"
+#include "residual_row.cuh"
 
 namespace trainrun::cuda {
 namespace {
@@ -16,18 +18,15 @@ namespace {
 constexpr float kEps = 1e-5f;
 constexpr int kWarps = 8;
 
+// res null: the row is `in`; else sum = in + res, written and then normalised (as layernorm.cu).
 template <class T, class S>
-__global__ void rmsnorm_forward_kernel(T* out, S* rstd, const T* in, const T* w, int64_t rows,
-                                       int64_t C) {
+__global__ void rmsnorm_forward_kernel(T* out, S* rstd, T* sum, const T* in, const T* res,
+                                       const T* w, int64_t rows, int64_t C) {
   const int lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x * int64_t(kWarps) + threadIdx.x / 32;
   if (row >= rows) return;  // whole warps leave together: no block barrier below
-  const T* x = in + row * C;
-  float ss = 0.0f;
-  for (int64_t c = lane; c < C; c += 32) {
-    const float v = to_f32(x[c]);
-    ss += v * v;
-  }
+  const float ss = residual_row_sum(sum, in, res, row * C, lane, C, /*squares=*/true);
+  const T* x = (res ? sum : in) + row * C;
   const float r = 1.0f / sqrtf(warp_sum(ss) / static_cast<float>(C) + kEps);
   T* o = out + row * C;
   for (int64_t c = lane; c < C; c += 32) o[c] = from_f32<T>(to_f32(x[c]) * r * to_f32(w[c]));
@@ -64,16 +63,16 @@ __global__ void rmsnorm_dw_partial_kernel(float* partial, const T* dout, const T
 
 }  // namespace
 
-void rmsnorm_forward(DType dt, DType st, void* out, void* rstd, const void* in, const void* w,
-                     int64_t rows, int64_t C) {
+void rmsnorm_forward(DType dt, DType st, void* out, void* rstd, void* sum, const void* in,
+                     const void* res, const void* w, int64_t rows, int64_t C) {
   if (rows <= 0 || C <= 0) return;
   by_dtypes(dt, st, "rmsnorm", [&](auto t, auto s) {
     using T = decltype(t);
     using S = decltype(s);
     const unsigned grid = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
     TRAINRUN_LAUNCH(grid, kWarps * 32, 0, rmsnorm_forward_kernel<T, S>)
-    (static_cast<T*>(out), static_cast<S*>(rstd), static_cast<const T*>(in),
-     static_cast<const T*>(w), rows, C);
+    (static_cast<T*>(out), static_cast<S*>(rstd), static_cast<T*>(sum), static_cast<const T*>(in),
+     static_cast<const T*>(res), static_cast<const T*>(w), rows, C);
   });
   check_launch("rmsnorm_forward");
 }

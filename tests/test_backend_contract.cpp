@@ -161,6 +161,16 @@ TEST_CASE("a wrong call is refused before any implementation runs, in the same w
          b.layernorm(m.t(f, {4, 6}), m.t(f, {4}), m.t(f, {3}), m.t(f, {4, 6}), m.t(f, {6}),
                      m.t(f, {6}));
        }},
+      {"layernorm",  // residual_layernorm: y [4,5] is not [4,6]
+       [&](Backend& b) {
+         b.residual_layernorm(m.t(f, {4, 6}), m.t(f, {4, 6}), m.t(f, {4}), m.t(f, {4}),
+                              m.t(f, {4, 6}), m.t(f, {4, 5}), m.t(f, {6}), m.t(f, {6}));
+       }},
+      {"rmsnorm",  // residual_rmsnorm: rstd [3] for 4 rows
+       [&](Backend& b) {
+         b.residual_rmsnorm(m.t(f, {4, 6}), m.t(f, {4, 6}), m.t(f, {3}), m.t(f, {4, 6}),
+                            m.t(f, {4, 6}), m.t(f, {6}));
+       }},
       {"gelu",
        [&](Backend& b) {
          b.gelu(m.t(f, {24}), m.t(f, {4, 5}));
@@ -218,6 +228,23 @@ TEST_CASE("a valid call reaches the implementation exactly once") {
   CHECK(fake.sum(m.t(f, {5})) == 0.0);
   CHECK(fake.calls ==
         std::map<std::string, int>{{"matmul", 1}, {"gelu", 1}, {"attention", 1}, {"sum", 1}});
+}
+
+TEST_CASE("the residual norms default to add, then the norm, as one observed op") {
+  struct Log : OpObserver {
+    std::vector<Op> ops;
+    void op_done(Op op, double, double) override { ops.push_back(op); }
+  } log;
+  Mem m;
+  const DType f = DType::f32;
+  FakeBackend fake(Device::cpu, {f});
+  fake.set_op_observer(&log);
+  fake.residual_layernorm(m.t(f, {4, 6}), m.t(f, {4, 6}), m.t(f, {4}), m.t(f, {4}), m.t(f, {4, 6}),
+                          m.t(f, {4, 6}), m.t(f, {6}), m.t(f, {6}));
+  fake.residual_rmsnorm(m.t(f, {4, 6}), m.t(f, {4, 6}), m.t(f, {4}), m.t(f, {4, 6}), m.t(f, {4, 6}),
+                        m.t(f, {6}));
+  CHECK(fake.calls == std::map<std::string, int>{{"add", 2}, {"layernorm", 1}, {"rmsnorm", 1}});
+  CHECK(log.ops == std::vector<Op>{Op::layernorm, Op::rmsnorm});
 }
 
 TEST_CASE("an op observer is told every op that ran, once, and no refused call") {

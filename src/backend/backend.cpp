@@ -215,8 +215,11 @@ void Backend::matmul_backward_gelu_impl(Tensor dpre, Tensor dw, Tensor dbias, Te
 
 // ---- normalisation and activations ----
 
-void Backend::layernorm(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b) {
-  OpCheck c(*this, Op::layernorm);
+namespace {
+
+// layernorm's checks (shared with residual_layernorm).
+void check_layernorm(OpCheck& c, Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w,
+                     Tensor b) {
   const DType dt = c.floats({{"out", out}, {"in", in}, {"w", w}, {"b", b}});
   c.stats(dt, {{"mean", mean}, {"rstd", rstd}});
   const int64_t rows = in.rows(), C = in.cols();
@@ -224,8 +227,52 @@ void Backend::layernorm(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor 
                rstd.numel() == rows && w.numel() == C && b.numel() == C,
            {{"out", out}, {"mean", mean}, {"rstd", rstd}, {"in", in}, {"w", w}, {"b", b}},
            "out like in [rows,C], mean/rstd [rows], w/b [C]");
+}
+
+// rmsnorm's checks (shared with residual_rmsnorm).
+void check_rmsnorm(OpCheck& c, Tensor out, Tensor rstd, Tensor in, Tensor w) {
+  const DType dt = c.floats({{"out", out}, {"in", in}, {"w", w}});
+  c.stats(dt, {{"rstd", rstd}});
+  const int64_t rows = in.rows(), C = in.cols();
+  c.shapes(out.numel() == in.numel() && out.cols() == C && rstd.numel() == rows && w.numel() == C,
+           {{"out", out}, {"rstd", rstd}, {"in", in}, {"w", w}},
+           "out like in [rows,C], rstd [rows], w [C]");
+}
+
+// The residual add in front of a norm: sum, x and y of one dtype and shape (the norm checks the
+// rest against sum), in a dtype the backend adds.
+void check_residual(const Backend& be, OpCheck& c, Tensor sum, Tensor x, Tensor y) {
+  c.floats({{"sum", sum}, {"x", x}, {"y", y}});
+  c.shapes(x.numel() == sum.numel() && y.numel() == sum.numel() && x.cols() == sum.cols() &&
+               y.cols() == sum.cols(),
+           {{"sum", sum}, {"x", x}, {"y", y}}, "sum = x + y, all [rows,C]");
+  if (!be.supports(Op::add, sum.dtype))
+    c.fail(fmt::format("the {} backend cannot add {} tensors", device_name(be.device()),
+                       dtype_name(sum.dtype)));
+}
+
+}  // namespace
+
+void Backend::layernorm(Tensor out, Tensor mean, Tensor rstd, Tensor in, Tensor w, Tensor b) {
+  OpCheck c(*this, Op::layernorm);
+  check_layernorm(c, out, mean, rstd, in, w, b);
   const OpTimer timer(*this, Op::layernorm);
   layernorm_impl(out, mean, rstd, in, w, b);
+}
+
+void Backend::residual_layernorm(Tensor sum, Tensor out, Tensor mean, Tensor rstd, Tensor x,
+                                 Tensor y, Tensor w, Tensor b) {
+  OpCheck c(*this, Op::layernorm);
+  check_residual(*this, c, sum, x, y);
+  check_layernorm(c, out, mean, rstd, sum, w, b);
+  const OpTimer timer(*this, Op::layernorm);
+  residual_layernorm_impl(sum, out, mean, rstd, x, y, w, b);
+}
+
+void Backend::residual_layernorm_impl(Tensor sum, Tensor out, Tensor mean, Tensor rstd, Tensor x,
+                                      Tensor y, Tensor w, Tensor b) {
+  add_impl(sum, x, y);
+  layernorm_impl(out, mean, rstd, sum, w, b);
 }
 
 void Backend::layernorm_backward(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
@@ -252,14 +299,23 @@ void Backend::layernorm_backward(Tensor din, Tensor dw, Tensor db, Tensor dout, 
 
 void Backend::rmsnorm(Tensor out, Tensor rstd, Tensor in, Tensor w) {
   OpCheck c(*this, Op::rmsnorm);
-  const DType dt = c.floats({{"out", out}, {"in", in}, {"w", w}});
-  c.stats(dt, {{"rstd", rstd}});
-  const int64_t rows = in.rows(), C = in.cols();
-  c.shapes(out.numel() == in.numel() && out.cols() == C && rstd.numel() == rows && w.numel() == C,
-           {{"out", out}, {"rstd", rstd}, {"in", in}, {"w", w}},
-           "out like in [rows,C], rstd [rows], w [C]");
+  check_rmsnorm(c, out, rstd, in, w);
   const OpTimer timer(*this, Op::rmsnorm);
   rmsnorm_impl(out, rstd, in, w);
+}
+
+void Backend::residual_rmsnorm(Tensor sum, Tensor out, Tensor rstd, Tensor x, Tensor y, Tensor w) {
+  OpCheck c(*this, Op::rmsnorm);
+  check_residual(*this, c, sum, x, y);
+  check_rmsnorm(c, out, rstd, sum, w);
+  const OpTimer timer(*this, Op::rmsnorm);
+  residual_rmsnorm_impl(sum, out, rstd, x, y, w);
+}
+
+void Backend::residual_rmsnorm_impl(Tensor sum, Tensor out, Tensor rstd, Tensor x, Tensor y,
+                                    Tensor w) {
+  add_impl(sum, x, y);
+  rmsnorm_impl(out, rstd, sum, w);
 }
 
 void Backend::rmsnorm_backward(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd,

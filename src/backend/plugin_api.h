@@ -14,7 +14,7 @@ class Backend;
 class Communicator;
 }  // namespace trainrun
 
-constexpr int kTrainrunCudaAbiVersion = 3;    // 3: Backend::sum_to_impl, device_memory_in_use
+constexpr int kTrainrunCudaAbiVersion = 4;    // 4: Backend::residual_*norm_impl
 constexpr size_t kTrainrunNcclIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
 
 extern "C" {

@@ -1,14 +1,14 @@
 // BlockStack: the residual stream of a transformer family (gpt, llama) through its blocks,
 // private to src/model. xs[0] is the embeddings' output, xs[l] block l's input, the last one the
 // stream's output; dropout (when training) applies to xs[0] first. Backward runs the blocks in
-// reverse over a ping-pong pair of gradient buffers and reports each block's parameters final
-// as soon as they are. Block is a PreNormBlock instance (pre_norm_block.h).
+// reverse over one gradient buffer, which each block turns in place from its output's gradient
+// into its input's, and reports each block's parameters final as soon as they are. Block is a
+// PreNormBlock instance (pre_norm_block.h).
 // Thread safety: none (a model's).
 #pragma once
 
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "trainrun/core/rng.h"
@@ -29,7 +29,8 @@ class BlockStack {
     }
   }
 
-  // The stream and its two gradient buffers, [rows, dim] each.
+  // The stream and two gradient buffers (the blocks' and one for the input dropout's backward),
+  // [rows, dim] each.
   void bind_stream(Arena& acts, Arena& scratch, int64_t rows, int64_t dim, DType dt) {
     xs_.clear();
     for (size_t l = 0; l <= blocks_.size(); ++l) xs_.push_back(acts.take(dt, {rows, dim}));
@@ -70,21 +71,17 @@ class BlockStack {
   // From output_grad() back through the blocks and the input dropout; returns d(loss)/d(input)
   // (one of the two gradient buffers).
   Tensor backward(Backend& be, float p, uint64_t seed, const GradReadyFn& ready) const {
-    Tensor dcur = dres_[0], dnext = dres_[1];
     for (size_t l = blocks_.size(); l-- > 0;) {
       {
         const BackendRange range(be, names_[l].c_str());
-        blocks_[l]->backward(dnext, dcur, xs_[l], p, hash_combine(seed, 100 + l));  // overwrites
+        blocks_[l]->backward(dres_[0], xs_[l], p, hash_combine(seed, 100 + l));  // in place
       }
-      std::swap(dcur, dnext);
       if (ready) ready(blocks_[l]->param_begin(), blocks_[l]->param_end());
     }
-    if (p > 0) {
-      be.fill(dnext, 0.0);
-      be.dropout_backward(dnext, dcur, p, hash_combine(seed, 0));
-      std::swap(dcur, dnext);
-    }
-    return dcur;
+    if (p <= 0) return dres_[0];
+    be.fill(dres_[1], 0.0);
+    be.dropout_backward(dres_[1], dres_[0], p, hash_combine(seed, 0));
+    return dres_[1];
   }
 
  private:

@@ -18,6 +18,10 @@ void LayerNorm::forward(Tensor out, Tensor in) const {
   ps_.backend().layernorm(out, mean_, rstd_, in, ps_.param(w_), ps_.param(b_));
 }
 
+void LayerNorm::forward_residual(Tensor sum, Tensor out, Tensor x, Tensor y) const {
+  ps_.backend().residual_layernorm(sum, out, mean_, rstd_, x, y, ps_.param(w_), ps_.param(b_));
+}
+
 void LayerNorm::backward(Tensor din, Tensor dout, Tensor in) const {
   const GradWrite pw = ps_.grad_write(w_);  // the bias is written with the weight, always
   if (ps_.grad_write(b_) != pw)

@@ -24,7 +24,6 @@ void PreNormBlock<Norm, Ffn>::bind(Arena& acts, Arena& scratch, int64_t batch, i
   mo_ = acts.take(dt, {rows, dm});
   dmo_ = scratch.take(dt, {rows, dm});
   dn2_ = scratch.take(dt, {rows, dm});
-  dx1_ = scratch.take(dt, {rows, dm});
   dao_ = scratch.take(dt, {rows, dm});
   dn1_ = scratch.take(dt, {rows, dm});
 }
@@ -35,41 +34,42 @@ void PreNormBlock<Norm, Ffn>::forward(Tensor out, Tensor x, float dropout, uint6
   p_.norm1.forward(n1_, x);
   p_.attn.forward(ao_, n1_);
   if (dropout > 0) be.dropout(ao_, ao_, dropout, hash_combine(seed, 1));
-  be.add(x1_, x, ao_);
-  p_.norm2.forward(n2_, x1_);
+  p_.norm2.forward_residual(x1_, n2_, x, ao_);  // x1 = x + ao, n2 = norm2(x1)
   p_.ffn.forward(mo_, n2_);
   if (dropout > 0) be.dropout(mo_, mo_, dropout, hash_combine(seed, 2));
   be.add(out, x1_, mo_);
 }
 
 template <class Norm, class Ffn>
-void PreNormBlock<Norm, Ffn>::backward(Tensor dx, Tensor dout, Tensor x, float dropout,
+void PreNormBlock<Norm, Ffn>::backward(Tensor dstream, Tensor x, float dropout,
                                        uint64_t seed) const {
   Backend& be = ps_.backend();
   // The scratch is shared by all blocks. Each buffer is either overwritten by its first writer
-  // (the branches' input gradients, the residual copies) or zeroed before an op accumulates
-  // into it, so no pass zeroes the whole scratch (it was 3% of a step).
-  // out = x1 + drop(mo). Without dropout, mo's gradient is dout itself (the modules only read
-  // the gradient they are given), which saves a copy of the stream per residual branch.
-  Tensor dmo = dout.reshape({dmo_.dim(0), dmo_.dim(1)});
+  // (the branches' input gradients) or zeroed before an op accumulates into it, so no pass
+  // zeroes the whole scratch (it was 3% of a step).
+  // out = x1 + drop(mo): d(out) reaches x1 unchanged and mo through the dropout. Without
+  // dropout, mo's gradient is the stream's itself (the modules only read the gradient they are
+  // given), which saves a copy of the stream per residual branch.
+  const Tensor ds = dstream.reshape({dmo_.dim(0), dmo_.dim(1)});
+  Tensor dmo = ds;
   if (dropout > 0) {
     be.fill(dmo_, 0.0);
-    be.dropout_backward(dmo_, dout, dropout, hash_combine(seed, 2));
+    be.dropout_backward(dmo_, ds, dropout, hash_combine(seed, 2));
     dmo = dmo_;
   }
   p_.ffn.backward(dn2_, dmo, n2_, GradWrite::overwrite);
-  be.copy(dx1_, dout);
-  p_.norm2.backward(dx1_, dn2_, x1_);
-  // x1 = x + drop(ao)
-  Tensor dao = dx1_;
+  // d(x1) = d(out) + norm2's input gradient: accumulated in place, after the ffn has read d(out)
+  // (ops run in order), so the stream now holds d(x1).
+  p_.norm2.backward(ds, dn2_, x1_);
+  // x1 = x + drop(ao): the same again one branch down; the stream ends as d(x).
+  Tensor dao = ds;
   if (dropout > 0) {
     be.fill(dao_, 0.0);
-    be.dropout_backward(dao_, dx1_, dropout, hash_combine(seed, 1));
+    be.dropout_backward(dao_, ds, dropout, hash_combine(seed, 1));
     dao = dao_;
   }
   p_.attn.backward(dn1_, dao, n1_, GradWrite::overwrite);
-  be.copy(dx, dx1_);
-  p_.norm1.backward(dx, dn1_, x);
+  p_.norm1.backward(ds, dn1_, x);
 }
 
 // The two families' blocks (block.h, llama_block.h).

@@ -77,6 +77,12 @@ class CostRecorder final : public Backend {
                       Tensor b) override {
     add(Op::layernorm, 0, bytes_of({&out, &mean, &rstd, &in, &w, &b}));
   }
+  // A GPU folds the residual add into the norm: x and y read, sum written, then the norm's own
+  // write (the sum is reread from cache, not memory).
+  void residual_layernorm_impl(Tensor sum, Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor y,
+                               Tensor w, Tensor b) override {
+    add(Op::layernorm, 0, bytes_of({&sum, &out, &mean, &rstd, &x, &y, &w, &b}));
+  }
   void layernorm_backward_impl(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
                                Tensor mean, Tensor rstd, GradWrite) override {
     add(Op::layernorm_backward, 0, bytes_of({&din, &dw, &db, &dout, &in, &w, &mean, &rstd}));
@@ -116,6 +122,10 @@ class CostRecorder final : public Backend {
   }
   void rmsnorm_impl(Tensor out, Tensor rstd, Tensor in, Tensor w) override {
     add(Op::rmsnorm, 0, bytes_of({&out, &rstd, &in, &w}));
+  }
+  void residual_rmsnorm_impl(Tensor sum, Tensor out, Tensor rstd, Tensor x, Tensor y,
+                             Tensor w) override {
+    add(Op::rmsnorm, 0, bytes_of({&sum, &out, &rstd, &x, &y, &w}));
   }
   void rmsnorm_backward_impl(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd,
                              GradWrite) override {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -206,6 +207,67 @@ void add_matmul_gelu(std::vector<OpCase>& out, const Ctx& x) {
   }
 }
 
+// A block's residual add folded into the norm after it (residual_layernorm, residual_rmsnorm):
+// sum = x + y into its own tensor (as the blocks use it), and in place into x (sum may alias an
+// input: each element must be read before it is written). fused(be, a, sum, k) runs the op into
+// sum and the outputs named with suffix k (out, rstd, and for layernorm mean), unfused(...) the
+// same as add() then the plain norm. A third case runs both on the backend under test and
+// returns the squared difference of every output: the fused kernel must equal the two it
+// replaces bit for bit (0 exactly), since the models switched to it mid-project and a run must
+// not change its numbers for that.
+template <class Fused, class Unfused>
+void add_residual_norm_cases(std::vector<OpCase>& out, const Ctx& x, Op op, const std::string& what,
+                             Fused fused, Unfused unfused) {
+  const int64_t N = x.N, C = x.C;
+  const bool ln = op == Op::layernorm;
+  auto norm_tensors = [&](OpCase& f, const std::string& k, bool compared) {
+    const auto t = [&](const std::string& name, DType dt, std::vector<int64_t> shape) {
+      return compared ? output(name.c_str(), dt, std::move(shape))
+                      : scratch(name.c_str(), dt, std::move(shape));
+    };
+    f.tensors.push_back(t("out" + k, x.dt, {N, C}));
+    f.tensors.push_back(t("rstd" + k, x.st, {N}));
+    if (ln) f.tensors.push_back(t("mean" + k, x.st, {N}));
+  };
+  for (const bool in_place : {false, true}) {
+    OpCase f = x.make(op, in_place ? " residual in place" : " residual", what);
+    f.tensors = {
+        in_place ? inout("x", x.dt, {N, C}, -2.0f, 2.0f) : input("x", x.dt, {N, C}, -2.0f, 2.0f),
+        input("y", x.dt, {N, C}), input("w", x.dt, {C}, 0.5f, 1.5f), input("b", x.dt, {C})};
+    if (!in_place) f.tensors.push_back(output("sum", x.dt, {N, C}));
+    norm_tensors(f, "", true);
+    f.call = op_call([fused, in_place](Backend& be, const Args& a) {
+      fused(be, a, in_place ? a["x"] : a["sum"], "");
+    });
+    f.tol = x.tol(1e-4, 2e-2);
+    f.flops = (ln ? 9.0 : 5.0) * N * C;
+    f.bytes = x.es * 4.0 * N * C;
+    out.push_back(std::move(f));
+  }
+  OpCase e = x.make(op, " residual = add + norm", what);
+  e.tensors = {input("x", x.dt, {N, C}, -2.0f, 2.0f), input("y", x.dt, {N, C}),
+               input("w", x.dt, {C}, 0.5f, 1.5f),     input("b", x.dt, {C}),
+               scratch("sum", x.dt, {N, C}),          scratch("sum2", x.dt, {N, C})};
+  norm_tensors(e, "", false);
+  norm_tensors(e, "2", false);
+  e.call = [fused, unfused, ln](Backend& be, const Args& a) {
+    fused(be, a, a["sum"], "");
+    unfused(be, a, a["sum2"], "2");
+    double d = 0;
+    for (const char* k : {"sum", "out", "rstd", "mean"}) {
+      if (!ln && std::string_view(k) == "mean") continue;
+      const Tensor p = a[k], q = a[std::string(k) + "2"];
+      be.scale(q, -1.0);
+      be.add(q, p, q);
+      d += be.sum_squares(q);
+    }
+    return d;
+  };
+  e.tol = 0;
+  e.result_scale = 1;
+  out.push_back(std::move(e));
+}
+
 void add_layernorm(std::vector<OpCase>& out, const Ctx& x) {
   const int64_t N = x.N, C = x.C;
   const std::string what = "rows=" + std::to_string(N) + " C=" + std::to_string(C);
@@ -223,6 +285,16 @@ void add_layernorm(std::vector<OpCase>& out, const Ctx& x) {
   f.flops = 8.0 * N * C;
   f.bytes = x.es * 2.0 * N * C;
   out.push_back(std::move(f));
+  add_residual_norm_cases(
+      out, x, Op::layernorm, what,
+      [](Backend& be, const Args& a, Tensor sum, const std::string& k) {
+        be.residual_layernorm(sum, a["out" + k], a["mean" + k], a["rstd" + k], a["x"], a["y"],
+                              a["w"], a["b"]);
+      },
+      [](Backend& be, const Args& a, Tensor sum, const std::string& k) {
+        be.add(sum, a["x"], a["y"]);
+        be.layernorm(a["out" + k], a["mean" + k], a["rstd" + k], sum, a["w"], a["b"]);
+      });
 
   // The backward starts from statistics the reference computed (rounded as stored), so both
   // backends differentiate at the same point.
@@ -452,6 +524,15 @@ void add_rmsnorm(std::vector<OpCase>& out, const Ctx& x) {
   f.flops = 4.0 * N * C;
   f.bytes = x.es * 2.0 * N * C;
   out.push_back(std::move(f));
+  add_residual_norm_cases(
+      out, x, Op::rmsnorm, what,
+      [](Backend& be, const Args& a, Tensor sum, const std::string& k) {
+        be.residual_rmsnorm(sum, a["out" + k], a["rstd" + k], a["x"], a["y"], a["w"]);
+      },
+      [](Backend& be, const Args& a, Tensor sum, const std::string& k) {
+        be.add(sum, a["x"], a["y"]);
+        be.rmsnorm(a["out" + k], a["rstd" + k], sum, a["w"]);
+      });
 
   OpCase b = x.make(Op::rmsnorm_backward, "", what);
   b.tensors = {grad("din", x.dt, {N, C}),         grad("dw", x.gt, {C}),

@@ -216,11 +216,19 @@ class Backend {
   // din += ; dw, db += (or =, with param_write overwrite).
   void layernorm_backward(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
                           Tensor mean, Tensor rstd, GradWrite param_write = GradWrite::accumulate);
+  // The residual add and the layernorm after it (a pre-norm block's x1 = x + attn, norm2(x1)), in
+  // one op where the backend can fuse them (a GPU reads the rows once instead of three times):
+  // sum = x + y as add(), then layernorm(out, mean, rstd, sum, w, b) on the stored (rounded) sum.
+  // sum may alias x or y.
+  void residual_layernorm(Tensor sum, Tensor out, Tensor mean, Tensor rstd, Tensor x, Tensor y,
+                          Tensor w, Tensor b);
   // RMSNorm over the last dim: out = in * rstd * w; rstd [rows] = 1 / sqrt(mean(in^2) + 1e-5),
   // saved for backward. din [rows,C] += ; dw [C] += (or =, with param_write overwrite).
   void rmsnorm(Tensor out, Tensor rstd, Tensor in, Tensor w);
   void rmsnorm_backward(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd,
                         GradWrite param_write = GradWrite::accumulate);
+  // sum = x + y, then rmsnorm(out, rstd, sum, w): residual_layernorm's RMSNorm counterpart.
+  void residual_rmsnorm(Tensor sum, Tensor out, Tensor rstd, Tensor x, Tensor y, Tensor w);
   // GELU, tanh approximation (GPT-2's)
   void gelu(Tensor out, Tensor in);
   // din += (or =) gelu'(in) * dout; with GradWrite::overwrite din may be dout (in place).
@@ -333,6 +341,11 @@ class Backend {
   virtual void layernorm_backward_impl(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in,
                                        Tensor w, Tensor mean, Tensor rstd,
                                        GradWrite param_write) = 0;
+  // Defaults (the CPU, the reference): add_impl, then the norm's implementation on the sum.
+  virtual void residual_layernorm_impl(Tensor sum, Tensor out, Tensor mean, Tensor rstd, Tensor x,
+                                       Tensor y, Tensor w, Tensor b);
+  virtual void residual_rmsnorm_impl(Tensor sum, Tensor out, Tensor rstd, Tensor x, Tensor y,
+                                     Tensor w);
   virtual void gelu_impl(Tensor out, Tensor in) = 0;
   virtual void gelu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) = 0;
   virtual void relu_impl(Tensor out, Tensor in) = 0;

@@ -12,6 +12,8 @@ class LayerNorm {
   LayerNorm(ParamStore& ps, const std::string& name, int dim);
   void bind(Arena& acts, int64_t rows);
   void forward(Tensor out, Tensor in) const;
+  // sum = x + y (a residual add), then out = forward(sum), in one op (Backend::residual_layernorm).
+  void forward_residual(Tensor sum, Tensor out, Tensor x, Tensor y) const;
   void backward(Tensor din, Tensor dout, Tensor in) const;
 
  private:

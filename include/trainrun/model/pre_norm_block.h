@@ -1,8 +1,9 @@
 // PreNormBlock: the residual structure the transformer families share,
 //   x1 = x + drop(attn(norm1(x)));  out = x1 + drop(ffn(norm2(x1))),
-// over a normalisation (LayerNorm, RMSNorm) and a feed-forward module (MLP, SwiGluMLP), each
-// with bind(acts[, scratch], rows), forward(out, in) and backward(din, dout, in, GradWrite)
-// (din +=, or = with GradWrite::overwrite).
+// over a normalisation (LayerNorm, RMSNorm: bind(acts, rows), forward(out, in),
+// forward_residual(sum, out, x, y), backward(din +=, dout, in)) and a feed-forward module (MLP,
+// SwiGluMLP: bind(acts, scratch, rows), forward(out, in), backward(din, dout, in, GradWrite),
+// din += or = with GradWrite::overwrite).
 // TransformerBlock (block.h) and LlamaBlock (llama_block.h) are its two instances; they choose
 // the parts and their parameter names.
 #pragma once
@@ -34,8 +35,10 @@ class PreNormBlock {
   // Activations are per block; gradient scratch is shared by all blocks (one backward at a time).
   void bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq, const Tensor* doc_start);
   void forward(Tensor out, Tensor x, float dropout, uint64_t seed) const;
-  // dx = d(loss)/dx (overwritten: dx's old contents are never read). Reuses the shared scratch.
-  void backward(Tensor dx, Tensor dout, Tensor x, float dropout, uint64_t seed) const;
+  // The residual stream's gradient, in place: dstream holds d(loss)/d(out) and becomes
+  // d(loss)/d(x). Both residual branches add their input gradients into it, so the stream is
+  // never copied. Reuses the shared scratch.
+  void backward(Tensor dstream, Tensor x, float dropout, uint64_t seed) const;
   int64_t param_begin() const { return begin_; }
   int64_t param_end() const { return end_; }
 
@@ -52,8 +55,8 @@ class PreNormBlock {
   int64_t begin_, end_ = 0;  // this block's range of the flat buffers
   Parts p_;
   int dim_;
-  Tensor n1_, ao_, x1_, n2_, mo_;       // activations
-  Tensor dmo_, dn2_, dx1_, dao_, dn1_;  // gradient scratch
+  Tensor n1_, ao_, x1_, n2_, mo_;  // activations
+  Tensor dmo_, dn2_, dao_, dn1_;   // gradient scratch
 };
 
 }  // namespace trainrun

@@ -14,6 +14,8 @@ class RMSNorm {
   RMSNorm(ParamStore& ps, const std::string& name, int dim);
   void bind(Arena& acts, int64_t rows);
   void forward(Tensor out, Tensor in) const;
+  // sum = x + y (a residual add), then out = forward(sum), in one op (Backend::residual_rmsnorm).
+  void forward_residual(Tensor sum, Tensor out, Tensor x, Tensor y) const;
   // din += d(loss)/d(in); the weight's gradient accumulates into the store.
   void backward(Tensor din, Tensor dout, Tensor in) const;
 
