@@ -151,8 +151,9 @@ t0=$(date +%s)
 GPT2=(--set distributed.nproc=1 --set train.precision=bf16 --set train.steps=10 --set logging.every=1
       --set checkpoint.every=100000 --set train.eval_every=100000 --set data.train= --set data.val=
       --set "data.text=$DATA" --set train.batch_size=16 --set train.micro_batch_size=16)
-# Steps 5-7 are also traced op by op (each op synchronised, so they are slower; the figures come
-# from the last step, untraced): the per-op table below says where a GPU step goes.
+# Steps 5-7 are also traced op by op (each op between two CUDA events, no waiting; the first op
+# of a step waits once for the device; the figures come from the last step, untraced): the per-op
+# table below says where a GPU step goes.
 PROFILE=(--profile 5:8)
 GPT2_CAP=180
 # The sim interprets the kernels: two traced steps of the shrunk model take minutes there.
@@ -185,7 +186,7 @@ print(f"step {t * 1e3:.1f} ms measured, {s * 1e3:.1f} ms predicted ({100 * (s - 
       f"MFU predicted {100 * mfu:.1f}%; {mem}")' "$LOGDIR/gpt2-plan.json" "$LOGDIR/gpt2/logs/rank-0.log" "$st")"
 fi
 # The per-kernel table: the ops that take the most time in a traced step (trace/ops-rank-0.txt:
-# calls and ms per step, each op synchronised) beside the plan's FLOPs and bytes for the same op
+# calls and device ms per step, from CUDA events) beside the plan's FLOPs and bytes for the same op
 # and step: achieved TFLOP/s and GB/s against the GPU's peaks, and the roofline's prediction.
 if [ -f "$LOGDIR/gpt2/trace/ops-rank-0.txt" ] && [ -f "$LOGDIR/gpt2-plan.json" ]; then
   while IFS=$'\t' read -r op line; do

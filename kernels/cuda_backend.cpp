@@ -25,20 +25,16 @@
 #include <string>
 #include <vector>
 
+#include "cuda_check.h"
 #include "launch.h"
 #include "matmul.h"
+#include "op_events.h"
 #include "plugin_api.h"
 #include "trainrun/backend/backend.h"
 #include "trainrun/core/errors.h"
 
 namespace trainrun::cuda {
 namespace {
-
-void cuda_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw DeviceError(std::string(what) + ": " + cudaGetErrorString(e) + " (CUDA error " +
-                      std::to_string(static_cast<int>(e)) + ")");
-}
 
 int select_device(int ordinal) {
   cuda_check(cudaSetDevice(ordinal), "cudaSetDevice");
@@ -124,6 +120,21 @@ class CudaBackend final : public Backend {
   }
 
  protected:
+  // Observed ops are timed by events on the device (op_events.h), not by a wait after each.
+  bool op_time_begin() override {
+    on_device();
+    op_events_.begin();
+    return true;
+  }
+  void op_time_end(Op op) override {
+    on_device();
+    op_events_.end(op);
+  }
+  void report_op_times_impl(OpObserver& o) override {
+    on_device();
+    op_events_.report(o);
+  }
+
   // Any two of host and device (cudaMemcpy infers the direction from the pointers).
   void copy_impl(Tensor dst, Tensor src) override {
     if (dst.device == Device::cpu && src.device == Device::cpu) {
@@ -489,6 +500,7 @@ class CudaBackend final : public Backend {
   std::vector<AdamWRunDevice> runs_host_;
   unsigned long long* bad_id_ = nullptr;  // kIdChecks flags, kNoBadId when none (id_flag)
   std::vector<IdCheck> pending_;          // the ops whose flags are not read back yet
+  OpEvents op_events_;                    // observed ops' device timing
 };
 
 void set_err(char* err, size_t errlen, const std::string& msg) {

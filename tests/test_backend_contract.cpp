@@ -100,6 +100,27 @@ class FakeBackend final : public Backend {
   }
   void adamw_impl(Tensor, Tensor, Tensor, Tensor, const AdamWParams&) override { ++calls["adamw"]; }
 
+  // Device op timing, when device_timing: begin counts, end marks, report tells them in order
+  // (op i from time i to i + 0.5).
+  bool op_time_begin() override {
+    if (device_timing) ++begun;
+    return device_timing;
+  }
+  void op_time_end(Op op) override { marked.push_back(op); }
+  void report_op_times_impl(OpObserver& o) override {
+    for (size_t i = 0; i < marked.size(); ++i)
+      o.op_done(marked[i], static_cast<double>(reported + i),
+                static_cast<double>(reported + i) + 0.5, OpClock::device);
+    reported += marked.size();
+    marked.clear();
+  }
+
+ public:
+  bool device_timing = false;
+  int begun = 0;
+  std::vector<Op> marked;
+  size_t reported = 0;
+
  public:
   // Lets a test report a device-side bad id the way the CUDA backend does.
   [[noreturn]] static void report_bad_id(Op op, int64_t index, int64_t value, int64_t limit) {
@@ -124,6 +145,20 @@ struct Mem {
   }
   Tensor ids(std::initializer_list<int64_t> shape, Device dev = Device::cpu) {
     return Tensor(i.data(), DType::i32, dev, shape);
+  }
+};
+
+// An op observer that keeps what it is told.
+struct OpLog : OpObserver {
+  std::vector<Op> ops;
+  std::vector<OpClock> clocks;
+  bool ordered = true;  // every op's t0 <= t1, and no op starts before the previous one
+  double last_t0 = -1e300;
+  void op_done(Op op, double t0, double t1, OpClock clock) override {
+    ops.push_back(op);
+    clocks.push_back(clock);
+    ordered = ordered && t0 <= t1 && t0 >= last_t0;
+    last_t0 = t0;
   }
 };
 
@@ -231,10 +266,7 @@ TEST_CASE("a valid call reaches the implementation exactly once") {
 }
 
 TEST_CASE("the residual norms default to add, then the norm, as one observed op") {
-  struct Log : OpObserver {
-    std::vector<Op> ops;
-    void op_done(Op op, double, double) override { ops.push_back(op); }
-  } log;
+  OpLog log;
   Mem m;
   const DType f = DType::f32;
   FakeBackend fake(Device::cpu, {f});
@@ -248,14 +280,7 @@ TEST_CASE("the residual norms default to add, then the norm, as one observed op"
 }
 
 TEST_CASE("an op observer is told every op that ran, once, and no refused call") {
-  struct Log : OpObserver {
-    std::vector<Op> ops;
-    bool ordered = true;
-    void op_done(Op op, double t0, double t1) override {
-      ops.push_back(op);
-      ordered = ordered && t0 <= t1;
-    }
-  } log;
+  OpLog log;
   Mem m;
   const DType f = DType::f32;
   FakeBackend fake(Device::cpu, {f});
@@ -270,6 +295,35 @@ TEST_CASE("an op observer is told every op that ran, once, and no refused call")
   fake.relu(m.t(f, {24}), m.t(f, {4, 6}));  // after: not told
   CHECK(log.ops == std::vector<Op>{Op::matmul, Op::matmul_backward, Op::sum_squares});
   CHECK(log.ordered);
+  CHECK(log.clocks == std::vector<OpClock>(3, OpClock::host));
+}
+
+TEST_CASE("device-timed ops reach the observer at report_op_times, in order, none that threw") {
+  OpLog log;
+  Mem m;
+  const DType f = DType::f32;
+  const Device d = Device::cuda;
+  FakeBackend gpu(d, {f});
+  gpu.device_timing = true;
+  gpu.gelu(m.t(f, {24}, d), m.t(f, {4, 6}, d));  // unobserved: not timed at all
+  CHECK(gpu.begun == 0);
+  gpu.set_op_observer(&log);
+  gpu.matmul(m.t(f, {4, 4}, d), m.t(f, {4, 6}, d), m.t(f, {4, 6}, d), {});
+  gpu.on_embedding = [](Tensor) { FakeBackend::report_bad_id(Op::embedding, 1, 7, 6); };
+  CHECK_THROWS_AS(gpu.embedding(m.t(f, {3, 4}, d), m.ids({3}, d), m.t(f, {6, 4}, d)), DataError);
+  CHECK_THROWS_AS(gpu.gelu(m.t(f, {23}, d), m.t(f, {4, 6}, d)), std::invalid_argument);
+  gpu.relu(m.t(f, {24}, d), m.t(f, {4, 6}, d));
+  CHECK(log.ops.empty());  // nothing yet: the device's times come at the report
+  CHECK(gpu.begun == 3);   // matmul, embedding (which threw), relu; the refused gelu never began
+  gpu.report_op_times();
+  CHECK(log.ops == std::vector<Op>{Op::matmul, Op::relu});
+  gpu.add(m.t(f, {24}, d), m.t(f, {24}, d), m.t(f, {24}, d));
+  gpu.set_op_observer(nullptr);  // reports the rest to the observer being replaced
+  CHECK(log.ops == std::vector<Op>{Op::matmul, Op::relu, Op::add});
+  CHECK(log.clocks == std::vector<OpClock>(3, OpClock::device));
+  CHECK(log.ordered);
+  gpu.report_op_times();  // no observer: nothing to tell, nothing marked
+  CHECK(gpu.marked.empty());
 }
 
 TEST_CASE("supports() is the contract: an unsupported dtype is refused up front") {

@@ -3,6 +3,7 @@
 // byte of a new allocation 0xFF (NaN in f32 and bf16: what a kernel reads without anyone having
 // written it shows up in the comparison against the CPU), copies and memsets checked against the
 // allocations they touch, and the errors a kernel "fault" leaves for the next call, as a GPU does.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -310,9 +311,14 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, size_t bytes, cudaStream_t) {
   return cudaMemset(ptr, value, bytes);
 }
 
-// Streams and events: work is done when it is issued, so they only need to exist.
+// Streams and events: work is done when it is issued, so streams only need to exist, and an
+// event's time is the host's clock when it is recorded (all work before it is done then).
 struct CUstream_st {};
-struct CUevent_st {};
+struct CUevent_st {
+  bool timing = true;  // created without cudaEventDisableTiming
+  bool recorded = false;
+  std::chrono::steady_clock::time_point at;
+};
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned) {
   *stream = new CUstream_st;
@@ -328,8 +334,9 @@ cudaError_t cudaStreamSynchronize(cudaStream_t) {
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
   return event ? cudaSuccess : cudaErrorInvalidResourceHandle;
 }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) {
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
   *event = new CUevent_st;
+  (*event)->timing = (flags & cudaEventDisableTiming) == 0;
   return cudaSuccess;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
@@ -337,11 +344,24 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
-  return event ? cudaSuccess : cudaErrorInvalidResourceHandle;
+  if (!event) return cudaErrorInvalidResourceHandle;
+  event->recorded = true;
+  event->at = std::chrono::steady_clock::now();
+  return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   return event ? take_pending() : cudaErrorInvalidResourceHandle;
 }
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   return event ? cudaSuccess : cudaErrorInvalidResourceHandle;
+}
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (!ms || !start || !end || !start->timing || !end->timing || !start->recorded ||
+      !end->recorded) {
+    return set_error(cudaErrorInvalidResourceHandle,
+                     "cudaEventElapsedTime: an event is null, was created with "
+                     "cudaEventDisableTiming, or was never recorded");
+  }
+  *ms = std::chrono::duration<float, std::milli>(end->at - start->at).count();
+  return cudaSuccess;
 }

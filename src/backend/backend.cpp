@@ -55,21 +55,30 @@ void Backend::fail_out_of_range_id(Op op, const char* name, int64_t index, int64
   throw out_of_range_id(op, name, index, value, limit);
 }
 
-namespace {
-// Reports one op's wall time to the backend's observer (trainrun --profile), if it has one. A
-// device backend is synchronised first, so the time is the op's, not its launch's; unobserved,
-// this costs a pointer test. The op is also a profiler range named for it (range_push).
+// Reports one op's time to the backend's observer (trainrun --profile), if it has one: marked on
+// the device where the backend times ops there (reported later, report_op_times), else the wall
+// time around the call, a device backend synchronised first so the time is the op's and not its
+// launch's. Unobserved, this costs a pointer test. The op is also a profiler range named for it
+// (range_push). An op that throws is not reported.
 class OpTimer {
  public:
-  OpTimer(Backend& be, Op op) : be_(be), op_(op), t0_(be.op_observer() ? OpObserver::now() : 0.0) {
+  OpTimer(Backend& be, Op op)
+      : be_(be),
+        op_(op),
+        device_(be.op_observer() && be.op_time_begin()),
+        t0_(be.op_observer() && !device_ ? OpObserver::now() : 0.0) {
     be_.range_push(op_name(op));
   }
   ~OpTimer() {
     be_.range_pop();
     OpObserver* o = be_.op_observer();
     if (!o || std::uncaught_exceptions() > 0) return;
+    if (device_) {
+      be_.op_time_end(op_);
+      return;
+    }
     if (be_.device() != Device::cpu) be_.synchronize();
-    o->op_done(op_, t0_, OpObserver::now());
+    o->op_done(op_, t0_, OpObserver::now(), OpClock::host);
   }
   OpTimer(const OpTimer&) = delete;
   OpTimer& operator=(const OpTimer&) = delete;
@@ -77,9 +86,13 @@ class OpTimer {
  private:
   Backend& be_;
   Op op_;
+  bool device_;
   double t0_;
 };
-}  // namespace
+
+void Backend::report_op_times() {
+  if (observer_) report_op_times_impl(*observer_);
+}
 
 double OpObserver::now() {
   return trainrun::now();

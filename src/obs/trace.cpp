@@ -70,11 +70,23 @@ struct Tracer::Impl {
   Mutex mu;  // the step loop's and the communication thread's spans
   std::vector<Event> events GUARDED_BY(mu);
   std::map<std::thread::id, int> tids GUARDED_BY(mu);  // 0: the tracer's maker; then 1, 2, ...
+  std::map<std::string, int> tracks GUARDED_BY(mu);    // named rows: kFirstTrack, ...
+  static constexpr int kFirstTrack = 1000;             // above any thread's row
 
-  void record(const char* name, const char* cat, double t0, double t1) {
+  void record(const char* name, const char* cat, double t0, double t1,
+              const char* track = nullptr) {
     MutexLock lock(mu);
+    const int tid = track ? track_locked(track) : tid_locked();
     events.push_back(
-        {name, cat, t0 * 1e6, (t1 - t0) * 1e6, tid_locked(), step.load(std::memory_order_relaxed)});
+        {name, cat, t0 * 1e6, (t1 - t0) * 1e6, tid, step.load(std::memory_order_relaxed)});
+  }
+
+  int track_locked(const std::string& name) REQUIRES(mu) {
+    auto it = tracks.find(name);
+    if (it != tracks.end()) return it->second;
+    const int t = kFirstTrack + static_cast<int>(tracks.size());
+    tracks.emplace(name, t);
+    return t;
   }
 
   int tid_locked() REQUIRES(mu) {
@@ -102,6 +114,11 @@ struct Tracer::Impl {
           t == 0   ? "main"
           : t == 1 ? "comm"
                    : fmt::format("thread {}", t));
+    for (const auto& [name, t] : tracks)
+      out += fmt::format(
+          ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{},\"tid\":{},"
+          "\"args\":{{\"name\":{}}}}}",
+          rank, t, json_quote(name));
     for (const Event& e : events)
       out += fmt::format(
           ",\n{{\"name\":{},\"cat\":{},\"ph\":\"X\",\"ts\":{:.3f},\"dur\":{:.3f},"
@@ -149,8 +166,8 @@ struct Tracer::Impl {
               [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
     const double n = static_cast<double>(steps);
     std::string out = fmt::format(
-        "# trainrun --profile: wall time per backend op, rank {}, {} traced step(s), per step\n"
-        "# (a device backend synchronises after every op while traced)\n"
+        "# trainrun --profile: time per backend op, rank {}, {} traced step(s), per step\n"
+        "# (CPU: wall time; CUDA: device time between events around each op, no waiting)\n"
         "{:<26} {:>10} {:>10} {:>8}\n",
         rank, steps, "op", "calls", "ms", "% step");
     for (const auto& [name, cu] : rows)
@@ -201,8 +218,8 @@ bool Tracer::active() const {
   return impl_->on.load(std::memory_order_relaxed);
 }
 
-void Tracer::span(const char* name, const char* cat, double t0, double t1) {
-  if (active()) impl_->record(name, cat, t0, t1);
+void Tracer::span(const char* name, const char* cat, double t0, double t1, const char* track) {
+  if (active()) impl_->record(name, cat, t0, t1, track);
 }
 
 void Tracer::flush() {

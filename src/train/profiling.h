@@ -15,11 +15,15 @@
 namespace trainrun {
 
 // Under --profile, every backend op of a traced step becomes a span of category "op", which the
-// tracer also sums per op (trace/ops-rank-N.txt): where the step's time goes, op by op.
+// tracer also sums per op (trace/ops-rank-N.txt): where the step's time goes, op by op. Ops timed
+// on the device go on a "device" row of their own: the GPU runs them after the host queued them,
+// so they do not nest inside the host's phases.
 class OpSpans : public OpObserver {
  public:
   explicit OpSpans(Tracer& t) : t_(t) {}
-  void op_done(Op op, double t0, double t1) override { t_.span(op_name(op), "op", t0, t1); }
+  void op_done(Op op, double t0, double t1, OpClock clock) override {
+    t_.span(op_name(op), "op", t0, t1, clock == OpClock::device ? "device" : nullptr);
+  }
 
  private:
   Tracer& t_;

@@ -1,6 +1,7 @@
 """Training on the CPU-executed CUDA device: the CUDA plugin's own sources, compiled by the host
 compiler into libtrainrun_cudasim.so (kernels/sim/), loaded through TRAINRUN_CUDA_PLUGIN exactly
 as trainrun loads the real plugin, against the CPU backend on the same runs."""
+import json
 import pathlib
 import shutil
 import struct
@@ -117,6 +118,36 @@ def test_out_of_range_token_gives_the_cpu_error(quickstart, tmp_path, sim_env):
         errors[device] = [l for l in p.stderr.splitlines() if "40" in l and "vocab" in l.lower()]
         assert errors[device], p.stderr
     assert errors["cpu"][0].split("error")[-1] == errors["cuda"][0].split("error")[-1]
+
+
+def test_profiled_ops_are_timed_on_the_device_by_events(quickstart, tmp_path, sim_env):
+    # --profile on a GPU times each op between CUDA events on the stream (kernels/op_events.*),
+    # without a wait per op: the ops arrive at the step's end and go on a "device" row of the
+    # trace, one after another as the stream ran them, inside their step; the op table sums them.
+    rd = tmp_path / "run"
+    p = run([quickstart, *sets(*GPT, "train.steps=4", "device=cuda"), "--profile", "2:4",
+             "--run-dir", str(rd)], env=sim_env, check=0, timeout=600)
+    assert "cudasim" in p.stderr
+    ev = json.loads((rd / "trace" / "rank-0.json").read_text())["traceEvents"]
+    rows = {e["tid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+    spans = [e for e in ev if e["ph"] == "X"]
+    ops = [e for e in spans if e["cat"] == "op"]
+    steps = [e for e in spans if e["name"] == "step"]
+    assert len(steps) == 2
+    assert {"matmul", "matmul_backward", "attention", "cross_entropy", "adamw"} <= {
+        e["name"] for e in ops}
+    assert {rows[e["tid"]] for e in ops} == {"device"}
+    assert all(rows[e["tid"]] != "device" for e in spans if e["cat"] != "op")
+    for a, b in zip(ops, ops[1:]):  # the stream runs one op after another
+        assert b["ts"] >= a["ts"] + a["dur"] - 1.0, (a, b)  # 1 us: the trace's rounding
+    for s in steps:
+        inside = [o for o in ops if o["args"]["step"] == s["args"]["step"]]
+        assert inside and all(s["ts"] - 1.0 <= o["ts"] <= s["ts"] + s["dur"] + 1.0 for o in inside)
+    table = (rd / "trace" / "ops-rank-0.txt").read_text()
+    assert "CUDA: device time between events" in table
+    mm = [o["dur"] for o in ops if o["name"] == "matmul"]
+    row = [l.split() for l in table.splitlines() if l.startswith("matmul ")][0]
+    assert float(row[1]) == len(mm) / 2
 
 
 def test_the_step_is_annotated_with_balanced_nvtx_ranges(quickstart, tmp_path, sim_env):

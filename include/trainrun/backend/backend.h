@@ -114,13 +114,23 @@ const char* op_name(Op op);
 // How a backward op writes an input gradient: add to it (the default), or replace it.
 enum class GradWrite : uint8_t { accumulate, overwrite };
 
-// Told the wall time of every op a backend runs while it is set (Backend::set_op_observer):
-// what `trainrun --profile` tabulates per op. Device backends synchronise after each observed
-// op, so an observed step runs slower than an unobserved one.
+// Which clock an op's time was taken on (OpObserver::op_done).
+enum class OpClock : uint8_t {
+  host,    // wall time around the call (the CPU; a device synchronised after the op)
+  device,  // the device's own timestamps around the op's work (CUDA events), mapped onto the
+           // steady clock; reported in order at Backend::report_op_times, not as the op runs
+};
+
+// Told the time of every op a backend runs while it is set (Backend::set_op_observer): what
+// `trainrun --profile` tabulates per op. The CPU reports each op's wall time as it returns. A
+// backend that times ops on the device (CUDA: a pair of events around each, no waiting) reports
+// them later, in call order, when report_op_times() runs (set_op_observer runs it too); any
+// other device backend synchronises after each observed op and reports wall time.
 class OpObserver {
  public:
   virtual ~OpObserver() = default;
-  virtual void op_done(Op op, double t0, double t1) = 0;  // steady-clock seconds (now())
+  // t0, t1: steady-clock seconds (now()), on `clock`.
+  virtual void op_done(Op op, double t0, double t1, OpClock clock) = 0;
   static double now();
 };
 
@@ -183,9 +193,16 @@ class Backend {
   void copy(Tensor dst, Tensor src);
   void fill(Tensor x, double value);  // any dtype; an empty tensor is a no-op
   virtual void synchronize() {}
-  // nullptr (the default) observes nothing; the observer must outlive its setting.
-  void set_op_observer(OpObserver* o) { observer_ = o; }
+  // nullptr (the default) observes nothing; the observer must outlive its setting. The old
+  // observer is first told the device-timed ops it has not been told yet (report_op_times).
+  void set_op_observer(OpObserver* o) {
+    report_op_times();
+    observer_ = o;
+  }
   OpObserver* op_observer() const { return observer_; }
+  // Tells the observer the device-timed ops it has not been told yet, in call order; waits for
+  // the device when there are any. Nothing to do on a backend that reports ops as they return.
+  void report_op_times();
   // Named ranges for a GPU profiler (NVTX on CUDA: `nsys` shows them over the kernels): every op
   // is one, named for it, and the trainer's phases and the model's blocks wrap theirs
   // (BackendRange). No-ops on the CPU. Every push has its pop, on the same thread.
@@ -386,12 +403,22 @@ class Backend {
   virtual void adamw_runs_impl(Tensor param, Tensor grad, Tensor m, Tensor v, const AdamWParams& hp,
                                const std::vector<AdamWRun>& runs);
 
+  // Device op timing (OpClock::device), for a backend that can: op_time_begin() is called before
+  // an observed op and returns true when the backend will time it (it marks the op's start on
+  // the device; false, the default: the op is timed on the host); op_time_end(op) marks its end
+  // after the op returned (not after one that threw); report_op_times_impl(o) waits for the
+  // device and tells `o` every marked op since the last report, in order.
+  virtual bool op_time_begin() { return false; }
+  virtual void op_time_end(Op op) { (void)op; }
+  virtual void report_op_times_impl(OpObserver& o) { (void)o; }
+
   // The DataError for a token id outside [0, limit) at position `index` of `name`, worded the
   // same on every backend.
   [[noreturn]] static void fail_out_of_range_id(Op op, const char* name, int64_t index,
                                                 int64_t value, int64_t limit);
 
  private:
+  friend class OpTimer;  // backend.cpp: times each public op for the observer
   OpObserver* observer_ = nullptr;
 };
 

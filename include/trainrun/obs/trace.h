@@ -22,7 +22,9 @@ class Tracer {
   bool covers(int64_t from, int64_t to) const;
   std::string window() const;  // "A:B" as given
   // A complete event ("ph":"X") from t0 to t1 (seconds, steady clock); `cat` e.g. "phase", "comm".
-  void span(const char* name, const char* cat, double t0, double t1);
+  // It goes on the calling thread's row, or with `track` on a row of that name (e.g. "device":
+  // times the GPU took, which do not nest inside the host's spans).
+  void span(const char* name, const char* cat, double t0, double t1, const char* track = nullptr);
   void flush();                      // writes the file now
   std::string written_file() const;  // the trace file once written, else ""
 

@@ -62,6 +62,7 @@ using cudaEvent_t = CUevent_st*;
 // The legacy default stream handle; 0 (nullptr) names the same stream.
 #define cudaStreamLegacy (reinterpret_cast<cudaStream_t>(0x1))
 #define cudaStreamNonBlocking 0x01
+#define cudaEventDefault 0x00
 #define cudaEventDisableTiming 0x02
 
 struct cudaDeviceProp {
@@ -114,6 +115,10 @@ cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventQuery(cudaEvent_t event);
+// Milliseconds between two recorded events, both created without cudaEventDisableTiming (else
+// cudaErrorInvalidResourceHandle, as the toolkit documents; one not yet recorded:
+// cudaErrorInvalidResourceHandle too, the toolkit's cudaErrorNotReady aside).
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end);
 
 // The kernel is identified by its address, as the runtime does with the host stub.
 cudaError_t trainrun_sim_func_set_attribute(const void* kernel, cudaFuncAttribute attr, int value);

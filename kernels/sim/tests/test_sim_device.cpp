@@ -5,6 +5,7 @@
 // missing __syncthreads leaves and stays silent when the barrier is there.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -357,3 +358,28 @@ TEST_CASE("racecheck names the hazard a missing __syncthreads leaves, and only t
   CHECK(m.find("no thread of the block wrote") != std::string::npos);
 }
 #endif
+
+TEST_CASE("events time the work between them, and only timing events can be timed") {
+  cudaEvent_t a = nullptr, b = nullptr, untimed = nullptr, unrecorded = nullptr;
+  REQUIRE(cudaEventCreateWithFlags(&a, cudaEventDefault) == cudaSuccess);
+  REQUIRE(cudaEventCreateWithFlags(&b, cudaEventDefault) == cudaSuccess);
+  REQUIRE(cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming) == cudaSuccess);
+  REQUIRE(cudaEventCreateWithFlags(&unrecorded, cudaEventDefault) == cudaSuccess);
+  REQUIRE(cudaEventRecord(a) == cudaSuccess);
+  REQUIRE(cudaEventRecord(untimed) == cudaSuccess);
+  // Work on the stream between the two (the sim does it as it is issued).
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(20)) {
+  }
+  REQUIRE(cudaEventRecord(b) == cudaSuccess);
+  float ms = -1;
+  REQUIRE(cudaEventElapsedTime(&ms, a, b) == cudaSuccess);
+  CHECK(ms >= 20.0f);
+  CHECK(ms < 20000.0f);
+  CHECK(cudaEventElapsedTime(&ms, a, untimed) == cudaErrorInvalidResourceHandle);
+  cudaError_t code;
+  CHECK(std::string(last_error(&code)).find("cudaEventDisableTiming") != std::string::npos);
+  CHECK(cudaEventElapsedTime(&ms, unrecorded, b) == cudaErrorInvalidResourceHandle);
+  cudaGetLastError();
+  for (cudaEvent_t e : {a, b, untimed, unrecorded}) cudaEventDestroy(e);
+}
