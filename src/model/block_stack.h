@@ -60,11 +60,16 @@ class BlockStack {
     return blocks_.empty() ? if_empty : blocks_.back()->param_end();
   }
 
-  void forward(Backend& be, float p, uint64_t seed) const {
+  // `final`: the norm after the stream and its output (final.out = final.norm(output())), fused
+  // into the last block's residual add as each block's last add is into the next one's norm1.
+  void forward(Backend& be, float p, uint64_t seed, typename Block::NormOut final) const {
     if (p > 0) be.dropout(xs_[0], xs_[0], p, hash_combine(seed, 0));
+    if (blocks_.empty()) final.norm->forward(final.out, xs_[0]);
     for (size_t l = 0; l < blocks_.size(); ++l) {
       const BackendRange range(be, names_[l].c_str());
-      blocks_[l]->forward(xs_[l + 1], xs_[l], p, hash_combine(seed, 100 + l));
+      const auto next = l + 1 < blocks_.size() ? blocks_[l + 1]->input_norm() : final;
+      blocks_[l]->forward(xs_[l + 1], xs_[l], p, hash_combine(seed, 100 + l), /*normed=*/l > 0,
+                          next);
     }
   }
 

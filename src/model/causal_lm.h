@@ -121,8 +121,9 @@ class CausalLm final : public Model {
     const Tensor x0 = stack_.input();
     wte_.forward(x0, ids_);
     positions_.forward(be, x0);
-    stack_.forward(be, training ? static_cast<float>(cfg_.dropout) : 0.0f, seed);
-    norm_.forward(norm_out_, stack_.output());
+    // The final norm runs fused into the last block's residual add.
+    stack_.forward(be, training ? static_cast<float>(cfg_.dropout) : 0.0f, seed,
+                   {&norm_, norm_out_});
     if (lm_head_)
       lm_head_->forward(logits_, norm_out_);
     else

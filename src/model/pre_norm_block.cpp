@@ -29,15 +29,19 @@ void PreNormBlock<Norm, Ffn>::bind(Arena& acts, Arena& scratch, int64_t batch, i
 }
 
 template <class Norm, class Ffn>
-void PreNormBlock<Norm, Ffn>::forward(Tensor out, Tensor x, float dropout, uint64_t seed) const {
+void PreNormBlock<Norm, Ffn>::forward(Tensor out, Tensor x, float dropout, uint64_t seed,
+                                      bool normed, NormOut next) const {
   Backend& be = ps_.backend();
-  p_.norm1.forward(n1_, x);
+  if (!normed) p_.norm1.forward(n1_, x);
   p_.attn.forward(ao_, n1_);
   if (dropout > 0) be.dropout(ao_, ao_, dropout, hash_combine(seed, 1));
   p_.norm2.forward_residual(x1_, n2_, x, ao_);  // x1 = x + ao, n2 = norm2(x1)
   p_.ffn.forward(mo_, n2_);
   if (dropout > 0) be.dropout(mo_, mo_, dropout, hash_combine(seed, 2));
-  be.add(out, x1_, mo_);
+  if (next.norm)
+    next.norm->forward_residual(out, next.out, x1_, mo_);  // out = x1 + mo, next.norm(out)
+  else
+    be.add(out, x1_, mo_);
 }
 
 template <class Norm, class Ffn>

@@ -32,9 +32,21 @@ class PreNormBlock {
     Norm norm2;
     Ffn ffn;
   };
+  // A norm and the tensor it writes: where a block's last residual add can be fused.
+  struct NormOut {
+    const Norm* norm = nullptr;
+    Tensor out;
+  };
   // Activations are per block; gradient scratch is shared by all blocks (one backward at a time).
   void bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq, const Tensor* doc_start);
-  void forward(Tensor out, Tensor x, float dropout, uint64_t seed) const;
+  // Each residual add runs fused into the norm that reads its sum (Norm::forward_residual):
+  // x1's into norm2, and out's into `next` when given (the next block's norm1, or the model's
+  // final norm: next.out = next.norm(out)), else a plain add. With `normed`, norm1(x) is
+  // already in input_norm().out: the block before fused it.
+  void forward(Tensor out, Tensor x, float dropout, uint64_t seed, bool normed = false,
+               NormOut next = {}) const;
+  // norm1 and its output, for the block before this one.
+  NormOut input_norm() const { return {&p_.norm1, n1_}; }
   // The residual stream's gradient, in place: dstream holds d(loss)/d(out) and becomes
   // d(loss)/d(x). Both residual branches add their input gradients into it, so the stream is
   // never copied. Reuses the shared scratch.
