@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int k = 0; k < kDimsPerLane; ++k) {
       const int d = lane + 32 * k;
-      if (d < hd) dst[d] = from_f32<T>(to_f32(dst[d]) + g.scale * dq[rr][k]);
+      if (d < hd) dst[d] = from_f32<T>(grad_base(g, dst + d) + g.scale * dq[rr][k]);
     }
   }
 }
@@ -351,8 +351,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int k = 0; k < kDimsPerLane; ++k) {
       const int d = lane + 32 * k;
       if (d < hd) {
-        dk_row[d] = from_f32<T>(to_f32(dk_row[d]) + g.scale * dk[rr][k]);
-        dv_row[d] = from_f32<T>(to_f32(dv_row[d]) + dv[rr][k]);
+        dk_row[d] = from_f32<T>(grad_base(g, dk_row + d) + g.scale * dk[rr][k]);
+        dv_row[d] = from_f32<T>(grad_base(g, dv_row + d) + dv[rr][k]);
       }
     }
   }
@@ -421,10 +421,11 @@ size_t attention_backward_scratch_bytes(int64_t B, int64_t T_, int NH) {
 
 void attention_backward(DType dt, DType st, void* dqkv, const void* dout, const void* qkv,
                         const void* out, const void* lse, int64_t B, int64_t T_, int64_t hd, int NH,
-                        int NKV, const int32_t* doc_start, void* scratch) {
+                        int NKV, const int32_t* doc_start, bool accumulate, void* scratch) {
   if (B <= 0 || T_ <= 0) return;
   Geometry g = geometry(T_, hd, NH, NKV);
   g.doc_start = doc_start;
+  g.accumulate = accumulate;
   check_geometry(g, "attention_backward");
   float* D = static_cast<float*>(scratch);
   const unsigned tiles = static_cast<unsigned>((T_ + kTile - 1) / kTile);

@@ -19,7 +19,15 @@ struct AttentionGeometry {
   int NH, NKV, group, hd;              // group = NH / NKV q heads per kv head
   float scale;                         // 1 / sqrt(hd)
   const int32_t* doc_start = nullptr;  // [B,T] document starts (documents.h); nullptr: none
+  bool accumulate = true;              // backward: dqkv += (else =, dqkv never read)
 };
+
+// What a backward result at *p is added to before it is stored there: *p when accumulating, else
+// 0 without reading *p (an overwritten gradient is never read: the point of overwriting).
+template <class T>
+__device__ __forceinline__ float grad_base(const AttentionGeometry& g, const T* p) {
+  return g.accumulate ? to_f32(*p) : 0.0f;
+}
 
 constexpr int kNoKey = 0x7fffffff;  // a first key above every key: a row past T sees none
 

@@ -154,10 +154,12 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// dst[row, c .. c+1] (+)= scale * (v0, v1) for an accumulator's two columns of one row.
-__device__ __forceinline__ void add_pair(bf16* dst, float scale, float v0, float v1) {
-  dst[0] = from_f32<bf16>(to_f32(dst[0]) + scale * v0);
-  dst[1] = from_f32<bf16>(to_f32(dst[1]) + scale * v1);
+// dst[row, c .. c+1] (+)= scale * (v0, v1) for an accumulator's two columns of one row: added
+// to, or stored without reading dst (g.accumulate false).
+__device__ __forceinline__ void add_pair(const AttentionGeometry& g, bf16* dst, float scale,
+                                         float v0, float v1) {
+  dst[0] = from_f32<bf16>(grad_base(g, dst) + scale * v0);
+  dst[1] = from_f32<bf16>(grad_base(g, dst + 1) + scale * v1);
 }
 
 template <int HD, class S>
@@ -318,7 +320,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     bf16* dst = dqkv + (b * g.T + qi) * g.W + h * HD;
 #pragma unroll
     for (int n = 0; n < HD / 8; ++n)
-      add_pair(dst + 8 * n + 2 * t4, g.scale, dq[n].x[2 * r], dq[n].x[2 * r + 1]);
+      add_pair(g, dst + 8 * n + 2 * t4, g.scale, dq[n].x[2 * r], dq[n].x[2 * r + 1]);
   }
 }
 
@@ -397,8 +399,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     bf16* dv_row = dqkv + (b * g.T + kj) * g.W + g.v_col + kvh * HD;
 #pragma unroll
     for (int n = 0; n < HD / 8; ++n) {
-      add_pair(dk_row + 8 * n + 2 * t4, g.scale, dk[n].x[2 * r], dk[n].x[2 * r + 1]);
-      add_pair(dv_row + 8 * n + 2 * t4, 1.0f, dv[n].x[2 * r], dv[n].x[2 * r + 1]);
+      add_pair(g, dk_row + 8 * n + 2 * t4, g.scale, dk[n].x[2 * r], dk[n].x[2 * r + 1]);
+      add_pair(g, dv_row + 8 * n + 2 * t4, 1.0f, dv[n].x[2 * r], dv[n].x[2 * r + 1]);
     }
   }
 }

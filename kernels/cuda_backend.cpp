@@ -292,12 +292,13 @@ class CudaBackend final : public Backend {
   }
 
   void attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
-                               int n_head, int n_kv_head, Tensor doc_start) override {
+                               int n_head, int n_kv_head, Tensor doc_start,
+                               GradWrite write) override {
     on_device();
     const int64_t B = qkv.dim(0), T = qkv.dim(1);
     cuda::attention_backward(qkv.dtype, lse.dtype, dqkv.data, dout.data, qkv.data, out.data,
                              lse.data, B, T, head_dim(qkv, n_head, n_kv_head), n_head, n_kv_head,
-                             starts(doc_start),
+                             starts(doc_start), write == GradWrite::accumulate,
                              scratch(attention_backward_scratch_bytes(B, T, n_head)));
   }
 

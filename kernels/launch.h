@@ -77,9 +77,11 @@ constexpr int kAttentionMaxHeadDim = 128;
 void attention_forward(DType dt, DType st, void* out, void* lse, const void* qkv, int64_t B,
                        int64_t T, int64_t hd, int NH, int NKV, const int32_t* doc_start);
 size_t attention_backward_scratch_bytes(int64_t B, int64_t T, int NH);
+// dqkv += the gradient, or = without reading dqkv (accumulate false): each element is written by
+// one thread once.
 void attention_backward(DType dt, DType st, void* dqkv, const void* dout, const void* qkv,
                         const void* out, const void* lse, int64_t B, int64_t T, int64_t hd, int NH,
-                        int NKV, const int32_t* doc_start, void* scratch);
+                        int NKV, const int32_t* doc_start, bool accumulate, void* scratch);
 
 // rmsnorm.cu: out = in * rstd * w, rstd = 1/sqrt(mean(in^2) + 1e-5); backward accumulates.
 // res and sum as layernorm_forward's (residual_rmsnorm).

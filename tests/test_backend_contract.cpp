@@ -70,7 +70,8 @@ class FakeBackend final : public Backend {
   void accumulate_impl(Tensor, Tensor) override { ++calls["accumulate"]; }
   void scale_impl(Tensor, double) override { ++calls["scale"]; }
   void attention_impl(Tensor, Tensor, Tensor, int, int, Tensor) override { ++calls["attention"]; }
-  void attention_backward_impl(Tensor, Tensor, Tensor, Tensor, Tensor, int, int, Tensor) override {
+  void attention_backward_impl(Tensor, Tensor, Tensor, Tensor, Tensor, int, int, Tensor,
+                               GradWrite) override {
     ++calls["attention_backward"];
   }
   void rmsnorm_impl(Tensor, Tensor, Tensor, Tensor) override { ++calls["rmsnorm"]; }

@@ -78,8 +78,8 @@ class Faulty final : public Backend {
     cpu_->attention(o, l, qkv, nh, nkv, ds);
   }
   void attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor o, Tensor l, int nh,
-                               int nkv, Tensor ds) override {
-    cpu_->attention_backward(dqkv, dout, qkv, o, l, nh, nkv, ds);
+                               int nkv, Tensor ds, GradWrite w) override {
+    cpu_->attention_backward(dqkv, dout, qkv, o, l, nh, nkv, ds, w);
   }
   void rmsnorm_impl(Tensor o, Tensor r, Tensor in, Tensor w) override {
     cpu_->rmsnorm(o, r, in, w);

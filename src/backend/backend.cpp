@@ -482,7 +482,7 @@ void Backend::attention(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv
 }
 
 void Backend::attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
-                                 int n_head, int n_kv_head, Tensor doc_start) {
+                                 int n_head, int n_kv_head, Tensor doc_start, GradWrite write) {
   OpCheck c(*this, Op::attention_backward);
   const DType dt = c.floats({{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"out", out}});
   c.stats(dt, {{"lse", lse}});
@@ -494,7 +494,7 @@ void Backend::attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor ou
            attention_layout(d.n_kv_head != n_head, true));
   c.doc_starts({"doc_start", doc_start}, d.B, d.T);
   const OpTimer timer(*this, Op::attention_backward);
-  attention_backward_impl(dqkv, dout, qkv, out, lse, n_head, d.n_kv_head, doc_start);
+  attention_backward_impl(dqkv, dout, qkv, out, lse, n_head, d.n_kv_head, doc_start, write);
 }
 
 namespace {

@@ -238,7 +238,9 @@ class CpuBackend final : public Backend {
   }
 
   void attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
-                               int n_head, int n_kv_head, Tensor doc_start) override {
+                               int n_head, int n_kv_head, Tensor doc_start,
+                               GradWrite write) override {
+    if (write == GradWrite::overwrite) fill_impl(dqkv, 0.0);  // the kernel gathers into dqkv
     dispatch(st_, qkv.dtype, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       cpu::attention_backward<T>(st_.out<T>(dqkv), st_.in<T>(dout), st_.in<T>(qkv), st_.in<T>(out),

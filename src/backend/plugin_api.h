@@ -14,7 +14,7 @@ class Backend;
 class Communicator;
 }  // namespace trainrun
 
-constexpr int kTrainrunCudaAbiVersion = 4;    // 4: residual norms, device op timing
+constexpr int kTrainrunCudaAbiVersion = 4;    // 4: residual norms, op timing, attention overwrite
 constexpr size_t kTrainrunNcclIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
 
 extern "C" {

@@ -47,9 +47,10 @@ void CausalSelfAttention::backward(Tensor din, Tensor dout, Tensor in, GradWrite
   const int64_t rows = y_.rows();
   proj_.backward(dy_.reshape({rows, d_model_}), dout, y_.reshape({rows, d_model_}),
                  GradWrite::overwrite);
-  // attention_backward and rope_backward accumulate (dk, dv gather over queries).
-  be.fill(dqkv_, 0.0);
-  be.attention_backward(dqkv_, dy_, qkv_out_, y_, lse_, n_head_, opt_.n_kv_head, *doc_start_);
+  // attention_backward overwrites dqkv_ (every element has one writer); rope_backward
+  // accumulates, so its output is zeroed first.
+  be.attention_backward(dqkv_, dy_, qkv_out_, y_, lse_, n_head_, opt_.n_kv_head, *doc_start_,
+                        GradWrite::overwrite);
   if (opt_.rope) {
     be.fill(dqkv_raw_, 0.0);
     be.rope_backward(dqkv_raw_, dqkv_, n_head_, opt_.n_kv_head, opt_.rope_theta, *doc_start_);

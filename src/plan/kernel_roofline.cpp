@@ -116,7 +116,7 @@ class CostRecorder final : public Backend {
         bytes_of({&out, &lse, &qkv, &doc_start}));
   }
   void attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
-                               int n_head, int n_kv_head, Tensor doc_start) override {
+                               int n_head, int n_kv_head, Tensor doc_start, GradWrite) override {
     add(Op::attention_backward, 5 * attention_half(qkv, n_head, n_kv_head),
         bytes_of({&dqkv, &dout, &qkv, &out, &lse, &doc_start}));
   }

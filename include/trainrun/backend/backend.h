@@ -17,9 +17,10 @@
 //    accumulation over micro-batches is free. The ops whose input gradient is often a module's
 //    private buffer (matmul_backward's din, the activations' din) also take
 //    GradWrite::overwrite: din = ..., its old contents never read, which saves zeroing that
-//    buffer and reading the zeros back. The ops producing parameter gradients (matmul_backward,
-//    layernorm_backward, rmsnorm_backward) take a second GradWrite for those: the first write of a
-//    step overwrites (ParamStore::grad_write), so no pass zeroes the gradients each step.
+//    buffer and reading the zeros back (attention_backward's dqkv too). The ops producing parameter
+//    gradients (matmul_backward, layernorm_backward, rmsnorm_backward) take a second GradWrite for
+//    those: the first write of a step overwrites (ParamStore::grad_write), so no pass zeroes the
+//    gradients each step.
 //  - Every tensor of a call lives on the backend's device (copy() alone also takes host
 //    tensors). All float tensors of one call share a dtype, with two exceptions under bf16
 //    activations: saved statistics (layernorm mean/rstd, rmsnorm rstd, attention lse,
@@ -281,8 +282,11 @@ class Backend {
   static int64_t head_dim(const Tensor& qkv, int n_head, int n_kv_head) {
     return qkv.dim(2) / (n_head + 2 * int64_t{n_kv_head});
   }
+  // dqkv += (or =, GradWrite::overwrite: its old contents never read, so the module need not
+  // zero it first) the gradient for q, k and v.
   void attention_backward(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse, int n_head,
-                          int n_kv_head = 0, Tensor doc_start = {});
+                          int n_kv_head = 0, Tensor doc_start = {},
+                          GradWrite write = GradWrite::accumulate);
   // Rotary position embedding on the q and k heads of qkv [B,T,(n_head + 2*n_kv_head)*hd]
   // (n_kv_head 0 = n_head). Position t is the index along T, or with doc_start (as attention's)
   // its offset in its document, t - doc_start[b,t]. Within each q or k head the pair
@@ -376,7 +380,8 @@ class Backend {
   virtual void attention_impl(Tensor out, Tensor lse, Tensor qkv, int n_head, int n_kv_head,
                               Tensor doc_start) = 0;
   virtual void attention_backward_impl(Tensor dqkv, Tensor dout, Tensor qkv, Tensor out, Tensor lse,
-                                       int n_head, int n_kv_head, Tensor doc_start) = 0;
+                                       int n_head, int n_kv_head, Tensor doc_start,
+                                       GradWrite write) = 0;
   virtual void rmsnorm_impl(Tensor out, Tensor rstd, Tensor in, Tensor w) = 0;
   virtual void rmsnorm_backward_impl(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w,
                                      Tensor rstd, GradWrite param_write) = 0;
