@@ -499,7 +499,9 @@ void add_attention(std::vector<OpCase>& out, const Ctx& x, int nkv, bool documen
   // As the model calls it: dqkv overwritten (starts NaN: an element no kernel writes, or one
   // read before it is written, fails). The gradient alone is compared, not diluted by the random
   // values an accumulating case adds it to, so bf16's tolerance is wider: the tensor-core kernels
-  // round P and dS to bf16, which measured 1.9e-2 to 2.8e-2 at head_dim 64 and 128 here.
+  // round P and dS to bf16, which measured 1.9e-2 to 2.8e-2 at head_dim 64 and 128 here. The
+  // accumulating form (the same kernels, adding instead of storing) runs at the plain layout
+  // only: attention_backward is the sim's costliest op, and CI's time is bounded.
   OpCase o = b;
   o.variant += " overwrite";
   o.tol = x.tol(2e-4, 5e-2);
@@ -509,7 +511,7 @@ void add_attention(std::vector<OpCase>& out, const Ctx& x, int nkv, bool documen
                           a["doc_start"], GradWrite::overwrite);
   });
   out.push_back(std::move(o));
-  out.push_back(std::move(b));
+  if (nkv == 0 && !documents) out.push_back(std::move(b));
 }
 
 // The kv head counts worth a grouped-query case at NH heads: multi-query (1) and the largest
