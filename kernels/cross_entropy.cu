@@ -5,7 +5,8 @@
 // exp(x - lse) and overwrites dlogits = (softmax - onehot) * scale (write_gradient); each element
 // is read before the same thread writes it, so dlogits may alias logits (no second [N,V] buffer).
 //
-// Three kernels: the forward (evaluation; 256 threads a row), the backward, and the fused
+// Three kernels: the forward (evaluation; 1024 threads a row, as the fused one, so the two sum
+// a row in the same order), the backward (256 threads: pointwise), and the fused
 // classifier for training (llm.c's design): lse, the loss and the gradient in one kernel, so the
 // gradient pass reads a row the block has just read. It runs 1024 threads a row, at most two rows
 // an SM (about 260 rows in flight on an H100/H200: 26 MB of bf16 rows at V = 50304, inside the 50
@@ -23,8 +24,8 @@
 namespace trainrun::cuda {
 namespace {
 
-constexpr int kThreads = 256;        // the forward and the backward
-constexpr int kFusedThreads = 1024;  // the fused classifier: see the top
+constexpr int kThreads = 256;        // the backward (pointwise over the row)
+constexpr int kFusedThreads = 1024;  // the fused classifier (see the top) and the forward
 
 // Merge two (max, sum) pairs. A side that saw no element has m = -inf, s = 0 and must not turn
 // the result into NaN through exp(-inf - -inf).
@@ -94,13 +95,15 @@ __device__ void write_gradient(T* d, const T* x, float l, int64_t tgt, int64_t V
   }
 }
 
+// The forward reduces a row with the fused kernel's thread count, so both sum it in the same
+// order and give the same lse bit for bit.
 template <class T, class S>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kFusedThreads)
     cross_entropy_forward_kernel(S* losses, S* lse, const T* logits, const int32_t* targets,
                                  int64_t V, unsigned long long* bad_id) {
   const int64_t n = blockIdx.x;
   const T* x = logits + n * V;
-  const float l = row_lse<kThreads>(x, V);
+  const float l = row_lse<kFusedThreads>(x, V);
   if (threadIdx.x == 0) write_loss(losses, lse, x, l, n, targets[n], V, bad_id);
 }
 
@@ -137,7 +140,7 @@ void cross_entropy_forward(DType dt, DType st, void* losses, void* lse, const vo
   by_dtypes(dt, st, "cross_entropy", [&](auto t, auto s) {
     using T = decltype(t);
     using S = decltype(s);
-    TRAINRUN_LAUNCH(static_cast<unsigned>(N), kThreads, 0, cross_entropy_forward_kernel<T, S>)
+    TRAINRUN_LAUNCH(static_cast<unsigned>(N), kFusedThreads, 0, cross_entropy_forward_kernel<T, S>)
     (static_cast<S*>(losses), static_cast<S*>(lse), static_cast<const T*>(logits), targets, V,
      bad_id);
   });

@@ -732,6 +732,29 @@ void add_cross_entropy(std::vector<OpCase>& out, const Ctx& x) {
     b.bytes = x.es * 2.0 * N * V;  // one read (the second from L2 on a GPU), one write
     out.push_back(std::move(b));
   }
+  // The fused classifier against the forward and backward on the same device: equal bit for bit
+  // (the squared difference of losses, lse and gradient exactly 0), so fusing it changed no run.
+  OpCase e = x.make(Op::cross_entropy, " fused = forward + backward", what);
+  e.tensors = {input("logits", x.dt, {N, V}, -4, 4), ids("targets", N, V),
+               scratch("losses", x.st, {N}),         scratch("lse", x.st, {N}),
+               scratch("dlogits", x.dt, {N, V}),     scratch("losses2", x.st, {N}),
+               scratch("lse2", x.st, {N}),           scratch("dlogits2", x.dt, {N, V})};
+  e.call = [scale](Backend& be, const Args& a) {
+    be.cross_entropy_fused(a["losses"], a["lse"], a["dlogits"], a["logits"], a["targets"], scale);
+    be.cross_entropy(a["losses2"], a["lse2"], a["logits"], a["targets"]);
+    be.cross_entropy_backward(a["dlogits2"], a["logits"], a["lse2"], a["targets"], scale);
+    double d = 0;
+    for (const char* k : {"losses", "lse", "dlogits"}) {
+      const Tensor p = a[k], q = a[std::string(k) + "2"];
+      be.scale(q, -1.0);
+      be.add(q, p, q);
+      d += be.sum_squares(q);
+    }
+    return d;
+  };
+  e.tol = 0;
+  e.result_scale = 1;
+  out.push_back(std::move(e));
 }
 
 void add_adamw(std::vector<OpCase>& out, const Ctx& x) {
