@@ -6,8 +6,8 @@
 // bf16 ulps (2^-8 = 3.9e-3), since the reference's f32 value is rounded to bf16 before comparing.
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -207,6 +207,24 @@ void add_matmul_gelu(std::vector<OpCase>& out, const Ctx& x) {
   }
 }
 
+// Cases where a fused op and the ops it replaces run on the same backend, and the call returns
+// the sum over the named outputs of (k - k2)^2, k2 the unfused result: it must be exactly 0.
+double squared_difference(Backend& be, const Args& a, std::initializer_list<const char*> names) {
+  double d = 0;
+  for (const char* k : names) {
+    const Tensor p = a[k], q = a[std::string(k) + "2"];
+    be.scale(q, -1.0);
+    be.add(q, p, q);  // p - q is 0 exactly when they are equal
+    d += be.sum_squares(q);
+  }
+  return d;
+}
+OpCase exact_on_device(OpCase c) {
+  c.tol = 0;
+  c.result_scale = 1;
+  return c;
+}
+
 // A block's residual add folded into the norm after it (residual_layernorm, residual_rmsnorm):
 // sum = x + y into its own tensor (as the blocks use it), and in place into x (sum may alias an
 // input: each element must be read before it is written). fused(be, a, sum, k) runs the op into
@@ -253,19 +271,10 @@ void add_residual_norm_cases(std::vector<OpCase>& out, const Ctx& x, Op op, cons
   e.call = [fused, unfused, ln](Backend& be, const Args& a) {
     fused(be, a, a["sum"], "");
     unfused(be, a, a["sum2"], "2");
-    double d = 0;
-    for (const char* k : {"sum", "out", "rstd", "mean"}) {
-      if (!ln && std::string_view(k) == "mean") continue;
-      const Tensor p = a[k], q = a[std::string(k) + "2"];
-      be.scale(q, -1.0);
-      be.add(q, p, q);
-      d += be.sum_squares(q);
-    }
-    return d;
+    return ln ? squared_difference(be, a, {"sum", "out", "rstd", "mean"})
+              : squared_difference(be, a, {"sum", "out", "rstd"});
   };
-  e.tol = 0;
-  e.result_scale = 1;
-  out.push_back(std::move(e));
+  out.push_back(exact_on_device(std::move(e)));
 }
 
 void add_layernorm(std::vector<OpCase>& out, const Ctx& x) {
@@ -743,18 +752,9 @@ void add_cross_entropy(std::vector<OpCase>& out, const Ctx& x) {
     be.cross_entropy_fused(a["losses"], a["lse"], a["dlogits"], a["logits"], a["targets"], scale);
     be.cross_entropy(a["losses2"], a["lse2"], a["logits"], a["targets"]);
     be.cross_entropy_backward(a["dlogits2"], a["logits"], a["lse2"], a["targets"], scale);
-    double d = 0;
-    for (const char* k : {"losses", "lse", "dlogits"}) {
-      const Tensor p = a[k], q = a[std::string(k) + "2"];
-      be.scale(q, -1.0);
-      be.add(q, p, q);
-      d += be.sum_squares(q);
-    }
-    return d;
+    return squared_difference(be, a, {"losses", "lse", "dlogits"});
   };
-  e.tol = 0;
-  e.result_scale = 1;
-  out.push_back(std::move(e));
+  out.push_back(exact_on_device(std::move(e)));
 }
 
 void add_adamw(std::vector<OpCase>& out, const Ctx& x) {
