@@ -5,9 +5,9 @@
 // more accurate than E[x^2] - m^2), then the write. The row is re-read from global memory, which
 // L1/L2 serve for rows up to tens of KB. mean and rstd are saved for the backward.
 // residual_layernorm is the same kernel with the block's residual add folded into the first
-// pass (residual_row_sum, residual_row.cuh): the add's separate pass over three [rows,C] tensors goes,
-// and the sum is rounded as stored before it is normalised, so the result equals add() then
-// layernorm() bit for bit.
+// pass (residual_row_sum, residual_row.cuh): the add's separate pass over three [rows,C] tensors
+// goes, and the sum is rounded as stored before it is normalised, so the result equals add()
+// then layernorm() bit for bit.
 //
 // Backward, llm.c style:
 //   din += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)),  dnorm = dout * w
