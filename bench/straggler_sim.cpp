@@ -67,9 +67,9 @@ std::vector<Result> simulate(const Scenario& sc, int n, int steps, double sigma,
   std::vector<double> speed(static_cast<size_t>(n));
   for (double& s : speed) s = std::exp(0.01 * normal(rng));
   const int onset = steps / 2;
-  // window[r][phase][k]: the last kWindow steps' phase times.
+  // window[r][phase][k]: the last kWindow steps' phase times, then step and work times.
   std::vector<std::vector<std::vector<double>>> window(
-      static_cast<size_t>(n), std::vector<std::vector<double>>(kPhaseCount + 1));
+      static_cast<size_t>(n), std::vector<std::vector<double>>(kPhaseCount + 2));
   std::vector<double> work(static_cast<size_t>(n));
   std::vector<std::array<double, kPhaseCount>> phases(static_cast<size_t>(n));
   const size_t M = margins.size();
@@ -99,6 +99,7 @@ std::vector<Result> simulate(const Scenario& sc, int n, int steps, double sigma,
       auto& w = window[size_t(r)];
       for (int p = 0; p < kPhaseCount; ++p) w[size_t(p)].push_back(ph[size_t(p)]);
       w[kPhaseCount].push_back(work[size_t(r)] + ph[3]);  // the step
+      w[kPhaseCount + 1].push_back(work[size_t(r)]);
       if (w[0].size() > size_t(kWindow))
         for (auto& q : w) q.erase(q.begin());
     }
@@ -109,6 +110,7 @@ std::vector<Result> simulate(const Scenario& sc, int n, int steps, double sigma,
       t.rank = r;
       t.host = fmt::format("node{}", r / kPerHost);
       t.step = median(window[size_t(r)][kPhaseCount]);
+      t.work = median(window[size_t(r)][kPhaseCount + 1]);
       for (int p = 0; p < kPhaseCount; ++p) t.phases[p] = median(window[size_t(r)][size_t(p)]);
     }
     ++checks;

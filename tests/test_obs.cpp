@@ -736,6 +736,7 @@ RankTiming timing(int rank, double data, double fwd, double bwd, double comm, do
   r.phases[3] = comm;
   r.phases[4] = opt;
   r.step = data + fwd + bwd + comm + opt + other;
+  r.work = r.step - comm;
   return r;
 }
 
@@ -764,11 +765,15 @@ TEST_CASE("stragglers: the sorted leave-one-out medians equal the definition, ti
       // Values from a small set, so ties are common; now and then a rank far slower.
       auto t = [&] { return 0.010 * double(1 + rng() % 4); };
       RankTiming r = timing(int(i), t(), t(), t(), t(), t(), rng() % 9 == 0 ? 0.1 : 0.0);
-      if (rng() % 7 == 0) r.phases[rng() % 5] += 0.05, r.step += 0.05;
+      if (rng() % 7 == 0) {
+        const size_t p = rng() % 5;
+        r.phases[p] += 0.05, r.step += 0.05;
+        if (p != 3) r.work += 0.05;
+      }
       ranks.push_back(r);
     }
     std::vector<double> work(n);
-    for (size_t i = 0; i < n; ++i) work[i] = ranks[i].step - ranks[i].phases[3];
+    for (size_t i = 0; i < n; ++i) work[i] = ranks[i].work;
     std::vector<int> want;
     for (size_t i = 0; i < n; ++i) {
       const double ref = brute_median_of_others(work, i);
@@ -807,6 +812,7 @@ TEST_CASE("stragglers: 2 ranks, a rank sleeping 60 ms per step is named") {
                                   timing(1, 0.0001, 0.0002, 0.0003, 0.0001, 0.0001, 0.004)};
   CHECK(find_stragglers(tiny, 0.2).empty());
   tiny[1].step += 0.060;
+  tiny[1].work += 0.060;
   tiny[1].phases[0] += 0.060;
   REQUIRE(find_stragglers(tiny, 0.2).size() == 1);
   CHECK(find_stragglers(tiny, 0.2)[0].phase == "data");

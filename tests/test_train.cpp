@@ -254,6 +254,7 @@ TEST_CASE("straggler window: medians per named phase, then empty") {
   }
   const RankTiming r = w.take_medians();
   CHECK(r.step == 20.0);
+  CHECK(r.work == 12.0);
   for (int p = 0; p < kPhaseCount; ++p) {
     const std::string name = kPhaseNames[p];
     const double want = name == "data"       ? 2.0
@@ -264,6 +265,25 @@ TEST_CASE("straggler window: medians per named phase, then empty") {
     CHECK_MESSAGE(r.phases[p] == want, name);
   }
   CHECK(w.take_medians().step == 0);
+}
+
+TEST_CASE("straggler window: work is each step's time outside collectives, medianed per step") {
+  // The link slowed mid-window (as in tests/multihost): 23 ms of work a step, then one step with
+  // a 200 ms stall outside collectives while the wait was short. median(step) - median(comm)
+  // would be 33 ms, 10 ms of work this rank never did each step, enough to name it a straggler.
+  StragglerWindow w;
+  const double comm[] = {0.002, 0.200, 0.210, 0.220, 0.050};
+  const double work[] = {0.023, 0.023, 0.023, 0.023, 0.200};
+  for (int i = 0; i < 5; ++i) {
+    StepTimes t;
+    t.comm_wait = comm[i];
+    t.data = work[i];
+    t.total = work[i] + comm[i];
+    w.add(t);
+  }
+  const RankTiming r = w.take_medians();
+  CHECK(r.step - r.phases[3] == doctest::Approx(0.033));
+  CHECK(r.work == doctest::Approx(0.023));
 }
 
 namespace {

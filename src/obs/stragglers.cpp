@@ -1,7 +1,7 @@
 // find_stragglers. In synchronous data-parallel training every rank's wall-clock step is the
 // same: the fast ranks wait in the gradient allreduce for the slow one. So ranks are compared
-// on their own work, step - phases[comm] (phases[comm] must be the time blocked in collectives,
-// t_comm_exposed), and each rank is compared with the median of the OTHER ranks. That
+// on their own work, each step's time minus its time blocked in collectives (t_comm_exposed), and
+// each rank is compared with the median of the OTHER ranks. That
 // leave-one-out median is the plain median for a lone straggler among 3 or more ranks, and with
 // 2 ranks it is the other rank, where the median of both (their mean) would hide half the gap.
 //
@@ -22,7 +22,7 @@ constexpr int kComm = 3;              // kPhaseNames[3] == "comm"
 constexpr double kMinExcess = 0.010;  // seconds per step
 
 double work(const RankTiming& r) {
-  return r.step - r.phases[kComm];
+  return r.work;
 }
 
 // Time in the step outside every named phase (e.g. a stall before the step's first phase).

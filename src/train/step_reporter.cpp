@@ -82,8 +82,8 @@ double upper_median(const std::vector<StepTimes>& samples, F seconds) {
   return *mid;
 }
 
-// One rank's medians on the wire: step, then each phase in kPhaseNames order.
-constexpr int kTimingDoubles = 1 + kPhaseCount;
+// One rank's medians on the wire: step, work, then each phase in kPhaseNames order.
+constexpr int kTimingDoubles = 2 + kPhaseCount;
 constexpr size_t kHostBytes = 64;  // host names are cut to 63 characters
 
 }  // namespace
@@ -100,6 +100,10 @@ RankTiming StragglerWindow::take_medians() {
   RankTiming r;
   if (!samples_.empty()) {
     r.step = upper_median(samples_, [](const StepTimes& t) { return t.total; });
+    // Per step, not median(step) - median(comm): when the link slows mid-window, the two medians
+    // can come from different steps, and one step with a stall outside collectives then shifts
+    // the difference by up to that stall (a CI run named a rank a straggler that way).
+    r.work = upper_median(samples_, [](const StepTimes& t) { return t.total - t.comm_wait; });
     for (int p = 0; p < kPhaseCount; ++p)
       r.phases[p] = upper_median(
           samples_, [p](const StepTimes& t) { return phase_seconds(t, kPhaseNames[p]); });
@@ -300,8 +304,8 @@ void StepReporter::check_stragglers(int64_t step) {
   const int world = comm_.size();
   if (world < 2) return;
   if (on_collective_) on_collective_(step);
-  double wire[kTimingDoubles] = {mine.step};
-  std::copy(std::begin(mine.phases), std::end(mine.phases), wire + 1);
+  double wire[kTimingDoubles] = {mine.step, mine.work};
+  std::copy(std::begin(mine.phases), std::end(mine.phases), wire + 2);
   std::vector<double> all(static_cast<size_t>(kTimingDoubles * world));
   comm_.all_gather_doubles(wire, kTimingDoubles, all.data());
   if (comm_.rank() != 0) return;
@@ -312,7 +316,8 @@ void StepReporter::check_stragglers(int64_t step) {
     x.rank = r;
     x.host = hosts_[static_cast<size_t>(r)];
     x.step = w[0];
-    std::copy(w + 1, w + kTimingDoubles, x.phases);
+    x.work = w[1];
+    std::copy(w + 2, w + kTimingDoubles, x.phases);
   }
   const std::vector<Straggler> named = find_stragglers(ranks, cfg_.straggler_margin);
   live_.stragglers.assign(static_cast<size_t>(world), {});

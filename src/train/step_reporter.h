@@ -74,8 +74,8 @@ std::string format_duration(double seconds);
 class StragglerWindow {
  public:
   void add(const StepTimes& t) { samples_.push_back(t); }
-  // The upper median of each of step, data, forward, backward, comm (waiting) and optimizer
-  // time over the window (zeros when it is empty); then empties the window.
+  // The upper median of each of step, work (step - comm), data, forward, backward, comm (waiting)
+  // and optimizer time over the window (zeros when it is empty); then empties the window.
   RankTiming take_medians();
 
  private:

@@ -16,8 +16,9 @@ inline constexpr const char* kPhaseNames[kPhaseCount] = {"data", "forward", "bac
 struct RankTiming {
   int rank = 0;
   std::string host;
-  double step = 0;                  // mean seconds per step over the window
-  double phases[kPhaseCount] = {};  // mean seconds per phase
+  double step = 0;                  // median seconds per step over the window
+  double work = 0;                  // median of each step's seconds outside collectives
+  double phases[kPhaseCount] = {};  // median seconds per phase
 };
 
 struct Straggler {
