@@ -24,7 +24,8 @@ int main() { Counter c; c.good(); return 0; }
 def check(tmp_path, body):
     src = tmp_path / "counter.cpp"
     src.write_text(SOURCE.replace("BODY", body))
-    return subprocess.run([sys.executable, str(CHECK), str(REPO / "build"), "--extra", str(src)],
+    return subprocess.run([sys.executable, str(CHECK), str(REPO / "build"), "--extra", str(src),
+                           "--only-extra"],
                           capture_output=True, text=True, timeout=300)
 
 
