@@ -309,10 +309,11 @@ class CudaBackend final : public Backend {
                        head_dim(in, n_head, n_kv_head), theta, starts(doc_start));
   }
   void rope_backward_impl(Tensor din, Tensor dout, int n_head, int n_kv_head, float theta,
-                          Tensor doc_start) override {
+                          Tensor doc_start, GradWrite write) override {
     on_device();
     cuda::rope_backward(din.dtype, din.data, dout.data, din.dim(0), din.dim(1), n_head, n_kv_head,
-                        head_dim(din, n_head, n_kv_head), theta, starts(doc_start));
+                        head_dim(din, n_head, n_kv_head), theta, starts(doc_start),
+                        write == GradWrite::accumulate);
   }
   static const int32_t* starts(const Tensor& doc_start) {
     return doc_start.empty() ? nullptr : doc_start.as<int32_t>();

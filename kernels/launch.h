@@ -92,12 +92,13 @@ void rmsnorm_backward(DType dt, DType st, DType gt, void* din, void* dw, const v
                       const void* in, const void* w, const void* rstd, int64_t rows, int64_t C,
                       void* scratch);
 
-// rope.cu: on the NH q and NKV k heads of [B,T,(NH+2*NKV)*hd]; v copied (backward: added).
-// out may alias in. doc_start: [B,T] document starts (positions restart there), or nullptr.
+// rope.cu: on the NH q and NKV k heads of [B,T,(NH+2*NKV)*hd]; v copied (backward: added when
+// accumulating). out may alias in. doc_start: [B,T] document starts (positions restart there),
+// or nullptr.
 void rope_forward(DType dt, void* out, const void* in, int64_t B, int64_t T, int NH, int NKV,
                   int64_t hd, float theta, const int32_t* doc_start);
 void rope_backward(DType dt, void* din, const void* dout, int64_t B, int64_t T, int NH, int NKV,
-                   int64_t hd, float theta, const int32_t* doc_start);
+                   int64_t hd, float theta, const int32_t* doc_start, bool accumulate);
 
 // swiglu.cu: in [N,2H] = (gate | up), out [N,H] = silu(gate) * up; backward accumulates.
 void swiglu_forward(DType dt, void* out, const void* in, int64_t N, int64_t H);

@@ -79,7 +79,7 @@ class FakeBackend final : public Backend {
     ++calls["rmsnorm_backward"];
   }
   void rope_impl(Tensor, Tensor, int, int, float, Tensor) override { ++calls["rope"]; }
-  void rope_backward_impl(Tensor, Tensor, int, int, float, Tensor) override {
+  void rope_backward_impl(Tensor, Tensor, int, int, float, Tensor, GradWrite) override {
     ++calls["rope_backward"];
   }
   void swiglu_impl(Tensor, Tensor) override { ++calls["swiglu"]; }

@@ -91,9 +91,9 @@ class Faulty final : public Backend {
   void rope_impl(Tensor o, Tensor in, int nh, int nkv, float theta, Tensor ds) override {
     cpu_->rope(o, in, nh, nkv, theta, ds);
   }
-  void rope_backward_impl(Tensor din, Tensor dout, int nh, int nkv, float theta,
-                          Tensor ds) override {
-    cpu_->rope_backward(din, dout, nh, nkv, theta, ds);
+  void rope_backward_impl(Tensor din, Tensor dout, int nh, int nkv, float theta, Tensor ds,
+                          GradWrite write) override {
+    cpu_->rope_backward(din, dout, nh, nkv, theta, ds, write);
   }
   void swiglu_impl(Tensor o, Tensor in) override { cpu_->swiglu(o, in); }
   void swiglu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) override {

@@ -122,6 +122,17 @@ TEST_CASE("rope: a hand case, the written-out formula, in place, v unchanged; gr
   be().rope(view(y0, {1, T, 3 * NH * hd}), view(mha, {1, T, 3 * NH * hd}), NH, 0, theta);
   be().rope(view(y1, {1, T, 3 * NH * hd}), view(mha, {1, T, 3 * NH * hd}), NH, NH, theta);
   CHECK(y0 == y1);
+  // The backward overwriting (old contents never read) and in place, as the model calls it, give
+  // what accumulating onto zeros gives, bit for bit.
+  auto d = rng.vec(in.size());
+  std::vector<double> acc(in.size(), 0.0), over(in.size(), NAN), inplace = d;
+  be().rope_backward(view(acc, {B, T, W}), view(d, {B, T, W}), NH, NKV, theta);
+  be().rope_backward(view(over, {B, T, W}), view(d, {B, T, W}), NH, NKV, theta, {},
+                     GradWrite::overwrite);
+  be().rope_backward(view(inplace, {B, T, W}), view(inplace, {B, T, W}), NH, NKV, theta, {},
+                     GradWrite::overwrite);
+  CHECK(over == acc);
+  CHECK(inplace == acc);
 }
 
 TEST_CASE("swiglu: out = silu(gate) * up; gradcheck; no NaN for large |gate|") {
@@ -331,6 +342,11 @@ TEST_CASE("llama ops refuse bad shapes and arguments, naming the op") {
         B.rope_backward(view(c, {1, 2, 12}), view(a, {1, 2, 12}), 2, -1, 1e4f);
       },
       "rope_backward: n_kv_head = -1");
+  refuses(
+      [&] {
+        B.rope_backward(view(c, {1, 2, 12}), view(c, {1, 2, 12}), 1, 1, 1e4f);
+      },
+      "rope_backward: din is dout: in place needs GradWrite::overwrite");
   // swiglu: in [N,2H], out [N,H]
   refuses([&] { B.swiglu(view(c, {4, 3}), view(a, {4, 7})); }, "swiglu: ");
   refuses([&] { B.swiglu(view(c, {4, 4}), view(a, {4, 6})); }, "(gate | up)");

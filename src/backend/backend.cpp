@@ -531,12 +531,14 @@ void Backend::rope(Tensor out, Tensor in, int n_head, int n_kv_head, float theta
 }
 
 void Backend::rope_backward(Tensor din, Tensor dout, int n_head, int n_kv_head, float theta,
-                            Tensor doc_start) {
+                            Tensor doc_start, GradWrite write) {
   OpCheck c(*this, Op::rope_backward);
   const int nkv = rope_check(c, {"din", din}, {"dout", dout}, n_head, n_kv_head, theta);
   c.doc_starts({"doc_start", doc_start}, din.dim(0), din.dim(1));
+  c.require(write == GradWrite::overwrite || din.data != dout.data,
+            "din is dout: in place needs GradWrite::overwrite (din += R^T din is no gradient)");
   const OpTimer timer(*this, Op::rope_backward);
-  rope_backward_impl(din, dout, n_head, nkv, theta, doc_start);
+  rope_backward_impl(din, dout, n_head, nkv, theta, doc_start, write);
 }
 
 // ---- gated MLP ----

@@ -260,11 +260,12 @@ class CpuBackend final : public Backend {
   }
 
   void rope_backward_impl(Tensor din, Tensor dout, int n_head, int n_kv_head, float theta,
-                          Tensor doc_start) override {
+                          Tensor doc_start, GradWrite write) override {
     dispatch(st_, din.dtype, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       cpu::rope_backward<T>(st_.out<T>(din), st_.in<T>(dout), din.dim(0), din.dim(1), n_head,
-                            n_kv_head, head_dim(din, n_head, n_kv_head), theta, starts(doc_start));
+                            n_kv_head, head_dim(din, n_head, n_kv_head), theta, starts(doc_start),
+                            write == GradWrite::accumulate);
     });
   }
 

@@ -14,7 +14,8 @@ class Backend;
 class Communicator;
 }  // namespace trainrun
 
-constexpr int kTrainrunCudaAbiVersion = 4;    // 4: residual norms, op timing, attention overwrite
+// 4: residual norms, op timing, attention and rope overwrite
+constexpr int kTrainrunCudaAbiVersion = 4;
 constexpr size_t kTrainrunNcclIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
 
 extern "C" {

@@ -29,8 +29,6 @@ void CausalSelfAttention::bind(Arena& acts, Arena& scratch, int64_t batch, int64
   lse_ = acts.take(ps_.stats_dtype(), {batch, n_head_, seq});
   dqkv_ = scratch.take(dt, {batch, seq, qkv_width_});
   dy_ = scratch.take(dt, {batch, seq, d_model_});
-  // rope_backward accumulates into a separate buffer; without rope the two are one.
-  dqkv_raw_ = opt_.rope ? scratch.take(dt, {batch, seq, qkv_width_}) : dqkv_;
 }
 
 void CausalSelfAttention::forward(Tensor out, Tensor in) const {
@@ -47,15 +45,14 @@ void CausalSelfAttention::backward(Tensor din, Tensor dout, Tensor in, GradWrite
   const int64_t rows = y_.rows();
   proj_.backward(dy_.reshape({rows, d_model_}), dout, y_.reshape({rows, d_model_}),
                  GradWrite::overwrite);
-  // attention_backward overwrites dqkv_ (every element has one writer); rope_backward
-  // accumulates, so its output is zeroed first.
+  // attention_backward overwrites dqkv_ (every element has one writer); rope_backward turns the
+  // q and k gradients back in place, so no buffer is zeroed and none is spare.
   be.attention_backward(dqkv_, dy_, qkv_out_, y_, lse_, n_head_, opt_.n_kv_head, *doc_start_,
                         GradWrite::overwrite);
-  if (opt_.rope) {
-    be.fill(dqkv_raw_, 0.0);
-    be.rope_backward(dqkv_raw_, dqkv_, n_head_, opt_.n_kv_head, opt_.rope_theta, *doc_start_);
-  }
-  qkv_.backward(din, dqkv_raw_.reshape({rows, qkv_width_}), in, write);
+  if (opt_.rope)
+    be.rope_backward(dqkv_, dqkv_, n_head_, opt_.n_kv_head, opt_.rope_theta, *doc_start_,
+                     GradWrite::overwrite);
+  qkv_.backward(din, dqkv_.reshape({rows, qkv_width_}), in, write);
 }
 
 }  // namespace trainrun

@@ -134,7 +134,8 @@ class CostRecorder final : public Backend {
   void rope_impl(Tensor out, Tensor in, int, int, float, Tensor doc_start) override {
     add(Op::rope, 0, bytes_of({&out, &in, &doc_start}));
   }
-  void rope_backward_impl(Tensor din, Tensor dout, int, int, float, Tensor doc_start) override {
+  void rope_backward_impl(Tensor din, Tensor dout, int, int, float, Tensor doc_start,
+                          GradWrite) override {
     add(Op::rope_backward, 0, bytes_of({&din, &dout, &doc_start}));
   }
   void swiglu_impl(Tensor out, Tensor in) override { add(Op::swiglu, 0, bytes_of({&out, &in})); }

@@ -619,6 +619,22 @@ void add_rope(std::vector<OpCase>& out, const Ctx& x, int nkv, bool documents) {
         be.rope_backward(a["din"], a["dout"], nh, nkv, kTheta);
       },
       3);
+  // Overwrite: din starts as NaN (an output), so a read or a missed element fails. In place (as
+  // the model calls it) the kernel may skip v, which must then come back unchanged.
+  add(
+      Op::rope_backward, variant + " overwrite",
+      {output("din", x.dt, {B, T, W}), input("dout", x.dt, {B, T, W})}, x.tol(1e-5, 1e-2),
+      [nh, nkv](Backend& be, const Args& a) {
+        be.rope_backward(a["din"], a["dout"], nh, nkv, kTheta, {}, GradWrite::overwrite);
+      },
+      2);
+  add(
+      Op::rope_backward, variant + " in place", {inout("d", x.dt, {B, T, W}, -2.0f, 2.0f)},
+      x.tol(1e-5, 1e-2),
+      [nh, nkv](Backend& be, const Args& a) {
+        be.rope_backward(a["d"], a["d"], nh, nkv, kTheta, {}, GradWrite::overwrite);
+      },
+      2);
   if (!documents) return;
   add(
       Op::rope, " documents" + variant,
@@ -637,6 +653,13 @@ void add_rope(std::vector<OpCase>& out, const Ctx& x, int nkv, bool documents) {
         be.rope_backward(a["din"], a["dout"], nh, nkv, kTheta, a["doc_start"]);
       },
       3);
+  add(
+      Op::rope_backward, " documents in place" + variant,
+      {inout("d", x.dt, {B, T, W}, -2.0f, 2.0f), doc_starts("doc_start", B, T)}, x.tol(1e-5, 1e-2),
+      [nh, nkv](Backend& be, const Args& a) {
+        be.rope_backward(a["d"], a["d"], nh, nkv, kTheta, a["doc_start"], GradWrite::overwrite);
+      },
+      2);
 }
 
 // swiglu on the MLP's [N, 2H]; H = 8C/3 + 1, so no multiple of 32 at any shape.

@@ -294,9 +294,10 @@ class Backend {
   // Llama "rotate_half"): x'[i] = x[i] cos - x[i+hd/2] sin, x'[i+hd/2] = x[i+hd/2] cos + x[i] sin.
   // v is copied unchanged. out may alias in. hd must be even, theta > 0.
   void rope(Tensor out, Tensor in, int n_head, int n_kv_head, float theta, Tensor doc_start = {});
-  // din += R^T dout on the q and k heads (rotation by -angle), din += dout on v.
+  // din += (or =, GradWrite::overwrite) R^T dout on the q and k heads (rotation by -angle), and
+  // dout on v. With overwrite din may alias dout: the gradient turned back in place, as rope's.
   void rope_backward(Tensor din, Tensor dout, int n_head, int n_kv_head, float theta,
-                     Tensor doc_start = {});
+                     Tensor doc_start = {}, GradWrite write = GradWrite::accumulate);
 
   // ---- gated MLP ----
   // SwiGLU: in [N,2H] = (gate | up); out [N,H] = silu(gate) * up, silu(x) = x / (1 + e^-x).
@@ -388,7 +389,7 @@ class Backend {
   virtual void rope_impl(Tensor out, Tensor in, int n_head, int n_kv_head, float theta,
                          Tensor doc_start) = 0;
   virtual void rope_backward_impl(Tensor din, Tensor dout, int n_head, int n_kv_head, float theta,
-                                  Tensor doc_start) = 0;
+                                  Tensor doc_start, GradWrite write) = 0;
   virtual void swiglu_impl(Tensor out, Tensor in) = 0;
   virtual void swiglu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) = 0;
   virtual void embedding_impl(Tensor out, Tensor ids, Tensor table) = 0;

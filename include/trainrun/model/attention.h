@@ -37,8 +37,8 @@ class CausalSelfAttention {
   int qkv_width_;
   Linear qkv_, proj_;
   const Tensor* doc_start_ = nullptr;
-  Tensor qkv_out_, y_, lse_;     // activations (qkv_out_ after the rotation, when rope)
-  Tensor dqkv_, dy_, dqkv_raw_;  // gradient scratch (dqkv_raw_: before the rotation)
+  Tensor qkv_out_, y_, lse_;  // activations (qkv_out_ after the rotation, when rope)
+  Tensor dqkv_, dy_;          // gradient scratch
 };
 
 }  // namespace trainrun

@@ -37,14 +37,14 @@ void rmsnorm_backward(T* din, T* dw, const T* dout, const T* in, const T* w, con
                       int64_t rows, int64_t C, bool param_acc);
 
 // rope.cpp: rotary embedding on the NH q and NKV k heads of qkv [B,T,(NH+2*NKV)*hd]; v copied.
-// out may alias in. Backward: din += R^T dout (v: din += dout). doc_start [B,T] or nullptr: the
-// position is the offset in the document (documents.h).
+// out may alias in. Backward: din += R^T dout (v: din += dout), or = when not accumulating.
+// doc_start [B,T] or nullptr: the position is the offset in the document (documents.h).
 template <class T>
 void rope_forward(T* out, const T* in, int64_t B, int64_t T_, int NH, int NKV, int64_t hd,
                   double theta, const int32_t* doc_start);
 template <class T>
 void rope_backward(T* din, const T* dout, int64_t B, int64_t T_, int NH, int NKV, int64_t hd,
-                   double theta, const int32_t* doc_start);
+                   double theta, const int32_t* doc_start, bool accumulate);
 
 // swiglu.cpp: in [N,2H] = (gate | up), out [N,H] = silu(gate) * up
 template <class T>
