@@ -1,7 +1,8 @@
 // Pointwise activations, computed in fp32 whatever the storage type. GELU is GPT-2's tanh
 // approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) and its backward differentiates
 // that same formula, term for term as the CPU reference (src/backend/cpu/activations.cpp) does.
-// tanhf, not a fast intrinsic: the build has no --use_fast_math. Backwards accumulate (+=).
+// tanhf, not a fast intrinsic: the build has no --use_fast_math. Backwards accumulate (+=) or
+// overwrite (store_grad).
 #include "common.cuh"
 #include "launch.h"
 
@@ -32,8 +33,7 @@ __global__ void gelu_backward_kernel(T* din, const T* dout, const T* in, int64_t
     const float grad =
         0.5f * (1.0f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
     // Overwriting never reads din, so din may be dout (in place).
-    const float g = grad * to_f32(dout[i]);
-    din[i] = from_f32<T>(accumulate ? to_f32(din[i]) + g : g);
+    store_grad(din + i, grad * to_f32(dout[i]), accumulate);
   }
 }
 
@@ -47,10 +47,11 @@ __global__ void relu_forward_kernel(T* out, const T* in, int64_t n) {
 }
 
 template <class T>
-__global__ void relu_backward_kernel(T* din, const T* dout, const T* in, int64_t n) {
+__global__ void relu_backward_kernel(T* din, const T* dout, const T* in, int64_t n,
+                                     bool accumulate) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
-    if (to_f32(in[i]) > 0.0f) din[i] = from_f32<T>(to_f32(din[i]) + to_f32(dout[i]));
+    store_grad(din + i, to_f32(in[i]) > 0.0f ? to_f32(dout[i]) : 0.0f, accumulate);
 }
 
 }  // namespace
@@ -86,12 +87,13 @@ void relu_forward(DType dt, void* out, const void* in, int64_t n) {
   check_launch("relu_forward");
 }
 
-void relu_backward(DType dt, void* din, const void* dout, const void* in, int64_t n) {
+void relu_backward(DType dt, void* din, const void* dout, const void* in, int64_t n,
+                   bool accumulate) {
   if (n <= 0) return;
   by_dtype(dt, "relu_backward", [&](auto t) {
     using T = decltype(t);
     TRAINRUN_LAUNCH(grid_for(n, kThreads), kThreads, 0, relu_backward_kernel<T>)
-    (static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in), n);
+    (static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in), n, accumulate);
   });
   check_launch("relu_backward");
 }

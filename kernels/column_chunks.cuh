@@ -66,10 +66,12 @@ __device__ __forceinline__ void column_partials(float* partial, int64_t rows, in
   }
 }
 
-// Where pass 2 adds the N sums: dst[k][c] += sum k of column c.
+// Where pass 2 puts the N sums: dst[k][c] += sum k of column c, or = (a parameter gradient's
+// first write of a step, GradWrite::overwrite: dst never read).
 template <int N, class G>
 struct ColumnSums {
   G* dst[N];
+  bool accumulate;
 };
 
 // Pass 2: one thread per column adds the chunk partials of each sum in chunk order.
@@ -81,7 +83,7 @@ __global__ void column_finish_kernel(ColumnSums<N, G> out, const float* partial,
   for (int k = 0; k < N; ++k) {
     float t = 0.0f;
     for (int64_t j = 0; j < chunks; ++j) t += partial[(k * chunks + j) * cols + c];
-    out.dst[k][c] = from_f32<G>(to_f32(out.dst[k][c]) + t);
+    store_grad(out.dst[k] + c, t, out.accumulate);
   }
 }
 

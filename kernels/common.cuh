@@ -56,6 +56,13 @@ __device__ __forceinline__ T add_rounded(T a, T b) {
   return from_f32<T>(to_f32(a) + to_f32(b));
 }
 
+// A gradient's store (backend.h's GradWrite): *dst + g when accumulating, else g with *dst never
+// read, so it may hold NaN, or be an input the thread has already read (in place).
+template <class T>
+__device__ __forceinline__ void store_grad(T* dst, float g, bool accumulate) {
+  *dst = from_f32<T>(accumulate ? to_f32(*dst) + g : g);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;

@@ -164,15 +164,14 @@ class CudaBackend final : public Backend {
   void matmul_backward_impl(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
                             GradWrite write, GradWrite param_write) override {
     on_device();
-    overwrite_by_zeroing(din, write);
-    overwrite_by_zeroing(dw, param_write);
-    overwrite_by_zeroing(dbias, param_write);
     const int64_t N = in.rows(), C = in.cols(), OC = w.rows();
+    const bool param_acc = param_write == GradWrite::accumulate;
     gemm_.backward(in.dtype, dw.dtype, din.empty() ? nullptr : din.data, dw.data, dout.data,
-                   in.data, w.data, N, C, OC);
+                   in.data, w.data, N, C, OC, write == GradWrite::accumulate, param_acc);
     if (!dbias.empty())
-      cuda::colsum_accumulate(in.dtype, dbias.dtype, dbias.data, dout.data, N, OC,
-                              scratch(colsum_scratch_bytes(N, OC)));
+      cuda::colsum(in.dtype, dbias.dtype, dbias.data, dout.data, N, OC,
+                   scratch(colsum_scratch_bytes(N, OC)), param_acc);
+    zero_sums_of_no_rows(N, param_write, {dw, dbias});
   }
 
   // The GELU epilogues where cuBLASLt's layout rules hold (Gemm says), else the unfused ops.
@@ -211,12 +210,12 @@ class CudaBackend final : public Backend {
   void layernorm_backward_impl(Tensor din, Tensor dw, Tensor db, Tensor dout, Tensor in, Tensor w,
                                Tensor mean, Tensor rstd, GradWrite param_write) override {
     on_device();
-    overwrite_by_zeroing(dw, param_write);
-    overwrite_by_zeroing(db, param_write);
     const int64_t rows = in.rows(), C = in.cols();
     cuda::layernorm_backward(in.dtype, mean.dtype, dw.dtype, din.data, dw.data, db.data, dout.data,
                              in.data, w.data, mean.data, rstd.data, rows, C,
-                             scratch(layernorm_backward_scratch_bytes(rows, C)));
+                             scratch(layernorm_backward_scratch_bytes(rows, C)),
+                             param_write == GradWrite::accumulate);
+    zero_sums_of_no_rows(rows, param_write, {dw, db});
   }
 
   void rmsnorm_impl(Tensor out, Tensor rstd, Tensor in, Tensor w) override {
@@ -234,11 +233,12 @@ class CudaBackend final : public Backend {
   void rmsnorm_backward_impl(Tensor din, Tensor dw, Tensor dout, Tensor in, Tensor w, Tensor rstd,
                              GradWrite param_write) override {
     on_device();
-    overwrite_by_zeroing(dw, param_write);
     const int64_t rows = in.rows(), C = in.cols();
     cuda::rmsnorm_backward(in.dtype, rstd.dtype, dw.dtype, din.data, dw.data, dout.data, in.data,
                            w.data, rstd.data, rows, C,
-                           scratch(rmsnorm_backward_scratch_bytes(rows, C)));
+                           scratch(rmsnorm_backward_scratch_bytes(rows, C)),
+                           param_write == GradWrite::accumulate);
+    zero_sums_of_no_rows(rows, param_write, {dw});
   }
 
   void gelu_impl(Tensor out, Tensor in) override {
@@ -256,8 +256,8 @@ class CudaBackend final : public Backend {
   }
   void relu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) override {
     on_device();
-    overwrite_by_zeroing(din, write);
-    cuda::relu_backward(in.dtype, din.data, dout.data, in.data, in.numel());
+    cuda::relu_backward(in.dtype, din.data, dout.data, in.data, in.numel(),
+                        write == GradWrite::accumulate);
   }
   void dropout_impl(Tensor out, Tensor in, float p, uint64_t seed) override {
     on_device();
@@ -326,8 +326,8 @@ class CudaBackend final : public Backend {
   }
   void swiglu_backward_impl(Tensor din, Tensor dout, Tensor in, GradWrite write) override {
     on_device();
-    overwrite_by_zeroing(din, write);
-    cuda::swiglu_backward(in.dtype, din.data, dout.data, in.data, dout.rows(), dout.cols());
+    cuda::swiglu_backward(in.dtype, din.data, dout.data, in.data, dout.rows(), dout.cols(),
+                          write == GradWrite::accumulate);
   }
 
   // ---- embedding and loss: the ops that read token ids ----
@@ -411,11 +411,12 @@ class CudaBackend final : public Backend {
   // the communicator may call from different threads.
   void on_device() const { cuda_check(cudaSetDevice(ordinal_), "cudaSetDevice"); }
 
-  // GradWrite::overwrite as a zero fill before the accumulating kernel: the same result as the
-  // CPU's beta=0 GEMMs and overwriting loops, at the cost of one memset. Folding it into the
-  // kernels (cuBLAS beta, a second store variant) waits for a GPU to check them on.
-  void overwrite_by_zeroing(Tensor din, GradWrite write) {
-    if (write == GradWrite::overwrite && !din.empty()) fill_impl(din, 0.0);
+  // GradWrite::overwrite is the kernels' own (GEMM beta 0, store_grad): no gradient is zeroed
+  // first. A parameter gradient summed over no rows is the one case no kernel writes: zeros.
+  void zero_sums_of_no_rows(int64_t rows, GradWrite write, std::initializer_list<Tensor> sums) {
+    if (rows != 0 || write != GradWrite::overwrite) return;
+    for (const Tensor& t : sums)
+      if (!t.empty()) fill_impl(t, 0.0);
   }
 
   // Token ids live on the device, so the host cannot check them before the kernel as the CPU

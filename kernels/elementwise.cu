@@ -3,7 +3,7 @@
 // nothing cleverer pays. Each thread reads an element before writing the same index, so `add`'s
 // out may alias a or b.
 //
-// colsum_accumulate (dbias += sum over rows) is deterministic: pass 1 splits the rows into at
+// colsum (dbias += or = the sum over rows) is deterministic: pass 1 splits the rows into at
 // most kChunks fixed chunks and each block sums one (chunk, 32-column tile) with a fixed in-block
 // order; pass 2 adds the chunk partials per column in chunk order. No atomics, so the same
 // inputs give the same bits on every run.
@@ -68,7 +68,7 @@ __global__ void cast_kernel(D* dst, const S* src, int64_t n) {
     dst[i] = from_f32<D>(to_f32(src[i]));
 }
 
-// Pass 1 of colsum_accumulate (column_chunks.cuh).
+// Pass 1 of colsum (column_chunks.cuh).
 template <class T>
 __global__ void colsum_partial_kernel(float* partial, const T* src, int64_t rows, int64_t cols,
                                       int64_t rows_per_chunk) {
@@ -158,8 +158,8 @@ size_t colsum_scratch_bytes(int64_t rows, int64_t cols) {
   return column_scratch_bytes(1, rows, cols);
 }
 
-void colsum_accumulate(DType dt, DType gt, void* dst, const void* src, int64_t rows, int64_t cols,
-                       void* scratch) {
+void colsum(DType dt, DType gt, void* dst, const void* src, int64_t rows, int64_t cols,
+            void* scratch, bool accumulate) {
   if (rows <= 0 || cols <= 0) return;
   const ColumnPlan plan = column_plan(rows, cols);
   float* partial = static_cast<float*>(scratch);
@@ -169,7 +169,8 @@ void colsum_accumulate(DType dt, DType gt, void* dst, const void* src, int64_t r
     (partial, static_cast<const T*>(src), rows, cols, plan.rows_per_chunk);
     by_grad_dtype<T>(dt, gt, "colsum", [&](auto g) {
       using G = decltype(g);
-      finish_columns(ColumnSums<1, G>{{static_cast<G*>(dst)}}, partial, plan.chunks, cols);
+      finish_columns(ColumnSums<1, G>{{static_cast<G*>(dst)}, accumulate}, partial, plan.chunks,
+                     cols);
     });
   });
   check_launch("colsum");

@@ -22,11 +22,11 @@ void scale(DType dt, void* x, double s, int64_t n);
 void cast(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n);
 // out[r, c] += bias[c] (the matmul's bias where cuBLASLt's epilogue cannot read it).
 void add_bias(DType dt, void* out, const void* bias, int64_t rows, int64_t cols);
-// dst[c] += sum_r src[r, c]; deterministic two-pass reduction through `scratch`. dst has dtype
-// gt: dt, or f32 beside bf16 (a parameter gradient).
+// dst[c] += (or = when not accumulating) sum_r src[r, c]; deterministic two-pass reduction
+// through `scratch`. dst has dtype gt: dt, or f32 beside bf16 (a parameter gradient).
 size_t colsum_scratch_bytes(int64_t rows, int64_t cols);
-void colsum_accumulate(DType dt, DType gt, void* dst, const void* src, int64_t rows, int64_t cols,
-                       void* scratch);
+void colsum(DType dt, DType gt, void* dst, const void* src, int64_t rows, int64_t cols,
+            void* scratch, bool accumulate);
 
 // activations.cu
 void gelu_forward(DType dt, void* out, const void* in, int64_t n);
@@ -34,7 +34,9 @@ void gelu_forward(DType dt, void* out, const void* in, int64_t n);
 void gelu_backward(DType dt, void* din, const void* dout, const void* in, int64_t n,
                    bool accumulate);
 void relu_forward(DType dt, void* out, const void* in, int64_t n);
-void relu_backward(DType dt, void* din, const void* dout, const void* in, int64_t n);
+// din (+)= (in > 0) * dout.
+void relu_backward(DType dt, void* din, const void* dout, const void* in, int64_t n,
+                   bool accumulate);
 
 // dropout.cu
 void dropout_forward(DType dt, void* out, const void* in, int64_t n, float p, uint64_t seed);
@@ -46,10 +48,12 @@ void layernorm_forward(DType dt, DType st, void* out, void* mean, void* rstd, vo
                        const void* in, const void* res, const void* w, const void* b, int64_t rows,
                        int64_t C);
 size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t C);
-// dw and db have dtype gt: dt, or f32 beside bf16.
+// din accumulates; dw and db too, or are overwritten (param_accumulate false). They have dtype
+// gt: dt, or f32 beside bf16.
 void layernorm_backward(DType dt, DType st, DType gt, void* din, void* dw, void* db,
                         const void* dout, const void* in, const void* w, const void* mean,
-                        const void* rstd, int64_t rows, int64_t C, void* scratch);
+                        const void* rstd, int64_t rows, int64_t C, void* scratch,
+                        bool param_accumulate);
 
 // Token ids outside [0, V): the kernels that read ids never read out of bounds (a bad id gives a
 // NaN row forward, is skipped backward) and flag it in *bad_id (common.cuh's flag_bad_id: the
@@ -83,14 +87,15 @@ void attention_backward(DType dt, DType st, void* dqkv, const void* dout, const 
                         const void* out, const void* lse, int64_t B, int64_t T, int64_t hd, int NH,
                         int NKV, const int32_t* doc_start, bool accumulate, void* scratch);
 
-// rmsnorm.cu: out = in * rstd * w, rstd = 1/sqrt(mean(in^2) + 1e-5); backward accumulates.
+// rmsnorm.cu: out = in * rstd * w, rstd = 1/sqrt(mean(in^2) + 1e-5); backward accumulates (dw
+// overwritten when param_accumulate is false).
 // res and sum as layernorm_forward's (residual_rmsnorm).
 void rmsnorm_forward(DType dt, DType st, void* out, void* rstd, void* sum, const void* in,
                      const void* res, const void* w, int64_t rows, int64_t C);
 size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t C);
 void rmsnorm_backward(DType dt, DType st, DType gt, void* din, void* dw, const void* dout,
                       const void* in, const void* w, const void* rstd, int64_t rows, int64_t C,
-                      void* scratch);
+                      void* scratch, bool param_accumulate);
 
 // rope.cu: on the NH q and NKV k heads of [B,T,(NH+2*NKV)*hd]; v copied (backward: added when
 // accumulating). out may alias in. doc_start: [B,T] document starts (positions restart there),
@@ -100,9 +105,11 @@ void rope_forward(DType dt, void* out, const void* in, int64_t B, int64_t T, int
 void rope_backward(DType dt, void* din, const void* dout, int64_t B, int64_t T, int NH, int NKV,
                    int64_t hd, float theta, const int32_t* doc_start, bool accumulate);
 
-// swiglu.cu: in [N,2H] = (gate | up), out [N,H] = silu(gate) * up; backward accumulates.
+// swiglu.cu: in [N,2H] = (gate | up), out [N,H] = silu(gate) * up; backward accumulates or
+// overwrites.
 void swiglu_forward(DType dt, void* out, const void* in, int64_t N, int64_t H);
-void swiglu_backward(DType dt, void* din, const void* dout, const void* in, int64_t N, int64_t H);
+void swiglu_backward(DType dt, void* din, const void* dout, const void* in, int64_t N, int64_t H,
+                     bool accumulate);
 
 // cross_entropy.cu (a bad target: NaN loss / row, and flagged in *bad_id as above)
 void cross_entropy_forward(DType dt, DType st, void* losses, void* lse, const void* logits,

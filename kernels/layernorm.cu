@@ -116,7 +116,8 @@ size_t layernorm_backward_scratch_bytes(int64_t rows, int64_t C) {
 
 void layernorm_backward(DType dt, DType st, DType gt, void* din, void* dw, void* db,
                         const void* dout, const void* in, const void* w, const void* mean,
-                        const void* rstd, int64_t rows, int64_t C, void* scratch) {
+                        const void* rstd, int64_t rows, int64_t C, void* scratch,
+                        bool param_accumulate) {
   if (rows <= 0 || C <= 0) return;
   const ColumnPlan plan = column_plan(rows, C);
   by_dtypes(dt, st, "layernorm_backward", [&](auto t, auto s) {
@@ -132,8 +133,8 @@ void layernorm_backward(DType dt, DType st, DType gt, void* din, void* dw, void*
      static_cast<const S*>(rstd), rows, C, plan.rows_per_chunk);
     by_grad_dtype<T>(dt, gt, "layernorm_backward", [&](auto g) {
       using G = decltype(g);
-      finish_columns(ColumnSums<2, G>{{static_cast<G*>(dw), static_cast<G*>(db)}}, partial,
-                     plan.chunks, C);
+      finish_columns(ColumnSums<2, G>{{static_cast<G*>(dw), static_cast<G*>(db)}, param_accumulate},
+                     partial, plan.chunks, C);
     });
   });
   check_launch("layernorm_backward");

@@ -4,8 +4,9 @@
 //            with CUBLASLT_EPILOGUE_BIAS adding bias[OC] to every column of out^T.
 //   din[N,C]  += dout . w                  ->  din^T (C x N) = (w: C x OC) . (dout: OC x N)
 //   dw[OC,C]  += dout^T . in               ->  dw^T (C x OC) = (in: C x N) . op_T(dout: OC x N)
-// Backward GEMMs run with beta = 1 because gradients accumulate (backend.h). dbias is a separate
-// deterministic column-sum kernel (the BGRADB epilogue overwrites instead of accumulating).
+// Backward GEMMs run with beta = 1 where gradients accumulate (backend.h), beta = 0 where they
+// are overwritten (GradWrite::overwrite: D is then never read, so it needs no zero fill). dbias
+// is a separate deterministic column-sum kernel (BGRADB's sum order is cuBLASLt's own).
 //
 // Precision: fp32 tensors use CUBLAS_COMPUTE_32F (true fp32, no TF32) so results match the CPU
 // reference to ~1e-6 relative; TRAINRUN_CUDA_TF32=1 switches fp32 GEMMs to
@@ -286,13 +287,16 @@ bool Gemm::backward_dgelu(DType dt, void* dpre, const void* dout, const void* w,
 }
 
 void Gemm::backward(DType dt, DType dw_dt, void* din, void* dw, const void* dout, const void* in,
-                    const void* w, int64_t N, int64_t C, int64_t OC) {
+                    const void* w, int64_t N, int64_t C, int64_t OC, bool din_accumulate,
+                    bool dw_accumulate) {
   if (N <= 0 || C <= 0 || OC <= 0) return;
   if (din)
     run(dt, dt, false, false, /*m=*/C, /*n=*/N, /*k=*/OC, w, /*lda=*/C, dout, /*ldb=*/OC, din,
-        /*ldd=*/C, 1.0f, Epilogue::none, nullptr, nullptr, 0, "matmul_backward (din)");
+        /*ldd=*/C, din_accumulate ? 1.0f : 0.0f, Epilogue::none, nullptr, nullptr, 0,
+        "matmul_backward (din)");
   run(dt, dw_dt, false, true, /*m=*/C, /*n=*/OC, /*k=*/N, in, /*lda=*/C, dout, /*ldb=*/OC, dw,
-      /*ldd=*/C, 1.0f, Epilogue::none, nullptr, nullptr, 0, "matmul_backward (dw)");
+      /*ldd=*/C, dw_accumulate ? 1.0f : 0.0f, Epilogue::none, nullptr, nullptr, 0,
+      "matmul_backward (dw)");
 }
 
 }  // namespace trainrun::cuda

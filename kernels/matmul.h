@@ -23,9 +23,11 @@ class Gemm {
   void forward(DType dt, void* out, const void* in, const void* w, const void* bias, int64_t N,
                int64_t C, int64_t OC);
   // din[N,C] += dout . w (din may be null); dw[OC,C] += dout^T . in, dw of dtype dw_dt (dt, or
-  // f32 beside bf16: the parameter gradient of mixed precision)
+  // f32 beside bf16: the parameter gradient of mixed precision). Either is overwritten instead
+  // (GEMM beta 0: never read) when its accumulate flag is false.
   void backward(DType dt, DType dw_dt, void* din, void* dw, const void* dout, const void* in,
-                const void* w, int64_t N, int64_t C, int64_t OC);
+                const void* w, int64_t N, int64_t C, int64_t OC, bool din_accumulate,
+                bool dw_accumulate);
 
   // The GELU epilogues. Each returns false, having done nothing, where its layout rules do not
   // hold (a leading dimension not a multiple of 8, a vector less than 16-byte aligned); the

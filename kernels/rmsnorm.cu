@@ -83,7 +83,7 @@ size_t rmsnorm_backward_scratch_bytes(int64_t rows, int64_t C) {
 
 void rmsnorm_backward(DType dt, DType st, DType gt, void* din, void* dw, const void* dout,
                       const void* in, const void* w, const void* rstd, int64_t rows, int64_t C,
-                      void* scratch) {
+                      void* scratch, bool param_accumulate) {
   if (rows <= 0 || C <= 0) return;
   const ColumnPlan plan = column_plan(rows, C);
   by_dtypes(dt, st, "rmsnorm_backward", [&](auto t, auto s) {
@@ -99,7 +99,8 @@ void rmsnorm_backward(DType dt, DType st, DType gt, void* din, void* dw, const v
      rows, C, plan.rows_per_chunk);
     by_grad_dtype<T>(dt, gt, "rmsnorm_backward", [&](auto g) {
       using G = decltype(g);
-      finish_columns(ColumnSums<1, G>{{static_cast<G*>(dw)}}, partial, plan.chunks, C);
+      finish_columns(ColumnSums<1, G>{{static_cast<G*>(dw)}, param_accumulate}, partial,
+                     plan.chunks, C);
     });
   });
   check_launch("rmsnorm_backward");

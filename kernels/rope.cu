@@ -37,7 +37,7 @@ __global__ void rope_kernel(T* out, const T* in, RopeGeometry g) {
     const int64_t row = idx / per_row, k = idx % per_row;
     if (k >= g.pairs) {  // a v element
       const int64_t c = row * g.W + (g.W - g.v_cols) + (k - g.pairs);
-      out[c] = from_f32<T>(g.accumulate ? to_f32(out[c]) + to_f32(in[c]) : to_f32(in[c]));
+      store_grad(out + c, to_f32(in[c]), g.accumulate);  // forward: accumulate is false
       continue;
     }
     const int64_t head = k / g.half, i = k % g.half, t = row % g.T;
@@ -50,13 +50,8 @@ __global__ void rope_kernel(T* out, const T* in, RopeGeometry g) {
     const int64_t lo = row * g.W + head * g.hd + i, hi = lo + g.half;
     const float a = to_f32(in[lo]), b = to_f32(in[hi]);
     const float ya = a * c - b * s, yb = b * c + a * s;
-    if (g.accumulate) {
-      out[lo] = from_f32<T>(to_f32(out[lo]) + ya);
-      out[hi] = from_f32<T>(to_f32(out[hi]) + yb);
-    } else {
-      out[lo] = from_f32<T>(ya);
-      out[hi] = from_f32<T>(yb);
-    }
+    store_grad(out + lo, ya, g.accumulate);
+    store_grad(out + hi, yb, g.accumulate);
   }
 }
 
