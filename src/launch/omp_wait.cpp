@@ -2,6 +2,7 @@
 // launcher, and applied to a training process by re-executing it (omp_wait.h).
 #include "trainrun/launch/omp_wait.h"
 
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 
@@ -38,6 +40,19 @@ std::vector<std::string> own_arguments() {
   return args;
 }
 
+// execv("/proc/self/exe") below names the new process "exe": the kernel takes a process's name
+// (ps, top, pgrep and pkill read it) from the file executed, not from argv[0]. So a re-executed
+// process names itself from argv[0] again, as a plain start from the shell would have.
+void restore_name_after_reexec() {
+  std::ifstream in("/proc/self/comm");
+  std::string comm;
+  if (!std::getline(in, comm) || comm != "exe") return;
+  const std::vector<std::string> args = own_arguments();
+  if (args.empty()) return;
+  const std::string name = std::filesystem::path(args[0]).filename().string();
+  if (!name.empty()) prctl(PR_SET_NAME, name.c_str());  // the kernel keeps 15 bytes
+}
+
 // The spin count trainrun must set, or nothing (the user's environment, or libgomp's default).
 std::optional<int64_t> spin_to_set(const Experiment& exp) {
   for (const char* name : kUserVariables)
@@ -63,7 +78,10 @@ std::vector<std::string> omp_wait_mpirun_args(const Experiment& exp) {
 
 void ensure_omp_wait_policy(const Experiment& exp) {
   const auto spin = spin_to_set(exp);
-  if (!spin) return;  // the environment already holds what libgomp read
+  if (!spin) {  // the environment already holds what libgomp read: perhaps set by us, below
+    restore_name_after_reexec();
+    return;
+  }
   const std::string value = std::to_string(*spin);
   const std::vector<std::string> args = own_arguments();
   if (args.empty()) return;  // no /proc: train with libgomp's default rather than not at all

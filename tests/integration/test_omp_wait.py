@@ -2,9 +2,11 @@
 libgomp's spin bounded by train.omp_spincount unless the environment says otherwise, whether it
 was started alone (it re-executes itself), supervised, or as a rank of mpirun. The run header
 reports what the training process's libgomp was loaded with."""
+import pathlib
 import re
+import subprocess
 
-from conftest import REPO, TINY, run, sets
+from conftest import REPO, TINY, TRAINRUN, run, sets, wait_for
 
 QS = str(REPO / "configs/quickstart.yaml")
 BASE = [*TINY, "train.steps=3"]
@@ -52,3 +54,22 @@ def test_ranks_and_supervised_runs_get_it_from_the_launcher(tmp_path):
     sup = tmp_path / "s"
     p = run([QS, *sets(*BASE, "fault_tolerance.max_restarts=1"), "--run-dir", str(sup)], check=0)
     assert wait_in_header(p.stderr + p.stdout) == ["spin 3000"]
+
+
+def test_a_re_executed_run_keeps_its_name(tmp_path):
+    # A lone run re-executes itself through /proc/self/exe, after which the kernel names the
+    # process "exe": ps, top and `pkill trainrun` would not find it. It names itself again.
+    rd = tmp_path / "r"
+    with open(tmp_path / "stderr", "w") as err:
+        p = subprocess.Popen([TRAINRUN, QS, *sets(*BASE, "train.steps=100000"), "--run-dir",
+                              str(rd)], stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        # Training has begun, so the process is the re-executed one (same pid).
+        assert wait_for(lambda: (rd / "metrics.jsonl").is_file(), timeout=120), \
+            (tmp_path / "stderr").read_text()[-2000:]
+        assert "spin 3000" in (tmp_path / "stderr").read_text()
+        assert pathlib.Path(f"/proc/{p.pid}/comm").read_text().strip() == \
+            pathlib.Path(TRAINRUN).name[:15]
+    finally:
+        p.kill()
+        p.wait()

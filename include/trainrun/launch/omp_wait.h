@@ -28,7 +28,8 @@ std::vector<std::string> omp_wait_mpirun_args(const Experiment& exp);
 // For a process about to train: when omp_wait_setting applies and libgomp was loaded without
 // it, sets it and re-executes this program with the same arguments (/proc/self/exe,
 // /proc/self/cmdline); returns only when nothing needs doing. Call before anything is written
-// or initialised (MPI included).
+// or initialised (MPI included). The re-executed process takes back its name (ps, pkill) from
+// argv[0].
 void ensure_omp_wait_policy(const Experiment& exp);
 
 }  // namespace trainrun
