@@ -232,7 +232,9 @@ OpCase exact_on_device(OpCase c) {
 // same as add() then the plain norm. A third case runs both on the backend under test and
 // returns the squared difference of every output: the fused kernel must equal the two it
 // replaces bit for bit (0 exactly), since the models switched to it mid-project and a run must
-// not change its numbers for that.
+// not change its numbers for that. x + y has a row mean near 2, far from 0: the reference sums in
+// f32 while bf16 rounds the sum first, and a mean near 0 (one row, T1) would turn that rounding
+// into a large relative error of `mean` (a flaky case, about one seed in twenty).
 template <class Fused, class Unfused>
 void add_residual_norm_cases(std::vector<OpCase>& out, const Ctx& x, Op op, const std::string& what,
                              Fused fused, Unfused unfused) {
@@ -250,7 +252,7 @@ void add_residual_norm_cases(std::vector<OpCase>& out, const Ctx& x, Op op, cons
   for (const bool in_place : {false, true}) {
     OpCase f = x.make(op, in_place ? " residual in place" : " residual", what);
     f.tensors = {
-        in_place ? inout("x", x.dt, {N, C}, -2.0f, 2.0f) : input("x", x.dt, {N, C}, -2.0f, 2.0f),
+        in_place ? inout("x", x.dt, {N, C}, 0.0f, 4.0f) : input("x", x.dt, {N, C}, 0.0f, 4.0f),
         input("y", x.dt, {N, C}), input("w", x.dt, {C}, 0.5f, 1.5f), input("b", x.dt, {C})};
     if (!in_place) f.tensors.push_back(output("sum", x.dt, {N, C}));
     norm_tensors(f, "", true);
