@@ -4,6 +4,8 @@
 // read of the row (row_lse); loss = lse - x[target]. The gradient recomputes softmax as
 // exp(x - lse) and overwrites dlogits = (softmax - onehot) * scale (write_gradient); each element
 // is read before the same thread writes it, so dlogits may alias logits (no second [N,V] buffer).
+// Rows are read and written 16 bytes a thread at a time where V and the pointers allow it
+// (pack.cuh: V = 50304 does, GPT-2's unpadded 50257 does not).
 //
 // Three kernels: the forward (evaluation; 1024 threads a row, as the fused one, so the two sum
 // a row in the same order), the backward (256 threads: pointwise), and the fused
@@ -20,6 +22,7 @@
 
 #include "common.cuh"
 #include "launch.h"
+#include "pack.cuh"
 
 namespace trainrun::cuda {
 namespace {
@@ -41,18 +44,22 @@ __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
   m = mx;
 }
 
-// logsumexp of the row x[0, V), returned to every thread of the NT-thread block.
-template <int NT, class T>
+// logsumexp of the row x[0, V), returned to every thread of the NT-thread block, which reads
+// the row W elements at a time (pack.cuh).
+template <int NT, int W, class T>
 __device__ float row_lse(const T* x, int64_t V) {
   __shared__ float sm[NT / 32], ss[NT / 32], total;
   float m = -INFINITY, s = 0.0f;
-  for (int64_t v = threadIdx.x; v < V; v += NT) {
-    const float xv = to_f32(x[v]);
-    if (xv > m) {
-      s = (m == -INFINITY ? 0.0f : s * expf(m - xv)) + 1.0f;
-      m = xv;
-    } else {
-      s += expf(xv - m);
+  for (int64_t v = threadIdx.x * W; v < V; v += NT * W) {
+    const Vec<T, W> p = load_vec<W>(x + v);
+    for (int k = 0; k < W; ++k) {
+      const float xv = to_f32(p[k]);
+      if (xv > m) {
+        s = (m == -INFINITY ? 0.0f : s * expf(m - xv)) + 1.0f;
+        m = xv;
+      } else {
+        s += expf(xv - m);
+      }
     }
   }
   for (int o = 16; o > 0; o >>= 1) {
@@ -85,50 +92,57 @@ __device__ void write_loss(S* losses, S* lse, const T* x, float l, int64_t n, in
   losses[n] = from_f32<S>(ok ? l - to_f32(x[tgt]) : NAN);
 }
 
-// The block's threads: d[v] = (exp(x[v] - l) - onehot) * scale over the row (NaN for a bad target).
-template <int NT, class T>
+// The block's threads: d[v] = (exp(x[v] - l) - onehot) * scale over the row (NaN for a bad target),
+// W elements at a time; a thread reads each pack of x before it writes that pack of d.
+template <int NT, int W, class T>
 __device__ void write_gradient(T* d, const T* x, float l, int64_t tgt, int64_t V, float scale) {
   const bool ok = tgt >= 0 && tgt < V;
-  for (int64_t v = threadIdx.x; v < V; v += NT) {
-    const float p = expf(to_f32(x[v]) - l);
-    d[v] = from_f32<T>(ok ? (p - (v == tgt ? 1.0f : 0.0f)) * scale : NAN);
+  for (int64_t v = threadIdx.x * W; v < V; v += NT * W) {
+    Vec<T, W> r = load_vec<W>(x + v);
+    for (int k = 0; k < W; ++k) {
+      const float p = expf(to_f32(r[k]) - l);
+      r[k] = from_f32<T>(ok ? (p - (v + k == tgt ? 1.0f : 0.0f)) * scale : NAN);
+    }
+    store_vec<W>(d + v, r);
   }
 }
 
-// The forward reduces a row with the fused kernel's thread count, so both sum it in the same
-// order and give the same lse bit for bit.
-template <class T, class S>
+// The forward reduces a row with the fused kernel's thread count and access width (both chosen
+// from the logits alone), so both sum it in the same order and give the same lse bit for bit.
+template <int W, class T, class S>
 __global__ void __launch_bounds__(kFusedThreads)
     cross_entropy_forward_kernel(S* losses, S* lse, const T* logits, const int32_t* targets,
                                  int64_t V, unsigned long long* bad_id) {
   const int64_t n = blockIdx.x;
   const T* x = logits + n * V;
-  const float l = row_lse<kFusedThreads>(x, V);
+  const float l = row_lse<kFusedThreads, W>(x, V);
   if (threadIdx.x == 0) write_loss(losses, lse, x, l, n, targets[n], V, bad_id);
 }
 
-template <class T, class S>
+template <int W, class T, class S>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_backward_kernel(T* dlogits, const T* logits, const S* lse, const int32_t* targets,
                                   int64_t V, float scale, unsigned long long* bad_id) {
   const int64_t n = blockIdx.x;
   const int64_t tgt = targets[n];
   if (!(tgt >= 0 && tgt < V) && threadIdx.x == 0) flag_bad_id(bad_id, n, tgt);
-  write_gradient<kThreads>(dlogits + n * V, logits + n * V, to_f32(lse[n]), tgt, V, scale);
+  write_gradient<kThreads, W>(dlogits + n * V, logits + n * V, to_f32(lse[n]), tgt, V, scale);
 }
 
-template <class T, class S>
+// WL: the width the lse reads the logits at (the forward's); WG: the gradient pass's, which
+// needs dlogits aligned too.
+template <int WL, int WG, class T, class S>
 __global__ void __launch_bounds__(kFusedThreads)
     cross_entropy_fused_kernel(S* losses, S* lse, T* dlogits, const T* logits,
                                const int32_t* targets, int64_t V, float scale,
                                unsigned long long* bad_id) {
   const int64_t n = blockIdx.x;
   const T* x = logits + n * V;
-  const float l = row_lse<kFusedThreads>(x, V);
+  const float l = row_lse<kFusedThreads, WL>(x, V);
   const int64_t tgt = targets[n];
   if (threadIdx.x == 0) write_loss(losses, lse, x, l, n, tgt, V, bad_id);
   __syncthreads();  // x[tgt] is read before any thread overwrites the row (dlogits may alias it)
-  write_gradient<kFusedThreads>(dlogits + n * V, x, to_f32(from_f32<S>(l)), tgt, V, scale);
+  write_gradient<kFusedThreads, WG>(dlogits + n * V, x, to_f32(from_f32<S>(l)), tgt, V, scale);
 }
 
 }  // namespace
@@ -140,9 +154,12 @@ void cross_entropy_forward(DType dt, DType st, void* losses, void* lse, const vo
   by_dtypes(dt, st, "cross_entropy", [&](auto t, auto s) {
     using T = decltype(t);
     using S = decltype(s);
-    TRAINRUN_LAUNCH(static_cast<unsigned>(N), kFusedThreads, 0, cross_entropy_forward_kernel<T, S>)
-    (static_cast<S*>(losses), static_cast<S*>(lse), static_cast<const T*>(logits), targets, V,
-     bad_id);
+    by_pack<kPack<T>>(packable<kPack<T>>(V, {logits}), [&](auto w) {
+      TRAINRUN_LAUNCH(static_cast<unsigned>(N), kFusedThreads, 0,
+                      cross_entropy_forward_kernel<decltype(w)::value, T, S>)
+      (static_cast<S*>(losses), static_cast<S*>(lse), static_cast<const T*>(logits), targets, V,
+       bad_id);
+    });
   });
   check_launch("cross_entropy_forward");
 }
@@ -154,9 +171,14 @@ void cross_entropy_fused(DType dt, DType st, void* losses, void* lse, void* dlog
   by_dtypes(dt, st, "cross_entropy_fused", [&](auto t, auto s) {
     using T = decltype(t);
     using S = decltype(s);
-    TRAINRUN_LAUNCH(static_cast<unsigned>(N), kFusedThreads, 0, cross_entropy_fused_kernel<T, S>)
-    (static_cast<S*>(losses), static_cast<S*>(lse), static_cast<T*>(dlogits),
-     static_cast<const T*>(logits), targets, V, scale, bad_id);
+    by_pack<kPack<T>>(packable<kPack<T>>(V, {logits}), [&](auto wl) {
+      by_pack<kPack<T>>(packable<kPack<T>>(V, {logits, dlogits}), [&](auto wg) {
+        TRAINRUN_LAUNCH(static_cast<unsigned>(N), kFusedThreads, 0,
+                        cross_entropy_fused_kernel<decltype(wl)::value, decltype(wg)::value, T, S>)
+        (static_cast<S*>(losses), static_cast<S*>(lse), static_cast<T*>(dlogits),
+         static_cast<const T*>(logits), targets, V, scale, bad_id);
+      });
+    });
   });
   check_launch("cross_entropy_fused");
 }
@@ -168,9 +190,12 @@ void cross_entropy_backward(DType dt, DType st, void* dlogits, const void* logit
   by_dtypes(dt, st, "cross_entropy_backward", [&](auto t, auto s) {
     using T = decltype(t);
     using S = decltype(s);
-    TRAINRUN_LAUNCH(static_cast<unsigned>(N), kThreads, 0, cross_entropy_backward_kernel<T, S>)
-    (static_cast<T*>(dlogits), static_cast<const T*>(logits), static_cast<const S*>(lse), targets,
-     V, scale, bad_id);
+    by_pack<kPack<T>>(packable<kPack<T>>(V, {logits, dlogits}), [&](auto w) {
+      TRAINRUN_LAUNCH(static_cast<unsigned>(N), kThreads, 0,
+                      cross_entropy_backward_kernel<decltype(w)::value, T, S>)
+      (static_cast<T*>(dlogits), static_cast<const T*>(logits), static_cast<const S*>(lse), targets,
+       V, scale, bad_id);
+    });
   });
   check_launch("cross_entropy_backward");
 }

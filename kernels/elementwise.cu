@@ -1,17 +1,20 @@
 // Flat elementwise ops: fill, add, accumulate, scale, f32 <-> bf16 casts, and a column sum.
-// Grid-stride loops over int64 indices, one element per thread per iteration; memory-bound, so
-// nothing cleverer pays. Each thread reads an element before writing the same index, so `add`'s
-// out may alias a or b.
+// Grid-stride loops over int64 indices, one 16-byte pack (or, where a pointer or the length does
+// not allow it, one element: pack.cuh) per thread per iteration; memory-bound, so nothing
+// cleverer pays. Each thread reads a pack before writing the same indices, so `add`'s out may
+// alias a or b.
 //
 // colsum (dbias += or = the sum over rows) is deterministic: pass 1 splits the rows into at
 // most kChunks fixed chunks and each block sums one (chunk, 32-column tile) with a fixed in-block
 // order; pass 2 adds the chunk partials per column in chunk order. No atomics, so the same
 // inputs give the same bits on every run.
 #include <string>
+#include <type_traits>
 
 #include "column_chunks.cuh"
 #include "common.cuh"
 #include "launch.h"
+#include "pack.cuh"
 
 namespace trainrun::cuda {
 
@@ -25,47 +28,63 @@ namespace {
 
 constexpr int kThreads = 256;
 
-template <class T>
+// W elements a thread per access (pack.cuh): 16-byte vectors when every pointer is aligned and
+// n (add_bias: cols) is a multiple of W, else one element.
+template <int W, class T>
 __global__ void fill_kernel(T* x, T value, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    x[i] = value;
+  Vec<T, W> r;
+  for (int k = 0; k < W; ++k) r[k] = value;
+  for_each_pack<W>(n, [&](int64_t i) { store_vec<W>(x + i, r); });
 }
 
-template <class T>
+template <int W, class T>
 __global__ void add_kernel(T* out, const T* a, const T* b, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = add_rounded(a[i], b[i]);
+  for_each_pack<W>(n, [&](int64_t i) {
+    const Vec<T, W> x = load_vec<W>(a + i), y = load_vec<W>(b + i);
+    Vec<T, W> r;
+    for (int k = 0; k < W; ++k) r[k] = add_rounded(x[k], y[k]);
+    store_vec<W>(out + i, r);
+  });
 }
 
-template <class T>
+template <int W, class T>
 __global__ void accumulate_kernel(T* dst, const T* src, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = from_f32<T>(to_f32(dst[i]) + to_f32(src[i]));
+  for_each_pack<W>(n, [&](int64_t i) {
+    const Vec<T, W> s = load_vec<W>(src + i);
+    float g[W];
+    for (int k = 0; k < W; ++k) g[k] = to_f32(s[k]);
+    store_grads<W>(dst + i, g, true);
+  });
 }
 
-template <class T>
+template <int W, class T>
 __global__ void scale_kernel(T* x, float s, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    x[i] = from_f32<T>(to_f32(x[i]) * s);
+  for_each_pack<W>(n, [&](int64_t i) {
+    Vec<T, W> r = load_vec<W>(x + i);
+    for (int k = 0; k < W; ++k) r[k] = from_f32<T>(to_f32(r[k]) * s);
+    store_vec<W>(x + i, r);
+  });
 }
 
-template <class T>
+// W divides cols, so a pack never straddles two rows and its bias is one pack too.
+template <int W, class T>
 __global__ void add_bias_kernel(T* out, const T* bias, int64_t rows, int64_t cols) {
-  const int64_t n = rows * cols;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = from_f32<T>(to_f32(out[i]) + to_f32(bias[i % cols]));
+  for_each_pack<W>(rows * cols, [&](int64_t i) {
+    Vec<T, W> r = load_vec<W>(out + i);
+    const Vec<T, W> b = load_vec<W>(bias + i % cols);
+    for (int k = 0; k < W; ++k) r[k] = add_rounded(r[k], b[k]);
+    store_vec<W>(out + i, r);
+  });
 }
 
-template <class D, class S>
+template <int W, class D, class S>
 __global__ void cast_kernel(D* dst, const S* src, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = from_f32<D>(to_f32(src[i]));
+  for_each_pack<W>(n, [&](int64_t i) {
+    const Vec<S, W> s = load_vec<W>(src + i);
+    Vec<D, W> r;
+    for (int k = 0; k < W; ++k) r[k] = from_f32<D>(to_f32(s[k]));
+    store_vec<W>(dst + i, r);
+  });
 }
 
 // Pass 1 of colsum (column_chunks.cuh).
@@ -80,22 +99,25 @@ __global__ void colsum_partial_kernel(float* partial, const T* src, int64_t rows
 
 void fill(DType dt, void* x, double value, int64_t n) {
   if (n <= 0) return;
-  const unsigned g = grid_for(n, kThreads);
+  const auto typed = [&](auto v) {
+    using T = decltype(v);
+    launch_packed<kPack<T>>(n, packable<kPack<T>>(n, {x}), kThreads, [&](auto w, unsigned g) {
+      TRAINRUN_LAUNCH(g, kThreads, 0, fill_kernel<decltype(w)::value, T>)
+      (static_cast<T*>(x), v, n);
+    });
+  };
   switch (dt) {
     case DType::f32:
-      TRAINRUN_LAUNCH(g, kThreads, 0, fill_kernel<float>)
-      (static_cast<float*>(x), static_cast<float>(value), n);
+      typed(static_cast<float>(value));
       break;
     case DType::bf16:
-      TRAINRUN_LAUNCH(g, kThreads, 0, fill_kernel<bf16>)
-      (static_cast<bf16*>(x), __float2bfloat16_rn(static_cast<float>(value)), n);
+      typed(__float2bfloat16_rn(static_cast<float>(value)));
       break;
     case DType::i32:
-      TRAINRUN_LAUNCH(g, kThreads, 0, fill_kernel<int32_t>)
-      (static_cast<int32_t*>(x), static_cast<int32_t>(value), n);
+      typed(static_cast<int32_t>(value));
       break;
     case DType::f64:
-      TRAINRUN_LAUNCH(g, kThreads, 0, fill_kernel<double>)(static_cast<double*>(x), value, n);
+      typed(value);
       break;
   }
   check_launch("fill");
@@ -105,8 +127,11 @@ void add(DType dt, void* out, const void* a, const void* b, int64_t n) {
   if (n <= 0) return;
   by_dtype(dt, "add", [&](auto t) {
     using T = decltype(t);
-    TRAINRUN_LAUNCH(grid_for(n, kThreads), kThreads, 0, add_kernel<T>)
-    (static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
+    launch_packed<kPack<T>>(
+        n, packable<kPack<T>>(n, {out, a, b}), kThreads, [&](auto w, unsigned g) {
+          TRAINRUN_LAUNCH(g, kThreads, 0, add_kernel<decltype(w)::value, T>)
+          (static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), n);
+        });
   });
   check_launch("add");
 }
@@ -115,8 +140,11 @@ void accumulate(DType dt, void* dst, const void* src, int64_t n) {
   if (n <= 0) return;
   by_dtype(dt, "accumulate", [&](auto t) {
     using T = decltype(t);
-    TRAINRUN_LAUNCH(grid_for(n, kThreads), kThreads, 0, accumulate_kernel<T>)
-    (static_cast<T*>(dst), static_cast<const T*>(src), n);
+    launch_packed<kPack<T>>(
+        n, packable<kPack<T>>(n, {dst, src}), kThreads, [&](auto w, unsigned g) {
+          TRAINRUN_LAUNCH(g, kThreads, 0, accumulate_kernel<decltype(w)::value, T>)
+          (static_cast<T*>(dst), static_cast<const T*>(src), n);
+        });
   });
   check_launch("accumulate");
 }
@@ -125,8 +153,10 @@ void scale(DType dt, void* x, double s, int64_t n) {
   if (n <= 0) return;
   by_dtype(dt, "scale", [&](auto t) {
     using T = decltype(t);
-    TRAINRUN_LAUNCH(grid_for(n, kThreads), kThreads, 0, scale_kernel<T>)
-    (static_cast<T*>(x), static_cast<float>(s), n);
+    launch_packed<kPack<T>>(n, packable<kPack<T>>(n, {x}), kThreads, [&](auto w, unsigned g) {
+      TRAINRUN_LAUNCH(g, kThreads, 0, scale_kernel<decltype(w)::value, T>)
+      (static_cast<T*>(x), static_cast<float>(s), n);
+    });
   });
   check_launch("scale");
 }
@@ -137,8 +167,13 @@ void cast(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n) {
     using D = decltype(d);
     by_dtype(src_dt, "cast", [&](auto s) {
       using S = decltype(s);
-      TRAINRUN_LAUNCH(grid_for(n, kThreads), kThreads, 0, cast_kernel<D, S>)
-      (static_cast<D*>(dst), static_cast<const S*>(src), n);
+      // One width for both sides: the wider type's pack (4 when either is f32).
+      using Wide = std::conditional_t<(sizeof(D) > sizeof(S)), D, S>;
+      launch_packed<kPack<Wide>>(
+          n, packable<kPack<Wide>>(n, {dst, src}), kThreads, [&](auto w, unsigned g) {
+            TRAINRUN_LAUNCH(g, kThreads, 0, cast_kernel<decltype(w)::value, D, S>)
+            (static_cast<D*>(dst), static_cast<const S*>(src), n);
+          });
     });
   });
   check_launch("cast");
@@ -148,8 +183,11 @@ void add_bias(DType dt, void* out, const void* bias, int64_t rows, int64_t cols)
   if (rows <= 0 || cols <= 0) return;
   by_dtype(dt, "add_bias", [&](auto t) {
     using T = decltype(t);
-    TRAINRUN_LAUNCH(grid_for(rows * cols, kThreads), kThreads, 0, add_bias_kernel<T>)
-    (static_cast<T*>(out), static_cast<const T*>(bias), rows, cols);
+    launch_packed<kPack<T>>(
+        rows * cols, packable<kPack<T>>(cols, {out, bias}), kThreads, [&](auto w, unsigned g) {
+          TRAINRUN_LAUNCH(g, kThreads, 0, add_bias_kernel<decltype(w)::value, T>)
+          (static_cast<T*>(out), static_cast<const T*>(bias), rows, cols);
+        });
   });
   check_launch("add_bias");
 }

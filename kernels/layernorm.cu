@@ -1,9 +1,10 @@
 // LayerNorm over the last dim, eps 1e-5 (GPT-2), fp32 arithmetic whatever the storage type.
 //
-// Forward: one warp per row (8 rows per 256-thread block). Two passes over the row in registers'
-// stead of shared memory: mean, then the variance of the centred values (as the CPU reference:
-// more accurate than E[x^2] - m^2), then the write. The row is re-read from global memory, which
-// L1/L2 serve for rows up to tens of KB. mean and rstd are saved for the backward.
+// Forward: one warp per row (8 rows per 256-thread block), each lane reading 16-byte packs of the
+// row where C and the pointers allow it (pack.cuh), else single elements. Two passes over the row
+// in registers' stead of shared memory: mean, then the variance of the centred values (as the CPU
+// reference: more accurate than E[x^2] - m^2), then the write. The row is re-read from global
+// memory, which L1/L2 serve for rows up to tens of KB. mean and rstd are saved for the backward.
 // residual_layernorm is the same kernel with the block's residual add folded into the first
 // pass (residual_row_sum, residual_row.cuh): the add's separate pass over three [rows,C] tensors
 // goes, and the sum is rounded as stored before it is normalised, so the result equals add()
@@ -28,33 +29,41 @@ constexpr int kWarps = 8;
 // With a residual (residual_layernorm), the row normalised is sum = in + res, written to `sum`
 // in the first pass and read back from it (each lane rereads only the elements it wrote, so no
 // barrier is needed); without one (res null), the row is `in` itself.
-template <class T, class S>
+template <int W, class T, class S>
 __global__ void layernorm_forward_kernel(T* out, S* mean, S* rstd, T* sum, const T* in,
                                          const T* res, const T* w, const T* b, int64_t rows,
                                          int64_t C) {
   const int lane = threadIdx.x % 32;
   const int64_t row = blockIdx.x * int64_t(kWarps) + threadIdx.x / 32;
   if (row >= rows) return;  // whole warps leave together: no block barrier below
-  const float s = residual_row_sum(sum, in, res, row * C, lane, C);
+  const float s = residual_row_sum<W>(sum, in, res, row * C, lane, C);
   const T* x = (res ? sum : in) + row * C;
   const float m = warp_sum(s) / static_cast<float>(C);
   float v = 0.0f;
-  for (int64_t c = lane; c < C; c += 32) {
-    const float d = to_f32(x[c]) - m;
-    v += d * d;
-  }
+  for_lane_packs<W>(C, lane, [&](int64_t c) {
+    const Vec<T, W> p = load_vec<W>(x + c);
+    for (int k = 0; k < W; ++k) {
+      const float d = to_f32(p[k]) - m;
+      v += d * d;
+    }
+  });
   const float var = warp_sum(v) / static_cast<float>(C);
   const float r = 1.0f / sqrtf(var + kEps);
   T* o = out + row * C;
-  for (int64_t c = lane; c < C; c += 32)
-    o[c] = from_f32<T>((to_f32(x[c]) - m) * r * to_f32(w[c]) + to_f32(b[c]));
+  for_lane_packs<W>(C, lane, [&](int64_t c) {
+    const Vec<T, W> p = load_vec<W>(x + c), wv = load_vec<W>(w + c), bv = load_vec<W>(b + c);
+    Vec<T, W> y;
+    for (int k = 0; k < W; ++k)
+      y[k] = from_f32<T>((to_f32(p[k]) - m) * r * to_f32(wv[k]) + to_f32(bv[k]));
+    store_vec<W>(o + c, y);
+  });
   if (lane == 0) {
     mean[row] = from_f32<S>(m);
     rstd[row] = from_f32<S>(r);
   }
 }
 
-template <class T, class S>
+template <int W, class T, class S>
 __global__ void layernorm_backward_din_kernel(T* din, const T* dout, const T* in, const T* w,
                                               const S* mean, const S* rstd, int64_t rows,
                                               int64_t C) {
@@ -65,19 +74,26 @@ __global__ void layernorm_backward_din_kernel(T* din, const T* dout, const T* in
   const T* g = dout + row * C;
   const float m = to_f32(mean[row]), r = to_f32(rstd[row]);
   float a = 0.0f, bsum = 0.0f;
-  for (int64_t c = lane; c < C; c += 32) {
-    const float dnorm = to_f32(g[c]) * to_f32(w[c]);
-    a += dnorm;
-    bsum += dnorm * (to_f32(x[c]) - m) * r;
-  }
+  for_lane_packs<W>(C, lane, [&](int64_t c) {
+    const Vec<T, W> gv = load_vec<W>(g + c), wv = load_vec<W>(w + c), xv = load_vec<W>(x + c);
+    for (int k = 0; k < W; ++k) {
+      const float dnorm = to_f32(gv[k]) * to_f32(wv[k]);
+      a += dnorm;
+      bsum += dnorm * (to_f32(xv[k]) - m) * r;
+    }
+  });
   const float dnorm_mean = warp_sum(a) / static_cast<float>(C);
   const float dnorm_norm_mean = warp_sum(bsum) / static_cast<float>(C);
   T* dx = din + row * C;
-  for (int64_t c = lane; c < C; c += 32) {
-    const float norm = (to_f32(x[c]) - m) * r;
-    const float d = (to_f32(g[c]) * to_f32(w[c]) - dnorm_mean - norm * dnorm_norm_mean) * r;
-    dx[c] = from_f32<T>(to_f32(dx[c]) + d);
-  }
+  for_lane_packs<W>(C, lane, [&](int64_t c) {
+    const Vec<T, W> gv = load_vec<W>(g + c), wv = load_vec<W>(w + c), xv = load_vec<W>(x + c);
+    float d[W];
+    for (int k = 0; k < W; ++k) {
+      const float norm = (to_f32(xv[k]) - m) * r;
+      d[k] = (to_f32(gv[k]) * to_f32(wv[k]) - dnorm_mean - norm * dnorm_norm_mean) * r;
+    }
+    store_grads<W>(dx + c, d, true);
+  });
 }
 
 // Pass 1 of dw and db (column_chunks.cuh): partial layout [2][chunks][C], dw then db.
@@ -102,10 +118,12 @@ void layernorm_forward(DType dt, DType st, void* out, void* mean, void* rstd, vo
     using T = decltype(t);
     using S = decltype(s);
     const unsigned grid = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
-    TRAINRUN_LAUNCH(grid, kWarps * 32, 0, layernorm_forward_kernel<T, S>)
-    (static_cast<T*>(out), static_cast<S*>(mean), static_cast<S*>(rstd), static_cast<T*>(sum),
-     static_cast<const T*>(in), static_cast<const T*>(res), static_cast<const T*>(w),
-     static_cast<const T*>(b), rows, C);
+    by_pack<kPack<T>>(packable<kPack<T>>(C, {out, sum, in, res, w, b}), [&](auto pw) {
+      TRAINRUN_LAUNCH(grid, kWarps * 32, 0, layernorm_forward_kernel<decltype(pw)::value, T, S>)
+      (static_cast<T*>(out), static_cast<S*>(mean), static_cast<S*>(rstd), static_cast<T*>(sum),
+       static_cast<const T*>(in), static_cast<const T*>(res), static_cast<const T*>(w),
+       static_cast<const T*>(b), rows, C);
+    });
   });
   check_launch("layernorm_forward");
 }
@@ -124,9 +142,12 @@ void layernorm_backward(DType dt, DType st, DType gt, void* din, void* dw, void*
     using T = decltype(t);
     using S = decltype(s);
     const unsigned grid = static_cast<unsigned>((rows + kWarps - 1) / kWarps);
-    TRAINRUN_LAUNCH(grid, kWarps * 32, 0, layernorm_backward_din_kernel<T, S>)
-    (static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in),
-     static_cast<const T*>(w), static_cast<const S*>(mean), static_cast<const S*>(rstd), rows, C);
+    by_pack<kPack<T>>(packable<kPack<T>>(C, {din, dout, in, w}), [&](auto pw) {
+      TRAINRUN_LAUNCH(grid, kWarps * 32, 0,
+                      layernorm_backward_din_kernel<decltype(pw)::value, T, S>)
+      (static_cast<T*>(din), static_cast<const T*>(dout), static_cast<const T*>(in),
+       static_cast<const T*>(w), static_cast<const S*>(mean), static_cast<const S*>(rstd), rows, C);
+    });
     float* partial = static_cast<float*>(scratch);
     TRAINRUN_LAUNCH(plan.grid, plan.block, 0, layernorm_param_partial_kernel<T, S>)
     (partial, static_cast<const T*>(dout), static_cast<const T*>(in), static_cast<const S*>(mean),

@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "common.cuh"
+#include "pack.cuh"
 
 #if !defined(__CUDACC__)
 #include <sim_mma.h>
@@ -83,11 +84,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* 
 
 // 16 bytes (8 bf16) from src to dst, both 16-byte aligned: one vector load and store on a GPU.
 __device__ __forceinline__ void copy16(bf16* dst, const bf16* src) {
-#if defined(__CUDACC__)
-  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-#else
-  sim::copy16(dst, src);
-#endif
+  store_vec<8>(dst, load_vec<8>(src));
 }
 
 }  // namespace trainrun::cuda

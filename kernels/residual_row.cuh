@@ -7,27 +7,30 @@
 #pragma once
 
 #include "common.cuh"
+#include "pack.cuh"
 
 namespace trainrun::cuda {
 
-// This lane's share (columns lane, lane + 32, ...) of sum over row `off` of the row's values, or
-// of their squares: the row is in[off..] when res is null, else sum[off..] = in + res, written
-// here. Each lane writes only the elements it later rereads, so no barrier is needed.
-template <class T>
+// This lane's share (its packs of W columns: for_lane_packs) of the sum over row `off` of the
+// row's values, or of their squares: the row is in[off..] when res is null, else
+// sum[off..] = in + res, written here. Each lane writes only the elements it later rereads (with
+// the same W), so no barrier is needed.
+template <int W, class T>
 __device__ __forceinline__ float residual_row_sum(T* sum, const T* in, const T* res, int64_t off,
                                                   int lane, int64_t C, bool squares = false) {
   float s = 0.0f;
-  for (int64_t c = lane; c < C; c += 32) {
-    float v;
+  for_lane_packs<W>(C, lane, [&](int64_t c) {
+    Vec<T, W> t = load_vec<W>(in + off + c);
     if (res) {
-      const T t = add_rounded(in[off + c], res[off + c]);
-      sum[off + c] = t;
-      v = to_f32(t);
-    } else {
-      v = to_f32(in[off + c]);
+      const Vec<T, W> y = load_vec<W>(res + off + c);
+      for (int k = 0; k < W; ++k) t[k] = add_rounded(t[k], y[k]);
+      store_vec<W>(sum + off + c, t);
     }
-    s += squares ? v * v : v;
-  }
+    for (int k = 0; k < W; ++k) {
+      const float v = to_f32(t[k]);
+      s += squares ? v * v : v;
+    }
+  });
   return s;
 }
 

@@ -347,6 +347,14 @@ void fail(const std::string& message) {
   abort_thread();
 }
 
+void check_vector_access(const void* p, size_t bytes) {
+  if (reinterpret_cast<uintptr_t>(p) % bytes == 0) return;
+  char at[32];
+  std::snprintf(at, sizeof at, "%p", p);
+  fail("a " + std::to_string(bytes) + "-byte vector access at " + at +
+       ", which is not aligned to its size (the GPU faults with misaligned address)");
+}
+
 void* dynamic_shared() {
   return dev().dyn;
 }

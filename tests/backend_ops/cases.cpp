@@ -414,19 +414,21 @@ void add_pointwise(std::vector<OpCase>& out, const Ctx& x) {
       [](Backend& be, const Args& a) { be.fill(a["x"], 0.1234567); }, 1);
 }
 
+// Two lengths: one the 16-byte packs divide (pack.cuh), one with a tail of 3, taken an element
+// at a time.
 void add_casts(std::vector<OpCase>& out, const Ctx& x) {
-  const int64_t n = x.N * x.C + 3;
-  const std::string what = "n=" + std::to_string(n);
-  for (const bool down : {true, false}) {
-    OpCase c = x.make(Op::cast, down ? " f32->bf16" : " bf16->f32", what);
-    c.dtype = DType::f32;
-    c.tensors = {input("src", down ? DType::f32 : DType::bf16, {n}, -4, 4),
-                 output("dst", down ? DType::bf16 : DType::f32, {n})};
-    c.call = op_call([](Backend& be, const Args& a) { be.copy(a["dst"], a["src"]); });
-    c.tol = 0.0;  // round to nearest even, exactly as the host's bf16.h
-    c.bytes = 6.0 * static_cast<double>(n);
-    out.push_back(std::move(c));
-  }
+  for (const int64_t n : {x.N * x.C, x.N * x.C + 3})
+    for (const bool down : {true, false}) {
+      const std::string what = "n=" + std::to_string(n);
+      OpCase c = x.make(Op::cast, down ? " f32->bf16" : " bf16->f32", what);
+      c.dtype = DType::f32;
+      c.tensors = {input("src", down ? DType::f32 : DType::bf16, {n}, -4, 4),
+                   output("dst", down ? DType::bf16 : DType::f32, {n})};
+      c.call = op_call([](Backend& be, const Args& a) { be.copy(a["dst"], a["src"]); });
+      c.tol = 0.0;  // round to nearest even, exactly as the host's bf16.h
+      c.bytes = 6.0 * static_cast<double>(n);
+      out.push_back(std::move(c));
+    }
 }
 
 void add_reductions(std::vector<OpCase>& out, const Ctx& x) {
@@ -782,6 +784,51 @@ void add_cross_entropy(std::vector<OpCase>& out, const Ctx& x) {
   out.push_back(exact_on_device(std::move(e)));
 }
 
+// Views one element past a 16-byte boundary, at lengths the kernels' 16-byte packs divide
+// (pack.cuh) wherever the shape's C and V allow: the kernels must see the pointer and take single
+// elements. A kernel that chose its access width by the length alone would fault with a
+// misaligned address on a GPU, and does on the sim (the sim faults *_unaligned).
+void add_unaligned(std::vector<OpCase>& out, const Ctx& x) {
+  const int64_t N = x.N, C = x.C, V = x.V, n = N * C;
+  OpCase a = x.make(Op::add, " unaligned", "n=" + std::to_string(n));
+  a.tensors = {input("a", x.dt, {n + 1}), input("b", x.dt, {n}), output("out", x.dt, {n})};
+  a.call =
+      op_call([n](Backend& be, const Args& t) { be.add(t["out"], t["a"].slice(1, {n}), t["b"]); });
+  a.tol = x.tol(1e-6, 1e-2);
+  a.bytes = 3.0 * x.es * static_cast<double>(n);
+  out.push_back(std::move(a));
+
+  OpCase l =
+      x.make(Op::layernorm, " unaligned", "rows=" + std::to_string(N) + " C=" + std::to_string(C));
+  l.tensors = {input("in", x.dt, {n + 1}, -2.0f, 3.0f),
+               input("w", x.dt, {C}, 0.5f, 1.5f),
+               input("b", x.dt, {C}),
+               output("out", x.dt, {N, C}),
+               output("mean", x.st, {N}),
+               output("rstd", x.st, {N})};
+  l.call = op_call([N, C](Backend& be, const Args& t) {
+    be.layernorm(t["out"], t["mean"], t["rstd"], t["in"].slice(1, {N, C}), t["w"], t["b"]);
+  });
+  l.tol = x.tol(1e-4, 2e-2);
+  l.bytes = 2.0 * x.es * static_cast<double>(n);
+  out.push_back(std::move(l));
+
+  // The logits aligned (the lse reads them in packs), the gradient written to a view that is not.
+  OpCase c = x.make(Op::cross_entropy, " fused unaligned",
+                    "N=" + std::to_string(N) + " V=" + std::to_string(V));
+  c.tensors = {input("logits", x.dt, {N, V}, -4, 4), ids("targets", N, V),
+               output("losses", x.st, {N}), output("lse", x.st, {N}),
+               inout("dlogits", x.dt, {N * V + 1})};
+  const float scale = 1.0f / static_cast<float>(N);
+  c.call = op_call([N, V, scale](Backend& be, const Args& t) {
+    be.cross_entropy_fused(t["losses"], t["lse"], t["dlogits"].slice(1, {N, V}), t["logits"],
+                           t["targets"], scale);
+  });
+  c.tol = x.tol(1e-5, 2e-2);
+  c.bytes = 2.0 * x.es * static_cast<double>(N * V);
+  out.push_back(std::move(c));
+}
+
 void add_adamw(std::vector<OpCase>& out, const Ctx& x) {
   const int64_t n = 12 * x.C * x.C + 3;  // a block's parameters; odd, so any tail is covered
   OpCase c = x.make(Op::adamw, "", "n=" + std::to_string(n));
@@ -864,6 +911,7 @@ std::vector<OpCase> cases_for(const ModelShape& s, DType dt) {
   add_swiglu(out, x);
   add_embedding(out, x);
   add_cross_entropy(out, x);
+  add_unaligned(out, x);
   add_adamw(out, x);
   return out;
 }

@@ -109,6 +109,10 @@ const uint64_t* warp_collective(unsigned mask, uint64_t bits, const char* what);
 uint64_t lane_value(const uint64_t* slots, unsigned mask, unsigned src, const char* what);
 unsigned lane_id();
 
+// A vector access (kernels/pack.cuh) of `bytes` bytes at p: a GPU needs p aligned to the access's
+// size and faults with "misaligned address" otherwise; so does this, ending the launch.
+void check_vector_access(const void* p, size_t bytes);
+
 template <class T>
 uint64_t to_bits(T v) {
   static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "shuffle of a large type");

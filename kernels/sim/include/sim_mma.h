@@ -75,12 +75,4 @@ inline void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* row, bool trans) 
   }
 }
 
-// A 16-byte vector copy: both addresses must be 16-byte aligned, as a GPU's uint4 access needs.
-inline void copy16(__nv_bfloat16* dst, const __nv_bfloat16* src) {
-  if (reinterpret_cast<uintptr_t>(dst) % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0)
-    fail("a 16-byte vector access to an address that is not 16-byte aligned (the GPU faults " +
-         std::string("with misaligned address)"));
-  for (int i = 0; i < 8; ++i) dst[i] = src[i];
-}
-
 }  // namespace trainrun::sim
