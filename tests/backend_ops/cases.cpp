@@ -666,9 +666,9 @@ void add_rope(std::vector<OpCase>& out, const Ctx& x, int nkv, bool documents) {
       2);
 }
 
-// swiglu on the MLP's [N, 2H]; H = 8C/3 + 1, so no multiple of 32 at any shape.
-void add_swiglu(std::vector<OpCase>& out, const Ctx& x) {
-  const int64_t N = x.N, H = 8 * x.C / 3 + 1;
+// swiglu on the MLP's [N, 2H].
+void add_swiglu(std::vector<OpCase>& out, const Ctx& x, int64_t H) {
+  const int64_t N = x.N;
   const std::string what = "N=" + std::to_string(N) + " H=" + std::to_string(H);
   OpCase f = x.make(Op::swiglu, "", what);
   f.tensors = {input("in", x.dt, {N, 2 * H}, -6.0f, 6.0f), output("out", x.dt, {N, H})};
@@ -695,6 +695,12 @@ void add_swiglu(std::vector<OpCase>& out, const Ctx& x) {
   o.bytes = x.es * 5.0 * N * H;
   out.push_back(std::move(o));
   out.push_back(std::move(b));
+}
+
+// At two widths: H = 8C/3 + 1, never a multiple of 32 nor of the kernels' 16-byte packs, and
+// 8C/3 rounded up to 32, as Llama configs round it (packed: pack.cuh).
+void add_swiglu(std::vector<OpCase>& out, const Ctx& x) {
+  for (const int64_t H : {8 * x.C / 3 + 1, (8 * x.C / 3 + 31) / 32 * 32}) add_swiglu(out, x, H);
 }
 
 void add_embedding(std::vector<OpCase>& out, const Ctx& x) {
