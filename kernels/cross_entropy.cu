@@ -172,9 +172,12 @@ void cross_entropy_fused(DType dt, DType st, void* losses, void* lse, void* dlog
     using T = decltype(t);
     using S = decltype(s);
     by_pack<kPack<T>>(packable<kPack<T>>(V, {logits}), [&](auto wl) {
-      by_pack<kPack<T>>(packable<kPack<T>>(V, {logits, dlogits}), [&](auto wg) {
+      // The gradient pass reads the logits too, so it is packed only where the lse is: three
+      // width pairs, not four.
+      constexpr int WL = decltype(wl)::value;
+      by_pack<WL>(WL > 1 && packable<WL>(V, {dlogits}), [&](auto wg) {
         TRAINRUN_LAUNCH(static_cast<unsigned>(N), kFusedThreads, 0,
-                        cross_entropy_fused_kernel<decltype(wl)::value, decltype(wg)::value, T, S>)
+                        cross_entropy_fused_kernel<WL, decltype(wg)::value, T, S>)
         (static_cast<S*>(losses), static_cast<S*>(lse), static_cast<T*>(dlogits),
          static_cast<const T*>(logits), targets, V, scale, bad_id);
       });
