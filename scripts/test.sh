@@ -3,45 +3,89 @@
 # runs the unit tests, the 2-rank MPI tests, the unit tests again under AddressSanitizer and
 # UBSan, the format check, the integration tests that run the trainrun binary, and the tests
 # across two hosts (tests/multihost: network namespaces on this machine, as root).
+#
+#   scripts/test.sh [--until STAGE] [PYTEST_ARGS...]
+#
+# Stages, in order: install, build, unit, asan, format, integration, multihost. `--until STAGE`
+# stops after that stage (tests/fresh runs `--until unit` in the clone the quick start filled);
+# PYTEST_ARGS go to the integration tests' pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh --test
 
+stages=(install build unit asan format integration multihost)
+until_stage=multihost
+if [[ "${1:-}" == "--until" ]]; then
+  until_stage=${2:-}
+  shift 2 || true
+  [[ " ${stages[*]} " == *" $until_stage "* ]] || {
+    echo "error: --until ${until_stage:-(nothing)}: not a stage; one of: ${stages[*]}" >&2
+    exit 2
+  }
+fi
 step() { printf '\n==== %s ====\n' "$*"; }
+# done_after STAGE: ends the command after STAGE when --until named it.
+done_after() {
+  if [[ $1 == "$until_stage" ]]; then
+    printf '\n==== stopped after the %s stage (--until %s) ====\n' "$1" "$1"
+    exit 0
+  fi
+}
+
+step "install (scripts/setup.sh --test)"
+scripts/setup.sh --test
+done_after install
 
 step "build (release, -Werror)"
-[[ -f build/build.ninja ]] || meson setup build --buildtype=release -Dwerror=true >/dev/null
+# Always configured again when it exists: the quick start (scripts/build.sh) configures build/
+# without -Werror and before setup.sh --test installed the test suite's dependencies
+# (Boost.Context for the CPU-executed CUDA device), and Meson looks for dependencies only when it
+# configures. A reconfigure that changes nothing rebuilds nothing.
+if [[ -f build/build.ninja ]]; then
+  meson setup --reconfigure build --buildtype=release -Dwerror=true >/dev/null
+else
+  meson setup build --buildtype=release -Dwerror=true >/dev/null
+fi
 ninja -C build
 # The CPU-executed CUDA device runs every CUDA kernel in the unit suite: it must have been built.
 [[ -f build/kernels/sim/libtrainrun_cudasim.so ]] || {
-  echo "error: build/kernels/sim/libtrainrun_cudasim.so was not built (Boost.Context missing?" \
-    "scripts/setup.sh --test installs it; then: meson setup --reconfigure build)" >&2
+  echo "error: build/kernels/sim/libtrainrun_cudasim.so was not built although build/ was" \
+    "configured after scripts/setup.sh --test: is libboost-context-dev installed? (see" \
+    "build/meson-logs/meson-log.txt)" >&2
   exit 1
 }
+done_after build
 
 step "unit and MPI tests"
 meson test -C build --suite unit --suite mpi --print-errorlogs
+done_after unit
 
 step "unit tests under AddressSanitizer + UBSan"
 # GCC 12 reports false -Wmaybe-uninitialized inside libstdc++'s <regex> and <functional> when
 # sanitizers are on; every other warning is still an error here. -O1 with line tables only
 # (-g1) is what AddressSanitizer's docs recommend, and compiles 2.5x faster than -O2 -g
 # (metrics_server.cpp, httplib inside: 39 s against 98 s), which keeps CI under its time.
-[[ -f build-asan/build.ninja ]] || meson setup build-asan -Doptimization=1 -Ddebug=false \
-  -Dwerror=true '-Dcpp_args=-Wno-maybe-uninitialized -g1' -Db_sanitize=address,undefined \
-  -Db_lundef=false -Dcuda=disabled >/dev/null
+asan_opts=(-Doptimization=1 -Ddebug=false -Dwerror=true '-Dcpp_args=-Wno-maybe-uninitialized -g1'
+           -Db_sanitize=address,undefined -Db_lundef=false -Dcuda=disabled)
+if [[ -f build-asan/build.ninja ]]; then
+  meson setup --reconfigure build-asan "${asan_opts[@]}" >/dev/null
+else
+  meson setup build-asan "${asan_opts[@]}" >/dev/null
+fi
 # The CPU-executed CUDA device and its fault plugins run under AddressSanitizer here (memcheck).
 ninja -C build-asan $(cd build-asan && ninja -t targets all |
   sed -n 's/^\(tests\/test_[a-z0-9_]*\|kernels\/sim\/libtrainrun_cudasim[a-z_]*\.so\): .*/\1/p' |
   grep -v comm_mpi | sort -u)
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
   meson test -C build-asan --suite unit --print-errorlogs --no-rebuild
+done_after asan
 
 step "format (.clang-format)"
 scripts/check-format.sh
+done_after format
 
 step "integration tests (the trainrun binary)"
 TRAINRUN_BIN="$PWD/build/trainrun" /usr/bin/python3 -m pytest -q tests/integration "$@"
+done_after integration
 
 step "two hosts on this machine (network namespaces + ssh; root with CAP_NET_ADMIN)"
 # Fails, saying why, where root or `ip netns add` is missing: it does not skip.
