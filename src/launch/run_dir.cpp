@@ -20,6 +20,7 @@
 #include "host.h"
 #include "trainrun/checkpoint/checkpoint.h"
 #include "trainrun/core/errors.h"
+#include "trainrun/core/no_follow.h"
 
 namespace fs = std::filesystem;
 
@@ -201,13 +202,17 @@ RunDirLock RunDirLock::take(const std::string& dir) {
   fs::create_directories(dir, ec);
   if (ec) throw RunDirError(why_unusable(dir, ec.value()));
   RunDirLock lock;
-  lock.fd_ = ::open(lock_path(dir).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  lock.fd_ = open_no_follow(lock_path(dir), O_RDWR | O_CREAT);
   if (lock.fd_ < 0) throw RunDirError(why_unusable(dir, errno));
   if (::flock(lock.fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     if (err == EWOULDBLOCK) throw_in_use(dir, read_holder(lock.fd_));
     throw RunDirError(fmt::format("cannot lock run directory {}: {}", dir, std::strerror(err)));
   }
+  // The folders trainrun writes into: a link in place of one would take every file written
+  // there (rank logs, checkpoints, traces) to wherever it points.
+  for (const char* sub : {"checkpoints", "logs", "tb", "trace"})
+    refuse_link((fs::path(dir) / sub).string());
   const std::string who = fmt::format("pid {} on {} since {}\n", getpid(), host_name(),
                                       local_time("%Y-%m-%d %H:%M:%S %z"));
   if (::ftruncate(lock.fd_, 0) != 0 ||
@@ -217,7 +222,7 @@ RunDirLock RunDirLock::take(const std::string& dir) {
 }
 
 std::string run_dir_lock_holder(const std::string& dir) {
-  const int fd = ::open(lock_path(dir).c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = open_no_follow(lock_path(dir), O_RDONLY | O_NONBLOCK);
   if (fd < 0) return "";
   std::string holder;
   if (::flock(fd, LOCK_SH | LOCK_NB) != 0)

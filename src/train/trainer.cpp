@@ -36,6 +36,7 @@
 #include "trainrun/config/config.h"
 #include "trainrun/core/clock.h"
 #include "trainrun/core/errors.h"
+#include "trainrun/core/no_follow.h"
 #include "trainrun/launch/launch.h"
 #include "trainrun/launch/stop_signals.h"
 #include "trainrun/model/model.h"
@@ -207,7 +208,7 @@ void Trainer::setup() {
   setup_data();
   // Written once the device, model and data are set up: a start that fails before (say, a
   // moved data file on resume) leaves the run's config.yaml as it was.
-  if (rank_ == 0) std::ofstream(fs::path(exp_.run_dir) / "config.yaml") << to_yaml(exp_);
+  if (rank_ == 0) replace_file((fs::path(exp_.run_dir) / "config.yaml").string(), to_yaml(exp_));
   faults_ = Faults::from_env(rank_, restarts_.count);
   if (faults_.any())
     spdlog::warn("TEST FAULT INJECTION ACTIVE on rank {} (TRAINRUN_FAULTS): {}", rank_,

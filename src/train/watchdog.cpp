@@ -13,6 +13,7 @@
 
 #include "trainrun/core/clock.h"
 #include "trainrun/core/errors.h"
+#include "trainrun/core/no_follow.h"
 #include "trainrun/launch/failure_record.h"
 #include "trainrun/launch/heartbeats.h"
 
@@ -70,15 +71,15 @@ double Watchdog::timeout() const {
 void Watchdog::write_heartbeat() {
   const fs::path dir = fs::path(run_dir_) / "logs";
   const fs::path final_path = heartbeat_path(run_dir_, comm_.rank());
-  const fs::path tmp = dir / fmt::format(".heartbeat-rank-{}.tmp", comm_.rank());
-  {
-    std::ofstream f(tmp);
-    f << fmt::format("{} {} {} {:.3f} {:.3f}\n", comm_.rank(), comm_.host(), step_.load(), wall(),
-                     now() - since_.load())
-      << phase_name(phase_.load()) << "\n";
+  try {
+    replace_file(final_path.string(),
+                 fmt::format("{} {} {} {:.3f} {:.3f}\n{}\n", comm_.rank(), comm_.host(),
+                             step_.load(), wall(), now() - since_.load(),
+                             phase_name(phase_.load())));
+  } catch (const Error&) {
+    // A heartbeat that cannot be written (a full disk) is a missed beat; the watchdog's own
+    // verdicts do not depend on it.
   }
-  std::error_code ec;
-  fs::rename(tmp, final_path, ec);
 }
 
 void Watchdog::loop() {
@@ -160,10 +161,16 @@ void Watchdog::fire(double stuck_for) {
       silent.empty() ? ""
                      : fmt::format("; hosts silent (unreachable?): {}", fmt::join(silent, ", ")));
   {
-    std::ofstream f(fs::path(run_dir_) / "logs" /
-                    fmt::format("watchdog-rank-{}.txt", comm_.rank()));
-    f << msg << "\n\nlast known phase of every rank:\n";
-    for (const auto& d : dump) f << "  " << d << "\n";
+    std::string report = msg + "\n\nlast known phase of every rank:\n";
+    for (const auto& d : dump) report += "  " + d + "\n";
+    try {
+      replace_file(
+          (fs::path(run_dir_) / "logs" / fmt::format("watchdog-rank-{}.txt", comm_.rank()))
+              .string(),
+          report);
+    } catch (const Error&) {
+      // The same report goes to the log and stderr below.
+    }
   }
   spdlog::error("{}", msg);
   spdlog::default_logger()->flush();
