@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "trainrun/core/durable_file.h"
 #include "trainrun/core/errors.h"
 
 namespace trainrun {
@@ -62,28 +63,21 @@ void refuse_link(const std::string& path) {
   if (is_link(path)) throw_link(path);
 }
 
+void refuse_special_file(const std::string& path) {
+  refuse_link(path);
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw RunDirError(fmt::format(
+        "{} is not a regular file: trainrun wrote it as one; move it away and run again", path));
+}
+
 void replace_file(const std::string& path, const std::string& text) {
   const std::filesystem::path p(path);
   const std::string tmp =
       (p.parent_path() / fmt::format(".{}.tmp-{}", p.filename().string(), ::getpid())).string();
-  ::unlink(tmp.c_str());  // a stale temporary of an earlier process with this pid
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw Error(kExitWrite, fmt::format("cannot create {}: {}", tmp, std::strerror(errno)));
-  size_t done = 0;
-  int err = 0;
-  while (done < text.size()) {
-    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      err = w < 0 ? errno : ENOSPC;
-      break;
-    }
-    done += static_cast<size_t>(w);
-  }
-  if (::close(fd) != 0 && err == 0) err = errno;
-  if (err == 0 && ::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
-  if (err != 0) {
+  write_new_file(tmp, text, false);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
     ::unlink(tmp.c_str());
     throw Error(kExitWrite, fmt::format("cannot write {}: {}", path, std::strerror(err)));
   }

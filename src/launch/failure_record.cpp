@@ -11,6 +11,8 @@
 #include <map>
 
 #include "failure_record_json.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/core/no_follow.h"
 #include "trainrun/obs/metrics.h"
 
 namespace fs = std::filesystem;
@@ -91,22 +93,14 @@ std::string failure_record_path(const std::string& run_dir, int rank) {
 
 bool write_failure_record(const std::string& run_dir, const FailureRecord& record) {
   const fs::path final_path = failure_record_path(run_dir, record.rank);
-  const fs::path tmp = final_path.parent_path() /
-                       fmt::format(".{}.{}.tmp", final_path.filename().string(), getpid());
   std::error_code ec;
   fs::create_directories(final_path.parent_path(), ec);
-  {
-    std::ofstream f(tmp);
-    f << failure_record_line(record) << "\n";
-    f.flush();
-    if (!f) {
-      fs::remove(tmp, ec);
-      return false;
-    }
+  try {
+    replace_file(final_path.string(), failure_record_line(record) + "\n");
+  } catch (const Error&) {
+    return false;
   }
-  fs::rename(tmp, final_path, ec);
-  if (ec) fs::remove(tmp, ec);
-  return !ec;
+  return true;
 }
 
 std::vector<FailureRecord> read_failure_records(const std::string& run_dir) {

@@ -105,7 +105,10 @@ void write_signal_record(const Identity& id, size_t which) {
   // The run directory may not exist yet (a failure during start-up): mkdir is signal-safe.
   mkdir(id.run_dir.c_str(), 0777);
   mkdir(id.logs_dir.c_str(), 0777);
-  const int fd = open(id.tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // O_EXCL | O_NOFOLLOW (signal-safe, as open is): never through a link planted at that name.
+  unlink(id.tmp_path.c_str());
+  const int fd =
+      open(id.tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return;
   const bool ok = write(fd, t.buf, t.n) == static_cast<ssize_t>(t.n);
   close(fd);

@@ -2,6 +2,7 @@
 // extendable float64 column per numeric field, NaN where a row lacks it) and, unless the run's
 // config turns it off, TensorBoard event files in RUN_DIR/tb; all truncated to the checkpoint's
 // step on resume.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -17,8 +18,10 @@
 #include <sstream>
 
 #include "trainrun/checkpoint/h5_handle.h"
+#include "trainrun/core/durable_file.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/experiment.h"
+#include "trainrun/core/no_follow.h"
 #include "trainrun/obs/metrics.h"
 #include "trainrun/obs/tensorboard.h"
 
@@ -32,8 +35,13 @@ constexpr hsize_t kChunkRows = 1024;
 // Rows are buffered and written to HDF5 in batches (and at every flush()).
 constexpr size_t kMaxPendingRows = 1024;
 
+// Every failure here is a file that could not be written (a full disk, an I/O error): exit 74,
+// the code a checkpoint that cannot be written gives, which the supervisor does not restart (a
+// full disk stays full).
 Error metrics_error(const std::string& file, const std::string& why) {
-  return Error(kExitFailure, fmt::format("metrics file {}: {}", file, why));
+  return Error(kExitWrite, fmt::format("metrics file {}: {} (free space or fix the file system, "
+                                       "then continue with trainrun --resume RUN_DIR)",
+                                       file, why));
 }
 
 // '/' would nest groups; HDF5 rejects empty names.
@@ -84,7 +92,10 @@ std::unique_ptr<TensorBoardLog> open_tensorboard(const std::string& run_dir, int
 
 struct MetricsLog::Impl {
   std::string jsonl_path, h5_path;
-  std::FILE* jsonl = nullptr;
+  // Appended with one write(2) a line, unbuffered: `jsonl_bytes` is its length after the last
+  // whole line, so a line cut short (ENOSPC) is cut off again and never left half-written.
+  int jsonl = -1;
+  off_t jsonl_bytes = 0;
   Handle file;
   std::unique_ptr<TensorBoardLog> tensorboard;  // null when logging.tensorboard is off
 
@@ -107,6 +118,7 @@ struct MetricsLog::Impl {
   }
 
   void create_h5() {
+    refuse_link(h5_path);  // HDF5 opens by name
     Handle fapl = file_access();
     file = file_h(H5Fcreate(h5_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), "create");
   }
@@ -167,6 +179,7 @@ struct MetricsLog::Impl {
 
   // Opens an existing file and cuts every group back to the rows with step <= keep.
   void open_and_truncate_h5(int64_t keep) {
+    refuse_link(h5_path);
     Handle fapl = file_access();
     file = file_h(H5Fopen(h5_path.c_str(), H5F_ACC_RDWR, fapl), "open");
     for (const std::string& kind : member_names(file)) {
@@ -245,6 +258,8 @@ struct MetricsLog::Impl {
   // Keeps the JSONL lines with step <= keep (lines without a step stay); returns the kept rows.
   std::vector<MetricRow> truncate_jsonl(int64_t keep) {
     std::vector<MetricRow> kept;
+    // Read before it is rewritten: a link or a FIFO there is not the log this run wrote.
+    refuse_special_file(jsonl_path);
     std::ifstream in(jsonl_path);
     if (!in) return kept;
     std::string out, line;
@@ -266,18 +281,12 @@ struct MetricsLog::Impl {
       spdlog::warn("{}: dropped {} unreadable line(s) (a write cut short?)", jsonl_path,
                    dropped_torn);
     in.close();
-    // Temp file and rename: a crash here leaves either the old or the new file, never half.
-    std::string tmp = fmt::format("{}.tmp-{}", jsonl_path, ::getpid());
-    std::FILE* f = std::fopen(tmp.c_str(), "w");
-    if (!f) throw metrics_error(tmp, std::strerror(errno));
-    bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
-    ok = (std::fflush(f) == 0) && ok;
-    ok = (::fsync(fileno(f)) == 0) && ok;
-    ok = (std::fclose(f) == 0) && ok;
-    if (!ok || std::rename(tmp.c_str(), jsonl_path.c_str()) != 0) {
-      std::string why = std::strerror(errno);
-      std::remove(tmp.c_str());
-      throw metrics_error(jsonl_path, "cannot rewrite it: " + why);
+    // Temp file and rename: a crash here leaves either the old or the new file, never half
+    // (and a link at metrics.jsonl is replaced, not followed).
+    try {
+      write_file_durably(jsonl_path, out);
+    } catch (const Error& e) {
+      throw metrics_error(jsonl_path, std::string("cannot rewrite it: ") + e.what());
     }
     return kept;
   }
@@ -294,8 +303,10 @@ MetricsLog::MetricsLog(const std::string& run_dir, int64_t keep_through_step)
 
   std::vector<MetricRow> kept;
   if (keep_through_step >= 0) kept = m.truncate_jsonl(keep_through_step);
-  m.jsonl = std::fopen(m.jsonl_path.c_str(), keep_through_step >= 0 ? "a" : "w");
-  if (!m.jsonl) throw metrics_error(m.jsonl_path, std::strerror(errno));
+  m.jsonl = open_no_follow(m.jsonl_path,
+                           O_WRONLY | O_CREAT | O_APPEND | (keep_through_step >= 0 ? 0 : O_TRUNC));
+  if (m.jsonl < 0) throw metrics_error(m.jsonl_path, std::strerror(errno));
+  m.jsonl_bytes = ::lseek(m.jsonl, 0, SEEK_END);
 
   try {
     bool reopened = false;
@@ -329,15 +340,15 @@ MetricsLog::MetricsLog(const std::string& run_dir, int64_t keep_through_step)
     }
     check(H5Fflush(m.file, H5F_SCOPE_GLOBAL), "flush");
   } catch (const H5Failure& e) {
-    std::fclose(m.jsonl);
-    m.jsonl = nullptr;
+    ::close(m.jsonl);
+    m.jsonl = -1;
     throw metrics_error(m.h5_path, e.what());
   }
   try {
     m.tensorboard = open_tensorboard(run_dir, keep_through_step);
   } catch (...) {
-    std::fclose(m.jsonl);
-    m.jsonl = nullptr;
+    ::close(m.jsonl);
+    m.jsonl = -1;
     throw;
   }
 }
@@ -350,15 +361,28 @@ MetricsLog::~MetricsLog() {
   }
   impl_->groups.clear();
   impl_->file.reset();
-  if (impl_->jsonl) std::fclose(impl_->jsonl);
+  if (impl_->jsonl >= 0) ::close(impl_->jsonl);
 }
 
 void MetricsLog::append(const std::string& kind, const MetricRow& row) {
   Impl& m = *impl_;
   std::string line = format_metrics_line(kind, row);
   line += '\n';
-  if (std::fwrite(line.data(), 1, line.size(), m.jsonl) != line.size())
-    throw metrics_error(m.jsonl_path, std::strerror(errno));
+  size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t w = ::write(m.jsonl, line.data() + done, line.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      const int err = w < 0 ? errno : ENOSPC;
+      // The part that was written goes again: a reader (report, a resume) sees whole lines only.
+      if (done > 0 && ::ftruncate(m.jsonl, m.jsonl_bytes) != 0)
+        spdlog::warn("{}: cannot cut off a half-written line: {}", m.jsonl_path,
+                     std::strerror(errno));
+      throw metrics_error(m.jsonl_path, std::strerror(err));
+    }
+    done += static_cast<size_t>(w);
+  }
+  m.jsonl_bytes += static_cast<off_t>(line.size());
   m.queue(kind, row);
   if (m.tensorboard) m.tensorboard->append(kind, row);
   if (m.pending_rows >= kMaxPendingRows) {
@@ -380,7 +404,6 @@ void MetricsLog::flush() {
   } catch (const H5Failure& e) {
     throw metrics_error(m.h5_path, e.what());
   }
-  if (m.jsonl && std::fflush(m.jsonl) != 0) throw metrics_error(m.jsonl_path, std::strerror(errno));
   if (m.tensorboard) m.tensorboard->flush();
 }
 

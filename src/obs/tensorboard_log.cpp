@@ -16,7 +16,9 @@
 #include <sstream>
 #include <vector>
 
+#include "trainrun/core/durable_file.h"
 #include "trainrun/core/errors.h"
+#include "trainrun/core/no_follow.h"
 #include "trainrun/obs/tb_events.h"
 
 namespace trainrun {
@@ -26,8 +28,9 @@ namespace fs = std::filesystem;
 
 constexpr std::string_view kPrefix = "events.out.tfevents.";
 
+// A file that could not be written (a full disk, an I/O error): exit 74, as for the metrics.
 Error tb_error(const std::string& file, const std::string& why) {
-  return Error(kExitFailure, fmt::format("TensorBoard file {}: {}", file, why));
+  return Error(kExitWrite, fmt::format("TensorBoard file {}: {}", file, why));
 }
 
 double wall_time() {
@@ -63,16 +66,12 @@ std::string slurp(const fs::path& file) {
 // The temporary name lacks "tfevents": a TensorBoard watching the directory never reads it.
 void replace_file(const fs::path& file, std::string_view bytes) {
   const fs::path tmp = file.parent_path() / fmt::format(".rewrite-{}", ::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw tb_error(tmp.string(), std::strerror(errno));
-  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  ok = (std::fflush(f) == 0) && ok;
-  ok = (::fsync(fileno(f)) == 0) && ok;
-  ok = (std::fclose(f) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), file.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    std::remove(tmp.c_str());
-    throw tb_error(file.string(), "cannot rewrite it: " + why);
+  try {
+    write_new_file(tmp.string(), std::string(bytes), true);
+    rename_durably(tmp.string(), file.string());
+  } catch (const Error& e) {
+    ::unlink(tmp.c_str());
+    throw tb_error(file.string(), std::string("cannot rewrite it: ") + e.what());
   }
 }
 
@@ -179,7 +178,7 @@ TensorBoardLog::~TensorBoardLog() {
 void TensorBoardLog::write(const std::string& event) {
   std::string bytes;
   if (!file_) {
-    file_ = std::fopen(path_.c_str(), "wb");
+    file_ = fopen_no_follow(path_, "wb");
     if (!file_) throw tb_error(path_, std::strerror(errno));
     const double now = wall_time();
     bytes = tb::tfrecord(tb::file_version_event(now));

@@ -20,6 +20,7 @@
 
 #include "trainrun/core/durable_file.h"
 #include "trainrun/core/errors.h"
+#include "trainrun/core/no_follow.h"
 #include "trainrun/core/thread_annotations.h"
 #include "trainrun/obs/metrics.h"
 
@@ -126,20 +127,9 @@ struct Tracer::Impl {
           json_quote(e.name), json_quote(e.cat), e.ts, e.dur, rank, e.tid, e.step);
     out += "\n],\"displayTimeUnit\":\"ms\"}\n";
     fs::create_directories(fs::path(path).parent_path());
-    replace_file(path, out);
+    trainrun::replace_file(path, out);
     write_op_table();
     written = true;
-  }
-
-  // Temp file + rename: a reader never sees half a trace or table.
-  static void replace_file(const std::string& file, const std::string& text) {
-    const std::string tmp = file + ".tmp";
-    {
-      std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-      f << text;
-      if (!f.flush()) throw Error(kExitFailure, fmt::format("cannot write trace {}", tmp));
-    }
-    fs::rename(tmp, file);
   }
 
   // Beside the timeline, the spans of category "op" (one per backend op, from the trainer's

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <vector>
 
+#include "trainrun/core/no_follow.h"
+
 namespace trainrun {
 
 bool stdout_is_terminal() {
@@ -28,9 +30,11 @@ void setup_logging(const std::string& run_dir, int rank, bool console) {
   }
   if (!run_dir.empty()) {
     std::filesystem::create_directories(std::filesystem::path(run_dir) / "logs");
-    auto f = std::make_shared<spdlog::sinks::basic_file_sink_mt>(
+    const std::string log =
         (std::filesystem::path(run_dir) / "logs" / ("rank-" + std::to_string(rank) + ".log"))
-            .string());
+            .string();
+    refuse_link(log);  // spdlog opens it by name
+    auto f = std::make_shared<spdlog::sinks::basic_file_sink_mt>(log);
     f->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
     sinks.push_back(f);
   }

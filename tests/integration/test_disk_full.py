@@ -3,6 +3,7 @@ message saying how much space it needed, the older checkpoints stay intact and r
 the process exits normally (HDF5 1.10 used to crash in its atexit shutdown after a failed
 write: exit 139). A real full file system: a small tmpfs mounted for the test, which needs
 root (CI runs as root); without it the test fails rather than pass unchecked."""
+import json
 import os
 import signal
 import subprocess
@@ -114,3 +115,30 @@ def test_metrics_file_on_a_full_disk_does_not_crash(disk):
     p = run([CONFIG, *sets(*BASE), "--run-dir", str(rd)], timeout=120)
     assert p.returncode > 0 and p.returncode < 128, p.stderr
     assert "No space left on device" in p.stderr, p.stderr
+
+
+def test_metrics_lines_on_a_full_disk_exit_74_and_leave_whole_lines(disk):
+    """The disk fills while metrics.jsonl is appended to every step: the run ends with 74 (a
+    write failure, not restarted), names the file, and every line left parses (the line cut
+    short is cut off again)."""
+    rd = disk / "run"
+    proc = subprocess.Popen(
+        [TRAINRUN, CONFIG, *sets(*TINY, "train.steps=1000000", "checkpoint.every=1000000",
+                                 "logging.every=1", "logging.tensorboard=false"),
+         "--run-dir", str(rd)], text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        jsonl = rd / "metrics.jsonl"
+        assert wait_for(lambda: jsonl.exists() and jsonl.stat().st_size > 2000, timeout=120)
+        proc.send_signal(signal.SIGSTOP)
+        fill(disk)
+        proc.send_signal(signal.SIGCONT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 74, err
+    assert "No space left on device" in err, err
+    assert "metrics file" in err and "internal error" not in err, err
+    lines = jsonl.read_text().splitlines()
+    assert lines
+    for line in lines:
+        json.loads(line)

@@ -27,6 +27,10 @@ std::FILE* fopen_no_follow(const std::string& path, const char* mode);
 // RunDirError when `path` is a symbolic link. Checked just before their open.
 void refuse_link(const std::string& path);
 
+// refuse_link, and also anything else that is not a regular file (a FIFO, a device, a folder):
+// for a file trainrun reads back before it rewrites it (metrics.jsonl on resume).
+void refuse_special_file(const std::string& path);
+
 // `text` as the whole of `path`: a new temporary beside it (O_EXCL | O_NOFOLLOW), then a rename
 // over `path` (a link there is replaced, not followed). Not fsync'd: write_file_durably
 // (durable_file.h) is for files that must survive a power loss. Throws Error(kExitWrite) naming

@@ -1,0 +1,64 @@
+"""A run directory whose files were replaced by symbolic links (a copy, an archive, another
+user): trainrun never writes through a link it did not create. Files it replaces whole
+(config.yaml) replace the link; files it opens in place (the lock, rank logs, metrics.jsonl)
+are refused with exit 73 naming the link. Either way the link's target, a file of the user's,
+keeps its bytes."""
+import os
+
+import pytest
+
+from conftest import REPO, TINY, run, sets
+
+QS = str(REPO / "configs/quickstart.yaml")
+BASE = [*TINY, "train.steps=4", "checkpoint.every=2"]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    rd = tmp_path_factory.mktemp("links") / "run"
+    run([QS, *sets(*BASE), "--run-dir", str(rd)], check=0)
+    return rd
+
+
+def copy_run(src, dst):
+    os.system(f"cp -a '{src}' '{dst}'")
+    return dst
+
+
+@pytest.mark.parametrize("name", [".trainrun.lock", "logs/rank-0.log", "metrics.jsonl"])
+def test_a_link_to_a_users_file_is_refused_and_the_file_kept(finished, tmp_path, name):
+    rd = copy_run(finished, tmp_path / "run")
+    user = tmp_path / "precious.txt"
+    user.write_text("the user's own words\n")
+    (rd / name).unlink()
+    (rd / name).symlink_to(user)
+    p = run(["--resume", str(rd), *sets("train.steps=6")])
+    assert p.returncode == 73, p.stderr
+    assert f"{rd / name} is a symbolic link" in p.stderr, p.stderr
+    assert user.read_text() == "the user's own words\n"
+    assert "internal error" not in p.stderr
+
+
+def test_config_yaml_as_a_link_is_replaced_not_written_through(finished, tmp_path):
+    rd = copy_run(finished, tmp_path / "run")
+    user = tmp_path / "my-config.yaml"
+    # The user's copy of the same config, with a comment trainrun's own writer never emits.
+    user.write_text("# my notes\n" + (rd / "config.yaml").read_text())
+    before = user.read_bytes()
+    (rd / "config.yaml").unlink()
+    (rd / "config.yaml").symlink_to(user)
+    run(["--resume", str(rd), *sets("train.steps=6")], check=0)
+    assert user.read_bytes() == before
+    assert not (rd / "config.yaml").is_symlink() and (rd / "config.yaml").is_file()
+
+
+def test_a_link_in_place_of_the_logs_folder_is_refused(finished, tmp_path):
+    rd = copy_run(finished, tmp_path / "run")
+    elsewhere = tmp_path / "elsewhere"
+    os.rename(rd / "logs", elsewhere)
+    (rd / "logs").symlink_to(elsewhere)
+    listing = sorted(os.listdir(elsewhere))
+    p = run(["--resume", str(rd), *sets("train.steps=6")])
+    assert p.returncode == 73, p.stderr
+    assert f"{rd / 'logs'} is a symbolic link" in p.stderr, p.stderr
+    assert sorted(os.listdir(elsewhere)) == listing
