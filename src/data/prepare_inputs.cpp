@@ -29,9 +29,36 @@ bool hidden(const fs::path& p) {
   return !name.empty() && name[0] == '.';
 }
 
+// Where a path's directory is, by any path to it (a directory that does not exist yet: its
+// normalised absolute path).
+fs::path where(const fs::path& dir) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(dir.empty() ? fs::path(".") : dir, ec), ec);
+  return p;
+}
+
+// The outputs as (directory, file name) pairs, compared with each listed file's.
+struct Outputs {
+  std::vector<std::pair<fs::path, std::string>> files;
+  explicit Outputs(const std::vector<std::string>& outputs) {
+    for (const std::string& o : outputs)
+      files.emplace_back(where(fs::path(o).parent_path()), fs::path(o).filename().string());
+  }
+  bool holds(const fs::path& file) const {
+    if (files.empty()) return false;
+    const std::string name = file.filename().string();
+    const fs::path dir = where(file.parent_path());
+    for (const auto& [d, n] : files)
+      if (d == dir && (name == n || name.rfind(n + ".tmp", 0) == 0)) return true;
+    return false;
+  }
+};
+
 }  // namespace
 
-std::vector<PrepareInput> prepare_inputs(const std::vector<std::string>& texts) {
+std::vector<PrepareInput> prepare_inputs(const std::vector<std::string>& texts,
+                                         const std::vector<std::string>& outputs) {
+  const Outputs ours(outputs);
   std::vector<PrepareInput> out;
   for (const std::string& t : texts) {
     std::error_code ec;
@@ -46,7 +73,7 @@ std::vector<PrepareInput> prepare_inputs(const std::vector<std::string>& texts) 
         if (it->is_directory(ec)) it.disable_recursion_pending();
         continue;
       }
-      if (it->is_regular_file(ec)) files.push_back(it->path().string());
+      if (it->is_regular_file(ec) && !ours.holds(it->path())) files.push_back(it->path().string());
     }
     if (ec) throw DataError(fmt::format("{}: cannot list the directory ({})", t, ec.message()));
     if (files.empty())

@@ -19,7 +19,14 @@ struct PrepareInput {
 // Files in the order given; a directory gives every regular file below it (hidden ones and
 // those in hidden directories skipped), sorted by path. Throws DataError for a path that is
 // neither, or a directory with no files.
-std::vector<PrepareInput> prepare_inputs(const std::vector<std::string>& texts);
+//
+// `outputs`: what this prepare writes (train.bin, its partial, ...). A directory's listing
+// leaves them out, and their temporaries (NAME.tmp...): an --out inside an input directory
+// would otherwise make an interrupted or finished prepare's own files inputs of the next one,
+// which check_outputs refuses, so it could never be continued. A file named itself is kept
+// (check_outputs refuses it).
+std::vector<PrepareInput> prepare_inputs(const std::vector<std::string>& texts,
+                                         const std::vector<std::string>& outputs = {});
 
 // Creates the --out directory and its parents; throws DataError saying why it cannot.
 void create_output_directory(const std::string& dir);

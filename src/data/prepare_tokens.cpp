@@ -201,16 +201,10 @@ std::string prepare_token_shards(const PrepareRequest& req) {
 
 std::string prepare_shards(const PrepareRequest& req) {
   const fs::path out(req.out_dir);
-  // Directories listed once: what is checked below is what is read.
-  PrepareRequest files = req;
-  files.texts.clear();
-  for (PrepareInput& in : prepare_inputs(req.texts)) files.texts.push_back(std::move(in.path));
-  std::vector<std::string> inputs = files.texts;
   std::vector<std::string> outputs = {(out / "train.bin").string(), (out / "val.bin").string(),
                                       (out / "train.idx").string(), (out / "val.idx").string()};
   const std::string manifest = (out / kShardManifestName).string();
   if (!req.tokenizer.empty()) {
-    inputs.push_back(req.tokenizer);
     outputs.push_back(manifest);
     // The tokenizer's copy beside the shards may be the tokenizer itself: then it is not written.
     const std::string copy = (out / "tokenizer.json").string();
@@ -225,6 +219,13 @@ std::string prepare_shards(const PrepareRequest& req) {
   std::vector<std::string> all = outputs;
   all.insert(all.end(), partials.begin(), partials.end());
   all.push_back((out / kJournalName).string());
+  // Directories listed once, without what this prepare writes: what is checked below is what
+  // is read.
+  PrepareRequest files = req;
+  files.texts.clear();
+  for (PrepareInput& in : prepare_inputs(req.texts, all)) files.texts.push_back(std::move(in.path));
+  std::vector<std::string> inputs = files.texts;
+  if (!req.tokenizer.empty()) inputs.push_back(req.tokenizer);
   check_outputs(inputs, all, /*force=*/true, "data prepare");
   // An interrupted prepare continues (or says why it cannot) without --force: the outputs it
   // may replace are those it was allowed to. Partial shards without its journal are not ours.

@@ -142,3 +142,29 @@ def test_force_starts_an_interrupted_prepare_over(tmp_path):
     assert "train.bin.partial exists; pass --force" in p.stderr
     prepare([corpus, "--force"], out, check=0)
     assert files(out) == files(ref)
+
+
+def test_a_prepare_into_a_folder_inside_its_input_folder_continues(tmp_path):
+    # Its own partial shards were listed as inputs of the rerun: "the output .../train.bin.partial
+    # is also an input", with or without --force, so it could never be continued (issue 43
+    # item 6). The folder's listing leaves out what the prepare writes.
+    corpus = write_corpus(tmp_path / "docs", seed=5)
+    ref = tmp_path / "ref"
+    want = prepare([corpus], ref, check=0)
+    out = corpus / "shards"
+    killed_after([corpus], out, 5)
+    p = prepare([corpus], out, check=0)
+    assert "resuming: 5 of 40 inputs done" in p.stderr, p.stderr
+    assert files(out) == files(ref)
+    # Finished, then again with --force: its shards and indexes are not inputs either.
+    p = prepare([corpus, "--force"], out, check=0)
+    assert p.stdout.replace(str(out), "DIR") == want.stdout.replace(str(ref), "DIR")
+    assert files(out) == files(ref)
+    # --out the input folder itself.
+    import shutil
+    shutil.rmtree(out)
+    killed_after([corpus], corpus, 9)
+    prepare([corpus], corpus, check=0)
+    prepare([corpus, "--force"], corpus, check=0)
+    for name in ("train.bin", "val.bin", "train.idx", "val.idx"):
+        assert (corpus / name).read_bytes() == (ref / name).read_bytes(), name
