@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "json.h"
+#include "open_shards.h"
 #include "trainrun/data/data.h"
 #include "trainrun/data/sample_stream.h"
 #include "trainrun/data/tokenizer.h"
@@ -184,8 +185,15 @@ std::string inspect_data(const Experiment& exp, const InspectRequest& req) {
 std::string inspect_shards(const std::string& path, int seq_len, const InspectRequest& req) {
   DataConfig data;
   data.mix = {MixSource{path, 1.0, "", ""}};
-  // No model bounds the ids here: any id a shard's width holds is accepted.
-  const auto stream = open_sample_stream(data, Split::train, INT_MAX, 0, seq_len);
+  // One source named as a data.mix source would be, opened under the name the command line
+  // gives it (`path`): its messages name what the user typed, not a config key. No model
+  // bounds the ids here: any id a shard's width holds is accepted.
+  std::vector<SampleStream::Source> sources;
+  sources.push_back({mix_source_name(data.mix.front()), 1.0,
+                     open_shards({path, "path", "", "", "", data.val_fraction, false, -1},
+                                 Split::train, INT_MAX)});
+  const auto stream = std::make_unique<SampleStream>(std::move(sources), data.order, 0, seq_len,
+                                                     data.shuffle_block);
   const std::unique_ptr<Tokenizer> tok = data_tokenizer(data);
   return report(*stream, tok.get(), tok ? tok->vocab_size() : 0, 0, req);
 }

@@ -82,6 +82,11 @@ def test_bad_input_is_refused_with_the_fix(docs, tmp_path):
     assert "none.bin" in p.stderr
     p = run(["data", "inspect", str(docs), "--set", "seed=1"], check=2)
     assert "--set applies to a config" in p.stderr
+    # A shard path, directory or glob is named as the user gave it, not as the config key
+    # data.mix[0].path that inspect used internally (issue 43 item 6).
+    for given in (tmp_path / "none.bin", tmp_path / "none-*.bin", tmp_path):
+        p = run(["data", "inspect", str(given)], check=3)
+        assert "data.mix" not in p.stderr and f"path='{given}'" in p.stderr, p.stderr
 
 
 def read_ids(path):
