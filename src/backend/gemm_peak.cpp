@@ -17,6 +17,8 @@
 
 #include "trainrun/backend/backend.h"
 #include "trainrun/core/clock.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/core/no_follow.h"
 
 namespace trainrun {
 
@@ -87,17 +89,13 @@ std::map<std::string, double> read_cache(const std::string& file) {
 void write_cache(const std::string& file, const std::map<std::string, double>& entries) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(file).parent_path(), ec);
-  const std::string tmp = fmt::format("{}.tmp.{}", file, ::getpid());
-  {
-    std::ofstream out(tmp);
-    for (const auto& [key, v] : entries) out << key << '\t' << fmt::format("{:.3f}", v) << '\n';
-    if (!out) {
-      std::filesystem::remove(tmp, ec);
-      return;
-    }
+  std::string text;
+  for (const auto& [key, v] : entries) text += fmt::format("{}\t{:.3f}\n", key, v);
+  try {
+    replace_file(file, text);  // a link at the cache's name is replaced, never written through
+  } catch (const Error&) {
+    // Only a cache: the next run measures again.
   }
-  std::filesystem::rename(tmp, file, ec);
-  if (ec) std::filesystem::remove(tmp, ec);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "trainrun/cluster/cluster.h"
 #include "trainrun/config/config.h"
 #include "trainrun/core/errors.h"
+#include "trainrun/core/no_follow.h"
 #include "trainrun/launch/supervisor.h"
 
 namespace fs = std::filesystem;
@@ -289,11 +290,13 @@ std::string slurm_submit(const Experiment& exp_in, SlurmOptions opts) {
   fs::create_directories(exp.run_dir, ec);
   if (ec)
     throw RunDirError(fmt::format("cannot create run directory {}: {}", exp.run_dir, ec.message()));
+  // Replaced whole (a link in the run directory is replaced, never written through).
   auto write = [](const fs::path& p, const std::string& text) {
-    std::ofstream f(p, std::ios::binary | std::ios::trunc);
-    f << text;
-    f.close();
-    if (!f) throw RunDirError(fmt::format("cannot write {}: check the run directory", p.string()));
+    try {
+      replace_file(p.string(), text);
+    } catch (const Error& e) {
+      throw RunDirError(fmt::format("{}: check the run directory", e.what()));
+    }
   };
   write(config, config_text);
   write(script, script_text);

@@ -62,3 +62,24 @@ def test_a_link_in_place_of_the_logs_folder_is_refused(finished, tmp_path):
     assert p.returncode == 73, p.stderr
     assert f"{rd / 'logs'} is a symbolic link" in p.stderr, p.stderr
     assert sorted(os.listdir(elsewhere)) == listing
+
+
+def test_slurm_submit_replaces_a_link_in_the_run_directory(tmp_path):
+    """`trainrun slurm --submit` writes the script and config into the run directory: a link
+    there is replaced, its target kept. A stand-in sbatch on PATH takes the job."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    sbatch = bin_dir / "sbatch"
+    sbatch.write_text("#!/bin/sh\n[ \"$1\" = --version ] && { echo slurm 22.05; exit 0; }\n"
+                      "echo 42\n")
+    sbatch.chmod(0o755)
+    rd = tmp_path / "run"
+    rd.mkdir()
+    user = tmp_path / "precious.txt"
+    user.write_text("mine\n")
+    (rd / "job.sbatch").symlink_to(user)
+    run(["slurm", QS, "--nodes", "1", "--set", f"run_dir={rd}", "--submit"],
+        env={"PATH": f"{bin_dir}:{os.environ['PATH']}"}, check=0)
+    assert user.read_text() == "mine\n"
+    assert not (rd / "job.sbatch").is_symlink()
+    assert "#SBATCH" in (rd / "job.sbatch").read_text()
