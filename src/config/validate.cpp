@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
+
 #include "schema.h"
 #include "trainrun/config/config.h"
 #include "trainrun/core/errors.h"
@@ -102,6 +104,18 @@ void documents_need_shards(const Experiment& e, int, Fail& out) {
          fmt::format("data.eot={} is not a token of the model's vocabulary (0-{})", d.eot,
                      e.model.vocab_size - 1));
   }
+}
+
+// Weights are relative: each is finite and > 0 (check_sources), and so must be their sum, by
+// which every share is divided (1.5e308 + 0.5e308 is inf: every share 0, shown as "-nan%").
+void mix_weights_sum_finite(const Experiment& e, int, Fail& out) {
+  double sum = 0;
+  for (const MixSource& s : e.data.mix) sum += s.weight;
+  if (!std::isfinite(sum))
+    fail(out, {"data.mix"},
+         fmt::format("data.mix: the weights sum to {}: they are relative, so scale them down "
+                     "(0.75 and 0.25 give what 3 and 1 do)",
+                     sum));
 }
 
 void something_to_evaluate(const Experiment& e, int, Fail& out) {
@@ -211,6 +225,7 @@ const Rule kRules[] = {
     {"`optimizer.min_lr` <= `optimizer.lr` (`optimizer.warmup_steps` may exceed "
      "`train.steps`)",
      lr_decays_down},
+    {"`data.mix` weights sum to a finite number (they are relative)", mix_weights_sum_finite},
     {"with `data.text` or `data.synthetic` and `train.eval_every` > 0: `data.val_fraction` > 0",
      something_to_evaluate},
     {"`data.document_masking` with token shards (`data.train` or `data.mix`) and a gpt or llama "

@@ -60,6 +60,8 @@ Blend::Blend(const std::vector<double>& weights) {
     if (!(w > 0) || !std::isfinite(w)) throw std::invalid_argument("Blend: a weight is not > 0");
     total += w;
   }
+  // Config validation refuses such weights; a sum of inf would make every share 0.
+  if (!std::isfinite(total)) throw std::invalid_argument("Blend: the weights' sum is not finite");
   // Shares of the period by largest remainder, each at least one sample.
   share_.assign(n, 1);
   int64_t left = kPeriod - static_cast<int64_t>(n);

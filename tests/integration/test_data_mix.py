@@ -98,3 +98,22 @@ def test_the_mixture_config_runs_as_its_comment_says(shakespeare, tmp_path):
     got = dict(re.findall(r"(shakespeare|manual): \d+ samples, ([\d.]+)% \(weight", out))
     assert float(got["shakespeare"]) == pytest.approx(80, abs=1)
     assert float(got["manual"]) == pytest.approx(20, abs=1)
+
+
+
+def test_weights_whose_sum_overflows_are_refused(tmp_path):
+    # 1.5e308 + 0.5e308 is inf: every share became 0, a 50/50 blend shown as "-nan%" (issue 43
+    # item 5). Weights are relative, so their sum must be a finite number.
+    (tmp_path / "t.txt").write_bytes((REPO / "README.md").read_bytes())
+    run(["data", "prepare", str(tmp_path / "t.txt"), "--out", str(tmp_path / "s")], check=0)
+    a, b = tmp_path / "s" / "train.bin", tmp_path / "s" / "val.bin"
+
+    def validate(wa, wb, check):
+        mix = f"data.mix=[{{path: {a}, weight: {wa}}}, {{path: {b}, weight: {wb}}}]"
+        return run(["validate", str(REPO / "configs/quickstart.yaml"), *sets(*BASE, mix)],
+                   check=check)
+
+    p = validate("1.5e308", "0.5e308", 2)
+    assert "data.mix" in p.stderr and "sum to inf" in p.stderr, p.stderr
+    assert "-nan" not in p.stderr + p.stdout
+    validate("1.5e307", "0.5e307", 0)  # large, but their sum is finite
