@@ -38,10 +38,6 @@ namespace trainrun {
 
 namespace {
 
-// --threads of the data commands: each thread holds its own buffers, so a count from the command
-// line is bounded (0: all cores).
-constexpr int kMaxThreads = 1024;
-
 const char* kDescription =
     "trainrun: train GPT, Llama and MLP language models from a YAML experiment, on CPU or\n"
     "CUDA, data-parallel over MPI/NCCL, with HDF5 checkpoints and metric logs.\n\n"
@@ -525,6 +521,7 @@ int cli_main(int argc, char** argv) {
       add_data_prepare(app), add_data_inspect(app), add_data_tokenizer(app), add_sample(app),
       add_inspect(app),      add_export(app),       add_slurm(app),          add_k8s(app),
       add_help(app)};
+    check_omp_num_threads();  // bounded as --threads is (kMaxThreads), before any thread starts
 
   const std::vector<std::string> args = with_default_command(argc, argv);
   try {

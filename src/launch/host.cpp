@@ -1,8 +1,11 @@
 #include "host.h"
 
+#include <fmt/format.h>
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "trainrun/core/errors.h"
 #include "trainrun/launch/launch.h"
 
 namespace trainrun {
@@ -79,8 +83,28 @@ int default_omp_threads(int local_size) {
     int n = std::atoi(v);
     if (n > 0) return n;
   }
-  int per_rank = available_cores() / (local_size > 0 ? local_size : 1);
-  return per_rank > 0 ? per_rank : 1;
+  const int per_rank = available_cores() / (local_size > 0 ? local_size : 1);
+  return std::clamp(per_rank, 1, kMaxThreads);  // a rank refuses more (check_omp_num_threads)
+}
+
+void check_omp_num_threads() {
+  const char* v = std::getenv("OMP_NUM_THREADS");
+  if (!v || !*v) return;
+  const std::string value(v);
+  size_t pos = 0;
+  while (pos <= value.size()) {
+    const size_t comma = std::min(value.find(',', pos), value.size());
+    const std::string entry = value.substr(pos, comma - pos);
+    char* end = nullptr;
+    errno = 0;
+    const long n = std::strtol(entry.c_str(), &end, 10);
+    if (entry.empty() || *end != '\0' || errno != 0 || n < 1 || n > kMaxThreads)
+      throw ConfigError(fmt::format(
+          "OMP_NUM_THREADS={}: each entry must be a thread count from 1 to {}, the most trainrun "
+          "runs (as for --threads); unset it to use every core, or set it lower",
+          value, kMaxThreads));
+    pos = comma + 1;
+  }
 }
 
 }  // namespace trainrun

@@ -17,6 +17,23 @@ def test_thread_counts_are_bounded(tmp_path):
         assert "--threads" in p.stderr and "1024" in p.stderr, p.stderr
 
 
+def test_thread_counts_from_the_environment_are_bounded_as_threads_is(tmp_path):
+    # OMP_NUM_THREADS=100000 crashed training and `tokenizer train` with SIGSEGV, silently; 20000
+    # ran for minutes (issue 43 item 5). Refused (exit 2) before any thread starts, as --threads.
+    from conftest import TINY
+    text = tmp_path / "t.txt"
+    text.write_text("hello world\n" * 2000)
+    for value in ("100000", "4,100000", "lots"):
+        for args in ([QS, *sets(*TINY, "train.steps=2"), "--run-dir", str(tmp_path / "r")],
+                     ["data", "tokenizer", "train", str(text), "--vocab-size", "300", "--out",
+                      str(tmp_path / "t.json")]):
+            p = run(args, env={"OMP_NUM_THREADS": value}, check=2, timeout=60)
+            assert f"OMP_NUM_THREADS={value}" in p.stderr and "1 to 1024" in p.stderr, p.stderr
+    assert not (tmp_path / "r").exists() and not (tmp_path / "t.json").exists()
+    run(["data", "tokenizer", "train", str(text), "--vocab-size", "300", "--out",
+         str(tmp_path / "t.json")], env={"OMP_NUM_THREADS": "2,1"}, check=0)
+
+
 def test_a_huge_layer_count_is_refused_at_once():
     t0 = time.monotonic()
     for n in ("20000", "2147483647"):

@@ -77,6 +77,16 @@ int run_launch(const LaunchPlan& plan, std::string* failure);
 // OpenMP threads for this rank: cores / local ranks, at least 1 (OMP_NUM_THREADS wins).
 int default_omp_threads(int local_size);
 
+// The most OpenMP threads one trainrun process runs, whether --threads or OMP_NUM_THREADS asks:
+// each thread holds its own stack and buffers, and libgomp crashed (SIGSEGV, silently) starting
+// 100000 of them, and spent minutes on 20000.
+inline constexpr int kMaxThreads = 1024;
+
+// OMP_NUM_THREADS, when set, must be thread counts from 1 to kMaxThreads (a list, "8,4", for
+// nested levels): otherwise ConfigError (exit 2) naming the variable, its value and the bound.
+// Checked before any command runs: OpenMP starts its threads at the first parallel region.
+void check_omp_num_threads();
+
 // The absolute path of this program (/proc/self/exe), or "trainrun" when unreadable: what the
 // ranks and batch scripts run.
 std::string self_executable();
