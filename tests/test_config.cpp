@@ -166,7 +166,7 @@ TEST_CASE("a wrong type says what was expected and what was found, with line:col
   msg = error_of("data: {synthetic: markov}\nmodel:\n  n_layer: 2.5\n");
   CHECK(has(msg, "found number 2.5"));
   msg = error_of("data: {synthetic: markov}\noptimizer:\n  lr: [1]\n");
-  CHECK(has(msg, "expected a number, found a list"));
+  CHECK(has(msg, "expected a number (must be > 0), found a list"));
   msg = error_of("data: {synthetic: markov}\ncheckpoint:\n  async: maybe\n");
   CHECK(has(msg, "expected a boolean"));
   msg = error_of("data: {synthetic: markov}\nseed: -1\n");
@@ -661,6 +661,46 @@ TEST_CASE("a config that expands past its size or depth bound is refused, not wa
   msg = error_of(kMinimal, {"launcher.mpirun_args=" + std::string(40, '[') + std::string(40, ']')});
   CHECK(msg.find("--set launcher.mpirun_args=") != std::string::npos);
   CHECK(msg.find("nested more than") != std::string::npos);
+
+  // Past yaml-cpp's own limit (a few hundred levels) the parser stops first, with "bad file":
+  // the same message, with the line.
+  msg = error_of("data:\n  synthetic: markov\nmodel: " + std::string(3000, '[') +
+                 std::string(3000, ']') + "\n");
+  CHECK(has(msg, "exp.yaml:3:"));
+  CHECK(has(msg, "nested more than 32 levels deep"));
+  CHECK_FALSE(has(msg, "bad file"));
+  msg = error_of(kMinimal, {"model.hidden=" + std::string(3000, '[') + std::string(3000, ']')});
+  CHECK(has(msg, "--set model.hidden="));
+  CHECK(has(msg, "nested more than 32 levels deep"));
+}
+
+TEST_CASE("a non-finite number is named as one, with the key's range") {
+  for (const char* v : {".nan", ".NaN", ".inf", "-.Inf", "+.inf", "nan", "-inf"}) {
+    CAPTURE(v);
+    std::string msg =
+        error_of(fmt::format("data: {{synthetic: markov}}\noptimizer:\n  lr: {}\n", v));
+    CHECK(has(msg, fmt::format("exp.yaml:3:7: optimizer.lr: expected a number (must be > 0), "
+                               "found {} (not a finite number)",
+                               v)));
+    msg = error_of(kMinimal, {fmt::format("optimizer.betas=[0.9, {}]", v)});
+    CHECK(has(msg, fmt::format("optimizer.betas[1]: expected a number (must be in [0, 1)), "
+                               "found {} (not a finite number)",
+                               v)));
+    msg = error_of(kMinimal, {fmt::format("model.n_layer={}", v)});
+    CHECK(has(msg, fmt::format("expected an integer, found {} (not a finite number)", v)));
+    msg = error_of(kMinimal,
+                   {"data.synthetic=", fmt::format("data.mix=[{{path: a, weight: {}}}]", v)});
+    CHECK(has(msg, fmt::format("data.mix[0].weight: expected a number (must be > 0), found {} "
+                               "(not a finite number)",
+                               v)));
+  }
+  // Quoted, it is a string, and said to be one.
+  CHECK(has(error_of(kMinimal, {"optimizer.lr='.nan'"}), "found string \".nan\""));
+}
+
+TEST_CASE("a data.mix source whose key is not a name is a config error, not an internal one") {
+  const std::string msg = error_of("data:\n  mix: [{[a]: 1}]\n");
+  CHECK(has(msg, "exp.yaml:2:9: data.mix[0]: expected a key (path, weight, name or val)"));
 }
 
 TEST_CASE(

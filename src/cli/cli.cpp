@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <cerrno>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -52,6 +53,25 @@ const char* kDescription =
     "hang, 73 run directory unusable (holds another run, in use, not writable), 75 stopped by\n"
     "SIGTERM/SIGUSR1 after a checkpoint (resume me), 130 interrupted, 128+N killed by signal N.\n"
     "See man trainrun.";
+
+// A numeric option's value: a finite number above `min` (or at least it, with `min_allowed`).
+// CLI11's PositiveNumber and NonNegativeNumber let nan through (every comparison with it is
+// false), so `--disk-bw nan` was accepted and ignored, and they call inf "not in range 0 to
+// 1797...". `example` is a value that works, for the message.
+CLI::Validator finite_number(double min, bool min_allowed, const std::string& unit,
+                             const std::string& example) {
+  const std::string rule = fmt::format("a finite number {} {:g}", min_allowed ? ">=" : ">", min);
+  return CLI::Validator(
+      [=](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (end != s.c_str() && *end == '\0' && std::isfinite(v) &&
+            (v > min || (min_allowed && v == min)))
+          return "";
+        return fmt::format("{}: must be {} ({}), e.g. {}", s, rule, unit, example);
+      },
+      rule);
+}
 
 // One subcommand: the CLI11 node that says whether it was given, and what it runs. Each add_*
 // function owns its arguments through the closure.
@@ -145,17 +165,17 @@ Command add_plan(CLI::App& app) {
                   "MB/s one rank writes a checkpoint at (default: an assumed rate, printed in "
                   "the plan; measure with build/bench/bench_checkpoint DIR)")
       ->type_name("MBPS")
-      ->check(CLI::PositiveNumber);
+      ->check(finite_number(0, false, "MB/s", "--disk-bw 2000"));
   sub->add_option("--link-bw", a->link_bw,
                   "MB/s per rank, one direction, of the link this run's collectives cross (the "
                   "network between nodes, or within a node with one node); default: the "
                   "device table's or an assumed rate, printed in the plan")
       ->type_name("MBPS")
-      ->check(CLI::PositiveNumber);
+      ->check(finite_number(0, false, "MB/s", "--link-bw 12500 for 100 Gb/s"));
   sub->add_option("--link-latency", a->link_latency,
                   "microseconds per hop of that link (default: assumed, printed in the plan)")
       ->type_name("US")
-      ->check(CLI::NonNegativeNumber);
+      ->check(finite_number(0, true, "microseconds", "--link-latency 5"));
   return {sub, [a] {
             Experiment exp = a->load();
             DevicePeak peak = device_peak(exp, a->gpu);
@@ -240,7 +260,7 @@ Command add_data_prepare(CLI::App& app) {
             char* end = nullptr;
             const double v = std::strtod(s.c_str(), &end);
             if (end == s.c_str() || *end != '\0' || !(v > 0.0 && v <= 0.9))
-              return "must be in (0, 0.9]: the share of the text held out for validation";
+              return s + ": must be in (0, 0.9]: the share of the text held out for validation";
             return "";
           },
           "(0, 0.9]"));
@@ -357,8 +377,11 @@ Command add_sample(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
   sub->add_option("--temperature", a->temperature, "sampling temperature; 0 = greedy")
-      ->capture_default_str();
-  sub->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
+      ->capture_default_str();  // sample_text refuses nan, inf and negatives
+  // CLI11 would wrap a negative seed round to a huge unsigned one.
+  sub->add_option("--seed", a->seed, "sampling seed")
+      ->capture_default_str()
+      ->check(finite_number(0, true, "an integer", "--seed 1"));
   return {sub, [a] {
             const std::string text =
                 sample_text(a->run, a->prompt, a->tokens, a->temperature, a->seed, a->tokenizer);
@@ -497,6 +520,7 @@ std::vector<std::string> with_default_command(int argc, char** argv) {
 // Runs the command given; errors become their exit codes (errors.h).
 int run_given(const std::vector<Command>& commands) {
   try {
+    check_omp_num_threads();  // bounded as --threads is (kMaxThreads), before any thread starts
     for (const Command& c : commands)
       if (*c.app) return c.run();
   } catch (const Error& e) {
@@ -521,7 +545,6 @@ int cli_main(int argc, char** argv) {
       add_data_prepare(app), add_data_inspect(app), add_data_tokenizer(app), add_sample(app),
       add_inspect(app),      add_export(app),       add_slurm(app),          add_k8s(app),
       add_help(app)};
-    check_omp_num_threads();  // bounded as --threads is (kMaxThreads), before any thread starts
 
   const std::vector<std::string> args = with_default_command(argc, argv);
   try {

@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include "schema.h"
@@ -64,14 +65,22 @@ std::string at(const std::string& file, const YAML::Mark& m) {
 constexpr size_t kMaxConfigBytes = size_t{16} << 20;  // expanded scalars: far above a real config
 constexpr int kMaxConfigDepth = 32;                   // a config is 2 levels deep, lists 3
 
+std::string nested_too_deep(const std::string& where) {
+  return fmt::format(
+      "{}: nested more than {} levels deep: a config is a mapping of sections holding keys; "
+      "check for runaway brackets",
+      where, kMaxConfigDepth);
+}
+
+// yaml-cpp's parser has a nesting limit of its own (a few hundred levels), and its message for
+// it is "bad file": those errors get ours.
+bool past_parser_depth(const YAML::Exception& e) {
+  return dynamic_cast<const YAML::DeepRecursion*>(&e) != nullptr;
+}
+
 void check_expanded_size(const YAML::Node& node, const std::string& where, int depth,
                          size_t& bytes) {
-  if (depth > kMaxConfigDepth) {
-    throw ConfigError(
-        fmt::format("{}: nested more than {} levels deep: a config is a mapping of "
-                    "sections holding keys; check the file for runaway brackets",
-                    where, kMaxConfigDepth));
-  }
+  if (depth > kMaxConfigDepth) throw ConfigError(nested_too_deep(where));
   bytes += node.IsScalar() ? node.Scalar().size() + 1 : 1;
   if (bytes > kMaxConfigBytes) {
     throw ConfigError(
@@ -203,6 +212,7 @@ Override parse_override(const std::string& text) {
   try {
     value = YAML::Load(text.substr(eq + 1));
   } catch (const YAML::Exception& e) {
+    if (past_parser_depth(e)) throw ConfigError(nested_too_deep(arg));
     throw ConfigError(
         fmt::format("{}: the value is not valid YAML: {} (at character {} of the value)", arg,
                     e.msg, e.mark.column + 1));
@@ -243,6 +253,7 @@ Experiment parse_experiment(const std::string& yaml_text, const std::string& pat
   try {
     documents = YAML::LoadAll(yaml_text);
   } catch (const YAML::Exception& e) {
+    if (past_parser_depth(e)) throw ConfigError(nested_too_deep(at(path, e.mark)));
     throw ConfigError(fmt::format("{}: YAML syntax error: {}", at(path, e.mark), e.msg));
   }
   if (documents.size() > 1) {

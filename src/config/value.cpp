@@ -58,6 +58,16 @@ std::optional<bool> parse_bool(std::string_view s) {
   return std::nullopt;
 }
 
+// YAML's spellings of the non-finite numbers (.nan, .inf, -.Inf, ...) and C's (nan, inf): no
+// key takes one, and a message must call them that, not strings.
+bool non_finite(std::string_view s) {
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) s.remove_prefix(1);
+  if (!s.empty() && s[0] == '.') s.remove_prefix(1);
+  std::string l;
+  for (char c : s) l += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return l == "nan" || l == "inf" || l == "infinity";
+}
+
 bool is_digits(std::string_view s) {
   if (!s.empty() && (s[0] == '-' || s[0] == '+')) s.remove_prefix(1);
   if (s.empty()) return false;
@@ -109,13 +119,18 @@ MixSource decode_source(const Field& f, const YAML::Node& n, const std::string& 
   MixSource s;
   bool has_path = false;
   for (const auto& kv : n) {
-    const std::string key = kv.first.as<std::string>();
+    if (!kv.first.IsScalar())
+      wrong_type(where, path, "a key (path, weight, name or val)", kv.first);
+    const std::string key = kv.first.Scalar();
     const std::string at = fmt::format("{}.{}", path, key);
     if (key == "path") {
       s.path = decode_scalar<std::string>(f, kv.second, where, at);
       has_path = true;
     } else if (key == "weight") {
-      s.weight = decode_scalar<double>(f, kv.second, where, at);
+      Field weight = f;  // check_sources' rule, for the message of a value that is no number
+      weight.min = 0;
+      weight.min_open = true;
+      s.weight = decode_scalar<double>(weight, kv.second, where, at);
     } else if (key == "name") {
       s.name = decode_scalar<std::string>(f, kv.second, where, at);
     } else if (key == "val") {
@@ -160,7 +175,12 @@ T decode_scalar(const Field& f, const YAML::Node& n, const std::string& where,
   } else if constexpr (std::is_same_v<T, double>) {
     std::optional<double> v;
     if (n.IsScalar() && !quoted(n)) v = parse_double(n.Scalar());
-    if (!v) wrong_type(where, path, "a number", n);
+    if (!v) {
+      Field each = f;  // the rule for one value, also of a list
+      each.list_len = -1;
+      const std::string rule = each.allowed_text();
+      wrong_type(where, path, rule.empty() ? "a number" : "a number (" + must_be(rule) + ")", n);
+    }
     return *v;
   } else if constexpr (std::is_same_v<T, uint64_t>) {
     std::optional<uint64_t> v;
@@ -322,6 +342,7 @@ std::string describe(const YAML::Node& n) {
   if (n.IsMap()) return "a mapping";
   const std::string& s = n.Scalar();
   if (quoted(n)) return fmt::format("string \"{}\"", s);
+  if (non_finite(s)) return fmt::format("{} (not a finite number)", s);
   if (parse_int(s) || is_digits(s)) return fmt::format("integer {}", s);
   if (parse_double(s)) return fmt::format("number {}", s);
   if (parse_bool(s)) return fmt::format("boolean {}", s);

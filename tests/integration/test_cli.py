@@ -7,6 +7,8 @@ import pathlib
 import re
 import struct
 
+import pytest
+
 from conftest import REPO, TINY, run, sets
 
 
@@ -181,3 +183,54 @@ def test_every_option_of_every_command_is_in_the_man_page():
     walk([])
     assert len(seen) >= 12  # run, validate, plan, ..., data prepare, data tokenizer train, ...
     assert not missing, f"options missing from man/trainrun.1: {missing}"
+
+
+# Every numeric option of every command: nan, inf and meaningless negatives are refused (exit 2)
+# naming the option and the value, never accepted and ignored.
+@pytest.mark.parametrize("args", [
+    ["plan", "QS", "--disk-bw", "nan"], ["plan", "QS", "--disk-bw", "inf"],
+    ["plan", "QS", "--disk-bw", "-5"], ["plan", "QS", "--link-bw", "nan"],
+    ["plan", "QS", "--link-bw", "-inf"], ["plan", "QS", "--link-latency", "nan"],
+    ["plan", "QS", "--link-latency", "inf"], ["plan", "QS", "--link-latency", "-1"],
+    ["sample", "RUN", "--temperature", "nan"], ["sample", "RUN", "--temperature", "inf"],
+    ["sample", "RUN", "--temperature", "-0.5"], ["sample", "RUN", "--seed", "-1"],
+    ["data", "prepare", "QS", "--out", "OUT", "--val-fraction", "nan"],
+    ["data", "prepare", "QS", "--out", "OUT", "--val-fraction", "inf"],
+])
+def test_numeric_options_refuse_nan_inf_and_negatives(quickstart, tmp_path, args):
+    args = [{"QS": quickstart, "RUN": str(tmp_path / "none"), "OUT": str(tmp_path / "out")}.get(a, a)
+            for a in args]
+    p = run(args, check=2)
+    option, value = args[-2], args[-1]
+    assert f"{option} {value}" in p.stderr or f"{option}: {value}" in p.stderr, p.stderr
+    assert "finite" in p.stderr or "(0, 0.9]" in p.stderr, p.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_non_finite_config_value_is_named_as_such(quickstart, tmp_path):
+    for value in (".nan", ".NaN", ".inf", "-.inf", "nan", "inf"):
+        cfg = write(tmp_path, f"optimizer:\n  lr: {value}\ndata:\n  synthetic: markov\n")
+        p = run(["validate", cfg], check=2)
+        assert f"bad.yaml:2:7: optimizer.lr: expected a number (must be > 0), found " \
+               f"{value} (not a finite number)" in p.stderr, p.stderr
+        p = run(["validate", quickstart, "--set", f"model.dropout={value}"], check=2)
+        assert f"--set model.dropout={value}: model.dropout: expected a number (must be " \
+               f"in [0, 1)), found {value} (not a finite number)" in p.stderr, p.stderr
+    # An integer key says the same: not "found string".
+    cfg = write(tmp_path, "model:\n  n_layer: .inf\ndata:\n  synthetic: markov\n")
+    assert "found .inf (not a finite number)" in run(["validate", cfg], check=2).stderr
+
+
+@pytest.mark.parametrize("text", [
+    "model: " + "[" * 3000 + "]" * 3000 + "\n",
+    "model: " + "{a: " * 3000 + "}" * 3000 + "\n",
+], ids=["lists", "mappings"])
+def test_yaml_nested_too_deep_says_so_with_the_limit(tmp_path, text):
+    cfg = write(tmp_path, text)
+    p = run(["validate", cfg], check=2)
+    assert "bad file" not in p.stderr, p.stderr
+    assert re.search(r"bad\.yaml:1:\d+: nested more than \d+ levels deep", p.stderr), p.stderr
+    assert "a config is a mapping of sections" in p.stderr
+    p = run(["validate", str(REPO / "configs" / "quickstart.yaml"), "--set",
+             "model.hidden=" + "[" * 3000 + "]" * 3000], check=2)
+    assert "bad file" not in p.stderr and "nested more than" in p.stderr, p.stderr
