@@ -9,6 +9,7 @@
 #include <iterator>
 #include <string_view>
 
+#include "k8s_values.h"
 #include "trainrun/cluster/cluster.h"
 #include "trainrun/config/config.h"
 #include "trainrun/core/errors.h"
@@ -56,13 +57,13 @@ Resolved resolve(const Experiment& exp, const K8sOptions& o) {
        fmt::format("k8s: {} ranks per pod but only {} GPUs per pod: each rank drives its own GPU; "
                    "set --ranks-per-node {} or --gpus-per-node {}",
                    r.ranks_per_node, o.gpus_per_node, o.gpus_per_node, r.ranks_per_node));
-  need(!o.image.empty(), "k8s --image is empty: name the container image holding trainrun");
-  const bool ns_ok = !o.namespace_.empty() && o.namespace_.size() <= 63 &&
-                     std::all_of(o.namespace_.begin(), o.namespace_.end(), [](char c) {
-                       return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
-                     });
-  need(ns_ok,
-       fmt::format("k8s --namespace '{}': use lower-case letters, digits and '-'", o.namespace_));
+  // Every string that reaches the cluster, in the grammar the cluster reads it with.
+  k8s::check_image("--image", o.image, "registry.example.com/team/trainrun:v1");
+  k8s::check_dns_label("--namespace", o.namespace_, "team-a");
+  if (!o.pvc.empty()) k8s::check_dns_subdomain("--pvc", o.pvc, "trainrun-runs");
+  k8s::check_quantity("--cpu", o.cpu, false, "500m (half a core) or --cpu 8");
+  k8s::check_quantity("--memory", o.memory, true, "64Gi");
+  if (o.pvc.empty()) k8s::check_quantity("--storage", o.storage, true, "100Gi");
   return r;
 }
 

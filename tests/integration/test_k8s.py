@@ -128,6 +128,63 @@ def test_refuses_impossible_options(args, message):
     assert message in r.stderr
 
 
+# Values the cluster would refuse (or misread) are refused here, by Kubernetes' own grammars:
+# the image reference, a claim name (DNS-1123 subdomain), a namespace (DNS-1123 label) and the
+# quantities of cpu, memory and storage. Each message names the option, the value and an example.
+@pytest.mark.parametrize("option,value,example", [
+    ("--image", "Trainrun:latest", "registry.example.com/team/trainrun:v1"),
+    ("--image", "trainrun:la test", "registry.example.com/team/trainrun:v1"),
+    ("--image", "registry/trainrun::v1", "registry.example.com/team/trainrun:v1"),
+    ("--image", "trainrun:" + "v" * 129, "registry.example.com/team/trainrun:v1"),
+    ("--image", "trainrun@sha256:abc", "registry.example.com/team/trainrun:v1"),
+    ("--image", "/trainrun", "registry.example.com/team/trainrun:v1"),
+    ("--image", "trainrun--:v1", "registry.example.com/team/trainrun:v1"),
+    ("--pvc", "My_Claim", "trainrun-runs"),
+    ("--pvc", "-claim", "trainrun-runs"),
+    ("--pvc", "claim.", "trainrun-runs"),
+    ("--pvc", "a" * 254, "trainrun-runs"),
+    ("--namespace", "-team", "team-a"),
+    ("--namespace", "team-", "team-a"),
+    ("--cpu", "2 cores", "500m"),
+    ("--cpu", "-1", "500m"),
+    ("--cpu", "0", "500m"),
+    ("--cpu", "1.5.2", "500m"),
+    ("--cpu", "nan", "500m"),
+    ("--memory", "64GB", "64Gi"),
+    ("--memory", "4gi", "64Gi"),
+    ("--memory", "-1Gi", "64Gi"),
+    ("--memory", "500m", "64Gi"),
+    ("--storage", "100GB", "100Gi"),
+    ("--storage", "0", "100Gi"),
+])
+def test_refuses_values_kubernetes_would_refuse(option, value, example):
+    r = k8s(option, value, check=False)
+    assert r.returncode == 2, r.stdout
+    assert f"k8s {option} '{value}'" in r.stderr, r.stderr
+    assert example in r.stderr, r.stderr
+    assert r.stdout == ""
+
+
+@pytest.mark.parametrize("option,value", [
+    ("--image", "trainrun"), ("--image", "trainrun:latest"),
+    ("--image", "localhost:5000/team/trainrun:v1.2"),
+    ("--image", "ghcr.io/org/train_run-x__y.z/sub@sha256:" + "a" * 64),
+    ("--image", "registry.example.com:443/a/b:TAG_1@sha256:" + "0" * 64),
+    ("--image", "[::1]:5000/trainrun:v1"), ("--image", "REGISTRY/trainrun:TAG"),
+    ("--pvc", "runs.team-a"), ("--pvc", "r"), ("--namespace", "t1"),
+    ("--cpu", "500m"), ("--cpu", "2"), ("--cpu", "1.5"), ("--cpu", ".5"), ("--cpu", "+4"),
+    ("--memory", "4Gi"), ("--memory", "1.5G"), ("--memory", "512Mi"), ("--memory", "1e9"),
+    ("--memory", "128974848"), ("--storage", "1Ti"), ("--storage", "0.5Ti"),
+])
+def test_accepts_what_kubernetes_accepts(option, value):
+    objs, _ = manifest(option, value)
+    _, _, worker_c = pod(objs["MPIJob"], "Worker")
+    if option == "--image":
+        assert worker_c["image"] == value
+    elif option in ("--cpu", "--memory"):
+        assert str(worker_c["resources"]["limits"][option[2:]]) == value
+
+
 # ---- The MPIJob against Kubeflow's v2beta1 MPIJob definition ----------------------------------
 # kubernetes-validate (bench/container_check.sh) knows only core kinds; an MPIJob is a CRD. These
 # are the fields of mpi-operator's v2beta1 types (MPIJobSpec, RunPolicy, SchedulingPolicy,
