@@ -129,12 +129,29 @@ class HttpMetricsServer final : public MetricsServer {
         acceptor_.listen(asio::socket_base::max_listen_connections, ec)) {
       throw cannot_bind(address, port, ec.message(), ec == std::errc::address_not_available);
     }
+    bound_ = acceptor_.local_endpoint().address();
     port_ = acceptor_.local_endpoint().port();
     accept();
     thread_ = std::thread([this] { io_.run(); });
   }
 
   int port() const override { return port_; }
+
+  // The address it is bound to decides who can reach it: a URL with the host name would not
+  // reach an endpoint bound to loopback.
+  std::string address_text(const std::string& host) const override {
+    const std::string addr = bound_.to_string();
+    if (bound_.is_unspecified())
+      return fmt::format(
+          "http://{}:{}/metrics (bound to {}: every interface; logging.prometheus_address={} "
+          "keeps it on this host)",
+          host, port_, addr, bound_.is_v6() ? "::1" : "127.0.0.1");
+    const std::string url_host = bound_.is_v6() ? "[" + addr + "]" : addr;
+    return fmt::format(
+        "http://{}:{}/metrics (bound to {} only; logging.prometheus_address={} serves every "
+        "interface)",
+        url_host, port_, addr, bound_.is_v6() ? "::" : "0.0.0.0");
+  }
 
   void publish(const LiveMetrics& m) override {
     MutexLock lock(mu_);
@@ -177,6 +194,7 @@ class HttpMetricsServer final : public MetricsServer {
   asio::io_context io_{1};
   tcp::acceptor acceptor_{io_};
   std::thread thread_;
+  asio::ip::address bound_;
   int port_ = 0;
 };
 

@@ -127,7 +127,7 @@ StepReporter::StepReporter(StepReporterConfig cfg, Throughput tp, Communicator& 
   if (comm_.rank() != 0 || cfg_.prometheus_port == 0) return;
   server_ = MetricsServer::start(cfg_.prometheus_address, cfg_.prometheus_port);
   publish();
-  spdlog::info("metrics for Prometheus: http://{}:{}/metrics", hosts_[0], server_->port());
+  spdlog::info("metrics for Prometheus: {}", server_->address_text(hosts_[0]));
 }
 
 StepReporter::~StepReporter() = default;

@@ -7,6 +7,7 @@ prometheus comes from scripts/setup.sh --test (Debian's package).
 """
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -185,3 +186,22 @@ def test_no_endpoint_by_default(tmp_path):
     p = run([QS, *sets(*SMALL, "train.steps=5"), "--run-dir", str(rd)], check=0)
     assert "metrics for Prometheus" not in p.stdout + p.stderr
     assert (rd / "config.yaml").read_text().count("prometheus_port: 0") == 1
+
+
+def test_the_log_names_the_address_the_endpoint_is_bound_to(tmp_path):
+    # Bound to loopback, the URL printed is loopback's (a host name would not reach it), and the
+    # line says which key serves every interface; bound to every interface, it says so.
+    port = free_port()
+    p = run([QS, *sets(*SMALL, "train.steps=2", f"logging.prometheus_port={port}",
+                       "logging.prometheus_address=127.0.0.1"), "--run-dir", str(tmp_path / "a")],
+            check=0)
+    out = p.stdout + p.stderr
+    assert f"metrics for Prometheus: http://127.0.0.1:{port}/metrics (bound to 127.0.0.1 only; " \
+           "logging.prometheus_address=0.0.0.0 serves every interface)" in out, out
+    port = free_port()
+    p = run([QS, *sets(*SMALL, "train.steps=2", f"logging.prometheus_port={port}"),
+             "--run-dir", str(tmp_path / "b")], check=0)
+    out = p.stdout + p.stderr
+    assert re.search(rf"metrics for Prometheus: http://\S+:{port}/metrics \(bound to 0\.0\.0\.0: "
+                     r"every interface; logging\.prometheus_address=127\.0\.0\.1 keeps it on "
+                     r"this host\)", out), out

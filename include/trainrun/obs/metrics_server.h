@@ -29,6 +29,10 @@ class MetricsServer {
   virtual ~MetricsServer() = default;
 
   virtual int port() const = 0;  // the bound port (the chosen one when started with 0)
+  // For the log: the URL to scrape, with `host` (this host's name) when bound to every
+  // interface, else the address it is bound to; and the logging.prometheus_address that
+  // changes who can reach it.
+  virtual std::string address_text(const std::string& host) const = 0;
   virtual void publish(const LiveMetrics& m) = 0;
 };
 
