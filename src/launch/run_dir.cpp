@@ -278,11 +278,29 @@ RunDirLock claim_run_dir(const std::string& dir, RunDirUse use, bool renew) {
   return lock;
 }
 
+namespace {
+
+// What RunDirLock::take would meet, without writing: the directory, or the nearest folder above
+// it that exists (take creates the rest), must be writable by this user.
+void check_writable(const std::string& dir) {
+  std::error_code ec;
+  fs::path p = fs::absolute(dir, ec);
+  while (!ec && !fs::exists(p, ec) && p.has_parent_path() && p != p.parent_path())
+    p = p.parent_path();
+  if (!ec && !fs::is_directory(p, ec)) throw RunDirError(why_unusable(dir, ENOTDIR));
+  if (ec) throw RunDirError(why_unusable(dir, ec.value()));
+  if (::faccessat(AT_FDCWD, p.c_str(), W_OK | X_OK, AT_EACCESS) != 0)
+    throw RunDirError(why_unusable(dir, errno));
+}
+
+}  // namespace
+
 std::string run_dir_objection(const std::string& dir, RunDirUse use, bool renew) {
   const RunDirState state = inspect_run_dir(dir);  // a path no run could use: thrown
   try {
     check_not_in_use(dir);
     check_run_dir_use(dir, state, use, renew);
+    check_writable(dir);
   } catch (const RunDirError& e) {
     return e.what();
   }

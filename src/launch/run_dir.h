@@ -77,7 +77,8 @@ std::string archive_run(const std::string& dir);
 RunDirLock claim_run_dir(const std::string& dir, RunDirUse use, bool renew);
 // --dry-run's look at the directory, which writes nothing and so refuses nothing a real run
 // could go on from: the refusal (exit 73) a real run would meet here (it holds a run, other
-// files, another trainrun's lock), or "" when a real run would go ahead. Throws RunDirError
+// files, another trainrun's lock; this user cannot write it or create it), or "" when a real run
+// would go ahead. Throws RunDirError
 // only for a path that no run could use (a file, unreadable). The lock is only looked at.
 std::string run_dir_objection(const std::string& dir, RunDirUse use, bool renew);
 

@@ -1,0 +1,75 @@
+"""`--dry-run` promises to say what a real run would be refused for in the run directory: for an
+ordinary user in a directory they cannot write, "a real run would be refused here (exit 73)",
+and the real run must then exit 73. We run as root, so the user is `nobody` (setpriv)."""
+import os
+import pathlib
+import shutil
+import stat
+import subprocess
+import tempfile
+
+import pytest
+
+from conftest import REPO, TINY, TRAINRUN, sets
+
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+QS = str(REPO / "configs" / "quickstart.yaml")
+
+
+def reachable_by_others(path):
+    """The first part of `path` that `nobody` cannot reach (search every folder above it, read
+    and, for the binary, execute it), or None."""
+    p = pathlib.Path(path).resolve()
+    for folder in reversed(p.parents):
+        if not os.stat(folder).st_mode & stat.S_IXOTH:
+            return f"{folder} (no search permission for others)"
+    mode = os.stat(p).st_mode
+    if not mode & stat.S_IROTH:
+        return f"{p} (not readable by others)"
+    if os.access(p, os.X_OK) and not mode & stat.S_IXOTH:
+        return f"{p} (not executable by others)"
+    return None
+
+
+@pytest.fixture
+def locked_place():
+    """A folder nobody can search but not write (tmp_path's parents are root's, mode 700)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a command as another user")
+    for path in (TRAINRUN, QS):
+        blocked = reachable_by_others(path)
+        assert blocked is None, (
+            f"{path} must be readable by the user nobody for this test, but {blocked} is not: "
+            f"build in a world-readable checkout (chmod o+rx on that path)")
+    d = pathlib.Path(tempfile.mkdtemp(prefix="trainrun-nobody-", dir="/tmp"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d)
+
+
+def as_nobody(args, cwd):
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "GOMP_SPINCOUNT",
+                                                              "OMP_WAIT_POLICY")}
+    env["HOME"] = str(cwd)
+    return subprocess.run([*NOBODY, TRAINRUN, *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["missing-run-dir", "empty-run-dir"])
+def test_dry_run_as_a_user_who_cannot_write_the_run_dir_says_a_run_would_be_refused(
+        locked_place, existing):
+    rd = locked_place / "run"
+    if existing:
+        rd.mkdir()
+        rd.chmod(0o755)  # root's: nobody may look in, not write
+    args = [QS, *sets(*TINY, "train.steps=2"), "--run-dir", str(rd)]
+    dry = as_nobody([*args, "--dry-run"], locked_place)
+    assert dry.returncode == 0, dry.stderr
+    assert "--dry-run: a real run would be refused here (exit 73)" in dry.stderr, dry.stderr
+    assert "not writable" in dry.stderr and str(rd) in dry.stderr, dry.stderr
+    assert sorted(p.name for p in locked_place.iterdir()) == (["run"] if existing else [])
+    # The promise holds: the real run is refused with that code, and writes nothing.
+    real = as_nobody(args, locked_place)
+    assert real.returncode == 73, real.stderr
+    assert "not writable" in real.stderr
+    assert not rd.exists() or not any(rd.iterdir())
