@@ -55,8 +55,8 @@ void write_index(const MappedShard& shard, const std::vector<uint64_t>& starts, 
   const std::string path = document_index_path(shard.path());
   try {
     write_file_durably(path, bytes);
-  } catch (const std::runtime_error& e) {
-    throw DataError(fmt::format("cannot write the document index: {}", e.what()));
+  } catch (const Error& e) {  // exit 74, as every failed write (a full disk): not bad data
+    throw Error(e.code(), fmt::format("cannot write the document index: {}", e.what()));
   }
 }
 

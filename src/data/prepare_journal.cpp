@@ -16,7 +16,9 @@
 
 #include "json.h"
 #include "shard.h"
+#include "trainrun/core/durable_file.h"
 #include "trainrun/core/errors.h"
+#include "trainrun/data/output_files.h"
 #include "whole_file.h"
 
 namespace trainrun {
@@ -365,33 +367,13 @@ void PrepareJournal::write(const PreparePosition& pos) {
                   {"position", position_json(pos)}};
   const std::string text = j.dump(1, ' ', false, Json::error_handler_t::replace) + "\n";
   const std::string tmp = path_ + ".tmp";
-  const auto cannot = [&](const std::string& what, int err) {
-    return DataError(fmt::format("cannot write {} ({}); check free space and permissions", what,
-                                 std::strerror(err)));
-  };
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw cannot(tmp, errno);
-  size_t off = 0;
-  while (off < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = n < 0 ? errno : EIO;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw cannot(tmp, err);
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw cannot(tmp, err);
-  }
+  // A new file (a link planted at the temporary's name is never written through), fsync'd, then
+  // renamed over the journal: a reader sees the old entry or the new one. A full disk is exit 74.
+  write_new_file(tmp, text, /*sync=*/true);
   if (::rename(tmp.c_str(), path_.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    throw cannot(path_, err);
+    throw write_error(path_, err);
   }
   fsync_dir(dir_fd_.fd);
 }

@@ -22,6 +22,7 @@
 #include "sha256.h"
 #include "shard.h"
 #include "text_blocks.h"
+#include "trainrun/core/durable_file.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/data/data.h"
 #include "trainrun/data/output_files.h"
@@ -35,22 +36,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kSegmentBytes = size_t{1} << 20;
-
-void write_text_file(const std::string& path, const std::string& text) {
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << text;
-    if (!out.flush())
-      throw DataError(fmt::format("cannot write {}; check free space and permissions", tmp));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw DataError(fmt::format("cannot write {} ({})", path, ec.message()));
-  }
-}
 
 }  // namespace
 
@@ -183,8 +168,8 @@ std::string prepare_token_shards(const PrepareRequest& req) {
   for (const ManifestInput& m : man.inputs) input_tokens.push_back(m.tokens);
   write_prepared_indexes(req.out_dir, man.vocab_size, eot, input_tokens);
   const std::string tok_copy = (out / man.tokenizer_file).string();
-  if (!fs::equivalent(req.tokenizer, tok_copy, ec)) write_text_file(tok_copy, tok_bytes);
-  write_text_file((out / kShardManifestName).string(), manifest_json(man));
+  if (!fs::equivalent(req.tokenizer, tok_copy, ec)) write_file_durably(tok_copy, tok_bytes);
+  write_file_durably((out / kShardManifestName).string(), manifest_json(man));
   journal.remove();
   return fmt::format(
              "wrote {} ({} tokens) and val.bin ({} tokens), {} bit tokens, vocab {}, their "

@@ -18,6 +18,7 @@
 
 #include "trainrun/core/errors.h"
 #include "trainrun/data/data.h"
+#include "trainrun/data/output_files.h"
 
 namespace trainrun {
 
@@ -249,6 +250,24 @@ bool write_tokens(std::FILE* f, const int32_t* tokens, size_t count) {
   return true;
 }
 
+// The file a writer streams into, opened without following a link at its name (a link planted
+// there would have the shard written into its target): a new file, after removing a stale one
+// of that name (O_EXCL), or the partial shard a resumed prepare continues. nullptr and errno on
+// failure, as fopen.
+std::FILE* open_output(const std::string& path, bool existing) {
+  if (!existing) ::unlink(path.c_str());
+  const int flags = existing ? O_RDWR : O_WRONLY | O_CREAT | O_EXCL;
+  const int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return nullptr;
+  std::FILE* f = ::fdopen(fd, existing ? "r+b" : "wb");
+  if (!f) {
+    const int err = errno;
+    ::close(fd);
+    errno = err;
+  }
+  return f;
+}
+
 ShardHeader header_for(int width, uint64_t count, int vocab_size) {
   ShardHeader h{};
   std::memcpy(h.magic, kShardMagic, 8);
@@ -266,12 +285,8 @@ ShardWriter::ShardWriter(std::string path, int vocab_size)
   if (vocab_size < 1)
     throw DataError(fmt::format("{}: cannot write a shard for vocab_size {}", path_, vocab_size));
   tmp_ = fmt::format("{}.tmp.{}", path_, ::getpid());
-  f_ = std::fopen(tmp_.c_str(), "wb");
-  if (!f_)
-    throw DataError(
-        fmt::format("cannot write {} ({}); check that the directory exists and is "
-                    "writable",
-                    tmp_, std::strerror(errno)));
+  f_ = open_output(tmp_, false);
+  if (!f_) throw write_error(tmp_, errno);
   const ShardHeader h = header_for(width_, 0, vocab_size_);
   std::fwrite(&h, sizeof h, 1, f_);  // the count is filled in by commit()
 }
@@ -285,11 +300,8 @@ ShardWriter::ShardWriter(std::string path, int vocab_size, Partial partial)
   if (vocab_size < 1)
     throw DataError(fmt::format("{}: cannot write a shard for vocab_size {}", path_, vocab_size));
   if (partial.keep_tokens <= 0) {
-    f_ = std::fopen(tmp_.c_str(), "wb");
-    if (!f_)
-      throw DataError(
-          fmt::format("cannot write {} ({}); check that the directory exists and is writable", tmp_,
-                      std::strerror(errno)));
+    f_ = open_output(tmp_, false);
+    if (!f_) throw write_error(tmp_, errno);
     const ShardHeader h = header_for(width_, 0, vocab_size_);
     std::fwrite(&h, sizeof h, 1, f_);  // the count is filled in by commit()
     return;
@@ -301,7 +313,7 @@ ShardWriter::ShardWriter(std::string path, int vocab_size, Partial partial)
     return DataError(fmt::format(
         "{}: cannot continue the interrupted prepare: {}; pass --force to start over", tmp_, why));
   };
-  f_ = std::fopen(tmp_.c_str(), "r+b");
+  f_ = open_output(tmp_, true);
   if (!f_) throw cannot(fmt::format("cannot open it ({})", std::strerror(errno)));
   ShardHeader h{};
   struct stat st {};
@@ -332,8 +344,7 @@ ShardWriter::~ShardWriter() {
 
 void ShardWriter::sync() {
   if (std::ferror(f_) || std::fflush(f_) != 0 || ::fsync(::fileno(f_)) != 0)
-    throw DataError(fmt::format("cannot write {} ({}); check free space and permissions", tmp_,
-                                std::strerror(errno)));
+    throw write_error(tmp_, errno);
 }
 
 void ShardWriter::append(const int32_t* tokens, size_t n) {
@@ -345,9 +356,7 @@ void ShardWriter::append(const int32_t* tokens, size_t n) {
   if (width_ == 1) ok = write_tokens<uint8_t>(f_, tokens, n);
   if (width_ == 2) ok = write_tokens<uint16_t>(f_, tokens, n);
   if (width_ == 4) ok = write_tokens<uint32_t>(f_, tokens, n);
-  if (!ok)
-    throw DataError(fmt::format("cannot write {} ({}); check free space and permissions", path_,
-                                std::strerror(errno)));
+  if (!ok) throw write_error(tmp_, errno);
   count_ += n;
 }
 
@@ -362,8 +371,7 @@ void ShardWriter::commit() {
   if (!ok || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const int e = ok ? errno : err;
     if (!partial_) std::remove(tmp_.c_str());
-    throw DataError(fmt::format("cannot write {} ({}); check free space and permissions", path_,
-                                std::strerror(e)));
+    throw write_error(ok ? path_ : tmp_, e);
   }
 }
 

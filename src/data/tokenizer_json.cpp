@@ -22,6 +22,7 @@
 #include "bpe_model.h"
 #include "byte_level.h"
 #include "json.h"
+#include "trainrun/core/durable_file.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/data/tokenizer.h"
 #include "whole_file.h"
@@ -255,18 +256,9 @@ std::string Tokenizer::to_json() const {
 }
 
 void Tokenizer::save(const std::string& path) const {
-  const std::string text = to_json();
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw DataError(fmt::format("cannot write {} ({})", tmp, std::strerror(errno)));
-  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    throw DataError(fmt::format("cannot write {} ({}); check free space and permissions", path,
-                                std::strerror(err)));
-  }
+  // A temporary renamed over `path`: a reader never sees half a tokenizer, a link at the
+  // temporary's name is not followed, and a full disk is exit 74 (durable_file.h).
+  write_file_durably(path, to_json());
 }
 
 void Tokenizer::encode(std::string_view text, std::vector<int32_t>& out) const {
