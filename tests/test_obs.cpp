@@ -892,7 +892,7 @@ TEST_CASE("report: summary of a run directory and its plot") {
   std::ofstream(d.path / "config.yaml")
       << "name: demo\ndevice: cpu\nmodel:\n  type: gpt\n  vocab_size: 64\n  seq_len: 16\n"
          "  n_layer: 1\n  n_head: 2\n  d_model: 32\ntrain:\n  steps: 20\n"
-         "distributed:\n  nproc: 2\n  nodes: 1\n";
+         "distributed:\n  nproc: 2\n  nodes: 1\ndata:\n  synthetic: markov\n";
   double tps_late = 0;
   {
     MetricsLog log(rd, -1);

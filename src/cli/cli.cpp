@@ -208,9 +208,10 @@ Command add_report(CLI::App& app) {
               check_outputs({(fs::path(a->dir) / "metrics.jsonl").string(),
                              (fs::path(a->dir) / "config.yaml").string()},
                             {a->out}, a->force, "report");
-            fmt::print("{}", report_text(a->dir));
-            if (a->html) fmt::print("html: {}\n", write_report_html(a->dir));
-            fmt::print("plot: {}\n", write_report_plot(a->dir, a->out));
+            // What a run directory holds may drive a terminal (an event's cause, a path).
+            fmt::print("{}", printable(report_text(a->dir)));
+            if (a->html) fmt::print("html: {}\n", printable(write_report_html(a->dir)));
+            fmt::print("plot: {}\n", printable(write_report_plot(a->dir, a->out)));
             return kExitOk;
           }};
 }

@@ -13,15 +13,14 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include "trainrun/checkpoint/h5_handle.h"
 #include "trainrun/core/durable_file.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/experiment.h"
 #include "trainrun/core/no_follow.h"
+#include "trainrun/core/regular_file.h"
 #include "trainrun/obs/metrics.h"
 #include "trainrun/obs/tensorboard.h"
 
@@ -34,6 +33,16 @@ namespace fs = std::filesystem;
 constexpr hsize_t kChunkRows = 1024;
 // Rows are buffered and written to HDF5 in batches (and at every flush()).
 constexpr size_t kMaxPendingRows = 1024;
+
+// metrics.jsonl as it is read back (report, the supervisor, a resume cutting it to its
+// checkpoint): a regular file of at most 4 GiB, its lines at most 1 MiB. A row is about 400
+// bytes (500 with every field), so a million steps logged at every step (logging.every is 10 by
+// default) make about 0.5 GB: a real run stays far below the cap, while a sparse file or one
+// that is not a metrics log is refused before it fills the memory.
+constexpr FileRule kJsonlRule{uint64_t{4} << 30, kExitRunDir,
+                              "trainrun reads back the metrics.jsonl a run wrote: put that back, "
+                              "or move this one away"};
+constexpr size_t kMaxJsonlLine = size_t{1} << 20;  // no row is near it: such a line is skipped
 
 // Every failure here is a file that could not be written (a full disk, an I/O error): exit 74,
 // the code a checkpoint that cannot be written gives, which the supervisor does not restart (a
@@ -73,19 +82,23 @@ std::optional<double> step_of(const MetricRow& row) {
 // is itself logged to them as text. Reading it here keeps every writer of metrics (the trainer,
 // the supervisor recording a restart) in step without each passing the setting along.
 std::unique_ptr<TensorBoardLog> open_tensorboard(const std::string& run_dir, int64_t keep) {
-  std::ifstream in(fs::path(run_dir) / "config.yaml");
-  std::stringstream text;
-  text << in.rdbuf();
+  // A resolved config is a few KiB; the same rule as every reader of a run directory's files.
+  const std::string text =
+      read_regular_file((fs::path(run_dir) / "config.yaml").string(),
+                        {uint64_t{1} << 20, kExitRunDir,
+                         "it is the run's resolved config, which trainrun writes: move this one "
+                         "away and continue with trainrun --resume RUN_DIR"})
+          .value_or("");
   bool on = LoggingConfig{}.tensorboard;
   try {
-    const YAML::Node y = YAML::Load(text.str());
+    const YAML::Node y = YAML::Load(text);
     if (y["logging"] && y["logging"]["tensorboard"]) on = y["logging"]["tensorboard"].as<bool>();
   } catch (const YAML::Exception& e) {
     spdlog::warn("{}/config.yaml: {}; TensorBoard files {}", run_dir, e.what(),
                  on ? "written (the default)" : "off (the default)");
   }
   if (!on) return nullptr;
-  return std::make_unique<TensorBoardLog>((fs::path(run_dir) / "tb").string(), keep, text.str());
+  return std::make_unique<TensorBoardLog>((fs::path(run_dir) / "tb").string(), keep, text);
 }
 
 }  // namespace
@@ -260,27 +273,26 @@ struct MetricsLog::Impl {
     std::vector<MetricRow> kept;
     // Read before it is rewritten: a link or a FIFO there is not the log this run wrote.
     refuse_special_file(jsonl_path);
-    std::ifstream in(jsonl_path);
-    if (!in) return kept;
-    std::string out, line;
+    std::string out;
     size_t dropped_torn = 0;
-    while (std::getline(in, line)) {
-      if (line.empty()) continue;
-      std::optional<MetricRow> row = parse_metrics_line(line);
-      if (!row) {
-        ++dropped_torn;
-        continue;
-      }
-      std::optional<double> step = step_of(*row);
-      if (step && *step > double(keep)) continue;
-      out += line;
-      out += '\n';
-      kept.push_back(std::move(*row));
-    }
+    const bool there =
+        read_regular_lines(jsonl_path, kJsonlRule, kMaxJsonlLine, [&](std::string_view line) {
+          if (line.empty()) return;
+          std::optional<MetricRow> row = parse_metrics_line(line);
+          if (!row) {
+            ++dropped_torn;
+            return;
+          }
+          std::optional<double> step = step_of(*row);
+          if (step && *step > double(keep)) return;
+          out += line;
+          out += '\n';
+          kept.push_back(std::move(*row));
+        });
+    if (!there) return kept;
     if (dropped_torn)
       spdlog::warn("{}: dropped {} unreadable line(s) (a write cut short?)", jsonl_path,
                    dropped_torn);
-    in.close();
     // Temp file and rename: a crash here leaves either the old or the new file, never half
     // (and a link at metrics.jsonl is replaced, not followed).
     try {
@@ -409,16 +421,15 @@ void MetricsLog::flush() {
 
 std::vector<MetricRow> read_metrics_jsonl(const std::string& run_dir, const std::string& kind) {
   std::vector<MetricRow> rows;
-  std::ifstream in(fs::path(run_dir) / "metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    std::optional<MetricRow> row = parse_metrics_line(line);
-    if (!row || row->empty() || row->front().first != "kind") continue;
-    const auto* k = std::get_if<std::string>(&row->front().second);
-    if (!k || *k != kind) continue;
-    row->erase(row->begin());
-    rows.push_back(std::move(*row));
-  }
+  read_regular_lines((fs::path(run_dir) / "metrics.jsonl").string(), kJsonlRule, kMaxJsonlLine,
+                     [&](std::string_view line) {
+                       std::optional<MetricRow> row = parse_metrics_line(line);
+                       if (!row || row->empty() || row->front().first != "kind") return;
+                       const auto* k = std::get_if<std::string>(&row->front().second);
+                       if (!k || *k != kind) return;
+                       row->erase(row->begin());
+                       rows.push_back(std::move(*row));
+                     });
   return rows;
 }
 

@@ -17,8 +17,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "report_output.h"
 #include "report_summary.h"
 #include "trainrun/core/errors.h"
+#include "trainrun/core/no_follow.h"
 #include "trainrun/obs/metrics.h"
 
 extern char** environ;
@@ -98,9 +100,22 @@ std::string find_on_path(const std::string& prog) {
   return "";
 }
 
+// A gnuplot string literal. In single quotes only '' is special: no backslash escapes and no
+// `command` substitution (which double quotes do). A newline still ends the line, and with it
+// the string, and starts a new command: a run directory named "x<newline>system(...)" ran that
+// command. So a control character is written as the text \xNN: shown in the title, never acted
+// on. The run directory's name and TMPDIR's reach the script through here.
 std::string gp_string(const std::string& s) {
   std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\'')
+      out += "''";
+    else if (u < 0x20 || u == 0x7f)
+      out += fmt::format("\\x{:02x}", u);
+    else
+      out += c;
+  }
   return out + "'";
 }
 
@@ -115,13 +130,27 @@ std::string marks_gp(const std::vector<std::pair<double, std::string>>& marks) {
   return s;
 }
 
+// gnuplot's input and picture, in a folder of its own under TMPDIR; removed with everything in
+// it when the report is done.
 struct TempDir {
   fs::path path;
   TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "trainrun-report-XXXXXX").string();
+    const char* env = std::getenv("TMPDIR");
+    const std::string fix = fmt::format(
+        "the plot is drawn in a temporary directory there first: {} to a writable directory, or "
+        "unset it (then /tmp)",
+        env ? "set TMPDIR" : "create /tmp, or set TMPDIR");
+    std::error_code ec;
+    const fs::path base = fs::temp_directory_path(ec);
+    if (ec)
+      throw Error(kExitWrite,
+                  fmt::format("report: the temporary directory {} is not a directory ({}); {}",
+                              env ? env : "/tmp", ec.message(), fix));
+    std::string tmpl = (base / "trainrun-report-XXXXXX").string();
     if (!::mkdtemp(tmpl.data()))
-      throw Error(kExitFailure, "report: cannot create a temporary directory in " +
-                                    fs::temp_directory_path().string());
+      throw Error(kExitWrite,
+                  fmt::format("report: cannot create a temporary directory in {} ({}); {}",
+                              base.string(), std::strerror(errno), fix));
     path = tmpl;
   }
   ~TempDir() {
@@ -129,6 +158,13 @@ struct TempDir {
     fs::remove_all(path, ec);
   }
 };
+
+std::string slurp(const fs::path& file) {
+  std::ifstream f(file, std::ios::binary);
+  std::stringstream text;
+  text << f.rdbuf();
+  return text.str();
+}
 
 }  // namespace
 
@@ -144,11 +180,9 @@ std::string write_report_plot(const std::string& run_dir, const std::string& out
   if (train.empty())
     throw ConfigError(
         fmt::format("report: {}/metrics.jsonl has no training rows to plot yet", run_dir));
-  const std::string out = out_arg.empty() ? (fs::path(run_dir) / "report.png").string() : out_arg;
-  const fs::path parent = fs::absolute(out).parent_path();
-  if (!fs::is_directory(parent))
-    throw ConfigError(
-        fmt::format("report: --out {}: directory {} does not exist", out, parent.string()));
+  const std::string out = report::output_path(
+      run_dir, out_arg, "report.png",
+      out_arg.empty() ? "draw the plot elsewhere with --out FILE.png" : "choose another --out");
 
   TempDir tmp;
   {
@@ -194,15 +228,12 @@ std::string write_report_plot(const std::string& run_dir, const std::string& out
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   const fs::path png = tmp.path / "plot.png";
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !fs::exists(png)) {
-    std::ifstream f(errors);
-    std::stringstream msg;
-    msg << f.rdbuf();
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !fs::exists(png))
     throw Error(kExitFailure,
-                fmt::format("report: gnuplot failed drawing {}:\n{}", out, msg.str()));
-  }
-  // Drawn in the temporary directory first: a failed plot never leaves a stale or partial file.
-  fs::copy_file(png, out, fs::copy_options::overwrite_existing);
+                fmt::format("report: gnuplot failed drawing {}:\n{}", out, slurp(errors)));
+  // Drawn in the temporary directory first: a failed plot never leaves a stale or partial file,
+  // and the picture replaces whatever is at `out` (a link there too) without writing through it.
+  replace_file(out, slurp(png));
   return out;
 }
 

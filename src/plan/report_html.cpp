@@ -1,20 +1,16 @@
 // write_report_html: `trainrun report RUN_DIR --html`, one self-contained page (inline SVG and
 // CSS, no script, nothing fetched) with the curves, the summary and every event of the run.
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <ctime>
-#include <filesystem>
-#include <fstream>
 
+#include "report_output.h"
 #include "report_summary.h"
 #include "svg_plot.h"
-#include "trainrun/core/errors.h"
+#include "trainrun/core/no_follow.h"
 #include "trainrun/obs/metrics.h"
 #include "trainrun/plan/report.h"
-
-namespace fs = std::filesystem;
 
 namespace trainrun {
 namespace {
@@ -130,21 +126,13 @@ std::string page(const std::string& run_dir) {
 }  // namespace
 
 std::string write_report_html(const std::string& run_dir, const std::string& out_arg) {
-  const std::string html = page(run_dir);  // checks run_dir first
-  const std::string out = out_arg.empty() ? (fs::path(run_dir) / "report.html").string() : out_arg;
-  // Written beside the target and renamed: a browser reloading it never sees half a page.
-  const std::string tmp = fmt::format("{}.tmp-{}", out, ::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f << html;
-    if (!f.flush()) throw Error(kExitFailure, fmt::format("report: cannot write {}", tmp));
-  }
-  std::error_code ec;
-  fs::rename(tmp, out, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    throw Error(kExitFailure, fmt::format("report: cannot write {}: {}", out, ec.message()));
-  }
+  report::require_run_dir(run_dir);
+  const std::string out =
+      report::output_path(run_dir, out_arg, "report.html",
+                          "copy the run directory somewhere writable and report on the copy");
+  // Written beside the target and renamed: a browser reloading it never sees half a page, and a
+  // link at the name is replaced, not written through.
+  replace_file(out, page(run_dir));
   return out;
 }
 

@@ -2,16 +2,20 @@
 #include "report_summary.h"
 
 #include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
+#include <sys/stat.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
 
+#include "trainrun/config/config.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/experiment.h"
+#include "trainrun/core/regular_file.h"
 #include "trainrun/data/sample_stream.h"
 #include "trainrun/model/model_spec.h"
 
@@ -218,16 +222,26 @@ std::string text(const MetricRow& row, const std::string& key) {
 }
 
 void require_run_dir(const std::string& run_dir) {
-  if (!fs::is_directory(run_dir))
+  // stat(2), not std::filesystem's throwing calls: a link loop or a folder without access is a
+  // message naming the path, not an internal error.
+  struct stat st {};
+  if (::stat(run_dir.c_str(), &st) != 0 && errno != ENOENT && errno != ENOTDIR)
+    throw ConfigError(fmt::format("report: cannot read {}: {}; give a run directory you can read",
+                                  run_dir, std::strerror(errno)));
+  if (!S_ISDIR(st.st_mode))
     throw ConfigError(
         fmt::format("report: {} is not a directory: give a run directory "
                     "(runs/NAME, or the run's --run-dir)",
                     run_dir));
-  if (!fs::exists(fs::path(run_dir) / "metrics.jsonl"))
+  const std::string metrics = (fs::path(run_dir) / "metrics.jsonl").string();
+  if (::stat(metrics.c_str(), &st) != 0) {
+    if (errno != ENOENT)
+      throw RunDirError(fmt::format("report: cannot read {}: {}", metrics, std::strerror(errno)));
     throw ConfigError(
         fmt::format("report: {}/metrics.jsonl is missing: is this a run directory? "
                     "(it appears once the first step is logged)",
                     run_dir));
+  }
 }
 
 std::vector<std::pair<double, std::string>> interruptions(const std::vector<MetricRow>& events) {
@@ -243,42 +257,32 @@ std::vector<std::pair<double, std::string>> interruptions(const std::vector<Metr
 
 RunConfig read_config(const std::string& run_dir) {
   RunConfig c;
-  const fs::path path = fs::path(run_dir) / "config.yaml";
-  if (!fs::exists(path)) return c;
+  const std::string path = (fs::path(run_dir) / "config.yaml").string();
+  // The config a run wrote (to_yaml), a few KiB: 1 MiB is far above any, and far below what
+  // would hold up the report.
+  const FileRule rule{uint64_t{1} << 20, kExitRunDir,
+                      "report reads the config.yaml its run wrote: put that back, or move this "
+                      "one away to report without it"};
+  const std::optional<std::string> text = read_regular_file(path, rule);
+  if (!text) return c;
+  // Read as a run reads a config, every key known and every rule kept: its values reach
+  // gnuplot's script, the terminal and the page (a name is letters, digits, . _ - only).
+  Experiment exp;
   try {
-    YAML::Node y = YAML::LoadFile(path.string());
-    c.name = y["name"] ? y["name"].as<std::string>() : "";
-    if (y["train"] && y["train"]["steps"]) c.steps = y["train"]["steps"].as<int64_t>();
-    if (y["train"] && y["train"]["batch_size"])
-      c.batch_size = y["train"]["batch_size"].as<int64_t>();
-    if (y["data"] && y["data"]["mix"])
-      for (const auto& m : y["data"]["mix"]) {
-        MixSource src;
-        src.path = m["path"].as<std::string>();
-        src.weight = m["weight"].as<double>();
-        if (m["name"]) src.name = m["name"].as<std::string>();
-        c.mix.push_back(std::move(src));
-      }
-    if (const YAML::Node m = y["model"]) {
-      // A run directory may come from another version: a word this one does not know is
-      // summarised as a gpt, the default family.
-      ModelConfig mc;
-      mc.type = enum_from_name<ModelType>(m["type"] ? m["type"].as<std::string>() : "")
-                    .value_or(ModelType::gpt);
-      auto read = [&m](const char* key, int& v) { v = m[key].as<int>(); };  // written by to_yaml
-      read("n_layer", mc.n_layer);
-      read("d_model", mc.d_model);
-      read("n_head", mc.n_head);
-      read("seq_len", mc.seq_len);
-      read("vocab_size", mc.vocab_size);
-      c.summary = model_spec(mc.type).describe(mc);
-    }
-    if (const YAML::Node d = y["distributed"])
-      c.summary += fmt::format(" | {} rank(s)", d["nproc"].as<int>() * d["nodes"].as<int>());
-    if (y["device"]) c.summary += fmt::format(" | device {}", y["device"].as<std::string>());
-  } catch (const YAML::Exception& e) {
-    c.summary = fmt::format("(config.yaml unreadable: {})", e.what());
+    exp = parse_experiment(*text, path, {});
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format(
+        "report: {}\n(report reads a run's config.yaml as a run reads its config: fix it, or "
+        "move it away to report without it)",
+        e.what()));
   }
+  c.name = exp.name;
+  c.steps = exp.train.steps;
+  c.batch_size = exp.train.batch_size;
+  c.mix = exp.data.mix;
+  c.summary =
+      fmt::format("{} | {} rank(s) | device {}", model_spec(exp.model.type).describe(exp.model),
+                  exp.world_size(), enum_name(exp.device));
   return c;
 }
 

@@ -1,4 +1,4 @@
-// Internal to src/obs: what `trainrun report` says about a run, as data, so that the text
+// Internal to src/plan: what `trainrun report` says about a run, as data, so that the text
 // report, the PNG plot and the HTML page read the run directory the same way and show the same
 // figures.
 #pragma once
@@ -20,7 +20,9 @@ std::string text(const MetricRow& row, const std::string& key);
 // Throws ConfigError unless run_dir is a directory holding metrics.jsonl.
 void require_run_dir(const std::string& run_dir);
 
-// From RUN_DIR/config.yaml, when there is one.
+// From RUN_DIR/config.yaml, when there is one (else all unknown). Read as a run reads a config:
+// throws ConfigError (exit 2) naming the file, line and key when a rule is broken, and
+// Error(kExitRunDir) when it is not a regular file of at most 1 MiB (core/regular_file.h).
 struct RunConfig {
   std::string name;
   int64_t steps = -1;          // train.steps; -1 unknown

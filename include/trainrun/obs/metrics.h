@@ -72,7 +72,9 @@ struct FieldDoc {
 };
 std::optional<FieldDoc> metric_field_doc(std::string_view field);
 
-// Reads metrics.jsonl rows of one kind (for report and tests).
+// Reads metrics.jsonl rows of one kind (for report, the supervisor and tests); none when there
+// is no file. Throws Error(kExitRunDir) naming it when it is not a regular file or holds more
+// than 4 GiB (core/regular_file.h): a FIFO or a link to /dev/zero never ends a read.
 std::vector<MetricRow> read_metrics_jsonl(const std::string& run_dir, const std::string& kind);
 
 // One row as one line of metrics.jsonl, {"kind":KIND,<fields in order>} (doubles round-trip,
