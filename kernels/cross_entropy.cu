@@ -57,7 +57,10 @@ __device__ float row_lse(const T* x, int64_t V) {
       if (xv > m) {
         s = (m == -INFINITY ? 0.0f : s * expf(m - xv)) + 1.0f;
         m = xv;
-      } else {
+      } else if (m != -INFINITY) {
+        // Skipped while the thread has seen only -inf (masked logits): such an element adds
+        // exp(-inf) = 0, and exp(-inf - -inf) would be a NaN that only the reset above (at the
+        // first finite element) or merge() (which drops a side with m = -inf) keeps out.
         s += expf(xv - m);
       }
     }

@@ -788,6 +788,52 @@ void add_cross_entropy(std::vector<OpCase>& out, const Ctx& x) {
     return squared_difference(be, a, {"losses", "lse", "dlogits"});
   };
   out.push_back(exact_on_device(std::move(e)));
+
+  // Masked logits (-inf) in a band of each row, the targets outside it: the loss, lse and
+  // gradient stay finite. A low band gives threads whose first strided elements are all -inf,
+  // which made exp(-inf - -inf) = NaN in a thread's running sum; middle and high bands make the
+  // masked elements arrive after finite ones, and in the last threads.
+  struct Band {
+    const char* name;
+    int64_t first, last, target_base, targets;
+  };
+  for (const Band& band :
+       {Band{"low", 0, V / 2, V / 2, V - V / 2}, Band{"middle", V / 4, 3 * V / 4, 0, V / 4},
+        Band{"high", V / 2, V, 0, V / 2}}) {
+    TensorSpec logits = input("logits", x.dt, {N, V}, -4, 4);
+    logits.neg_inf_cols = {band.first, band.last};
+    TensorSpec targets = ids("targets", N, band.targets);
+    targets.id_base = band.target_base;
+    const std::string masked = std::string(" -inf ") + band.name;
+    OpCase m = x.make(Op::cross_entropy, masked, what);
+    m.tensors = {logits, targets, output("losses", x.st, {N}), output("lse", x.st, {N})};
+    m.call = op_call([](Backend& be, const Args& a) {
+      be.cross_entropy(a["losses"], a["lse"], a["logits"], a["targets"]);
+    });
+    m.tol = x.tol(1e-5, 2e-2);
+    out.push_back(std::move(m));
+
+    OpCase mb = x.make(Op::cross_entropy_backward, masked, what);
+    mb.tensors = {logits, targets, derived("lse", x.st, {N}), scratch("losses", x.st, {N}),
+                  output("dlogits", x.dt, {N, V})};
+    mb.prepare = [](Backend& be, const Args& a) {
+      be.cross_entropy(a["losses"], a["lse"], a["logits"], a["targets"]);
+    };
+    mb.call = op_call([scale](Backend& be, const Args& a) {
+      be.cross_entropy_backward(a["dlogits"], a["logits"], a["lse"], a["targets"], scale);
+    });
+    mb.tol = x.tol(1e-5, 2e-2);
+    out.push_back(std::move(mb));
+
+    OpCase mf = x.make(Op::cross_entropy, masked + " fused", what);
+    mf.tensors = {logits, targets, output("losses", x.st, {N}), output("lse", x.st, {N}),
+                  output("dlogits", x.dt, {N, V})};
+    mf.call = op_call([scale](Backend& be, const Args& a) {
+      be.cross_entropy_fused(a["losses"], a["lse"], a["dlogits"], a["logits"], a["targets"], scale);
+    });
+    mf.tol = x.tol(1e-5, 2e-2);
+    out.push_back(std::move(mf));
+  }
 }
 
 // Views one element past a 16-byte boundary, at lengths the kernels' 16-byte packs divide

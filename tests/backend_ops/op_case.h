@@ -39,6 +39,9 @@ struct TensorSpec {
   float lo = -1.0f, hi = 1.0f;  // random range
   int64_t id_limit = 0;
   std::vector<std::pair<int64_t, int32_t>> bad_ids;  // (position, value) forced out of range
+  int64_t id_base = 0;                               // ids draw from [id_base, id_base + id_limit)
+  // Columns [first, last) of every row (the last dimension) set to -inf: masked logits.
+  std::pair<int64_t, int64_t> neg_inf_cols{0, 0};
 };
 
 // The tensors of one call on one backend, by name.

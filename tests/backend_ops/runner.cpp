@@ -100,7 +100,8 @@ HostValues generate(const TensorSpec& s, uint64_t seed) {
   if (s.role == Role::ids) {
     h.ids.resize(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i)
-      h.ids[size_t(i)] = static_cast<int32_t>(splitmix64(seed + i) % uint64_t(s.id_limit));
+      h.ids[size_t(i)] =
+          static_cast<int32_t>(s.id_base + splitmix64(seed + i) % uint64_t(s.id_limit));
     for (const auto& [pos, value] : s.bad_ids) h.ids[static_cast<size_t>(pos)] = value;
     return h;
   }
@@ -111,6 +112,12 @@ HostValues generate(const TensorSpec& s, uint64_t seed) {
   for (int64_t i = 0; i < n; ++i) {
     const double u = static_cast<double>(splitmix64(seed + i) >> 11) * 0x1.0p-53;  // [0, 1)
     f[i] = random ? round_to(s.dtype, s.lo + (s.hi - s.lo) * static_cast<float>(u)) : NAN;
+  }
+  const auto [first, last] = s.neg_inf_cols;
+  if (last > first) {
+    const int64_t cols = s.shape.back();
+    for (int64_t row = 0; row < n / cols; ++row)
+      for (int64_t c = first; c < last; ++c) f[row * cols + c] = -INFINITY;
   }
   return h;
 }
