@@ -78,6 +78,21 @@ bool past_parser_depth(const YAML::Exception& e) {
   return dynamic_cast<const YAML::DeepRecursion*>(&e) != nullptr;
 }
 
+// yaml-cpp's words for a line indented with a tab ("illegal map value", "end of map not found")
+// do not name the cause; YAML indents with spaces only. The first such line up to the error's.
+std::string tab_hint(const std::string& text, const YAML::Mark& m) {
+  size_t pos = 0;
+  for (int line = 0; line <= m.line && pos < text.size(); ++line) {
+    const size_t end = std::min(text.find('\n', pos), text.size());
+    const size_t indent_end = std::min(text.find_first_not_of(" \t", pos), end);
+    if (text.find('\t', pos) < indent_end)
+      return fmt::format(" (line {} is indented with a tab: YAML indents with spaces only)",
+                         line + 1);
+    pos = end + 1;
+  }
+  return "";
+}
+
 void check_expanded_size(const YAML::Node& node, const std::string& where, int depth,
                          size_t& bytes) {
   if (depth > kMaxConfigDepth) throw ConfigError(nested_too_deep(where));
@@ -254,7 +269,8 @@ Experiment parse_experiment(const std::string& yaml_text, const std::string& pat
     documents = YAML::LoadAll(yaml_text);
   } catch (const YAML::Exception& e) {
     if (past_parser_depth(e)) throw ConfigError(nested_too_deep(at(path, e.mark)));
-    throw ConfigError(fmt::format("{}: YAML syntax error: {}", at(path, e.mark), e.msg));
+    throw ConfigError(fmt::format("{}: YAML syntax error: {}{}", at(path, e.mark), e.msg,
+                                  tab_hint(yaml_text, e.mark)));
   }
   if (documents.size() > 1) {
     // Load() would silently read only the first: a pasted second document must not vanish.

@@ -234,3 +234,14 @@ def test_yaml_nested_too_deep_says_so_with_the_limit(tmp_path, text):
     p = run(["validate", str(REPO / "configs" / "quickstart.yaml"), "--set",
              "model.hidden=" + "[" * 3000 + "]" * 3000], check=2)
     assert "bad file" not in p.stderr and "nested more than" in p.stderr, p.stderr
+
+
+def test_a_tab_indenting_a_line_is_named_in_the_yaml_error(tmp_path):
+    # yaml-cpp says only "illegal map value": the commonest cause is a tab, which YAML forbids.
+    cfg = write(tmp_path, "data:\n  synthetic: markov\nmodel:\n\tn_layer: 2\n")
+    p = run(["validate", cfg], check=2)
+    assert "bad.yaml:4:" in p.stderr and "YAML syntax error" in p.stderr, p.stderr
+    assert "line 4 is indented with a tab: YAML indents with spaces only" in p.stderr, p.stderr
+    # A tab inside a value is no indentation: nothing said about tabs.
+    cfg = write(tmp_path, "data:\n  synthetic: markov\nmodel: {n_layer: 2\nname: a\tb\n")
+    assert "indented with a tab" not in run(["validate", cfg], check=2).stderr
