@@ -1,5 +1,6 @@
 // The core helpers that host code and CUDA kernels share from one definition: bf16 rounding
-// (bf16.h), the shard split (shard.h), the dropout mask (dropout_mask.h), and the one clock.
+// (bf16.h), the shard split (shard.h), the dropout mask (dropout_mask.h), and the one clock;
+// and the file helpers (durable_file.h, regular_file.h).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -9,12 +10,18 @@
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
+#include <vector>
+
+#include <sys/stat.h>
 
 #include "temp_dir.h"
 #include "trainrun/core/bf16.h"
 #include "trainrun/core/clock.h"
 #include "trainrun/core/dropout_mask.h"
 #include "trainrun/core/durable_file.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/core/regular_file.h"
 #include "trainrun/core/shard.h"
 
 using namespace trainrun;
@@ -137,4 +144,49 @@ TEST_CASE("shard_of partitions [0, n) into near-equal contiguous ranges") {
   CHECK(shard_of(1001, 2, 1).size() == 501);
   CHECK_THROWS_AS(shard_of(10, 2, 2), std::invalid_argument);
   CHECK_THROWS_AS(shard_of(10, 0, 0), std::invalid_argument);
+}
+
+TEST_CASE("regular_file: a regular file within its cap is read; anything else is a named error") {
+  namespace fs = std::filesystem;
+  trainrun::testing::TempDir dir;
+  const FileRule rule{1 << 20, kExitRunDir, "the fix"};
+  auto lines_of = [&](const std::string& path, size_t max_line) {
+    std::vector<std::string> out;
+    CHECK(
+        read_regular_lines(path, rule, max_line, [&](std::string_view l) { out.emplace_back(l); }));
+    return out;
+  };
+  CHECK_FALSE(read_regular_file(dir / "absent", rule));
+  CHECK_FALSE(read_regular_lines(dir / "absent", rule, 10, [](std::string_view) {}));
+
+  // Lines across the reader's 64 KiB chunks; one too long is skipped whole, the rest kept; the
+  // last needs no '\n'.
+  const std::string long_line(100000, 'x'), wide(70000, 'w');
+  std::ofstream(dir / "lines") << "a\n" << long_line << "\nb\n" << wide << "\nlast";
+  const auto lines = lines_of(dir / "lines", 80000);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0] == "a");
+  CHECK(lines[1] == "b");
+  CHECK(lines[2] == wide);
+  CHECK(lines[3] == "last");
+  CHECK(read_regular_file(dir / "lines", rule)->size() == 2 + 100001 + 2 + 70001 + 4);
+
+  // Over the cap: refused from its size, before a byte is read.
+  CHECK_THROWS_WITH_AS(read_regular_file(dir / "lines", {1000, kExitRunDir, "the fix"}),
+                       doctest::Contains("is larger than the"), Error);
+  // A FIFO, a device through a link, a folder: refused at once (a FIFO's open does not block).
+  REQUIRE(::mkfifo((dir / "fifo").c_str(), 0600) == 0);
+  fs::create_symlink("/dev/zero", dir / "zero");
+  for (const char* name : {"fifo", "zero"}) {
+    try {
+      read_regular_file(dir / name, rule);
+      FAIL("read ", name);
+    } catch (const Error& e) {
+      CHECK(e.code() == kExitRunDir);
+      CHECK(std::string(e.what()).find("not a regular file") != std::string::npos);
+      CHECK(std::string(e.what()).find("the fix") != std::string::npos);
+    }
+  }
+  CHECK_THROWS_WITH_AS(read_regular_file(dir.str(), rule), doctest::Contains("is a directory"),
+                       Error);
 }
