@@ -40,8 +40,14 @@ Handle open_readonly(const std::string& path, hid_t fapl) {
 }
 
 int64_t numel(const std::vector<int64_t>& shape) {
+  for (int64_t d : shape)
+    if (d < 0) throw H5Failure(fmt::format("shape {} has a negative dimension", shape_str(shape)));
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
+  constexpr int64_t kMax = int64_t{1} << 62;  // leaves room for offset + numel sums
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(n, d, &n) || n > kMax)
+      throw H5Failure(fmt::format("shape {} holds more than 2^62 elements", shape_str(shape)));
   return n;
 }
 
@@ -77,6 +83,120 @@ std::string get_attr_str(hid_t obj, const char* name) {
   check(H5Aread(a, mtype, s.data()), name);
   s.resize(strnlen(s.data(), s.size()));
   return s;
+}
+
+// --- what a reader accepts ---------------------------------------------------------------
+
+namespace {
+
+// "/model/wte.weight": the object's path in its file, for messages.
+std::string path_of(hid_t obj) {
+  const ssize_t len = H5Iget_name(obj, nullptr, 0);
+  if (len <= 0) return "?";
+  std::string name(static_cast<size_t>(len) + 1, '\0');
+  H5Iget_name(obj, name.data(), name.size());
+  name.resize(static_cast<size_t>(len));
+  return name;
+}
+
+// A soft or external link is followed by the open itself: an external one opens another file
+// (a FIFO there blocks the open for ever), so the link is judged before anything is opened.
+void require_hard_link(hid_t parent, const std::string& name) {
+  const std::string shown =
+      fmt::format("{}/{}", path_of(parent) == "/" ? "" : path_of(parent), name);
+  if (check(H5Lexists(parent, name.c_str(), H5P_DEFAULT), shown.c_str()) <= 0)
+    throw H5Failure(fmt::format("{} is missing", shown));
+  H5L_info_t info{};
+  check(H5Lget_info(parent, name.c_str(), &info, H5P_DEFAULT), shown.c_str());
+  if (info.type != H5L_TYPE_HARD)
+    throw H5Failure(fmt::format(
+        "{} is {} link (to another place{}): trainrun writes none, and a checkpoint's data must "
+        "lie in the checkpoint itself",
+        shown, info.type == H5L_TYPE_SOFT ? "a soft" : "an external",
+        info.type == H5L_TYPE_SOFT ? "" : " or file"));
+}
+
+constexpr const char* kUnverified =
+    "unverified: its data is stored without a checksum (trainrun writes every data set with "
+    "fletcher32), as after `h5repack -f NONE`; nothing can tell whether its bytes are the ones "
+    "written";
+
+}  // namespace
+
+std::string storage_problem(hid_t ds, Storage storage) {
+  Handle dcpl = plist_h(H5Dget_create_plist(ds), "get creation properties");
+  const H5D_layout_t layout = H5Pget_layout(dcpl);
+  if (layout == H5D_VIRTUAL)
+    return "a virtual data set (its data lies in other data sets or files); trainrun writes none";
+  if (check(H5Pget_external_count(dcpl), "get external files") != 0)
+    return "stored in an external file (HDF5 external storage); trainrun writes none, and a "
+           "checkpoint's data must lie in the checkpoint itself";
+  const int filters = check(H5Pget_nfilters(dcpl), "get filters");
+  const std::vector<int64_t> shape = dataset_shape(ds);
+  Handle type = type_h(H5Dget_type(ds), "get type");
+  const uint64_t elem = H5Tget_size(type);
+  const int64_t n = numel(shape);
+  const uint64_t stored = H5Dget_storage_size(ds);
+  if (storage == Storage::plain_floats) {
+    if (H5Tequal(type, H5T_IEEE_F32LE) <= 0 || layout != H5D_CONTIGUOUS || filters != 0)
+      return "not float32 stored contiguously without filters, as trainrun writes a shard";
+    if (stored != static_cast<uint64_t>(n) * sizeof(float))
+      return fmt::format("{} bytes stored for {} float32 values", stored, n);
+    return "";
+  }
+  if (layout == H5D_COMPACT) return "";  // in the object header, under its checksum
+  if (layout == H5D_CONTIGUOUS) return n == 0 && !shape.empty() ? "" : kUnverified;
+  if (layout != H5D_CHUNKED) return "stored in a layout trainrun does not write";
+  bool fletcher32 = false, other = false;
+  for (int i = 0; i < filters; ++i) {
+    unsigned flags = 0;
+    size_t values = 0;
+    const H5Z_filter_t id =
+        H5Pget_filter2(dcpl, unsigned(i), &flags, &values, nullptr, 0, nullptr, nullptr);
+    (id == H5Z_FILTER_FLETCHER32 ? fletcher32 : other) = true;
+  }
+  if (!fletcher32) return kUnverified;
+  if (other) return "filtered with more than fletcher32; trainrun writes no other filter";
+  // Every chunk present, each its full size and fletcher32's 4 bytes: a chunk never written
+  // reads as zeros that no checksum covers, and a dataspace of 2^61 elements with none stored
+  // would be allocated in full by a reader.
+  std::vector<hsize_t> chunk(shape.size(), 1);
+  check(H5Pget_chunk(dcpl, int(chunk.size()), chunk.data()), "get chunk dims");
+  unsigned __int128 chunks = 1, per_chunk = elem;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (chunk[i] == 0) return "a chunk dimension is 0";
+    chunks *= (static_cast<uint64_t>(shape[i]) + chunk[i] - 1) / chunk[i];
+    per_chunk *= chunk[i];
+  }
+  if (n > 0 && static_cast<unsigned __int128>(stored) != chunks * (per_chunk + 4))
+    return fmt::format(
+        "{} bytes of chunks stored for shape {}, {} expected: chunks are missing (they would "
+        "read as zeros no checksum covers)",
+        stored, shape_str(shape),
+        static_cast<uint64_t>(std::min<unsigned __int128>(chunks * (per_chunk + 4), UINT64_MAX)));
+  return "";
+}
+
+Handle open_dataset(hid_t parent, const std::string& name, Storage storage) {
+  require_hard_link(parent, name);
+  Handle ds = dset_h(H5Dopen2(parent, name.c_str(), H5P_DEFAULT), name.c_str());
+  if (std::string why = storage_problem(ds, storage); !why.empty())
+    throw H5Failure(fmt::format("{} is {}", path_of(ds), why));
+  return ds;
+}
+
+Handle open_group(hid_t parent, const std::string& path) {
+  Handle g;
+  hid_t at = parent;
+  for (size_t b = 0; b <= path.size();) {
+    const size_t e = std::min(path.find('/', b), path.size());
+    const std::string part = path.substr(b, e - b);
+    require_hard_link(at, part);
+    g = group_h(H5Gopen2(at, part.c_str(), H5P_DEFAULT), part.c_str());
+    at = g;
+    b = e + 1;
+  }
+  return g;
 }
 
 // --- datasets ---------------------------------------------------------------------------
@@ -276,7 +396,7 @@ std::vector<int64_t> dataset_shape(hid_t ds) {
 std::string read_text(hid_t f, const char* name) {
   if (check(H5Lexists(f, name, H5P_DEFAULT), name) <= 0)
     throw H5Failure(fmt::format("/{} is missing", name));
-  Handle ds = dset_h(H5Dopen2(f, name, H5P_DEFAULT), name);
+  Handle ds = open_dataset(f, name, Storage::checksummed);
   std::vector<int64_t> shape = dataset_shape(ds);
   Handle file_type = type_h(H5Dget_type(ds), name);
   if (shape.empty() && H5Tget_class(file_type) == H5T_STRING && !H5Tis_variable_str(file_type)) {
@@ -393,27 +513,13 @@ int posix_fd_of(hid_t ds) {
 
 }  // namespace
 
-namespace {
-
-// Whether `ds` holds exactly n float32 little-endian values as plain bytes in the file itself:
-// contiguous, unfiltered, not external. Then its bytes can be read without HDF5.
-bool is_plain_floats(hid_t ds, size_t n) {
-  Handle type = type_h(H5Dget_type(ds), "get type");
-  Handle dcpl = plist_h(H5Dget_create_plist(ds), "get creation properties");
-  return H5Tequal(type, H5T_IEEE_F32LE) > 0 && H5Tequal(H5T_NATIVE_FLOAT, H5T_IEEE_F32LE) > 0 &&
-         H5Pget_layout(dcpl) == H5D_CONTIGUOUS && H5Pget_nfilters(dcpl) == 0 &&
-         H5Pget_external_count(dcpl) == 0 && H5Dget_storage_size(ds) == n * sizeof(float);
-}
-
-}  // namespace
-
 void read_floats_contiguous(hid_t parent, const std::vector<FloatsRead>& reads) {
   std::vector<Handle> sets;
   std::vector<SlabRange> ranges;
   bool all_plain = true;  // else every data set goes through HDF5
   int fd = -1;            // the file's (one file: every data set's is the same)
   for (const FloatsRead& r : reads) {
-    Handle ds = dset_h(H5Dopen2(parent, r.name, H5P_DEFAULT), r.name);
+    Handle ds = open_dataset(parent, r.name, Storage::plain_floats);
     if (dataset_shape(ds) != std::vector<int64_t>{static_cast<int64_t>(r.n)})
       throw H5Failure(fmt::format("/{} is not {} elements", r.name, r.n));
     // Plain bytes in a file we hold a descriptor of: read on a second thread while `each`
@@ -422,7 +528,8 @@ void read_floats_contiguous(hid_t parent, const std::vector<FloatsRead>& reads) 
     const haddr_t base = H5Dget_offset(ds);
     const int ds_fd = base == HADDR_UNDEF ? -1 : posix_fd_of(ds);
     H5Eclear2(H5E_DEFAULT);
-    if (r.n > 0 && ds_fd >= 0 && is_plain_floats(ds, r.n)) {
+    // open_dataset vouched for the layout (contiguous float32 in this file, no filter).
+    if (r.n > 0 && ds_fd >= 0 && H5Tequal(H5T_NATIVE_FLOAT, H5T_IEEE_F32LE) > 0) {
       fd = ds_fd;
       ranges.push_back({static_cast<off_t>(base), r.n * sizeof(float),
                         reinterpret_cast<char*>(r.out), [&r](const char* p, size_t bytes) {

@@ -30,6 +30,8 @@ Handle open_readonly(const std::string& path, hid_t fapl);
 // Throws H5Failure unless `path` is a regular file (or does not exist: the open then says so).
 void require_regular_file(const std::string& path);
 
+// The element count of `shape`; throws H5Failure for a negative dimension or a count beyond
+// 2^62 (a shape read from a file is bounded by its stored bytes only after storage checks).
 int64_t numel(const std::vector<int64_t>& shape);
 std::string shape_str(const std::vector<int64_t>& shape);  // "[2, 3]"
 std::string iso_now();                                     // UTC, "2026-12-01T07:25:42Z"
@@ -54,6 +56,23 @@ T get_attr(hid_t obj, const char* name, hid_t type) {
 }
 
 std::string get_attr_str(hid_t obj, const char* name);
+
+// How trainrun stores a data set. Reading anything else is refused (H5Failure), before a byte of
+// data is read: a data set without its checksum (unverified), external storage, a virtual data
+// set or a link to another file would hand the reader bytes no checksum covers, or from a FIFO
+// that never answers.
+enum class Storage {
+  checksummed,   // chunked with fletcher32 and no other filter, every chunk stored; or compact
+                 // (in the object header, under its checksum); or empty
+  plain_floats,  // n float32 stored contiguously in the file itself (the caller checks a CRC)
+};
+// Opens the data set `name` of `parent` after checking that it is a hard link (not a soft or
+// external link), then checks its storage.
+Handle open_dataset(hid_t parent, const std::string& name, Storage storage);
+// Opens a group by a path of hard links only ("optimizer/m": both components).
+Handle open_group(hid_t parent, const std::string& path);
+// "" when `ds` is stored as `storage` says; else why not, for a message.
+std::string storage_problem(hid_t ds, Storage storage);
 
 // Writes `data` (row-major, numel(dims) elements) as a checksummed dataset with that shape.
 void write_dataset(hid_t parent, const std::string& name, hid_t mem_type, hid_t file_type,

@@ -273,7 +273,7 @@ Manifest read_manifest(const std::string& dir) {
   }
   int64_t end = 0;
   for (const ParamEntry& p : m.layout.params) {
-    if (p.offset < end || p.offset + numel(p.shape) > h.flat_size)
+    if (p.offset < end || p.offset > h.flat_size || numel(p.shape) > h.flat_size - p.offset)
       throw H5Failure(
           fmt::format("MANIFEST: parameter {} (offset {}, shape {}) overlaps another "
                       "or lies outside the {} elements",
@@ -299,6 +299,21 @@ CheckpointData load(const std::string& dir, bool keep, std::optional<Shard> mome
   const Manifest m = read_manifest(dir);
   const Header& h = m.header;
   if (std::string why = absurd_value(h); !why.empty()) throw Unusable(why);
+  // flat_size sizes the buffers below: bound it by the bytes the shard files really hold (each
+  // holds its range of every tensor) before allocating anything.
+  uint64_t held = 0;
+  for (const ShardLine& line : m.shards) {
+    std::error_code ec;
+    const uintmax_t size = fs::file_size(fs::path(dir) / line.file, ec);
+    if (ec) throw H5Failure(fmt::format("{}: {}", line.file, ec.message()));
+    held += size;
+  }
+  const uint64_t tensors = m.layout.has_optimizer ? 3 : 1;
+  if (static_cast<uint64_t>(h.flat_size) > held / (sizeof(float) * tensors))
+    throw H5Failure(fmt::format(
+        "MANIFEST: flat_size {} needs {} float32 values per tensor, its shard files hold {} "
+        "bytes in all: the count is not the files'",
+        h.flat_size, h.flat_size, held));
   CheckpointData d;
   d.state = h.state;
   d.params = m.layout.params;
