@@ -101,12 +101,14 @@ TEST_CASE("inspect_run_dir tells trainrun's directories from a user's") {
   CHECK(inspect_run_dir(dir / "failed").kind == RunDirKind::unused);
   touch(dir.path / "ran" / "metrics.jsonl");
   CHECK(inspect_run_dir(dir / "ran").kind == RunDirKind::run);
+  CHECK_FALSE(inspect_run_dir(dir / "ran").checkpoints);
   Experiment e;
   e.run_dir = dir / "ckpt";
   save_checkpoint(e, 40);
   const RunDirState ran = inspect_run_dir(dir / "ckpt");
   CHECK(ran.kind == RunDirKind::run);
   CHECK(ran.what == "checkpoints up to step 40");
+  CHECK(ran.checkpoints);
   // A user's files, even beside a config.yaml: not trainrun's.
   touch(dir.path / "mine" / "config.yaml");
   CHECK(inspect_run_dir(dir / "mine").kind == RunDirKind::foreign);
@@ -120,7 +122,7 @@ TEST_CASE("inspect_run_dir tells trainrun's directories from a user's") {
 }
 
 TEST_CASE("check_run_dir_use: a new run never lands on another run or a user's files") {
-  const RunDirState run{RunDirKind::run, "checkpoints up to step 8"};
+  const RunDirState run{RunDirKind::run, "checkpoints up to step 8", false, false, true};
   const RunDirState foreign{RunDirKind::foreign, "notes.txt"};
   for (RunDirKind ok : {RunDirKind::missing, RunDirKind::empty, RunDirKind::unused})
     CHECK_NOTHROW(check_run_dir_use("d", {ok, ""}, RunDirUse::start, false));
@@ -131,6 +133,15 @@ TEST_CASE("check_run_dir_use: a new run never lands on another run or a user's f
   CHECK_NOTHROW(check_run_dir_use("d", run, RunDirUse::start, true));
   CHECK_NOTHROW(check_run_dir_use("d", run, RunDirUse::restart, false));  // a requeued job
   CHECK_NOTHROW(check_run_dir_use("d", run, RunDirUse::resume, false));
+  // A run killed before its first checkpoint has nothing to continue: the advice is a restart
+  // (`--resume d` starts it again from its recorded config) or --new, never "continue it".
+  const RunDirState attempt{RunDirKind::run, "the metrics of a run that wrote no checkpoint"};
+  const std::string again =
+      error_of([&] { check_run_dir_use("d", attempt, RunDirUse::start, false); });
+  CHECK(again.find("wrote no checkpoint") != std::string::npos);
+  CHECK(again.find("start it again from step 0 with `trainrun --resume d`") != std::string::npos);
+  CHECK(again.find("--new") != std::string::npos);
+  CHECK(again.find("continue it") == std::string::npos);
   const std::string user =
       error_of([&] { check_run_dir_use("d", foreign, RunDirUse::start, false); });
   CHECK(user.find("trainrun did not make it (it holds notes.txt)") != std::string::npos);

@@ -38,6 +38,17 @@ Experiment from_config(const RunRequest& r) {
   return exp;
 }
 
+// `--resume RUN_DIR/checkpoints` names the run by its folder of checkpoints: the run.
+std::string run_of_target(const std::string& target) {
+  fs::path p = fs::path(target).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();  // "RUN_DIR/checkpoints/"
+  const fs::path parent = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (p.filename() == "checkpoints" && fs::is_directory(p, ec) && is_run_directory(parent.string()))
+    return parent.string();
+  return target;
+}
+
 // The checkpoint file a --resume target names; nullopt when it is a run directory without one.
 std::optional<std::string> checkpoint_of(const std::string& target) {
   if (is_run_directory(target)) {
@@ -57,20 +68,31 @@ bool same_dir(const std::string& a, const std::string& b) {
          fs::absolute(a).lexically_normal() == fs::absolute(b).lexically_normal();
 }
 
+// The keys of `other` that a resume may not change and that differ from `run`'s, as
+// "KEY is RUN'S there, OTHER'S in WHERE"; with `taken`, the resumable ones as "KEY=OTHER'S".
+std::vector<std::string> fixed_differences(const Experiment& run, const Experiment& other,
+                                           const std::string& where,
+                                           std::vector<std::string>* taken = nullptr) {
+  std::vector<std::string> fixed;
+  for (const ConfigKey& k : config_keys()) {
+    if (k.key == "run_dir") continue;  // resolved separately
+    const std::string mine = config_value(other, k.key);
+    const std::string stored = config_value(run, k.key);
+    if (mine == stored) continue;
+    if (!k.resumable)
+      fixed.push_back(fmt::format("{} is {} there, {} in {}", k.key, stored, mine, where));
+    else if (taken)
+      taken->push_back(fmt::format("{}={}", k.key, mine));
+  }
+  return fixed;
+}
+
 // A CONFIG given with --resume must describe the run being resumed: the keys a resume may
 // change are taken from it (and said), any other difference is refused.
 void reconcile(ResolvedRun& run, const Experiment& configured, const std::string& config_path) {
-  std::vector<std::string> taken, refused;
-  for (const ConfigKey& k : config_keys()) {
-    if (k.key == "run_dir") continue;  // resolved separately
-    const std::string mine = config_value(configured, k.key);
-    const std::string stored = config_value(run.exp, k.key);
-    if (mine == stored) continue;
-    if (k.resumable)
-      taken.push_back(fmt::format("{}={}", k.key, mine));
-    else
-      refused.push_back(fmt::format("{} is {} there, {} in {}", k.key, stored, mine, config_path));
-  }
+  std::vector<std::string> taken;
+  const std::vector<std::string> refused =
+      fixed_differences(run.exp, configured, config_path, &taken);
   if (!refused.empty()) {
     std::string list;
     for (const auto& s : refused) list += "\n  " + s;
@@ -88,6 +110,53 @@ void reconcile(ResolvedRun& run, const Experiment& configured, const std::string
                                   list, config_path));
 }
 
+// A checkpoint copied into RUN_DIR/checkpoints from another run would be adopted with its config
+// and data: refused unless its config is the run's (RUN_DIR/config.yaml, which every start of the
+// run writes) on every key a resume cannot change.
+void require_own_checkpoint(const std::string& dir, const std::string& file,
+                            const Experiment& stored) {
+  const fs::path config = fs::path(dir) / "config.yaml";
+  std::error_code ec;
+  if (!fs::is_regular_file(config, ec)) return;  // nothing to compare with
+  Experiment run;
+  try {
+    run = load_experiment(config.string(), {});
+  } catch (const Error&) {
+    return;  // unreadable: the start itself says so
+  }
+  absolute_paths(run);
+  const std::vector<std::string> diff = fixed_differences(run, stored, file);
+  if (diff.empty()) return;
+  std::string list;
+  for (const auto& s : diff) list += "\n  " + s;
+  throw CheckpointError(fmt::format(
+      "checkpoint {} is not one of the run in {}: its config differs from {} where a resume "
+      "cannot change it, so it came from another run:{}\nmove it out of {}/checkpoints and "
+      "resume the run (trainrun --resume {}), or start a new run from it in another directory "
+      "(trainrun --resume {} --run-dir NEW_DIR)",
+      file, dir, config.string(), list, dir, dir, file));
+}
+
+// Resuming in its own run directory from a checkpoint older than the run's newest good one would
+// replace the steps after it (their checkpoints and metrics rows): the run's history is the
+// user's, so that is refused, saying how to continue the run or branch off it instead.
+void require_newest(const std::string& dir, const std::string& file, int64_t step) {
+  for (const std::string& path : list_checkpoints(dir)) {
+    std::error_code ec;
+    if (fs::equivalent(path, file, ec)) return;  // the newest ones before it did not verify
+    const Verdict v = verify_checkpoint(path);
+    if (!v.ok || v.step <= step) continue;
+    throw RunDirError(fmt::format(
+        "checkpoint {} (step {}) is older than the run's newest checkpoint {} (step {}): "
+        "resuming from it in {} would replace steps {} to {} of that run (their checkpoints and "
+        "metrics). Continue the run from its newest checkpoint with `trainrun --resume {}`, "
+        "branch a new run from step {} into another directory with `trainrun --resume {} "
+        "--run-dir NEW_DIR` (copies nothing; {} stays as it is), or start the run over with "
+        "`trainrun {}/config.yaml --new` (moves its files into {}/archive-TIME/)",
+        file, step, path, v.step, dir, step + 1, v.step, dir, step, file, dir, dir, dir));
+  }
+}
+
 ResolvedRun resume_from(const RunRequest& r, const std::string& file) {
   Verdict v = verify_checkpoint(file);
   if (!v.ok)
@@ -101,6 +170,8 @@ ResolvedRun resume_from(const RunRequest& r, const std::string& file) {
   run.resume_step = ck.state.step;
   const std::optional<std::string> home = run_dir_of_checkpoint(file);
   if (home && (r.run_dir.empty() || same_dir(r.run_dir, *home))) {
+    require_own_checkpoint(*home, file, run.exp);
+    require_newest(*home, file, run.resume_step);
     run.exp.run_dir = *home;  // continue the run that wrote it
     run.use = RunDirUse::resume;
     return run;
@@ -131,7 +202,7 @@ ResolvedRun resolve_run(const RunRequest& r) {
     return {from_config(r), "", 0, RunDirUse::start, {}};
   }
   // --resume [RUN_DIR|FILE]; with a CONFIG and no value, the config's run directory.
-  std::string target = *r.resume;
+  std::string target = run_of_target(*r.resume);
   std::optional<Experiment> configured;
   if (!r.config.empty()) {
     configured = from_config(r);
@@ -160,10 +231,31 @@ ResolvedRun resolve_run(const RunRequest& r) {
         fmt::format("no checkpoint in {} yet: starting the run", configured->run_dir));
     return run;
   }
-  throw CheckpointError(
-      fmt::format("no usable checkpoint in {}/checkpoints: nothing to resume (start it with "
-                  "trainrun CONFIG)",
-                  target));
+  // A run killed before its first checkpoint: `--resume RUN_DIR` starts it again with the config
+  // it recorded (the earlier attempt's files go into an archive, run_dir.h's claim_run_dir).
+  const fs::path recorded = fs::path(target) / "config.yaml";
+  std::error_code ec;
+  if (list_checkpoints(target).empty() && is_run_directory(target) &&
+      fs::is_regular_file(recorded, ec)) {
+    Experiment exp = load_experiment(recorded.string(), r.sets);
+    exp.run_dir = r.run_dir.empty() ? target : r.run_dir;
+    absolute_paths(exp);
+    ResolvedRun run{exp, "", 0, RunDirUse::restart, {}};
+    run.notes.push_back(
+        fmt::format("no checkpoint in {}/checkpoints: starting the run again from step 0 with {}",
+                    target, recorded.string()));
+    return run;
+  }
+  if (!list_checkpoints(target).empty())
+    throw CheckpointError(fmt::format(
+        "no usable checkpoint in {}/checkpoints: none of its checkpoints verifies (see the "
+        "warnings above; `trainrun inspect FILE` says more), so nothing can be resumed; start the "
+        "run over with `trainrun {}/config.yaml --new` (moves its files into {}/archive-TIME/)",
+        target, target, target));
+  throw CheckpointError(fmt::format(
+      "no checkpoint and no recorded config in {}: nothing to resume; start a run there with "
+      "`trainrun CONFIG --run-dir {}`",
+      target, target));
 }
 
 }  // namespace trainrun

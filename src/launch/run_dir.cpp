@@ -145,7 +145,8 @@ RunDirState inspect_run_dir(const std::string& dir) {
   if (own.empty() && others.empty()) {
     state.kind = RunDirKind::empty;
   } else if (const auto ckpts = list_checkpoints(dir); !ckpts.empty()) {
-    state = {RunDirKind::run, checkpoint_step_text(ckpts.front()), state.locked_once, state.others};
+    state = {RunDirKind::run, checkpoint_step_text(ckpts.front()), state.locked_once, state.others,
+             true};
   } else if (fs::exists(fs::path(dir) / "metrics.jsonl") ||
              fs::exists(fs::path(dir) / "metrics.h5")) {
     state.kind = RunDirKind::run;
@@ -171,6 +172,15 @@ void check_run_dir_use(const std::string& dir, const RunDirState& state, RunDirU
         "empty or new directory with --run-dir, or add --new to use it anyway (trainrun adds "
         "its own files and deletes nothing)",
         dir, state.what));
+  // A run killed before its first checkpoint has nothing to continue from: `--resume` starts it
+  // again from step 0 with the config it recorded (resolve_run).
+  if (state.kind == RunDirKind::run && use == RunDirUse::start && !renew && !state.checkpoints)
+    throw RunDirError(fmt::format(
+        "run directory {} already holds a run that wrote no checkpoint ({}): start it again "
+        "from step 0 with `trainrun --resume {}` (its config as recorded; the earlier attempt's "
+        "files move into {}/archive-TIME/), start over with this config with --new, or choose "
+        "another --run-dir",
+        dir, state.what, dir, dir));
   if (state.kind == RunDirKind::run && use == RunDirUse::start && !renew)
     throw RunDirError(fmt::format(
         "run directory {} already holds a run ({}): continue it with `trainrun --resume {}`, "
@@ -269,11 +279,16 @@ RunDirLock claim_run_dir(const std::string& dir, RunDirUse use, bool renew) {
   check_run_dir_use(dir, inspect_run_dir(dir), use, renew);  // before writing anything
   RunDirLock lock = RunDirLock::take(dir);
   // Another run may have started here between the look and the lock: look again.
-  check_run_dir_use(dir, inspect_run_dir(dir), use, renew);
-  if (renew) {
+  const RunDirState state = inspect_run_dir(dir);
+  check_run_dir_use(dir, state, use, renew);
+  // A restart (no checkpoint yet) writes the run's metrics from step 0: an earlier attempt's rows
+  // are kept in the archive rather than overwritten.
+  const bool restart_over = use == RunDirUse::restart && state.kind == RunDirKind::run;
+  if (renew || restart_over) {
     const std::string archive = archive_run(dir);
     if (!archive.empty())
-      fmt::print(stderr, "--new: moved the earlier run's files in {} into {}\n", dir, archive);
+      fmt::print(stderr, "{}: moved the earlier {}'s files in {} into {}\n",
+                 renew ? "--new" : "restart", renew ? "run" : "attempt", dir, archive);
   }
   return lock;
 }

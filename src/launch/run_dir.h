@@ -34,6 +34,7 @@ struct RunDirState {
   std::string what;  // for messages: "checkpoints up to step 40", "notes.txt, data and 2 more"
   bool locked_once = false;  // holds the lock file: a directory trainrun made
   bool others = false;       // holds names trainrun does not write
+  bool checkpoints = false;  // kind run: it holds checkpoints (else only an attempt's metrics)
 };
 
 // What `dir` holds. Throws RunDirError when it exists but is not a directory, or is unreadable.
@@ -73,7 +74,8 @@ void check_not_in_use(const std::string& dir);
 std::string archive_run(const std::string& dir);
 
 // What a job's owner does before its first write: inspect, check the use, create, lock, look
-// again under the lock, and archive (renew). Prints where an archive went.
+// again under the lock, and archive (renew; or restart over an earlier attempt's files, which
+// are kept, not overwritten). Prints where an archive went.
 RunDirLock claim_run_dir(const std::string& dir, RunDirUse use, bool renew);
 // --dry-run's look at the directory, which writes nothing and so refuses nothing a real run
 // could go on from: the refusal (exit 73) a real run would meet here (it holds a run, other

@@ -331,9 +331,9 @@ def test_inspect_agrees_with_resume_on_every_file(tmp_path):
     for i, path in enumerate(ck[: len(damage)]):
         step = int(path.stem.split("-")[1])
         inspected = run(["inspect", str(path)]).returncode
-        copy = tmp_path / f"copy{i}"
-        subprocess.run(["cp", "-a", str(rd), str(copy)], check=True)
-        resumed = run(["--resume", str(copy / "checkpoints" / path.name),
+        # Each into a run directory of its own: an older checkpoint than the run's newest one
+        # is resumed only as a branch (test_resume_history.py).
+        resumed = run(["--resume", str(path), "--run-dir", str(tmp_path / f"branch{i}"),
                        *sets(f"train.steps={step + 1}")])
         assert inspected in (0, 4) and resumed.returncode in (0, 4), resumed.stderr
         assert (inspected == 0) == (resumed.returncode == 0), (path.name, resumed.stderr[-2000:])

@@ -1,0 +1,115 @@
+"""A run's history is never lost to a resume, and every refusal's advice works when followed
+(issue 43, items 3, 4 and 6): resuming from an older checkpoint in its own run directory is
+refused (the branch option `--resume FILE --run-dir NEW` and --new named, each of which works),
+a checkpoint copied in from another run is not adopted, `--resume RUN_DIR/checkpoints` means the
+run, and a run killed before its first checkpoint can be started again as its refusal says,
+keeping the earlier attempt's metrics."""
+import shutil
+
+import pytest
+
+from conftest import REPO, TINY, metrics, run, sets
+
+CONFIG = str(REPO / "configs/quickstart.yaml")
+BASE = [*TINY, "train.steps=6", "checkpoint.every=2", "checkpoint.keep_last=5"]
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """A run with checkpoints at 2, 4 and 6, and another run (another seed) up to step 8."""
+    root = tmp_path_factory.mktemp("history")
+    run([CONFIG, *sets(*BASE), "--run-dir", str(root / "run")], check=0)
+    run([CONFIG, *sets(*BASE, "seed=7", "train.steps=8"), "--run-dir", str(root / "other")],
+        check=0)
+    return root
+
+
+@pytest.fixture
+def rd(made, tmp_path):
+    out = tmp_path / "run"
+    shutil.copytree(made / "run", out)
+    return out
+
+
+def snapshot(rd):
+    """Every file of the run (name -> bytes), lock file aside."""
+    return {str(p.relative_to(rd)): p.read_bytes() for p in sorted(rd.rglob("*"))
+            if p.is_file() and p.name != ".trainrun.lock"}
+
+
+def ckpt(rd, step):
+    return rd / "checkpoints" / f"step-{step:07d}.h5"
+
+
+def test_resuming_an_older_checkpoint_is_refused_and_each_advice_works(rd, tmp_path):
+    before = snapshot(rd)
+    p = run(["--resume", str(ckpt(rd, 2)), *sets("train.steps=8", "optimizer.lr=0.002")],
+            check=73)
+    assert "older than the run's newest checkpoint" in p.stderr, p.stderr
+    assert f"trainrun --resume {ckpt(rd, 2)} --run-dir NEW_DIR" in p.stderr
+    assert f"trainrun --resume {rd}`" in p.stderr and "--new" in p.stderr
+    assert snapshot(rd) == before  # nothing written, nothing deleted
+    # The branch: a new run directory from step 2; the run it came from stays as it was.
+    branch = tmp_path / "branch"
+    p = run(["--resume", str(ckpt(rd, 2)), "--run-dir", str(branch), *sets("train.steps=8")],
+            check=0)
+    assert "resumed from" in p.stderr and "at step 2" in p.stderr, p.stderr
+    assert [r["step"] for r in metrics(branch)] == list(range(3, 9))
+    assert snapshot(rd) == before
+    # Continuing the run from its newest checkpoint.
+    p = run(["--resume", str(rd), *sets("train.steps=8")], check=0)
+    assert f"resumed from {ckpt(rd, 6)} at step 6" in p.stderr, p.stderr
+    assert [r["step"] for r in metrics(rd)] == list(range(1, 9))
+    # Starting over: the earlier run's files go into an archive, none deleted. (config.yaml names
+    # the run directory itself; cwd only satisfies the helper's rule.)
+    run([str(rd / "config.yaml"), "--new"], cwd=tmp_path, check=0)
+    archived = list(rd.glob("archive-*/checkpoints/step-0000008.h5"))
+    assert archived and ckpt(rd, 6).exists(), sorted(rd.rglob("*"))
+
+
+def test_resuming_the_newest_checkpoint_file_continues_the_run(rd):
+    p = run(["--resume", str(ckpt(rd, 6)), *sets("train.steps=7")], check=0)
+    assert "resumed from" in p.stderr and "at step 6" in p.stderr
+    assert [r["step"] for r in metrics(rd)] == list(range(1, 8))
+
+
+@pytest.mark.parametrize("slash", ["", "/"])
+def test_resume_of_the_checkpoints_folder_resumes_its_run(rd, slash):
+    p = run(["--resume", str(rd / "checkpoints") + slash, *sets("train.steps=7")], check=0)
+    assert f"resumed from {ckpt(rd, 6)} at step 6" in p.stderr, p.stderr
+
+
+def test_a_checkpoint_of_another_run_is_not_adopted(rd, made, tmp_path):
+    stray = ckpt(rd, 8)
+    shutil.copyfile(ckpt(made / "other", 8), stray)
+    before = snapshot(rd)
+    p = run(["--resume", str(rd), *sets("train.steps=9")], check=4)
+    assert f"checkpoint {stray} is not one of the run in {rd}" in p.stderr, p.stderr
+    assert "seed is 1337 there, 7 in" in p.stderr, p.stderr
+    assert snapshot(rd) == before
+    # Asked for explicitly, it starts a new run of its own.
+    branch = tmp_path / "branch"
+    p = run(["--resume", str(stray), "--run-dir", str(branch), *sets("train.steps=9")], check=0)
+    assert "at step 8" in p.stderr
+    # Moved out, the run resumes from its own newest checkpoint.
+    stray.rename(tmp_path / "stray.h5")
+    p = run(["--resume", str(rd), *sets("train.steps=7")], check=0)
+    assert f"resumed from {ckpt(rd, 6)} at step 6" in p.stderr, p.stderr
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_again_as_advised(tmp_path):
+    rd = tmp_path / "killed"
+    args = [CONFIG, *sets(*TINY, "train.steps=6", "checkpoint.every=100"), "--run-dir", str(rd)]
+    p = run(args, env={"TRAINRUN_FAULTS": "exit:step=4:code=9"})
+    assert p.returncode != 0 and not list(rd.glob("checkpoints/step-*"))
+    attempt = [r["step"] for r in metrics(rd)]
+    assert attempt, "the killed attempt logged no step"
+    p = run(args, check=73)
+    assert f"start it again from step 0 with `trainrun --resume {rd}`" in p.stderr, p.stderr
+    # The advice, followed: the run starts again from step 0 with its recorded config, and the
+    # killed attempt's metrics are kept in an archive, not dropped.
+    p = run(["--resume", str(rd)], check=0)
+    assert "starting the run again from step 0" in p.stderr, p.stderr
+    assert [r["step"] for r in metrics(rd)] == list(range(1, 7))
+    kept = list(rd.glob("archive-*/metrics.jsonl"))
+    assert kept and [r["step"] for r in metrics(kept[0].parent)] == attempt
