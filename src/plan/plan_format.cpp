@@ -27,14 +27,18 @@ std::string human_count(double n) {
   return fmt::format("{:.0f}", n);
 }
 
-// Rates in decimal units, as vendors state them.
+// Rates in decimal units, as vendors state them. A rate given as --disk-bw or --link-bw may be
+// as small as the user likes: below 0.1 MB/s in significant digits, not as "0.0 MB/s".
 std::string human_rate(double r) {
   if (r >= 1e12) return fmt::format("{:.2f} TB/s", r / 1e12);
   if (r >= 1e9) return fmt::format("{:.2f} GB/s", r / 1e9);
+  if (r < 1e5) return fmt::format("{:.3g} MB/s", r / 1e6);
   return fmt::format("{:.1f} MB/s", r / 1e6);
 }
 
+// Times past a million seconds (from such rates) in significant digits, not hundreds of them.
 std::string human_seconds(double s) {
+  if (s >= 1e6) return fmt::format("{:.3g} s ({:.3g} days)", s, s / 86400);
   if (s >= 1) return fmt::format("{:.2f} s", s);
   if (s >= 1e-3) return fmt::format("{:.2f} ms", s * 1e3);
   return fmt::format("{:.1f} us", s * 1e6);

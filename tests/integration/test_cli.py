@@ -245,3 +245,13 @@ def test_a_tab_indenting_a_line_is_named_in_the_yaml_error(tmp_path):
     # A tab inside a value is no indentation: nothing said about tabs.
     cfg = write(tmp_path, "data:\n  synthetic: markov\nmodel: {n_layer: 2\nname: a\tb\n")
     assert "indented with a tab" not in run(["validate", cfg], check=2).stderr
+
+
+def test_plan_prints_extreme_rates_and_times_in_significant_digits(quickstart):
+    # A slow link or disk stated on the command line gives times of years: said in a few digits,
+    # not hundreds, and the rate not rounded to "0.0 MB/s".
+    p = run(["plan", quickstart, "--link-latency", "1e300", "--disk-bw", "0.001",
+             *sets("distributed.nproc=2")], check=0)
+    assert not re.search(r"\d{12}", p.stdout), p.stdout
+    assert not re.search(r"\b0\.0 MB/s", p.stdout) and "at 0.001 MB/s" in p.stdout, p.stdout
+    assert re.search(r"allreduce time +[\d.]+e\+\d+ s \([\d.]+e\+\d+ days\)", p.stdout), p.stdout
