@@ -136,16 +136,17 @@ struct TempDir {
   fs::path path;
   TempDir() {
     const char* env = std::getenv("TMPDIR");
-    const std::string fix = fmt::format(
-        "the plot is drawn in a temporary directory there first: {} to a writable directory, or "
-        "unset it (then /tmp)",
-        env ? "set TMPDIR" : "create /tmp, or set TMPDIR");
+    const std::string fix =
+        env ? "the plot is drawn there first: set TMPDIR to a writable directory, or unset it "
+              "(then /tmp)"
+            : "the plot is drawn there first: create /tmp, or set TMPDIR to a writable directory";
     std::error_code ec;
     const fs::path base = fs::temp_directory_path(ec);
     if (ec)
-      throw Error(kExitWrite,
-                  fmt::format("report: the temporary directory {} is not a directory ({}); {}",
-                              env ? env : "/tmp", ec.message(), fix));
+      throw Error(kExitWrite, fmt::format("report: the temporary directory {} ({}) is not usable "
+                                          "({}); {}",
+                                          env ? env : "/tmp", env ? "TMPDIR" : "the default",
+                                          ec.message(), fix));
     std::string tmpl = (base / "trainrun-report-XXXXXX").string();
     if (!::mkdtemp(tmpl.data()))
       throw Error(kExitWrite,
