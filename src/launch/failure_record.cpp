@@ -13,6 +13,7 @@
 #include "failure_record_json.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/no_follow.h"
+#include "trainrun/core/regular_file.h"
 #include "trainrun/obs/metrics.h"
 
 namespace fs = std::filesystem;
@@ -109,9 +110,16 @@ std::vector<FailureRecord> read_failure_records(const std::string& run_dir) {
   for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "logs", ec)) {
     const int rank = rank_of(entry.path().filename().string());
     if (rank < 0) continue;
-    std::ifstream f(entry.path());
+    // One line as write_failure_record makes it; anything else there (a FIFO would block the
+    // supervisor) is not a record.
     std::string line;
-    if (!std::getline(f, line)) continue;
+    try {
+      static constexpr FileRule kRule{64 * 1024, kExitRunDir, "remove it"};
+      line = read_regular_file(entry.path().string(), kRule).value_or("");
+    } catch (const Error&) {
+      continue;
+    }
+    line = line.substr(0, line.find('\n'));
     auto row = parse_metrics_line(line);
     if (!row) continue;
     if (auto r = from_row(*row); r && r->rank == rank) by_rank[rank] = *r;

@@ -19,6 +19,7 @@
 #include "trainrun/core/durable_file.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/no_follow.h"
+#include "trainrun/core/regular_file.h"
 #include "trainrun/obs/tb_events.h"
 
 namespace trainrun {
@@ -55,16 +56,17 @@ int writer_number(const std::string& name) {
   return ec == std::errc() && end == last.data() + last.size() ? n : 0;
 }
 
+// An event file of an earlier attempt, read back to cut it to the checkpoint's step: a regular
+// file (a FIFO or a device in tb/ would block or never end), as large as metrics.jsonl may be.
 std::string slurp(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  static constexpr FileRule kRule{4ull << 30, kExitRunDir,
+                                  "move it out of the run directory's tb/ folder and run again"};
+  return read_regular_file(file.string(), kRule).value_or("");
 }
 
 // Through a temporary file and a rename, so a crash leaves the old file or the new, never half.
 // The temporary name lacks "tfevents": a TensorBoard watching the directory never reads it.
-void replace_file(const fs::path& file, std::string_view bytes) {
+void rewrite_durably(const fs::path& file, std::string_view bytes) {
   const fs::path tmp = file.parent_path() / fmt::format(".rewrite-{}", ::getpid());
   try {
     write_new_file(tmp.string(), std::string(bytes), true);
@@ -94,7 +96,7 @@ bool cut_back(const fs::path& file, int64_t keep) {
   if (!data) {
     fs::remove(file, ec);
   } else if (kept_records != scan.records.size() || scan.valid_bytes != bytes.size()) {
-    replace_file(file, kept);
+    rewrite_durably(file, kept);
   }
   return data;
 }

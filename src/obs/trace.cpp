@@ -21,6 +21,7 @@
 #include "trainrun/core/durable_file.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/no_follow.h"
+#include "trainrun/core/regular_file.h"
 #include "trainrun/core/thread_annotations.h"
 #include "trainrun/obs/metrics.h"
 
@@ -240,9 +241,11 @@ std::string merge_rank_traces(const std::string& trace_dir, int world) {
   bool any = false;
   for (int r = 0; r < world; ++r) {
     const fs::path file = fs::path(trace_dir) / fmt::format("rank-{}.json", r);
-    std::ifstream in(file);
-    if (!in) continue;
-    const nlohmann::json one = nlohmann::json::parse(in, nullptr, false);
+    static constexpr FileRule kRule{4ull << 30, kExitRunDir,
+                                    "move it out of the run directory's trace/ folder"};
+    const std::optional<std::string> text = read_regular_file(file.string(), kRule);
+    if (!text) continue;
+    const nlohmann::json one = nlohmann::json::parse(*text, nullptr, false);
     if (!one.is_object() || !one.contains("traceEvents") || !one["traceEvents"].is_array())
       throw Error(kExitFailure,
                   fmt::format("cannot merge trace {}: not a Chrome trace", file.string()));

@@ -14,6 +14,7 @@
 #include "trainrun/core/clock.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/no_follow.h"
+#include "trainrun/core/regular_file.h"
 #include "trainrun/launch/failure_record.h"
 #include "trainrun/launch/heartbeats.h"
 
@@ -72,10 +73,10 @@ void Watchdog::write_heartbeat() {
   const fs::path dir = fs::path(run_dir_) / "logs";
   const fs::path final_path = heartbeat_path(run_dir_, comm_.rank());
   try {
-    replace_file(final_path.string(),
-                 fmt::format("{} {} {} {:.3f} {:.3f}\n{}\n", comm_.rank(), comm_.host(),
-                             step_.load(), wall(), now() - since_.load(),
-                             phase_name(phase_.load())));
+    replace_file(
+        final_path.string(),
+        fmt::format("{} {} {} {:.3f} {:.3f}\n{}\n", comm_.rank(), comm_.host(), step_.load(),
+                    wall(), now() - since_.load(), phase_name(phase_.load())));
   } catch (const Error&) {
     // A heartbeat that cannot be written (a full disk) is a missed beat; the watchdog's own
     // verdicts do not depend on it.
@@ -110,7 +111,14 @@ void Watchdog::fire(double stuck_for) {
   std::string culprit_host;
   std::map<std::string, std::string> silent_hosts;  // host -> its silent ranks
   for (int r = 0; r < comm_.size(); ++r) {
-    std::ifstream f(heartbeat_path(run_dir_, r));
+    // A regular file of a few dozen bytes, as the ranks write it: anything else planted there
+    // (a FIFO would block the watchdog itself) reads as no heartbeat.
+    std::istringstream f;
+    try {
+      static constexpr FileRule kRule{4096, kExitRunDir, "remove it"};
+      f.str(read_regular_file(heartbeat_path(run_dir_, r), kRule).value_or(""));
+    } catch (const Error&) {
+    }
     int rank = -1;
     std::string host, phase;
     int64_t step = -1;
@@ -164,10 +172,9 @@ void Watchdog::fire(double stuck_for) {
     std::string report = msg + "\n\nlast known phase of every rank:\n";
     for (const auto& d : dump) report += "  " + d + "\n";
     try {
-      replace_file(
-          (fs::path(run_dir_) / "logs" / fmt::format("watchdog-rank-{}.txt", comm_.rank()))
-              .string(),
-          report);
+      replace_file((fs::path(run_dir_) / "logs" / fmt::format("watchdog-rank-{}.txt", comm_.rank()))
+                       .string(),
+                   report);
     } catch (const Error&) {
       // The same report goes to the log and stderr below.
     }

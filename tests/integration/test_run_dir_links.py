@@ -83,3 +83,16 @@ def test_slurm_submit_replaces_a_link_in_the_run_directory(tmp_path):
     assert user.read_text() == "mine\n"
     assert not (rd / "job.sbatch").is_symlink()
     assert "#SBATCH" in (rd / "job.sbatch").read_text()
+
+
+def test_a_fifo_among_the_tensorboard_files_is_refused_not_waited_on(finished, tmp_path):
+    """On resume the earlier attempts' event files are read back to cut them to the
+    checkpoint's step: a FIFO there blocked the resume for ever."""
+    rd = copy_run(finished, tmp_path / "run")
+    events = sorted((rd / "tb").glob("events.out.tfevents.*"))
+    assert events, "the run wrote no TensorBoard file: nothing to test"
+    fifo = events[0].with_name(events[0].name + "9")
+    os.mkfifo(fifo)
+    p = run(["--resume", str(rd), *sets("train.steps=6")], timeout=60)
+    assert p.returncode == 73, p.stderr
+    assert str(fifo) in p.stderr and "not a regular file" in p.stderr, p.stderr
