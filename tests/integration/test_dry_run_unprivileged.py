@@ -1,6 +1,7 @@
 """`--dry-run` promises to say what a real run would be refused for in the run directory: for an
 ordinary user in a directory they cannot write, "a real run would be refused here (exit 73)",
-and the real run must then exit 73. We run as root, so the user is `nobody` (setpriv)."""
+and the real run must then exit 73. Root may write anywhere, so under root the user is `nobody`
+(setpriv); any other user runs as itself in a folder of its own made read-only."""
 import os
 import pathlib
 import shutil
@@ -12,7 +13,8 @@ import pytest
 
 from conftest import REPO, TINY, TRAINRUN, sets
 
-NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+AS_ROOT = os.geteuid() == 0
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if AS_ROOT else []
 QS = str(REPO / "configs" / "quickstart.yaml")
 
 
@@ -33,17 +35,19 @@ def reachable_by_others(path):
 
 @pytest.fixture
 def locked_place():
-    """A folder nobody can search but not write (tmp_path's parents are root's, mode 700)."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to run a command as another user")
+    """A folder the user can search but not write (not under tmp_path, whose parents are mode
+    700: nobody could not reach it)."""
     for path in (TRAINRUN, QS):
-        blocked = reachable_by_others(path)
+        blocked = reachable_by_others(path) if AS_ROOT else None
         assert blocked is None, (
             f"{path} must be readable by the user nobody for this test, but {blocked} is not: "
             f"build in a world-readable checkout (chmod o+rx on that path)")
     d = pathlib.Path(tempfile.mkdtemp(prefix="trainrun-nobody-", dir="/tmp"))
-    d.chmod(0o755)
+    d.chmod(0o755 if AS_ROOT else 0o555)
     yield d
+    d.chmod(0o755)
+    for sub in d.iterdir():
+        sub.chmod(0o755)
     shutil.rmtree(d)
 
 
@@ -60,8 +64,10 @@ def test_dry_run_as_a_user_who_cannot_write_the_run_dir_says_a_run_would_be_refu
         locked_place, existing):
     rd = locked_place / "run"
     if existing:
+        locked_place.chmod(0o755)
         rd.mkdir()
-        rd.chmod(0o755)  # root's: nobody may look in, not write
+        rd.chmod(0o755 if AS_ROOT else 0o555)  # the user may look in, not write
+        locked_place.chmod(0o755 if AS_ROOT else 0o555)
     args = [QS, *sets(*TINY, "train.steps=2"), "--run-dir", str(rd)]
     dry = as_nobody([*args, "--dry-run"], locked_place)
     assert dry.returncode == 0, dry.stderr
