@@ -2,7 +2,13 @@
 // the end-of-text rule of documents.h (or, without an id, with the inputs), reads back through a
 // dataset as each window's document starts, and one that disagrees with its shard is refused.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -268,4 +274,91 @@ TEST_CASE("an index that disagrees with its shard is a DataError naming both and
   // An index written for another id than data.eot.
   write_bytes(idx, index_bytes(0, n, good, ids));
   expect_refused(masked(tmp / "s", 7), {idx, "end-of-text id 0 but data.eot is 7"});
+}
+
+namespace {
+
+// Runs fn in a child process (its stderr captured): how it ended and what it wrote. For faults
+// that end the process by design.
+struct ChildEnd {
+  int status = 0;
+  std::string err;
+};
+template <typename Fn>
+ChildEnd in_child(Fn fn) {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::dup2(fds[1], STDERR_FILENO);
+    ::close(fds[0]);
+    try {
+      fn();
+    } catch (const std::exception& e) {  // never back into the test runner in the child
+      std::fprintf(stderr, "threw: %s\n", e.what());
+      ::_exit(99);
+    }
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  ChildEnd end;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) end.err.append(buf, size_t(n));
+  ::close(fds[0]);
+  ::waitpid(pid, &end.status, 0);
+  return end;
+}
+
+}  // namespace
+
+TEST_CASE("a shard or index truncated while mapped ends the process with exit 3 naming it") {
+  // Truncating a mapped file (what `cp new.bin train.bin` does first) makes reading it SIGBUS:
+  // every rank died with exit 135 and no message (issue 43 item 5).
+  TempDir tmp;
+  prepare(tmp, "s", 40);
+  const std::string shard = tmp / "s/train.bin", index = tmp / "s/train.idx";
+  const ChildEnd shard_cut = in_child([&] {
+    const auto ds = open_dataset(masked(tmp / "s"), Split::train, 256, 0);
+    REQUIRE(::truncate(shard.c_str(), 0) == 0);
+    std::vector<int32_t> out(static_cast<size_t>(ds->num_tokens()));
+    ds->read(0, ds->num_tokens(), out.data());
+  });
+  CHECK(WIFEXITED(shard_cut.status));
+  CHECK(WEXITSTATUS(shard_cut.status) == kExitData);
+  CHECK_MESSAGE(
+      shard_cut.err.find("error: " + shard + ": the file changed while trainrun read it") !=
+          std::string::npos,
+      shard_cut.err);
+
+  prepare(tmp, "t", 40);
+  const std::string index_t = tmp / "t/train.idx";
+  const ChildEnd index_cut = in_child([&] {
+    const auto ds = open_dataset(masked(tmp / "t"), Split::train, 256, 0);
+    REQUIRE(ds->has_document_index());
+    REQUIRE(::truncate(index_t.c_str(), 0) == 0);
+    std::vector<int32_t> out(16);
+    ds->document_starts(ds->num_tokens() - 16, 16, out.data());
+  });
+  CHECK(WIFEXITED(index_cut.status));
+  CHECK(WEXITSTATUS(index_cut.status) == kExitData);
+  CHECK_MESSAGE(index_cut.err.find("error: " + index_t + ": the file changed") != std::string::npos,
+                index_cut.err);
+
+  // A SIGBUS outside every mapped shard is still one (the handler that was there, or the
+  // default): the handler names only the files it maps.
+  const std::string other = tmp / "other";
+  write_bytes(other, std::string(8192, 'x'));
+  prepare(tmp, "u", 40);
+  const ChildEnd elsewhere = in_child([&] {
+    ::signal(SIGBUS, SIG_DFL);
+    const auto ds = open_dataset(masked(tmp / "u"), Split::train, 256, 0);  // the handler is in
+    const int fd = ::open(other.c_str(), O_RDONLY);
+    const auto* p =
+        static_cast<const volatile char*>(::mmap(nullptr, 8192, PROT_READ, MAP_PRIVATE, fd, 0));
+    REQUIRE(::ftruncate(::open(other.c_str(), O_WRONLY), 0) == 0);
+    std::printf("%d", p[100]);
+  });
+  CHECK_MESSAGE(WIFSIGNALED(elsewhere.status), elsewhere.err);
+  CHECK(WTERMSIG(elsewhere.status) == SIGBUS);
 }

@@ -114,44 +114,19 @@ DocumentIndex::DocumentIndex(const std::string& path, const MappedShard& shard,
         "write both (or delete {} to find documents from the end-of-text id)",
         path, shard.path(), what, path));
   };
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0)
-    throw DataError(
-        fmt::format("{}: cannot open the document index ({})", path, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw DataError(fmt::format("{}: the document index is not a regular file", path));
-  }
-  map_len_ = static_cast<size_t>(st.st_size);
-  if (map_len_ < sizeof(DocumentIndexHeader)) {
-    ::close(fd);
-    throw fail(fmt::format("{} bytes, shorter than its 64-byte header", map_len_));
-  }
-  map_ = ::mmap(nullptr, map_len_, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_err = errno;
-  ::close(fd);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    throw DataError(
-        fmt::format("{}: cannot map the document index ({})", path, std::strerror(map_err)));
-  }
-  struct Guard {
-    DocumentIndex* d;
-    bool armed = true;
-    ~Guard() {
-      if (armed) ::munmap(d->map_, d->map_len_);
-    }
-  } guard{this};
+  file_ = std::make_unique<MappedFile>(
+      path, "document index", sizeof(DocumentIndexHeader),
+      fail(fmt::format("shorter than its {}-byte header", sizeof(DocumentIndexHeader))).what());
+  const size_t len = file_->size();
   DocumentIndexHeader h;
-  std::memcpy(&h, map_, sizeof h);
+  std::memcpy(&h, file_->data(), sizeof h);
   if (std::memcmp(h.magic, kDocumentIndexMagic, sizeof h.magic) != 0) throw fail("bad magic");
   if (h.version != 1) throw fail(fmt::format("version {} (this build reads version 1)", h.version));
-  if (h.count == 0 || h.count != (map_len_ - sizeof h) / sizeof(uint64_t) ||
-      (map_len_ - sizeof h) % sizeof(uint64_t) != 0)
+  if (h.count == 0 || h.count != (len - sizeof h) / sizeof(uint64_t) ||
+      (len - sizeof h) % sizeof(uint64_t) != 0)
     throw fail(fmt::format("its header says {} documents but the file holds {} bytes of starts",
-                           h.count, map_len_ - sizeof h));
-  starts_ = reinterpret_cast<const uint64_t*>(static_cast<const char*>(map_) + sizeof h);
+                           h.count, len - sizeof h));
+  starts_ = reinterpret_cast<const uint64_t*>(file_->data() + sizeof h);
   count_ = static_cast<int64_t>(h.count);
   eot_ = h.eot;
   if (h.tokens != static_cast<uint64_t>(shard.num_tokens()))
@@ -184,12 +159,9 @@ DocumentIndex::DocumentIndex(const std::string& path, const MappedShard& shard,
                         i, starts_[i], starts_[i] - 1, id, eot_));
     }
   }
-  guard.armed = false;
 }
 
-DocumentIndex::~DocumentIndex() {
-  if (map_) ::munmap(map_, map_len_);
-}
+DocumentIndex::~DocumentIndex() = default;
 
 int64_t DocumentIndex::find(uint64_t pos) const {
   return static_cast<int64_t>(std::upper_bound(starts_, starts_ + count_, pos) - starts_) - 1;

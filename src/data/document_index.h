@@ -9,11 +9,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace trainrun {
 
+class MappedFile;
 class MappedShard;
 
 // 64 bytes, little-endian, then `count` u64 starts, ascending, the first 0, each < tokens.
@@ -64,8 +66,7 @@ class DocumentIndex {
   int64_t find(uint64_t pos) const;
 
  private:
-  void* map_ = nullptr;
-  size_t map_len_ = 0;
+  std::unique_ptr<MappedFile> file_;  // a SIGBUS in it is exit 3, naming it (mapped_file.h)
   const uint64_t* starts_ = nullptr;
   int64_t count_ = 0, eot_ = -1;
 };

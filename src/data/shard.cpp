@@ -66,50 +66,14 @@ int shard_width_for_vocab(int64_t vocab_size) {
   return vocab_size <= 256 ? 1 : vocab_size <= 65536 ? 2 : 4;
 }
 
-MappedShard::MappedShard(const std::string& path, int vocab_size) : path_(path) {
-  // O_NONBLOCK: opening a FIFO named by mistake must not wait for a writer.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0)
-    throw DataError(fmt::format("{}: cannot open token shard ({}); check the path", path,
-                                std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw DataError(fmt::format("{}: cannot stat token shard ({})", path, std::strerror(err)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw DataError(fmt::format(
-        "{}: not a regular file (a device, FIFO or directory); token shards are files made by "
-        "`trainrun data prepare` or llm.c",
-        path));
-  }
-  map_len_ = static_cast<size_t>(st.st_size);
-  if (map_len_ < 8) {
-    ::close(fd);
-    throw DataError(fmt::format(
-        "{}: not a trainrun or llm.c token shard ({} bytes, too short for a header); make shards "
-        "with `trainrun data prepare` or llm.c's dev/data scripts",
-        path, map_len_));
-  }
-  map_ = ::mmap(nullptr, map_len_, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_err = errno;
-  ::close(fd);  // the mapping keeps the file alive
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    throw DataError(fmt::format("{}: cannot map token shard ({})", path, std::strerror(map_err)));
-  }
-  // Destroy the mapping if any check below throws.
-  struct Guard {
-    MappedShard* s;
-    bool armed = true;
-    ~Guard() {
-      if (armed) ::munmap(s->map_, s->map_len_);
-    }
-  } guard{this};
-
-  const auto* base = static_cast<const unsigned char*>(map_);
+MappedShard::MappedShard(const std::string& path, int vocab_size)
+    : path_(path),
+      file_(path, "token shard", 8,
+            fmt::format("{}: not a trainrun or llm.c token shard (too short for a header); make "
+                        "shards with `trainrun data prepare` or llm.c's dev/data scripts",
+                        path)),
+      map_len_(file_.size()) {
+  const unsigned char* base = file_.data();
   size_t header_bytes = 0;
   uint64_t count = 0;
   uint64_t header_vocab = 0;  // trainrun shards: the vocabulary the writer checked ids against
@@ -182,7 +146,7 @@ MappedShard::MappedShard(const std::string& path, int vocab_size) : path_(path) 
   const bool written_to_fit = header_vocab > 0 && header_vocab <= static_cast<uint64_t>(vocab_size);
   const bool width_fits = width_ < 4 && (int64_t{1} << (8 * width_)) <= vocab_size;
   if (!written_to_fit && !width_fits) {
-    ::madvise(map_, map_len_, MADV_SEQUENTIAL);
+    file_.advise(MADV_SEQUENTIAL);
     int64_t m = 0;
     if (width_ == 1) m = max_token(tokens_, count_);
     if (width_ == 2) m = max_token(reinterpret_cast<const uint16_t*>(tokens_), count_);
@@ -197,8 +161,7 @@ MappedShard::MappedShard(const std::string& path, int vocab_size) : path_(path) 
       throw too_large(at, m);
     }
   }
-  ::madvise(map_, map_len_, MADV_RANDOM);
-  guard.armed = false;
+  file_.advise(MADV_RANDOM);
 }
 
 DataError MappedShard::too_large(int64_t at, int64_t largest) const {
@@ -210,9 +173,7 @@ DataError MappedShard::too_large(int64_t at, int64_t largest) const {
       largest >= 0 ? largest + 1 : token_at(tokens_, width_, at) + 1));
 }
 
-MappedShard::~MappedShard() {
-  if (map_) ::munmap(map_, map_len_);
-}
+MappedShard::~MappedShard() = default;
 
 void MappedShard::read(int64_t pos, int64_t n, int32_t* out) const {
   if (pos < 0 || n < 0 || pos + n > count_)

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 
+#include "mapped_file.h"
 #include "trainrun/core/errors.h"
 
 namespace trainrun {
@@ -47,7 +48,7 @@ class MappedShard {
   DataError too_large(int64_t at, int64_t largest) const;  // largest -1: unknown
 
   std::string path_;
-  void* map_ = nullptr;
+  MappedFile file_;  // a SIGBUS in it (the file truncated while mapped) is exit 3, named
   size_t map_len_ = 0;
   const unsigned char* tokens_ = nullptr;
   int width_ = 0;
