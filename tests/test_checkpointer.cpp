@@ -51,6 +51,40 @@ TEST_CASE("async background errors surface in wait()") {
   CHECK(temp_files(dir.str()).empty());
 }
 
+TEST_CASE("a checkpoint that cannot be written is exit 74 however it fails, sync or async") {
+  // A full disk can fail the checkpoints folder's creation as well as the file's write: one
+  // rule, a write error (exit 74) naming the path, not "no usable checkpoint" (4).
+  for (const bool async : {false, true}) {
+    CAPTURE(async);
+    TempDir dir;
+    std::ofstream(dir.path / "checkpoints") << "in the folder's place";
+    Checkpointer ck(dir.str(), 2, async);
+    int code = 0;
+    std::string what;
+    try {
+      ck.save(fake_state(1));
+      ck.wait();
+    } catch (const CheckpointError& e) {
+      code = e.code();
+      what = e.what();
+    }
+    CHECK(code == kExitWrite);
+    CHECK(what.find((dir.path / "checkpoints").string()) != std::string::npos);
+  }
+  // A background write's own failure (here the final rename) surfaces as the same code.
+  TempDir dir;
+  fs::create_directories(checkpoint_path(dir.str(), 1) + "/blocker");
+  Checkpointer ck(dir.str(), 2, true);
+  ck.save(fake_state(1));
+  int code = 0;
+  try {
+    ck.wait();
+  } catch (const CheckpointError& e) {
+    code = e.code();
+  }
+  CHECK(code == kExitWrite);
+}
+
 TEST_CASE("a write that cannot happen throws and leaves the previous checkpoint intact") {
   TempDir dir;
   save_direct(dir.str(), fake_state(1));

@@ -318,8 +318,9 @@ double Checkpointer::save(CheckpointData&& data) {
   std::error_code ec;
   fs::path dir = fs::path(impl_->run_dir) / "checkpoints";
   fs::create_directories(dir, ec);
+  // A write error like any other (a full disk fails this too): exit 74, not "no checkpoint".
   if (ec)
-    throw CheckpointError(
+    throw CheckpointWriteError(
         fmt::format("cannot create checkpoint folder {}: {}", dir.string(), ec.message()));
   impl_->enqueue(std::move(data));
   return seconds();
