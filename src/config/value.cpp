@@ -68,6 +68,15 @@ bool non_finite(std::string_view s) {
   return l == "nan" || l == "inf" || l == "infinity";
 }
 
+// A number written past what a double holds (1e400, 1e-400): from_chars reads it to the end but
+// cannot store it.
+bool beyond_double(std::string_view s) {
+  if (!s.empty() && s[0] == '+') s.remove_prefix(1);
+  double v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return !s.empty() && ec == std::errc::result_out_of_range && p == s.data() + s.size();
+}
+
 bool is_digits(std::string_view s) {
   if (!s.empty() && (s[0] == '-' || s[0] == '+')) s.remove_prefix(1);
   if (s.empty()) return false;
@@ -343,6 +352,7 @@ std::string describe(const YAML::Node& n) {
   const std::string& s = n.Scalar();
   if (quoted(n)) return fmt::format("string \"{}\"", s);
   if (non_finite(s)) return fmt::format("{} (not a finite number)", s);
+  if (beyond_double(s)) return fmt::format("number {} (beyond the range of a double)", s);
   if (parse_int(s) || is_digits(s)) return fmt::format("integer {}", s);
   if (parse_double(s)) return fmt::format("number {}", s);
   if (parse_bool(s)) return fmt::format("boolean {}", s);

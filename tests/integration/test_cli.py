@@ -255,3 +255,10 @@ def test_plan_prints_extreme_rates_and_times_in_significant_digits(quickstart):
     assert not re.search(r"\d{12}", p.stdout), p.stdout
     assert not re.search(r"\b0\.0 MB/s", p.stdout) and "at 0.001 MB/s" in p.stdout, p.stdout
     assert re.search(r"allreduce time +[\d.]+e\+\d+ s \([\d.]+e\+\d+ days\)", p.stdout), p.stdout
+
+
+def test_a_number_beyond_a_double_is_named_as_a_number(quickstart):
+    for value in ("1e400", "-1e400", "1e-400"):
+        p = run(["validate", quickstart, "--set", f"optimizer.lr={value}"], check=2)
+        assert f"optimizer.lr: expected a number (must be > 0), found number {value} (beyond " \
+               f"the range of a double)" in p.stderr, p.stderr
