@@ -130,16 +130,18 @@ std::string prepare_byte_shards(const PrepareRequest& req) {
   finished.val_tokens = val.count();
   finished.finished = true;
   journal.record(finished, train, val);
+  // A tokenized prepare's manifest no longer describes these shards: removed before they are
+  // renamed (a write failing after that, the disk full, must not leave it beside them), but
+  // only when it is trainrun's (a dataset's own manifest.json is not ours to delete; shards
+  // ignore it).
+  if (is_trainrun_manifest((out / kShardManifestName).string()))
+    fs::remove(out / kShardManifestName, ec);
   train.commit();
   journal.rename_point();
   val.commit();
   std::vector<uint64_t> input_tokens;
   for (const PrepareInput& in : inputs) input_tokens.push_back(in.bytes);
   write_prepared_indexes(req.out_dir, 256, eot, input_tokens);
-  // A tokenized prepare's manifest no longer describes these shards: remove it, but only when it
-  // is trainrun's (a dataset's own manifest.json is not ours to delete; shards ignore it).
-  if (is_trainrun_manifest((out / kShardManifestName).string()))
-    fs::remove(out / kShardManifestName, ec);
   journal.remove();
   std::string summary = fmt::format(
       "wrote {} ({} tokens) and val.bin ({} tokens), and their document indexes (train.idx, "

@@ -161,6 +161,11 @@ std::string prepare_token_shards(const PrepareRequest& req) {
   finished.done = man.inputs;
   finished.finished = true;
   journal.record(finished, train, val);
+  // The manifest of shards this prepare replaces goes before they are renamed: a write failing
+  // after that (the disk full) must not leave it describing the new shards; the new one is
+  // written last, and running the prepare again finishes it.
+  if (is_trainrun_manifest((out / kShardManifestName).string()))
+    fs::remove(out / kShardManifestName, ec);
   train.commit();
   journal.rename_point();
   val.commit();
