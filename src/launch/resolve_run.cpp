@@ -152,8 +152,8 @@ void require_newest(const std::string& dir, const std::string& file, int64_t ste
         "metrics). Continue the run from its newest checkpoint with `trainrun --resume {}`, "
         "branch a new run from step {} into another directory with `trainrun --resume {} "
         "--run-dir NEW_DIR` (copies nothing; {} stays as it is), or start the run over with "
-        "`trainrun {}/config.yaml --new` (moves its files into {}/archive-TIME/)",
-        file, step, path, v.step, dir, step + 1, v.step, dir, step, file, dir, dir, dir));
+        "`trainrun {}/config.yaml --run-dir {} --new` (moves its files into {}/archive-TIME/)",
+        file, step, path, v.step, dir, step + 1, v.step, dir, step, file, dir, dir, dir, dir));
   }
 }
 
@@ -250,8 +250,9 @@ ResolvedRun resolve_run(const RunRequest& r) {
     throw CheckpointError(fmt::format(
         "no usable checkpoint in {}/checkpoints: none of its checkpoints verifies (see the "
         "warnings above; `trainrun inspect FILE` says more), so nothing can be resumed; start the "
-        "run over with `trainrun {}/config.yaml --new` (moves its files into {}/archive-TIME/)",
-        target, target, target));
+        "run over with `trainrun {} --run-dir {} --new` (moves its files into {}/archive-TIME/)",
+        target, fs::is_regular_file(recorded, ec) ? recorded.string() : std::string("CONFIG"),
+        target, target));
   throw CheckpointError(fmt::format(
       "no checkpoint and no recorded config in {}: nothing to resume; start a run there with "
       "`trainrun CONFIG --run-dir {}`",

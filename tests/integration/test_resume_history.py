@@ -47,7 +47,8 @@ def test_resuming_an_older_checkpoint_is_refused_and_each_advice_works(rd, tmp_p
             check=73)
     assert "older than the run's newest checkpoint" in p.stderr, p.stderr
     assert f"trainrun --resume {ckpt(rd, 2)} --run-dir NEW_DIR" in p.stderr
-    assert f"trainrun --resume {rd}`" in p.stderr and "--new" in p.stderr
+    assert f"trainrun --resume {rd}`" in p.stderr
+    assert f"`trainrun {rd}/config.yaml --run-dir {rd} --new`" in p.stderr
     assert snapshot(rd) == before  # nothing written, nothing deleted
     # The branch: a new run directory from step 2; the run it came from stays as it was.
     branch = tmp_path / "branch"
@@ -60,9 +61,8 @@ def test_resuming_an_older_checkpoint_is_refused_and_each_advice_works(rd, tmp_p
     p = run(["--resume", str(rd), *sets("train.steps=8")], check=0)
     assert f"resumed from {ckpt(rd, 6)} at step 6" in p.stderr, p.stderr
     assert [r["step"] for r in metrics(rd)] == list(range(1, 9))
-    # Starting over: the earlier run's files go into an archive, none deleted. (config.yaml names
-    # the run directory itself; cwd only satisfies the helper's rule.)
-    run([str(rd / "config.yaml"), "--new"], cwd=tmp_path, check=0)
+    # Starting over: the earlier run's files go into an archive, none deleted.
+    run([str(rd / "config.yaml"), "--run-dir", str(rd), "--new"], check=0)
     archived = list(rd.glob("archive-*/checkpoints/step-0000008.h5"))
     assert archived and ckpt(rd, 6).exists(), sorted(rd.rglob("*"))
 
@@ -113,3 +113,23 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again_as_advised(tmp_pa
     assert [r["step"] for r in metrics(rd)] == list(range(1, 7))
     kept = list(rd.glob("archive-*/metrics.jsonl"))
     assert kept and [r["step"] for r in metrics(kept[0].parent)] == attempt
+
+
+def test_when_no_checkpoint_verifies_the_advice_to_start_over_works(rd, tmp_path):
+    for f in (rd / "checkpoints").glob("step-*.h5"):
+        f.write_bytes(b"garbage")
+    p = run(["--resume", str(rd)], check=4)
+    # config.yaml names the directory the run was made in (the fixture's): the advice names the
+    # run directory as well, so it holds for a run directory moved or copied since.
+    advice = f"`trainrun {rd}/config.yaml --run-dir {rd} --new`"
+    assert f"start the run over with {advice}" in p.stderr, p.stderr
+    run([str(rd / "config.yaml"), "--run-dir", str(rd), "--new"], check=0)
+    assert len(list(rd.glob("archive-*/checkpoints/step-*.h5"))) == 3  # kept, not deleted
+
+
+def test_resume_of_an_empty_directory_names_a_start_that_works(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    p = run(["--resume", str(empty)], check=4)
+    assert f"`trainrun CONFIG --run-dir {empty}`" in p.stderr, p.stderr
+    run([CONFIG, *sets(*TINY, "train.steps=2"), "--run-dir", str(empty)], check=0)
