@@ -306,6 +306,10 @@ void check_writable(const std::string& dir) {
   if (ec) throw RunDirError(why_unusable(dir, ec.value()));
   if (::faccessat(AT_FDCWD, p.c_str(), W_OK | X_OK, AT_EACCESS) != 0)
     throw RunDirError(why_unusable(dir, errno));
+  // take opens the lock file for writing: one left by another user may be theirs alone.
+  if (::faccessat(AT_FDCWD, lock_path(dir).c_str(), R_OK | W_OK, AT_EACCESS) != 0 &&
+      errno != ENOENT)
+    throw RunDirError(why_unusable(dir, errno));
 }
 
 }  // namespace

@@ -79,3 +79,21 @@ def test_dry_run_as_a_user_who_cannot_write_the_run_dir_says_a_run_would_be_refu
     assert real.returncode == 73, real.stderr
     assert "not writable" in real.stderr
     assert not rd.exists() or not any(rd.iterdir())
+
+
+def test_dry_run_where_a_lock_file_the_user_cannot_write_would_stop_a_run_says_so(locked_place):
+    # A folder the user may write, holding a lock file they may not (another user's run there,
+    # under root; a read-only one otherwise): the real run cannot open it for writing.
+    locked_place.chmod(0o755)
+    rd = locked_place / "run"
+    rd.mkdir()
+    rd.chmod(0o777)
+    (rd / ".trainrun.lock").write_text("")
+    (rd / ".trainrun.lock").chmod(0o444)
+    args = [QS, *sets(*TINY, "train.steps=2"), "--run-dir", str(rd)]
+    dry = as_nobody([*args, "--dry-run"], locked_place)
+    assert dry.returncode == 0, dry.stderr
+    assert "--dry-run: a real run would be refused here (exit 73)" in dry.stderr, dry.stderr
+    real = as_nobody(args, locked_place)
+    assert real.returncode == 73, real.stderr
+    assert sorted(p.name for p in rd.iterdir()) == [".trainrun.lock"]
