@@ -171,6 +171,10 @@ TEST_CASE("printable_utf8 keeps well-formed text and replaces every stray byte w
         "\xEF\xBF\xBD"
         "A");
   CHECK(printable_utf8("") == "");
+  // Terminal escape sequences from a model's or a file's bytes never reach the terminal.
+  CHECK(printable_utf8("a\x1b[2Jb") == "a\xEF\xBF\xBD[2Jb");
+  CHECK(printable_utf8("x\ry\x7f\xC2\x9B") == "x\xEF\xBF\xBDy\xEF\xBF\xBD\xEF\xBF\xBD");
+  CHECK(printable_utf8("line\n\ttab") == "line\n\ttab");
 }
 
 TEST_CASE("char_class: tokenizers' \\p{L}, \\p{N} and \\s") {

@@ -79,7 +79,11 @@ std::string printable_utf8(std::string_view bytes) {
   const auto* end = p + bytes.size();
   while (p < end) {
     const Utf8Unit u = utf8_unit(p, end);
-    if (u.valid)
+    // Control characters but newline and tab (ESC starts a terminal's escape sequences, which a
+    // model's or a file's bytes must not send to the user's terminal; C1 controls likewise).
+    const bool control = (u.cp < 0x20 && u.cp != '\n' && u.cp != '\t') || u.cp == 0x7F ||
+                         (u.cp >= 0x80 && u.cp < 0xA0);
+    if (u.valid && !control)
       out.append(reinterpret_cast<const char*>(p), static_cast<size_t>(u.len));
     else
       out += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
