@@ -134,12 +134,13 @@ TEST_CASE("check_run_dir_use: a new run never lands on another run or a user's f
   CHECK_NOTHROW(check_run_dir_use("d", run, RunDirUse::restart, false));  // a requeued job
   CHECK_NOTHROW(check_run_dir_use("d", run, RunDirUse::resume, false));
   // A run killed before its first checkpoint has nothing to continue: the advice is a restart
-  // (`--resume d` starts it again from its recorded config) or --new, never "continue it".
+  // (the same command with --resume) or --new, never "continue it".
   const RunDirState attempt{RunDirKind::run, "the metrics of a run that wrote no checkpoint"};
   const std::string again =
       error_of([&] { check_run_dir_use("d", attempt, RunDirUse::start, false); });
   CHECK(again.find("wrote no checkpoint") != std::string::npos);
-  CHECK(again.find("start it again from step 0 with `trainrun --resume d`") != std::string::npos);
+  CHECK(again.find("start it again from step 0 by adding --resume to this command") !=
+        std::string::npos);
   CHECK(again.find("--new") != std::string::npos);
   CHECK(again.find("continue it") == std::string::npos);
   const std::string user =
@@ -230,6 +231,9 @@ TEST_CASE("claim_run_dir --new archives trainrun's files only; the lock file sta
   const fs::path a = archives[0];
   CHECK(fs::exists(a / "checkpoints" / "step-0000004.h5"));
   CHECK(fs::exists(a / "config.yaml"));
+  // Copied, not moved: it may be the CONFIG of the very run being started (`trainrun
+  // RUN_DIR/config.yaml --run-dir RUN_DIR --new`), which its ranks read after the archive.
+  CHECK(fs::exists(fs::path(d) / "config.yaml"));
   CHECK(fs::exists(a / "metrics.jsonl"));
   CHECK(fs::exists(a / "slurm-17.out"));
   CHECK(fs::exists(fs::path(d) / "notes.txt"));  // the user's file stays where it was

@@ -231,21 +231,17 @@ ResolvedRun resolve_run(const RunRequest& r) {
         fmt::format("no checkpoint in {} yet: starting the run", configured->run_dir));
     return run;
   }
-  // A run killed before its first checkpoint: `--resume RUN_DIR` starts it again with the config
-  // it recorded (the earlier attempt's files go into an archive, run_dir.h's claim_run_dir).
+  // A run killed before its first checkpoint has nothing to resume: it starts again from step 0
+  // as `CONFIG --resume` (above), whose CONFIG every rank and restart is launched with.
   const fs::path recorded = fs::path(target) / "config.yaml";
   std::error_code ec;
   if (list_checkpoints(target).empty() && is_run_directory(target) &&
-      fs::is_regular_file(recorded, ec)) {
-    Experiment exp = load_experiment(recorded.string(), r.sets);
-    exp.run_dir = r.run_dir.empty() ? target : r.run_dir;
-    absolute_paths(exp);
-    ResolvedRun run{exp, "", 0, RunDirUse::restart, {}};
-    run.notes.push_back(
-        fmt::format("no checkpoint in {}/checkpoints: starting the run again from step 0 with {}",
-                    target, recorded.string()));
-    return run;
-  }
+      fs::is_regular_file(recorded, ec))
+    throw CheckpointError(fmt::format(
+        "no checkpoint in {}/checkpoints: the run ended before its first one, so there is nothing "
+        "to resume; start it again from step 0 with `trainrun {} --run-dir {} --resume` (the "
+        "config it recorded; the earlier attempt's files move into {}/archive-TIME/)",
+        target, recorded.string(), target, target));
   if (!list_checkpoints(target).empty())
     throw CheckpointError(fmt::format(
         "no usable checkpoint in {}/checkpoints: none of its checkpoints verifies (see the "

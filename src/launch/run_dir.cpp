@@ -172,15 +172,14 @@ void check_run_dir_use(const std::string& dir, const RunDirState& state, RunDirU
         "empty or new directory with --run-dir, or add --new to use it anyway (trainrun adds "
         "its own files and deletes nothing)",
         dir, state.what));
-  // A run killed before its first checkpoint has nothing to continue from: `--resume` starts it
-  // again from step 0 with the config it recorded (resolve_run).
+  // A run killed before its first checkpoint has nothing to continue from: `CONFIG --resume`
+  // starts it again from step 0 (resolve_run).
   if (state.kind == RunDirKind::run && use == RunDirUse::start && !renew && !state.checkpoints)
     throw RunDirError(fmt::format(
         "run directory {} already holds a run that wrote no checkpoint ({}): start it again "
-        "from step 0 with `trainrun --resume {}` (its config as recorded; the earlier attempt's "
-        "files move into {}/archive-TIME/), start over with this config with --new, or choose "
-        "another --run-dir",
-        dir, state.what, dir, dir));
+        "from step 0 by adding --resume to this command (the earlier attempt's files move into "
+        "{}/archive-TIME/), start over with --new, or choose another --run-dir",
+        dir, state.what, dir));
   if (state.kind == RunDirKind::run && use == RunDirUse::start && !renew)
     throw RunDirError(fmt::format(
         "run directory {} already holds a run ({}): continue it with `trainrun --resume {}`, "
@@ -259,7 +258,13 @@ std::string archive_run(const std::string& dir) {
   fs::create_directory(archive, ec);
   if (ec) throw RunDirError(why_unusable(dir, ec.value()));
   for (const std::string& name : moving) {
-    fs::rename(fs::path(dir) / name, archive / name, ec);
+    // config.yaml is copied, not moved: it may be the very CONFIG this run was started with
+    // (`trainrun RUN_DIR/config.yaml --run-dir RUN_DIR --new`), which the ranks (and restarts)
+    // read after this; the new run replaces it with its own.
+    if (name == "config.yaml" && !fs::is_symlink(fs::path(dir) / name))
+      fs::copy_file(fs::path(dir) / name, archive / name, ec);
+    else
+      fs::rename(fs::path(dir) / name, archive / name, ec);
     if (ec)
       throw RunDirError(fmt::format("--new: cannot move {} into {}: {}",
                                     (fs::path(dir) / name).string(), archive.string(),

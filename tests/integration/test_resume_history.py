@@ -97,7 +97,8 @@ def test_a_checkpoint_of_another_run_is_not_adopted(rd, made, tmp_path):
     assert f"resumed from {ckpt(rd, 6)} at step 6" in p.stderr, p.stderr
 
 
-def test_a_run_killed_before_its_first_checkpoint_starts_again_as_advised(tmp_path):
+@pytest.mark.parametrize("advice", ["same command", "recorded config"])
+def test_a_run_killed_before_its_first_checkpoint_starts_again_as_advised(tmp_path, advice):
     rd = tmp_path / "killed"
     args = [CONFIG, *sets(*TINY, "train.steps=6", "checkpoint.every=100"), "--run-dir", str(rd)]
     p = run(args, env={"TRAINRUN_FAULTS": "exit:step=4:code=9"})
@@ -105,15 +106,18 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again_as_advised(tmp_pa
     attempt = [r["step"] for r in metrics(rd)]
     assert attempt, "the killed attempt logged no step"
     p = run(args, check=73)
-    assert f"start it again from step 0 with `trainrun --resume {rd}`" in p.stderr, p.stderr
-    # The advice, followed: the run starts again from step 0 with its recorded config, and the
-    # killed attempt's metrics are kept in an archive, not dropped.
-    p = run(["--resume", str(rd)], check=0)
-    assert "starting the run again from step 0" in p.stderr, p.stderr
+    assert "start it again from step 0 by adding --resume to this command" in p.stderr, p.stderr
+    # `--resume RUN_DIR` alone has nothing to resume, and says how to start it again.
+    p = run(["--resume", str(rd)], check=4)
+    recorded = [str(rd / "config.yaml"), "--run-dir", str(rd), "--resume"]
+    assert f"`trainrun {' '.join(recorded)}`" in p.stderr, p.stderr
+    # The advice, followed: the run starts again from step 0, and the killed attempt's metrics
+    # are kept in an archive, not dropped.
+    p = run([*args, "--resume"] if advice == "same command" else recorded, check=0)
+    assert "no checkpoint in" in p.stderr and "starting the run" in p.stderr, p.stderr
     assert [r["step"] for r in metrics(rd)] == list(range(1, 7))
     kept = list(rd.glob("archive-*/metrics.jsonl"))
     assert kept and [r["step"] for r in metrics(kept[0].parent)] == attempt
-
 
 def test_when_no_checkpoint_verifies_the_advice_to_start_over_works(rd, tmp_path):
     for f in (rd / "checkpoints").glob("step-*.h5"):
