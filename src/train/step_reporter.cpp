@@ -82,8 +82,39 @@ double upper_median(const std::vector<StepTimes>& samples, F seconds) {
   return *mid;
 }
 
-// One rank's medians on the wire: step, work, then each phase in kPhaseNames order.
-constexpr int kTimingDoubles = 2 + kPhaseCount;
+double work_seconds(const StepTimes& t) {
+  return t.total - t.comm_wait;
+}
+
+// Where the stall time of `steps` went, as RankTiming::stall_phase: of data, forward, backward,
+// optimizer and the time outside every phase, the one whose time above its own median, summed
+// over the stalled steps (stalled_steps), is largest.
+int stall_phase(const std::vector<StepTimes>& steps, const std::vector<bool>& stalled) {
+  if (std::find(stalled.begin(), stalled.end(), true) == stalled.end()) return kPhaseCount;
+  auto excess = [&](auto seconds) {
+    const double median = upper_median(steps, seconds);
+    double sum = 0;
+    for (size_t i = 0; i < steps.size(); ++i)
+      if (stalled[i]) sum += seconds(steps[i]) - median;
+    return sum;
+  };
+  int best = kPhaseCount;
+  double worst = excess([](const StepTimes& t) {
+    double rest = t.total;
+    for (const char* p : kPhaseNames) rest -= phase_seconds(t, p);
+    return rest;
+  });
+  for (int p = 0; p < kPhaseCount; ++p) {
+    if (std::string_view(kPhaseNames[p]) == "comm") continue;
+    const double e = excess([p](const StepTimes& t) { return phase_seconds(t, kPhaseNames[p]); });
+    if (e > worst) worst = e, best = p;
+  }
+  return best;
+}
+
+// One rank's figures on the wire: step, work, stall_cost, stall_phase, then each phase's
+// median in kPhaseNames order.
+constexpr int kTimingDoubles = 4 + kPhaseCount;
 constexpr size_t kHostBytes = 64;  // host names are cut to 63 characters
 
 }  // namespace
@@ -96,18 +127,26 @@ std::string format_duration(double s) {
   return fmt::format("{}s", t);
 }
 
-RankTiming StragglerWindow::take_medians() {
+RankTiming StragglerWindow::take_medians(double margin) {
   RankTiming r;
   if (!samples_.empty()) {
     r.step = upper_median(samples_, [](const StepTimes& t) { return t.total; });
     // Per step, not median(step) - median(comm): when the link slows mid-window, the two medians
     // can come from different steps, and one step with a stall outside collectives then shifts
     // the difference by up to that stall (a CI run named a rank a straggler that way).
-    r.work = upper_median(samples_, [](const StepTimes& t) { return t.total - t.comm_wait; });
+    r.work = upper_median(samples_, work_seconds);
     for (int p = 0; p < kPhaseCount; ++p)
       r.phases[p] = upper_median(
           samples_, [p](const StepTimes& t) { return phase_seconds(t, kPhaseNames[p]); });
   }
+  // Stalls over two windows (stragglers.cpp says why): one is a hiccup, a second counts.
+  std::vector<StepTimes> pool = previous_;
+  pool.insert(pool.end(), samples_.begin(), samples_.end());
+  std::vector<double> work;
+  for (const StepTimes& t : pool) work.push_back(work_seconds(t));
+  r.stall_cost = stall_cost(work, margin);
+  r.stall_phase = stall_phase(pool, stalled_steps(work, margin));
+  previous_ = std::move(samples_);
   samples_.clear();
   return r;
 }
@@ -300,12 +339,12 @@ void StepReporter::summary(int64_t step, double seconds, double final_loss,
 // Every rank's medians over the window are gathered; rank 0 names the ranks whose time outside
 // collectives is well above the others'.
 void StepReporter::check_stragglers(int64_t step) {
-  const RankTiming mine = window_.take_medians();
+  const RankTiming mine = window_.take_medians(cfg_.straggler_margin);
   const int world = comm_.size();
   if (world < 2) return;
   if (on_collective_) on_collective_(step);
-  double wire[kTimingDoubles] = {mine.step, mine.work};
-  std::copy(std::begin(mine.phases), std::end(mine.phases), wire + 2);
+  double wire[kTimingDoubles] = {mine.step, mine.work, mine.stall_cost, double(mine.stall_phase)};
+  std::copy(std::begin(mine.phases), std::end(mine.phases), wire + 4);
   std::vector<double> all(static_cast<size_t>(kTimingDoubles * world));
   comm_.all_gather_doubles(wire, kTimingDoubles, all.data());
   if (comm_.rank() != 0) return;
@@ -317,7 +356,9 @@ void StepReporter::check_stragglers(int64_t step) {
     x.host = hosts_[static_cast<size_t>(r)];
     x.step = w[0];
     x.work = w[1];
-    std::copy(w + 2, w + kTimingDoubles, x.phases);
+    x.stall_cost = w[2];
+    x.stall_phase = static_cast<int>(w[3]);
+    std::copy(w + 4, w + kTimingDoubles, x.phases);
   }
   const std::vector<Straggler> named = find_stragglers(ranks, cfg_.straggler_margin);
   live_.stragglers.assign(static_cast<size_t>(world), {});
@@ -327,9 +368,11 @@ void StepReporter::check_stragglers(int64_t step) {
   publish();
   for (const Straggler& s : named) {
     spdlog::warn(
-        "straggler: rank {} on {} takes {:.1f} ms per step outside collectives, {:.0f}% "
+        "straggler: rank {} on {} takes {:.1f} ms per step outside collectives{}, {:.0f}% "
         "above the other ranks' median {:.1f} ms (mostly {})",
-        s.rank, s.host, s.step * 1e3, 100 * (s.step / s.median - 1), s.median * 1e3, s.phase);
+        s.rank, s.host, s.step * 1e3,
+        s.stalls ? " on average, in frequent stalls over the last 2 checks' steps" : "",
+        100 * (s.step / s.median - 1), s.median * 1e3, s.phase);
     event(step, MetricEvent::straggler,
           {{"rank", double(s.rank)},
            {"host", s.host},

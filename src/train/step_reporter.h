@@ -70,16 +70,20 @@ struct StepSummary {
 // Seconds as "1h02m", "3m07s" or "42s"; "?" when not finite or negative.
 std::string format_duration(double seconds);
 
-// This rank's steps since the last straggler check, reduced to medians per phase.
+// This rank's steps since the last straggler check, reduced to medians per phase, and the
+// stall statistic over this window and the one before.
 class StragglerWindow {
  public:
   void add(const StepTimes& t) { samples_.push_back(t); }
   // The upper median of each of step, work (step - comm), data, forward, backward, comm (waiting)
-  // and optimizer time over the window (zeros when it is empty); then empties the window.
-  RankTiming take_medians();
+  // and optimizer time over the window (zeros when it is empty); stall_cost and stall_phase
+  // over this window's and the previous window's steps. Then empties the window, keeping its
+  // steps as the previous one.
+  // Stalls: steps above the median by `margin` (logging.straggler_margin) and 10 ms.
+  RankTiming take_medians(double margin);
 
  private:
-  std::vector<StepTimes> samples_;
+  std::vector<StepTimes> samples_, previous_;
 };
 
 class StepReporter {

@@ -1,6 +1,7 @@
 // Stragglers: given every rank's recent step time and phase times, name the ranks slower than
-// the median by more than a margin, and the phase that made them slow; and tell a slow network
-// (every rank waits longer in the collectives) from a slow rank.
+// the median by more than a margin, every step or in frequent stalls, and the phase that made
+// them slow; and tell a slow network (every rank waits longer in the collectives) from a slow
+// rank.
 #pragma once
 
 #include <optional>
@@ -16,19 +17,34 @@ inline constexpr const char* kPhaseNames[kPhaseCount] = {"data", "forward", "bac
 struct RankTiming {
   int rank = 0;
   std::string host;
-  double step = 0;                  // median seconds per step over the window
-  double work = 0;                  // median of each step's seconds outside collectives
+  double step = 0;  // median seconds per step over the window
+  double work = 0;  // median of each step's seconds outside collectives
+  // Seconds per step lost in stalls over the last two windows (stall_cost below); 0 when none,
+  // or not reported (the median test alone).
+  double stall_cost = 0;
+  int stall_phase = kPhaseCount;    // where that stall time went: a kPhaseNames index, or
+                                    // kPhaseCount for time outside every phase ("other")
   double phases[kPhaseCount] = {};  // median seconds per phase
 };
 
 struct Straggler {
   int rank;
   std::string host;
-  double step, median;  // seconds
+  double step, median;  // seconds outside collectives per step: this rank's, the others' median
   std::string phase;    // the phase furthest above its median
+  bool stalls = false;  // named for frequent stalls (step: work + stall_cost), not its median
 };
 
 std::vector<Straggler> find_stragglers(const std::vector<RankTiming>& ranks, double margin);
+
+// Which of a rank's steps (their seconds outside collectives, over its last two windows) count
+// as stalls: above their median by the margin and by 10 ms (less is the per-step noise and the
+// scheduler's time slices), the single longest of them left out (one stall is a hiccup).
+std::vector<bool> stalled_steps(const std::vector<double>& work, double margin);
+
+// RankTiming::stall_cost of those steps: the stalls' time above the median, spread over the
+// steps (the longest step left out); 0 when there are fewer than 2.
+double stall_cost(const std::vector<double>& work, double margin);
 
 // The collectives slowed on every rank: the least time any rank waited in them per step, and
 // what that least wait usually was at the earlier checks.
