@@ -3,7 +3,6 @@ of the shakespeare-char config reaches the fp32 run's val loss within 2% at the 
 its checkpoints hold the f32 master weights (not rounded to bf16), a bf16 run resumes from them
 bit for bit, and a bf16 checkpoint continues in fp32; two ranks with ZeRO-1 train as one."""
 import re
-import shutil
 
 import h5py
 import numpy as np
