@@ -24,18 +24,18 @@ namespace {
       path, path));
 }
 
-bool is_link(const std::string& path) {
+}  // namespace
+
+bool is_symlink(const std::string& path) {
   struct stat st {};
   return ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
 }
-
-}  // namespace
 
 int open_no_follow(const std::string& path, int flags, mode_t mode) {
   const int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_CLOEXEC, mode);
   // ELOOP is what O_NOFOLLOW gives for a link (and for a loop of links in the folders above,
   // which lstat then tells apart).
-  if (fd < 0 && errno == ELOOP && is_link(path)) throw_link(path);
+  if (fd < 0 && errno == ELOOP && is_symlink(path)) throw_link(path);
   return fd;
 }
 
@@ -60,7 +60,7 @@ std::FILE* fopen_no_follow(const std::string& path, const char* mode) {
 }
 
 void refuse_link(const std::string& path) {
-  if (is_link(path)) throw_link(path);
+  if (is_symlink(path)) throw_link(path);
 }
 
 void refuse_special_file(const std::string& path) {

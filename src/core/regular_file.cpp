@@ -10,23 +10,10 @@
 #include <cstring>
 
 #include "trainrun/core/errors.h"
+#include "trainrun/core/no_follow.h"
 
 namespace trainrun {
 namespace {
-
-const char* kind_of(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
-bool is_link(const std::string& path) {
-  struct stat st {};
-  return ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
-}
 
 std::string size_text(uint64_t bytes) {
   constexpr uint64_t kMiB = uint64_t{1} << 20, kGiB = uint64_t{1} << 30;
@@ -55,8 +42,8 @@ void check(const std::string& path, const struct stat& st, const FileRule& rule)
     throw Error(rule.exit_code,
                 fmt::format("{} is {}{}, not a regular file (trainrun reads only those: a FIFO "
                             "can block a read forever, a device never ends); {}",
-                            path, kind_of(st.st_mode),
-                            is_link(path) ? " (through a symbolic link)" : "", rule.fix));
+                            path, file_kind(st.st_mode),
+                            is_symlink(path) ? " (through a symbolic link)" : "", rule.fix));
   if (static_cast<uint64_t>(st.st_size) > rule.max_bytes)
     too_big(path, static_cast<uint64_t>(st.st_size), rule);
 }
@@ -107,6 +94,16 @@ void read_all(const Fd& f, const std::string& path, const FileRule& rule, Chunk&
 }
 
 }  // namespace
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "not a regular file";
+}
 
 std::optional<std::string> read_regular_file(const std::string& path, const FileRule& rule) {
   Fd f;

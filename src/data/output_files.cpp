@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <system_error>
 
+#include "trainrun/core/regular_file.h"
+
 namespace fs = std::filesystem;
 
 namespace trainrun {
@@ -23,15 +25,6 @@ bool same_file(const std::string& a, const std::string& b) {
   const fs::path pa = fs::weakly_canonical(fs::absolute(a, ec), ec);
   const fs::path pb = fs::weakly_canonical(fs::absolute(b, ec), ec);
   return pa == pb;
-}
-
-const char* kind_of(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
 }
 
 }  // namespace
@@ -64,7 +57,7 @@ void check_outputs(const std::vector<std::string>& inputs, const std::vector<std
       throw ConfigError(fmt::format(
           "{}: the output {} is {}, not a regular file: writing it would replace it (--force "
           "does not); choose another output path",
-          command, out, kind_of(st.st_mode)));
+          command, out, file_kind(st.st_mode)));
     if (!force)
       throw ConfigError(
           fmt::format("{}: {} exists; pass --force to replace it, or choose another output path",

@@ -16,6 +16,9 @@
 
 namespace trainrun {
 
+// Whether `path` itself is a symbolic link (lstat).
+bool is_symlink(const std::string& path);
+
 // open(2) of `path` with O_NOFOLLOW | O_CLOEXEC added to `flags`. A symbolic link at `path`
 // throws RunDirError; any other failure returns -1 with errno set, as open(2) does.
 int open_no_follow(const std::string& path, int flags, mode_t mode = 0644);

@@ -7,6 +7,8 @@
 // read ends, in bounded time and memory, with the file's bytes or an error naming it.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -14,6 +16,9 @@
 #include <string_view>
 
 namespace trainrun {
+
+// What a file of type `mode` (stat's st_mode) is, for messages: "a FIFO", "a directory", ...
+const char* file_kind(mode_t mode);
 
 // What a reader allows and what its errors say.
 struct FileRule {

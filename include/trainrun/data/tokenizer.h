@@ -47,8 +47,8 @@ class Tokenizer {
 };
 
 // `bytes` as well-formed UTF-8 for a terminal: every byte that does not belong to a well-formed
-// code point, and every control character but newline and tab, becomes U+FFFD. A sample that stops inside a multi-byte character, or a byte-level
-// token that is half of one, then prints as text.
+// code point, and every control character but newline and tab, becomes U+FFFD. A sample that stops
+// inside a multi-byte character, or a byte-level token that is half of one, then prints as text.
 std::string printable_utf8(std::string_view bytes);
 
 // Token ids as printable text: decoded by `tok`, or without one (byte-level data) each id below
