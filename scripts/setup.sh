@@ -17,7 +17,8 @@ if [[ "${1:-}" == "--test" ]]; then
   pkgs+=(python3 python3-pytest python3-yaml python3-h5py python3-numpy jq slurm-wlm munge
          openssh-server iproute2
          clang-format debootstrap python3-venv python3-pil chromium clang prometheus tmux
-         libboost-context-dev)  # the CPU-executed CUDA device's fibers (kernels/sim/)
+         libboost-context-dev  # the CPU-executed CUDA device's fibers (kernels/sim/)
+         libomp-dev)  # clang's own omp.h: the thread-safety check compiles trainer.cpp with clang
 fi
 
 missing=()
