@@ -31,6 +31,7 @@
 #include "trainrun/launch/run_command.h"
 #include "trainrun/plan/plan.h"
 #include "trainrun/plan/report.h"
+#include "trainrun/train/sampler.h"
 #include "trainrun/train/trainer.h"
 
 namespace fs = std::filesystem;

@@ -16,7 +16,7 @@
 #include "trainrun/data/tokenizer.h"
 #include "trainrun/model/model.h"
 #include "trainrun/model/model_spec.h"
-#include "trainrun/train/trainer.h"
+#include "trainrun/train/sampler.h"
 
 namespace fs = std::filesystem;
 

@@ -18,10 +18,4 @@ struct RunOptions {
 // Runs the experiment as one rank (or alone); returns the process exit code (errors.h).
 int run_training(const Experiment& exp, const RunOptions& opts);
 
-// Generates `tokens` tokens after `prompt` from the newest good checkpoint of run_dir, decoded with
-// `tokenizer` (a tokenizer.json; "" = the run's own: data.tokenizer, else its shards' manifest,
-// else bytes, where an id past 255 prints as <id>).
-std::string sample_text(const std::string& run_dir_or_file, const std::string& prompt, int tokens,
-                        double temperature, uint64_t seed, const std::string& tokenizer = "");
-
 }  // namespace trainrun
