@@ -4,7 +4,8 @@
     tests/check_layering.py [--root DIR]     exit 0 when clean, 1 with one line per violation
 
 Each library in src/ is one concept; the order below is the order of the subdir() calls in the
-top-level meson.build, and a concept may use only those before it (and itself). A file's concept
+top-level meson.build, and a concept may use only those before it (and itself). Concepts grouped
+in one level of the order are siblings: neither may use the other. A file's concept
 is its folder: src/<concept>/..., kernels/ (the CUDA half of backend), src/main.cpp (cli), and
 include/trainrun/<concept>/... for the public headers, so a header's path names its owner; a
 private header (any .h beside the sources) may be included only from its own folder. tests/ and bench/ may include anything. It also refuses a
@@ -16,8 +17,13 @@ import pathlib
 import re
 import sys
 
-ORDER = ["core", "comm", "backend", "model", "optim", "config", "data", "checkpoint", "obs",
-         "plan", "launch", "train", "cluster", "cli"]
+# A tuple is one level of siblings that do not use each other: plan and report are both offline
+# analysis, and neither needs the other.
+LEVELS = ["core", "comm", "backend", "model", "optim", "config", "data", "checkpoint", "obs",
+          ("plan", "report"), "launch", "train", "cluster", "cli"]
+ORDER = [c for level in LEVELS for c in (level if isinstance(level, tuple) else (level,))]
+ORDER_TEXT = " < ".join(" | ".join(level) if isinstance(level, tuple) else level
+                        for level in LEVELS)
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 # Shared state is guarded by the annotated Mutex/CondVar (trainrun/core/thread_annotations.h), which
@@ -73,7 +79,8 @@ def resolve_private(root, path, rel, name):
 
 def check(root):
     problems = []
-    rank = {c: i for i, c in enumerate(ORDER)}
+    rank = {c: i for i, level in enumerate(LEVELS)
+            for c in (level if isinstance(level, tuple) else (level,))}
     files = []
     for top in ("src", "kernels", "include"):
         for pattern in SOURCES:
@@ -114,7 +121,10 @@ def check(root):
                                     "(include/trainrun/<concept>/...)")
                 elif rank[theirs] > rank[mine]:
                     problems.append(f"{where}: {mine} includes {name} ({theirs}), which comes "
-                                    f"later in the order {' < '.join(ORDER)}")
+                                    f"later in the order {ORDER_TEXT}")
+                elif theirs != mine and rank[theirs] == rank[mine]:
+                    problems.append(f"{where}: {mine} includes {name} ({theirs}), its sibling "
+                                    f"in the order {ORDER_TEXT}: neither may use the other")
                 continue
             # A private header: resolved as the compiler does (the file's own folder, then the
             # private include folders the build gives that part of the tree), it must lie in the

@@ -25,7 +25,7 @@
 #include "trainrun/obs/trace.h"
 #include "trainrun/plan/collectives.h"
 #include "trainrun/plan/plan.h"
-#include "trainrun/plan/report.h"
+#include "trainrun/report/report.h"
 
 namespace fs = std::filesystem;
 using namespace trainrun;

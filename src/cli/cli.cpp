@@ -30,7 +30,7 @@
 #include "trainrun/launch/launch.h"
 #include "trainrun/launch/run_command.h"
 #include "trainrun/plan/plan.h"
-#include "trainrun/plan/report.h"
+#include "trainrun/report/report.h"
 #include "trainrun/train/sampler.h"
 #include "trainrun/train/trainer.h"
 

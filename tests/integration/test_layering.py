@@ -101,3 +101,15 @@ def test_an_inline_variable_defined_twice_fails(tmp_path):
     assert p.returncode == 1
     assert "src/data/manifest.h" in p.stdout and "kManifestName" in p.stdout
     assert "src/checkpoint/sharded_checkpoint.h" in p.stdout
+
+
+def test_siblings_in_the_order_do_not_use_each_other(tmp_path):
+    # plan and report are one level of the order: the report may not use the plan, nor the
+    # plan the report.
+    root = copy_tree(tmp_path)
+    src = root / "src" / "report" / "report.cpp"
+    src.write_text('#include "trainrun/plan/plan.h"\n' + src.read_text())
+    p = check(root)
+    assert p.returncode == 1
+    assert "src/report/report.cpp:1: report includes trainrun/plan/plan.h (plan), its sibling" \
+        in p.stdout

@@ -9,7 +9,7 @@ from PIL import Image
 from conftest import REPO, TINY, metrics, run, sets
 
 QS = str(REPO / "configs/quickstart.yaml")
-TRAIN_BLUE = (0x1F, 0x77, 0xB4)  # the train-loss line (src/plan/report_html.cpp)
+TRAIN_BLUE = (0x1F, 0x77, 0xB4)  # the train-loss line (src/report/report_html.cpp)
 LR_GREEN = (0x2C, 0xA0, 0x2C)
 
 

@@ -10,7 +10,7 @@
 #include "svg_plot.h"
 #include "trainrun/core/no_follow.h"
 #include "trainrun/obs/metrics.h"
-#include "trainrun/plan/report.h"
+#include "trainrun/report/report.h"
 
 namespace trainrun {
 namespace {

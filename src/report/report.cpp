@@ -1,7 +1,7 @@
 // report_text / write_report_plot: `trainrun report RUN_DIR`, the summary as text and the plot
 // drawn by gnuplot. Everything comes from the run directory (metrics.jsonl, config.yaml), so a
 // report can be made anywhere the directory is copied, during the run or after it.
-#include "trainrun/plan/report.h"
+#include "trainrun/report/report.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
