@@ -92,7 +92,9 @@ EOF
 }
 
 echo "## behaviour_ab: A = $a, B = $b"
-[[ -n "${AB_EXTRA_A:-}${AB_EXTRA_B:-}" ]] && echo "extra arguments: A: ${AB_EXTRA_A:-none}, B: ${AB_EXTRA_B:-none}"
+if [[ -n "${AB_EXTRA_A:-}${AB_EXTRA_B:-}" ]]; then
+  echo "extra arguments: A: ${AB_EXTRA_A:-none}, B: ${AB_EXTRA_B:-none}"
+fi
 load_line
 for side in A B; do
   rm -rf "${RUNS:?}/ab-$side"
@@ -118,7 +120,8 @@ for side in A B; do
   fresh "$side" bf16 -- "$QS" "${TINY[@]}" train.precision=bf16 train.steps=30
   mix=("${TINY[@]/data.synthetic_tokens=65536/data.synthetic=}" model.vocab_size=256
        train.steps=12 checkpoint.every=6 train.batch_size=8
-       "data.mix=[{path: $d/web, weight: 0.75}, {path: $d/tiny/train.bin, weight: 0.25, name: tiny, val: $d/tiny/val.bin}]")
+       "data.mix=[{path: $d/web, weight: 0.75}, {path: $d/tiny/train.bin, weight: 0.25,
+                  name: tiny, val: $d/tiny/val.bin}]")
   fresh "$side" mix -- "$QS" "${mix[@]}"
   fresh "$side" mix-resume TRAINRUN_FAULTS=exit:step=9:code=9 -- "$QS" "${mix[@]}"
   resume "$side" mix-resume
