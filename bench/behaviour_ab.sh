@@ -118,10 +118,10 @@ for side in A B; do
   fresh "$side" mlp -- "$QS" "${TINY[@]}" model.type=mlp "model.hidden=[64, 64]" \
     model.activation=relu train.steps=30
   fresh "$side" bf16 -- "$QS" "${TINY[@]}" train.precision=bf16 train.steps=30
+  tiny="{path: $d/tiny/train.bin, weight: 0.25, name: tiny, val: $d/tiny/val.bin}"
   mix=("${TINY[@]/data.synthetic_tokens=65536/data.synthetic=}" model.vocab_size=256
        train.steps=12 checkpoint.every=6 train.batch_size=8
-       "data.mix=[{path: $d/web, weight: 0.75}, {path: $d/tiny/train.bin, weight: 0.25,
-                  name: tiny, val: $d/tiny/val.bin}]")
+       "data.mix=[{path: $d/web, weight: 0.75}, $tiny]")
   fresh "$side" mix -- "$QS" "${mix[@]}"
   fresh "$side" mix-resume TRAINRUN_FAULTS=exit:step=9:code=9 -- "$QS" "${mix[@]}"
   resume "$side" mix-resume
@@ -185,6 +185,15 @@ for line in (runs / "ab-exit-codes.tsv").read_text().splitlines():
                 same.append("yes" if a == b else "NO")
                 if a != b:
                     diffs.append(f"{name}: {key} differ{first_difference(key, a, b)}")
+    # Both sides failing alike is no pass: each run's last launch must end as the run intends,
+    # and each run must train.
+    for s, codes in (("A", code_a), ("B", code_b)):
+        want = 7 if name == "nan-rollback" else 0
+        if any(int(c.split(":")[1]) for c in codes.split()) if name == "data" else \
+                int(codes.split()[-1].split(":")[1]) != want:
+            diffs.append(f"{name}: {s} exited {codes}, want {want} (see {runs}/ab-{s}/{name}.log)")
+        if name != "data" and not obs[s]["losses"]:
+            diffs.append(f"{name}: {s} logged no losses")
     if code_a != code_b:
         diffs.append(f"{name}: exit codes {code_a} vs {code_b}")
     if name == "mix-resume":  # the resumed run against its own binary's uninterrupted run
