@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sharing the cores: one 2-thread trainrun alone, then two identical ones started together on
-# the same cores, for each OpenMP wait policy (train.omp_spincount; include/trainrun/launch/omp_wait.h).
+# the same cores, for each OpenMP wait policy (train.omp_spincount; include/trainrun/runtime/omp_wait.h).
 # Median ms/step per run; "x alone" is the paired median over the alone median (2.0 = a fair
 # share). Goal (issue 19): the default within 5% of libgomp's own default alone, and at most
 # 2.5x alone when paired. Config A = llm.c's CPU shape, D = nanoGPT's CPU recipe shape.

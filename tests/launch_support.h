@@ -35,12 +35,16 @@
 #include "trainrun/comm/comm.h"
 #include "trainrun/config/config.h"
 #include "trainrun/core/errors.h"
-#include "trainrun/launch/failure_record.h"
-#include "trainrun/launch/heartbeats.h"
 #include "trainrun/launch/launch.h"
 #include "trainrun/launch/mpirun_failure.h"
 #include "trainrun/launch/run_command.h"
 #include "trainrun/launch/supervisor.h"
+#include "trainrun/preflight/preflight.h"
+#include "trainrun/runtime/failure_record.h"
+#include "trainrun/runtime/heartbeats.h"
+#include "trainrun/runtime/host.h"
+#include "trainrun/runtime/omp_threads.h"
+#include "trainrun/runtime/rank_env.h"
 
 namespace trainrun::launch_test {
 

@@ -54,7 +54,7 @@ class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::cpu; }
   std::string describe() const override {
-    // How idle threads wait decides how a shared core behaves (include/trainrun/launch/omp_wait.h).
+    // How idle threads wait decides how a shared core behaves (trainrun/runtime/omp_wait.h).
     const char* spin = std::getenv("GOMP_SPINCOUNT");
     const char* policy = std::getenv("OMP_WAIT_POLICY");
     const std::string wait = spin && *spin       ? fmt::format("spin {}", spin)

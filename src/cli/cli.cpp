@@ -30,7 +30,9 @@
 #include "trainrun/launch/launch.h"
 #include "trainrun/launch/run_command.h"
 #include "trainrun/plan/plan.h"
+#include "trainrun/preflight/preflight.h"
 #include "trainrun/report/report.h"
+#include "trainrun/runtime/omp_threads.h"
 #include "trainrun/train/sampler.h"
 #include "trainrun/train/trainer.h"
 
@@ -409,7 +411,7 @@ Command add_export(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand(
-      "export", "write a checkpoint (either layout, or a run's newest good one) as one .h5 file");
+      "export", "write a checkpoint (any format, or a run's newest good one) as one .h5 file");
   sub->add_option("checkpoint", a->from, "checkpoint file or folder, or a run directory")
       ->required();
   sub->add_option("--out", a->out, "the single-file checkpoint to write")->required();

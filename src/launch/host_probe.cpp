@@ -14,7 +14,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "host.h"
+#include "trainrun/runtime/host.h"
 
 extern char** environ;
 

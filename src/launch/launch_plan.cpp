@@ -16,7 +16,9 @@
 #include "host.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/launch/launch.h"
-#include "trainrun/launch/omp_wait.h"
+#include "trainrun/runtime/host.h"
+#include "trainrun/runtime/omp_threads.h"
+#include "trainrun/runtime/omp_wait.h"
 
 extern char** environ;
 

@@ -18,13 +18,15 @@
 #include "trainrun/checkpoint/checkpoint.h"
 #include "trainrun/config/config.h"
 #include "trainrun/core/errors.h"
-#include "trainrun/launch/failure_record.h"
 #include "trainrun/launch/launch.h"
-#include "trainrun/launch/omp_wait.h"
 #include "trainrun/launch/stop_signals.h"
 #include "trainrun/launch/supervisor.h"
 #include "trainrun/obs/metrics_server.h"
 #include "trainrun/obs/trace.h"
+#include "trainrun/preflight/preflight.h"
+#include "trainrun/runtime/failure_record.h"
+#include "trainrun/runtime/omp_wait.h"
+#include "trainrun/runtime/rank_env.h"
 
 namespace trainrun {
 namespace {

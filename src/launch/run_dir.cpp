@@ -17,10 +17,10 @@
 #include <set>
 #include <vector>
 
-#include "host.h"
 #include "trainrun/checkpoint/checkpoint.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/no_follow.h"
+#include "trainrun/runtime/host.h"
 
 namespace fs = std::filesystem;
 

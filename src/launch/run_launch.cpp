@@ -21,10 +21,11 @@
 #include "stop_relay.h"
 #include "trainrun/core/clock.h"
 #include "trainrun/core/errors.h"
-#include "trainrun/launch/failure_record.h"
 #include "trainrun/launch/launch.h"
 #include "trainrun/launch/mpirun_failure.h"
 #include "trainrun/launch/supervisor.h"
+#include "trainrun/runtime/failure_record.h"
+#include "trainrun/runtime/host.h"
 
 extern char** environ;
 

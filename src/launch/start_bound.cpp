@@ -10,7 +10,7 @@
 #include "stop_relay.h"
 #include "trainrun/core/clock.h"
 #include "trainrun/core/errors.h"
-#include "trainrun/launch/heartbeats.h"
+#include "trainrun/runtime/heartbeats.h"
 
 namespace trainrun {
 namespace {

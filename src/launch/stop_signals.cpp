@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "trainrun/core/errors.h"
-#include "trainrun/launch/failure_record.h"
+#include "trainrun/runtime/failure_record.h"
 
 namespace trainrun {
 

@@ -18,10 +18,11 @@
 #include "stop_relay.h"
 #include "trainrun/checkpoint/checkpoint.h"
 #include "trainrun/core/errors.h"
-#include "trainrun/launch/heartbeats.h"
 #include "trainrun/launch/launch.h"
-#include "trainrun/launch/omp_wait.h"
 #include "trainrun/obs/metrics.h"
+#include "trainrun/runtime/heartbeats.h"
+#include "trainrun/runtime/omp_wait.h"
+#include "trainrun/runtime/rank_env.h"
 
 namespace fs = std::filesystem;
 

@@ -15,8 +15,8 @@
 #include "trainrun/core/errors.h"
 #include "trainrun/core/no_follow.h"
 #include "trainrun/core/regular_file.h"
-#include "trainrun/launch/failure_record.h"
-#include "trainrun/launch/heartbeats.h"
+#include "trainrun/runtime/failure_record.h"
+#include "trainrun/runtime/heartbeats.h"
 
 namespace fs = std::filesystem;
 

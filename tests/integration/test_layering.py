@@ -113,3 +113,18 @@ def test_siblings_in_the_order_do_not_use_each_other(tmp_path):
     assert p.returncode == 1
     assert "src/report/report.cpp:1: report includes trainrun/plan/plan.h (plan), its sibling" \
         in p.stdout
+
+
+def test_the_rank_runtime_does_not_use_the_launcher(tmp_path):
+    # launch/ is the launcher and supervisor; a rank's runtime (runtime/) comes before it, and
+    # so does preflight/: neither may reach into the launcher.
+    root = copy_tree(tmp_path)
+    for rel in ("src/runtime/rank_env.cpp", "src/preflight/data_check.cpp"):
+        src = root / rel
+        src.write_text('#include "trainrun/launch/run_command.h"\n' + src.read_text())
+    p = check(root)
+    assert p.returncode == 1
+    for rel, mine in (("src/runtime/rank_env.cpp", "runtime"),
+                      ("src/preflight/data_check.cpp", "preflight")):
+        assert f"{rel}:1: {mine} includes trainrun/launch/run_command.h (launch), which comes " \
+            "later" in p.stdout

@@ -1,4 +1,4 @@
-"""The OpenMP wait policy (include/trainrun/launch/omp_wait.h): every process that trains runs with
+"""The OpenMP wait policy (include/trainrun/runtime/omp_wait.h): every process that trains runs with
 libgomp's spin bounded by train.omp_spincount unless the environment says otherwise, whether it
 was started alone (it re-executes itself), supervised, or as a rank of mpirun. The run header
 reports what the training process's libgomp was loaded with."""

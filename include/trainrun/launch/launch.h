@@ -1,5 +1,4 @@
-// Launch: decide whether this process is a rank (started by mpirun or srun) or the launcher,
-// and when it is the launcher, build and supervise the mpirun command.
+// Launch: the launcher builds the mpirun command (or one child rank's) and runs it.
 #pragma once
 
 #include <string>
@@ -7,25 +6,11 @@
 
 #include "trainrun/core/experiment.h"
 #include "trainrun/launch/mpirun_failure.h"
+// The rank's side, which src/train/trainer.cpp still reaches through this header.
+#include "trainrun/runtime/omp_threads.h"
+#include "trainrun/runtime/rank_env.h"
 
 namespace trainrun {
-
-struct RankEnv {
-  bool is_rank = false;  // started by mpirun/srun/PMI
-  std::string launcher;  // "openmpi" | "slurm" | "pmi" | "" (none)
-  int rank = 0, size = 1, local_rank = 0, local_size = 1;
-};
-RankEnv detect_rank_env();
-
-// How often this job was relaunched: by trainrun's supervisor, which sets kRestartCountVar on
-// every rank (and has written the restart event into the metrics), or else by a Slurm requeue
-// (SLURM_RESTART_COUNT). Read here and nowhere else.
-inline constexpr const char* kRestartCountVar = "TRAINRUN_RESTART_COUNT";
-struct Restarts {
-  int count = 0;
-  bool by_supervisor = false;
-};
-Restarts detect_restarts();
 
 struct LaunchPlan {
   std::vector<std::string> argv;  // the full mpirun command
@@ -73,19 +58,6 @@ std::string render_command(const LaunchPlan& plan);
 int run_launch(const LaunchPlan& plan, MpirunFailure* failure);
 // The same, with failure's text only.
 int run_launch(const LaunchPlan& plan, std::string* failure);
-
-// OpenMP threads for this rank: cores / local ranks, at least 1 (OMP_NUM_THREADS wins).
-int default_omp_threads(int local_size);
-
-// The most OpenMP threads one trainrun process runs, whether --threads or OMP_NUM_THREADS asks:
-// each thread holds its own stack and buffers, and libgomp crashed (SIGSEGV, silently) starting
-// 100000 of them, and spent minutes on 20000.
-inline constexpr int kMaxThreads = 1024;
-
-// OMP_NUM_THREADS, when set, must be thread counts from 1 to kMaxThreads (a list, "8,4", for
-// nested levels): otherwise ConfigError (exit 2) naming the variable, its value and the bound.
-// Checked before any command runs: OpenMP starts its threads at the first parallel region.
-void check_omp_num_threads();
 
 // The absolute path of this program (/proc/self/exe), or "trainrun" when unreadable: what the
 // ranks and batch scripts run.

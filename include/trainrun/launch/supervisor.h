@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "trainrun/core/experiment.h"
-#include "trainrun/launch/failure_record.h"
 #include "trainrun/launch/mpirun_failure.h"
 #include "trainrun/launch/run_command.h"
+#include "trainrun/runtime/failure_record.h"
 
 namespace trainrun {
 

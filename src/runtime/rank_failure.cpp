@@ -17,8 +17,8 @@
 #include <string>
 
 #include "failure_record_json.h"
-#include "host.h"
-#include "trainrun/launch/failure_record.h"
+#include "trainrun/runtime/failure_record.h"
+#include "trainrun/runtime/host.h"
 
 namespace trainrun {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "trainrun/launch/launch.h"
+#include "trainrun/runtime/rank_env.h"
 
 namespace trainrun {
 namespace {

@@ -1,6 +1,6 @@
 // The OpenMP wait policy: chosen from the config and the environment, passed to ranks by the
 // launcher, and applied to a training process by re-executing it (omp_wait.h).
-#include "trainrun/launch/omp_wait.h"
+#include "trainrun/runtime/omp_wait.h"
 
 #include <sys/prctl.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
 // Failure records on disk: one metrics-style JSON line per file ({"kind":"failure",...}).
-#include "trainrun/launch/failure_record.h"
+#include "trainrun/runtime/failure_record.h"
 
 #include <fmt/format.h>
 #include <unistd.h>

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "trainrun/launch/failure_record.h"
+#include "trainrun/runtime/failure_record.h"
 
 namespace trainrun {
 

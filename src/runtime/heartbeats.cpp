@@ -1,6 +1,6 @@
 // The heartbeat files' names, in one place for the ranks that write them and the launcher that
 // waits for the first.
-#include "trainrun/launch/heartbeats.h"
+#include "trainrun/runtime/heartbeats.h"
 
 #include <fmt/format.h>
 

@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "trainrun/core/errors.h"
-#include "trainrun/launch/run_command.h"
+#include "trainrun/preflight/preflight.h"
 
 namespace trainrun {
 

@@ -1,7 +1,7 @@
 // The data check the run's owner, `validate` and --dry-run make before anything is written:
 // the same open_sample_stream calls a rank makes, so they refuse exactly what a rank would.
 #include "trainrun/data/sample_stream.h"
-#include "trainrun/launch/run_command.h"
+#include "trainrun/preflight/preflight.h"
 
 namespace trainrun {
 

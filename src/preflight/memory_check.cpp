@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "trainrun/core/errors.h"
-#include "trainrun/launch/run_command.h"
 #include "trainrun/plan/plan.h"
+#include "trainrun/preflight/preflight.h"
 
 namespace trainrun {
 
