@@ -13,6 +13,7 @@
 //   inf:step=S                after step S's update every weight is +inf (a diverged update),
 //                             once per process: a rollback that replays step S gets past it
 // Steps are numbered from 1, as metrics rows and checkpoints are (the trainer passes the Nth).
+// The step loop never asks these itself: FaultInjector (fault_injection.h) does, from outside it.
 // rank defaults to every rank. A fault fires only on the first attempt of a job (so a restarted
 // job gets past it) unless attempt=N (only the Nth relaunch) or attempts=all is given.
 #pragma once
@@ -37,7 +38,7 @@ class Faults {
   // Parses TRAINRUN_FAULTS; throws ConfigError on a malformed spec.
   static Faults from_env(int rank, int restart_count);
   bool any() const { return !faults_.empty(); }
-  // Called at the start of every step: kill, exit, stall, slow.
+  // Called at the start of every step: kill, exit, stall, freeze, slow.
   void at_step_start(int64_t step) const;
   // True when this step's gradients should be poisoned with NaN.
   bool poison(int64_t step) const;

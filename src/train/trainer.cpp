@@ -24,8 +24,9 @@
 #include "checkpoint_manager.h"
 #include "data_parallel.h"
 #include "evaluator.h"
-#include "faults.h"
+#include "fault_injection.h"
 #include "logging.h"
+#include "phase_scope.h"
 #include "profiling.h"
 #include "recovery.h"
 #include "run_end.h"
@@ -51,14 +52,6 @@ namespace trainrun {
 
 namespace {
 
-// A phase of the step: a span of the trace (--profile) and a range for a GPU profiler (NVTX).
-struct PhaseScope {
-  PhaseScope(Tracer* t, Backend& be, Phase p)
-      : span(t, phase_name(p), "phase"), range(be, phase_name(p)) {}
-  Tracer::Scope span;
-  BackendRange range;
-};
-
 // One optimizer step as the loop sees it.
 struct StepResult {
   StepTimes times;
@@ -80,7 +73,7 @@ class Trainer {
   void log_setup() const;
   void start();
   StepResult train_step(int64_t step, double lr);
-  double accumulate_gradients(int64_t step, StepTimes& t);
+  double accumulate_gradients(const PhaseObservers& at, StepTimes& t);
   bool rollback(int64_t* step);
   void advance(int64_t* step, double seconds);
   std::string save_checkpoint(int64_t step, double* seconds);
@@ -98,6 +91,7 @@ class Trainer {
   std::unique_ptr<Communicator> dcomm_;  // device tensors: NCCL on CUDA; null = comm_
   int rank_ = 0, world_ = 1;
   bool console_ = false, tty_ = false;
+  FaultInjector faults_;  // TRAINRUN_FAULTS: inert unless a test names a fault for this rank
   std::unique_ptr<Backend> be_;
   std::unique_ptr<Model> model_;
   DeviceBuffer loss_sums_;  // [accum_] f64 on the device: each micro-batch's loss sum
@@ -111,7 +105,6 @@ class Trainer {
   std::unique_ptr<OpSpans> op_spans_;
   std::unique_ptr<Watchdog> watchdog_;
   std::unique_ptr<Recovery> recovery_;
-  Faults faults_;
   Restarts restarts_ = detect_restarts();
   int micro_ = 1, accum_ = 1;
   int64_t targets_per_step_ = 0;
@@ -209,16 +202,13 @@ void Trainer::setup() {
   // Written once the device, model and data are set up: a start that fails before (say, a
   // moved data file on resume) leaves the run's config.yaml as it was.
   if (rank_ == 0) replace_file((fs::path(exp_.run_dir) / "config.yaml").string(), to_yaml(exp_));
-  faults_ = Faults::from_env(rank_, restarts_.count);
-  if (faults_.any())
-    spdlog::warn("TEST FAULT INJECTION ACTIVE on rank {} (TRAINRUN_FAULTS): {}", rank_,
-                 faults_.describe());
   setup_reporter();
   log_setup();
 }
 
 void Trainer::setup_device() {
-  be_ = choose_backend(exp_, comm_->local_rank());
+  faults_.load(rank_, restarts_.count);
+  be_ = faults_.wrap(choose_backend(exp_, comm_->local_rank()));
   if (exp_.train.precision == Precision::bf16) require_bf16(*be_);
   dcomm_ = make_device_communicator(*be_, *comm_);
 }
@@ -229,6 +219,7 @@ void Trainer::setup_model() {
   accum_ = exp_.train.batch_size / (micro_ * world_);
   model_ = build_model(exp_.model, *be_, micro_,
                        exp_.train.precision == Precision::bf16 ? DType::bf16 : DType::f32);
+  faults_.watch(model_->params());
   targets_per_step_ = model_->targets_per_batch() / micro_ * exp_.train.batch_size;
   loss_sums_ = DeviceBuffer(*be_, sizeof(double) * static_cast<size_t>(accum_));
   dp_ = DataParallel::make(exp_.distributed.zero != 0, *comm_, dcomm_ ? *dcomm_ : *comm_,
@@ -285,27 +276,25 @@ void Trainer::start() {
 }
 
 StepResult Trainer::train_step(int64_t step, double lr) {
-  phase(Phase::data, step);
+  const PhaseObservers at{watchdog_.get(), tracer_.get(), be_.get(), step};
   tracer_->set_step(step + 1);
   be_->set_op_observer(tracer_->active() ? op_spans_.get() : nullptr);
-  const double t_iter = now();
-  // Faults name a step as logs, metrics rows, events and checkpoints do: the Nth, counted from 1.
-  const int64_t nth = step + 1;
-  faults_.at_step_start(nth);
-  const double t_pre = now() - t_iter;  // an injected delay before the step counts as data time
   StepResult r;
   StepTimes& t = r.times;
+  const double t_iter = now();
+  double t_pre = 0;  // before the step: an injected delay (TRAINRUN_FAULTS) counts as data time
+  {
+    const PhaseScope before(at, Phase::data, &t_pre, PhaseMarks::none);
+    faults_.on_step(step + 1);  // faults name the Nth step, from 1, as metrics rows do
+  }
   const double t_start = now();
-  const Tensor grads = model_->params().grads();
   // No zeroing pass: each gradient's first write of the step overwrites it (ParamStore).
   model_->params().begin_grads();
-  const double loss_sum = accumulate_gradients(step, t);
-  phase(Phase::comm, step);
+  const double loss_sum = accumulate_gradients(at, t);
   StepStats stats;
   {
-    const BackendRange range(*be_, phase_name(Phase::comm));  // DataParallel traces its own spans
+    const PhaseScope comm(at, Phase::comm, nullptr, PhaseMarks::range_only);
     dp_->reduce_grads(t);
-    if (faults_.poison(nth)) be_->fill(grads, NAN);
     // Every micro-batch's loss is a mean over the same number of targets, so the global loss is
     // the mean of all micro-batch means over all ranks.
     stats = dp_->reduce_stats(loss_sum / accum_, stop_signal() != 0, t);
@@ -313,16 +302,12 @@ StepResult Trainer::train_step(int64_t step, double lr) {
   r.loss = stats.loss;
   r.grad_norm = stats.grad_norm;
   r.stop = stats.stop;
-  phase(Phase::optimizer, step);
-  const double t_opt = now();
   {
-    const PhaseScope scope(tracer_.get(), *be_, Phase::optimizer);
+    const PhaseScope optimizer(at, Phase::optimizer, &t.optimizer);
     if (HealthMonitor::finite(r.loss, r.grad_norm)) dp_->update(lr, step + 1, r.grad_norm, t);
-    if (faults_.diverge(nth)) be_->fill(model_->params().params(), INFINITY);
     model_->params().refresh_compute();  // bf16: the next forward reads the updated masters
     be_->synchronize();
   }
-  t.optimizer = now() - t_opt;
   t.total = now() - t_start;
   tracer_->span("step", "step", t_iter, now());
   be_->set_op_observer(nullptr);
@@ -336,7 +321,8 @@ StepResult Trainer::train_step(int64_t step, double lr) {
 // Forward and backward over this rank's micro-batches of the step; returns the sum of their
 // mean losses. The losses stay on the device until every backward is queued and come back in one
 // copy then: a GPU's queue never drains between a forward and its backward.
-double Trainer::accumulate_gradients(int64_t step, StepTimes& t) {
+double Trainer::accumulate_gradients(const PhaseObservers& at, StepTimes& t) {
+  const int64_t step = at.step;
   const float scale = 1.0f / static_cast<float>(targets_per_step_);
   const Tensor loss_sums(loss_sums_.data(), DType::f64, be_->device(), {accum_});
   // A range of gradients goes to the allreduce only once what no op wrote in it is zeroed.
@@ -348,9 +334,8 @@ double Trainer::accumulate_gradients(int64_t step, StepTimes& t) {
       grad_ready_(begin, end);
     };
   for (int m = 0; m < accum_; ++m) {
-    phase(Phase::data, step);
     {
-      const PhaseScope scope(tracer_.get(), *be_, Phase::data);
+      const PhaseScope data(at, Phase::data);  // its time: the loader's wait alone
       t.data += batches_->next();
     }
     // Keep the next micro-batch (or the next step's first) loading while this one computes.
@@ -361,27 +346,23 @@ double Trainer::accumulate_gradients(int64_t step, StepTimes& t) {
     model_->set_batch(batches_->x(), batches_->y());
     model_->set_documents(batches_->doc_start());
     const uint64_t seed = batches_->seed(step, m);
-    phase(Phase::forward, step);
-    const double t0 = now();
     {
-      const PhaseScope scope(tracer_.get(), *be_, Phase::forward);
+      const PhaseScope forward(at, Phase::forward, &t.forward);
       model_->forward(true, seed, loss_sums.slice(m, {1}), scale);
     }
-    const double t1 = now();
-    t.forward += t1 - t0;
-    phase(Phase::backward, step);
     {
       // The last micro-batch's gradients are final as backward produces them: reduce them now.
-      const PhaseScope scope(tracer_.get(), *be_, Phase::backward);
+      const PhaseScope backward(at, Phase::backward, &t.backward);
       model_->backward(scale, seed, m + 1 == accum_ ? ready : GradReadyFn{});
     }
-    t.backward += now() - t1;
   }
   ps.zero_stale(0, ps.numel());
   std::vector<double> sums(static_cast<size_t>(accum_));
-  const double t2 = now();  // on a GPU: the wait for the queued kernels, counted as backward
-  be_->copy(Tensor(sums.data(), DType::f64, Device::cpu, {accum_}), loss_sums);
-  t.backward += now() - t2;
+  {
+    // On a GPU: the wait for the queued kernels, counted as backward.
+    const PhaseScope drain(at, Phase::backward, &t.backward, PhaseMarks::none);
+    be_->copy(Tensor(sums.data(), DType::f64, Device::cpu, {accum_}), loss_sums);
+  }
   double loss = 0;  // summed in micro-batch order, as every rank and backend does
   for (const double s : sums) loss += s / static_cast<double>(model_->targets_per_batch());
   return loss;

@@ -29,6 +29,8 @@ class Watchdog {
   // The step loop enters `phase` of `step` (collective(phase): waiting for the other ranks).
   void enter(Phase phase, int64_t step);
   void step_done(double seconds);
+  // The phase last entered: what this rank's heartbeat says.
+  Phase phase() const { return phase_.load(std::memory_order_relaxed); }
   double timeout() const;
 
  private:
