@@ -19,7 +19,6 @@
 #include "trainrun/config/config.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/launch/launch.h"
-#include "trainrun/launch/stop_signals.h"
 #include "trainrun/launch/supervisor.h"
 #include "trainrun/obs/metrics_server.h"
 #include "trainrun/obs/trace.h"
@@ -27,6 +26,7 @@
 #include "trainrun/runtime/failure_record.h"
 #include "trainrun/runtime/omp_wait.h"
 #include "trainrun/runtime/rank_env.h"
+#include "trainrun/runtime/stop_signals.h"
 
 namespace trainrun {
 namespace {

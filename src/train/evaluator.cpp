@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "trainrun/core/tensor.h"
-#include "trainrun/launch/stop_signals.h"
+#include "trainrun/runtime/stop_signals.h"
 
 namespace trainrun {
 

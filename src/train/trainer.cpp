@@ -38,12 +38,13 @@
 #include "trainrun/core/clock.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/no_follow.h"
-#include "trainrun/launch/launch.h"
-#include "trainrun/launch/stop_signals.h"
 #include "trainrun/model/model.h"
 #include "trainrun/obs/trace.h"
 #include "trainrun/optim/optimizer.h"
 #include "trainrun/plan/plan.h"
+#include "trainrun/runtime/omp_threads.h"
+#include "trainrun/runtime/rank_env.h"
+#include "trainrun/runtime/stop_signals.h"
 #include "watchdog.h"
 
 namespace fs = std::filesystem;

@@ -128,3 +128,20 @@ def test_the_rank_runtime_does_not_use_the_launcher(tmp_path):
                       ("src/preflight/data_check.cpp", "preflight")):
         assert f"{rel}:1: {mine} includes trainrun/launch/run_command.h (launch), which comes " \
             "later" in p.stdout
+
+
+def test_train_uses_the_runtime_but_not_the_launcher(tmp_path):
+    # launch | train are siblings: the trainer uses a rank's runtime (runtime/), never the
+    # launcher, and the launcher is handed the trainer as a function.
+    root = copy_tree(tmp_path)
+    (root / "src" / "train" / "layering_probe.cpp").write_text(
+        '#include "trainrun/runtime/stop_signals.h"\n#include "trainrun/launch/run_command.h"\n')
+    (root / "src" / "launch" / "layering_probe.cpp").write_text(
+        '#include "trainrun/train/trainer.h"\n')
+    p = check(root)
+    assert p.returncode == 1
+    assert "src/train/layering_probe.cpp:1" not in p.stdout
+    assert "src/train/layering_probe.cpp:2: train includes trainrun/launch/run_command.h " \
+        "(launch), its sibling" in p.stdout
+    assert "src/launch/layering_probe.cpp:1: launch includes trainrun/train/trainer.h (train), " \
+        "its sibling" in p.stdout

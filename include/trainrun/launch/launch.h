@@ -6,9 +6,6 @@
 
 #include "trainrun/core/experiment.h"
 #include "trainrun/launch/mpirun_failure.h"
-// The rank's side, which src/train/trainer.cpp still reaches through this header.
-#include "trainrun/runtime/omp_threads.h"
-#include "trainrun/runtime/rank_env.h"
 
 namespace trainrun {
 

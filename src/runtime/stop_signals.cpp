@@ -2,7 +2,7 @@
 // may otherwise run on any thread, in the middle of MPI, OpenMP or malloc, and libraries
 // started later (MPI's progress threads) inherit the blocked mask too. That thread also acts on
 // a second SIGINT itself, so it works wherever the step loop is (setup, evaluation, checkpoint).
-#include "trainrun/launch/stop_signals.h"
+#include "trainrun/runtime/stop_signals.h"
 
 #include <fmt/format.h>
 #include <pthread.h>
