@@ -1,8 +1,11 @@
-// Checkpoint write and read-back throughput, both layouts, against dd writing and reading the
+// Checkpoint write and read-back throughput, both formats, against dd writing and reading the
 // same bytes in the same run: a GPT-2-small-sized state (124M parameters: weights + two AdamW
 // moments, ~1.5 GB) and smaller states of its MLP-sized matrices (about 40 and 300 MB). The
-// sharded layout is written by 1 and by 2 "ranks" (threads, each with its own Checkpointer, as
-// ranks on one host would). Figures only; nothing is asserted.
+// single file is what `export` writes (write_checkpoint/read_checkpoint); the checkpoint folder
+// training writes is written by 1 and by 2 "ranks" (threads, each with its own Checkpointer and
+// snapshot of its named state, as ranks on one host would), read back whole by read_checkpoint
+// and by 2 ranks' restores (open_checkpoint, each reading the weights and its ZeRO-1 shard of the
+// moments). Figures only; nothing is asserted.
 //
 //   build/bench/bench_checkpoint [DIR] [REPS] [SIZES]   (DIR defaults to /tmp; needs ~3.5 GB free)
 //
@@ -121,38 +124,67 @@ CheckpointData state_of(std::vector<ParamEntry> params) {
   return data;
 }
 
-CheckpointShard shard(const CheckpointData& d, int rank, int world) {
-  CheckpointShard s;
+// What rank `rank` of `world` writes, as the trainer's components declare it: every tensor by
+// name, the rank's shard_of share of each flat buffer.
+RankSnapshot snapshot(const CheckpointData& d, int rank, int world) {
+  StateDict sd;
+  const Shard mine = shard_of(static_cast<int64_t>(d.weights.size()), world, rank);
+  auto from = [](const StateBuffer& flat) {
+    return [&flat](int64_t at, int64_t n, float* out) {
+      std::copy(flat.data() + at, flat.data() + at + n, out);
+    };
+  };
+  add_flat_state(sd, "model", d.params, mine, from(d.weights));
+  add_flat_state(sd, "optimizer/m", d.params, mine, from(d.adam_m));
+  add_flat_state(sd, "optimizer/v", d.params, mine, from(d.adam_v));
+  RankSnapshot s;
   s.state = d.state;
   s.state.world_size = world;
-  s.params = d.params;
-  s.flat_size = static_cast<int64_t>(d.weights.size());
   s.rank = rank;
-  s.range = shard_of(s.flat_size, world, rank);
-  auto part = [&](const StateBuffer& v) {
-    return StateBuffer(v.begin() + s.range.begin, v.begin() + s.range.end);
-  };
-  s.weights = part(d.weights);
-  s.adam_m = part(d.adam_m);
-  s.adam_v = part(d.adam_v);
+  take_snapshot(sd, &s);
   return s;
 }
 
-// Every rank's Checkpointer writes its shard at once (threads, as ranks would), then rank 0
-// commits. The shards are cut before the clock starts: a rank holds only its own.
-double write_sharded(const std::string& run_dir, const CheckpointData& d, int world) {
-  std::vector<CheckpointShard> parts;
-  for (int r = 0; r < world; ++r) parts.push_back(shard(d, r, world));
+// Every rank's Checkpointer writes its file at once (threads, as ranks would), then rank 0
+// commits. The snapshots are taken before the clock starts (in training that copy is charged
+// to the step, not the write).
+double write_folder(const std::string& run_dir, const CheckpointData& d, int world) {
+  std::vector<RankSnapshot> parts;
+  for (int r = 0; r < world; ++r) parts.push_back(snapshot(d, r, world));
   std::vector<std::unique_ptr<Checkpointer>> cks;
   for (int r = 0; r < world; ++r)
     cks.push_back(std::make_unique<Checkpointer>(run_dir, 0, false, r));
   return seconds([&] {
     std::vector<std::thread> ranks;
     for (int r = 0; r < world; ++r)
-      ranks.emplace_back([&, r] { cks[r]->save_shard(std::move(parts[r])); });
+      ranks.emplace_back([&, r] { cks[r]->save(std::move(parts[r])); });
     for (auto& t : ranks) t.join();
     cks[0]->commit(d.state.step, world);
   });
+}
+
+// Two ranks restoring at once (threads): each opens the checkpoint and reads every weight and
+// its ZeRO-1 shard of the moments, as ModelState and DataParallel do. True when every rank got
+// exactly the saved values.
+bool read_by_two_ranks(const std::string& path, const CheckpointData& d) {
+  const int world = 2;
+  const int64_t n = static_cast<int64_t>(d.weights.size());
+  bool same[world] = {false, false};
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < world; ++r)
+    ranks.emplace_back([&, r] {
+      std::unique_ptr<StateSource> src = open_checkpoint(path, nullptr);
+      const Shard mine = shard_of(n, world, r);
+      StateBuffer w(static_cast<size_t>(n)), m(static_cast<size_t>(mine.size())),
+          v(static_cast<size_t>(mine.size()));
+      read_flat_state(*src, "model", d.params, {0, n}, w.data());
+      read_flat_state(*src, "optimizer/m", d.params, mine, m.data());
+      read_flat_state(*src, "optimizer/v", d.params, mine, v.data());
+      same[r] = w == d.weights && std::equal(m.begin(), m.end(), d.adam_m.begin() + mine.begin) &&
+                std::equal(v.begin(), v.end(), d.adam_v.begin() + mine.begin);
+    });
+  for (auto& t : ranks) t.join();
+  return same[0] && same[1];
 }
 
 void evict_tree(const fs::path& p) {
@@ -209,19 +241,20 @@ void bench_size(const fs::path& dir, const std::vector<ParamEntry>& params, int 
   const fs::path run = dir / fmt::format("trainrun-bench-run-{}", ::getpid());
   const fs::path single = dir / fmt::format("trainrun-bench-ckpt-{}.h5", ::getpid());
   const fs::path raw = dir / fmt::format("trainrun-bench-dd-{}.bin", ::getpid());
-  const fs::path folder = sharded_checkpoint_path(run.string(), data.state.step);
+  const fs::path folder = checkpoint_path(run.string(), data.state.step);
   const int64_t blocks = static_cast<int64_t>(bytes / (16 << 20)) + 1;  // dd: bs=16M
   std::vector<Row> rows = {
       {"write_checkpoint, one file (HDF5, fletcher32, fsync, rename)", {}, 1},
-      {"sharded, 1 rank (contiguous, CRC-32C, fsync, rename, MANIFEST)", {}, 1},
-      {"sharded, 2 ranks writing at once", {}, 1},
+      {"folder, 1 rank (contiguous, CRC-32C, fsync, rename, MANIFEST)", {}, 1},
+      {"folder, 2 ranks writing at once", {}, 1},
       {"dd if=/dev/zero bs=16M conv=fsync (same size)", {}, 1},
       {"read_checkpoint, one file (cold, checksums verified)", {}, 0},
-      {"read_checkpoint, sharded 2 ranks (cold, CRC-32C verified)", {}, 0},
+      {"read_checkpoint, folder of 2 ranks (cold, CRC-32C verified)", {}, 0},
       {"dd of=/dev/null bs=16M (cold, same size)", {}, 0},
-      {"read_checkpoint, sharded 2 ranks (warm: CPU cost only)", {}, 0},
+      {"read_checkpoint, folder of 2 ranks (warm: CPU cost only)", {}, 0},
       {"write(2) of the same bytes, 16 MiB calls, fsync", {}, 1},
-      {"read(2) of that file, 16 MiB calls (cold)", {}, 0}};
+      {"read(2) of that file, 16 MiB calls (cold)", {}, 0},
+      {"2 ranks restore at once: weights + ZeRO-1 moments each (cold)", {}, 0}};
   bool same = true;
   for (int r = 0; r < reps; ++r) {
     rows[0].secs.push_back(seconds([&] { write_checkpoint(single.string(), data); }));
@@ -231,15 +264,19 @@ void bench_size(const fs::path& dir, const std::vector<ParamEntry>& params, int 
     same = same && back.weights == data.weights && back.adam_v == data.adam_v;
     remove_settled(single);
 
-    rows[1].secs.push_back(write_sharded(run.string(), data, 1));
+    rows[1].secs.push_back(write_folder(run.string(), data, 1));
     remove_settled(run);
-    rows[2].secs.push_back(write_sharded(run.string(), data, 2));
+    rows[2].secs.push_back(write_folder(run.string(), data, 2));
     evict_tree(folder);
     back = {};
     rows[5].secs.push_back(seconds([&] { back = read_checkpoint(folder.string()); }));
     same = same && back.weights == data.weights && back.adam_v == data.adam_v;
     back = {};
     rows[7].secs.push_back(seconds([&] { back = read_checkpoint(folder.string()); }));
+    evict_tree(folder);
+    bool restored = false;
+    rows[10].secs.push_back(seconds([&] { restored = read_by_two_ranks(folder.string(), data); }));
+    same = same && restored;
     remove_settled(run);
 
     const std::string dd_w = fmt::format(

@@ -1,8 +1,11 @@
 // What the checkpoint concept's unit tests share (test_checkpoint, test_checkpointer,
-// test_checkpoint_integrity): small states to save, byte-level damage, HDF5 attribute surgery.
+// test_checkpoint_integrity, test_checkpoint_folder, test_state_dict): small states to save as
+// training does (snapshot_of, save_folder) or as a single file (save_direct), byte-level damage,
+// HDF5 attribute surgery.
 #pragma once
 
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <hdf5.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -146,18 +149,119 @@ inline void flip_byte(const std::string& file, uint64_t at) {
   f.write(&c, 1);
 }
 
+// Temporaries in the run's checkpoints/ and in its checkpoint folders.
 inline std::vector<std::string> temp_files(const std::string& run_dir) {
   std::vector<std::string> out;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec))
+  for (const auto& e : fs::recursive_directory_iterator(fs::path(run_dir) / "checkpoints", ec))
     if (e.path().filename().string().find(".tmp-") != std::string::npos)
       out.push_back(e.path().string());
   return out;
 }
 
+// Writes `d` as a single-file checkpoint (the format `export` writes) into the run's folder.
 inline void save_direct(const std::string& run_dir, const CheckpointData& d) {
   fs::create_directories(fs::path(run_dir) / "checkpoints");
-  write_checkpoint(checkpoint_path(run_dir, d.state.step), d);
+  write_checkpoint(single_file_checkpoint_path(run_dir, d.state.step), d);
+}
+
+// What rank `rank` of `world` writes of the whole state `d`, as the trainer's components declare
+// it (state_dict.h): every tensor by name, and this rank's shard_of share of each flat buffer.
+inline RankSnapshot snapshot_of(const CheckpointData& d, int rank = 0, int world = 1) {
+  StateDict sd;
+  const Shard mine = shard_of(static_cast<int64_t>(d.weights.size()), world, rank);
+  auto from = [](const StateBuffer& flat) {
+    return [&flat](int64_t at, int64_t n, float* out) {
+      std::copy(flat.data() + at, flat.data() + at + n, out);
+    };
+  };
+  add_flat_state(sd, "model", d.params, mine, from(d.weights));
+  if (!d.adam_m.empty()) {
+    add_flat_state(sd, "optimizer/m", d.params, mine, from(d.adam_m));
+    add_flat_state(sd, "optimizer/v", d.params, mine, from(d.adam_v));
+  }
+  RankSnapshot s;
+  s.state = d.state;
+  s.state.world_size = world;
+  s.rank = rank;
+  take_snapshot(sd, &s);
+  return s;
+}
+
+// Saves `d` as training does: one Checkpointer per rank of `world` writes its snapshot_of, then
+// rank 0 commits. Returns the checkpoint's folder.
+inline std::string save_folder(const std::string& run_dir, const CheckpointData& d, int world = 1,
+                               int keep_last = 0) {
+  for (int r = world - 1; r >= 0; --r) {
+    Checkpointer ck(run_dir, keep_last, false, r);
+    ck.save(snapshot_of(d, r, world));
+    if (r == 0) ck.commit(d.state.step, world);
+  }
+  return checkpoint_path(run_dir, d.state.step);
+}
+
+inline std::string rank_file(const std::string& dir, int rank, int world) {
+  return (fs::path(dir) / fmt::format("rank-{:05d}-of-{:05d}.h5", rank, world)).string();
+}
+
+// Where a contiguous data set's bytes start in the file (a rank file's /slices).
+inline uint64_t data_offset(const std::string& file, const char* dataset = "/slices") {
+  hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  REQUIRE(f >= 0);
+  hid_t ds = H5Dopen2(f, dataset, H5P_DEFAULT);
+  REQUIRE(ds >= 0);
+  const haddr_t at = H5Dget_offset(ds);
+  H5Dclose(ds);
+  H5Fclose(f);
+  REQUIRE(at != HADDR_UNDEF);
+  return at;
+}
+
+// The elements of tensor `p` in a flat buffer laid out by `params` (by name).
+inline std::vector<float> tensor_of(const CheckpointData& d, const StateBuffer& flat,
+                                    const std::string& name) {
+  for (const ParamEntry& p : d.params)
+    if (p.name == name) {
+      int64_t n = 1;
+      for (int64_t x : p.shape) n *= x;
+      return std::vector<float>(flat.begin() + p.offset, flat.begin() + p.offset + n);
+    }
+  FAIL("no tensor " << name);
+  return {};
+}
+
+// What a checkpoint folder read back as one state must hold: `want`'s state (the world size as
+// saved) and every tensor by name, shape and bits. Its flat layout packs the tensors without
+// `want`'s padding, so offsets are not compared.
+inline void check_same_tensors(const CheckpointData& got, const CheckpointData& want,
+                               int world_size) {
+  CHECK(got.state.step == want.state.step);
+  CHECK(got.state.tokens_seen == want.state.tokens_seen);
+  CHECK(got.state.samples_seen == want.state.samples_seen);
+  CHECK(got.state.seed == want.state.seed);
+  CHECK(got.state.bad_steps_total == want.state.bad_steps_total);
+  CHECK(got.state.restarts == want.state.restarts);
+  CHECK(got.state.lr_scale == want.state.lr_scale);
+  CHECK(got.state.world_size == world_size);
+  CHECK(got.state.config_yaml == want.state.config_yaml);
+  REQUIRE(got.params.size() == want.params.size());
+  CHECK(got.adam_m.empty() == want.adam_m.empty());
+  for (size_t i = 0; i < want.params.size(); ++i) {
+    const std::string& name = want.params[i].name;
+    CAPTURE(name);
+    CHECK(got.params[i].name == name);
+    CHECK(got.params[i].shape == want.params[i].shape);
+    auto same = [&](const StateBuffer& a, const StateBuffer& b) {
+      const std::vector<float> x = tensor_of(got, a, name), y = tensor_of(want, b, name);
+      return x.size() == y.size() &&
+             (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0);
+    };
+    CHECK(same(got.weights, want.weights));
+    if (!want.adam_m.empty() && !got.adam_m.empty()) {
+      CHECK(same(got.adam_m, want.adam_m));
+      CHECK(same(got.adam_v, want.adam_v));
+    }
+  }
 }
 
 // --- usable content: finite values, checksummed and sane metadata ----------------------------

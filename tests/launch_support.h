@@ -176,7 +176,8 @@ inline std::string write_config(const TempDir& dir, const std::string& run_dir) 
   return path;
 }
 
-// A checkpoint of `exp` at `step`: one small tensor, the resolved config inside.
+// A single-file checkpoint of `exp` at `step` (the format `export` writes, which resumes too):
+// one small tensor, the resolved config inside.
 inline std::string save_checkpoint(const Experiment& exp, int64_t step) {
   CheckpointData d;
   d.state.step = step;
@@ -185,10 +186,28 @@ inline std::string save_checkpoint(const Experiment& exp, int64_t step) {
   d.weights.assign(6, 0.5f);
   d.adam_m.assign(6, 0.0f);
   d.adam_v.assign(6, 0.0f);
-  const std::string path = checkpoint_path(exp.run_dir, step);
+  const std::string path = single_file_checkpoint_path(exp.run_dir, step);
   fs::create_directories(fs::path(path).parent_path());
   write_checkpoint(path, d);
   return path;
+}
+
+// The same state as training saves it: the checkpoint folder of one rank.
+inline std::string save_checkpoint_folder(const Experiment& exp, int64_t step) {
+  const std::vector<ParamEntry> params = {{"w", {2, 3}, 0}};
+  const std::vector<float> w(6, 0.5f);
+  StateDict sd;
+  add_flat_state(sd, "model", params, {0, 6}, [&](int64_t at, int64_t n, float* out) {
+    std::copy(w.begin() + at, w.begin() + at + n, out);
+  });
+  RankSnapshot snap;
+  snap.state.step = step;
+  snap.state.config_yaml = to_yaml(exp);
+  take_snapshot(sd, &snap);
+  Checkpointer ck(exp.run_dir, 0, false);
+  ck.save(std::move(snap));
+  ck.commit(step, 1);
+  return checkpoint_path(exp.run_dir, step);
 }
 
 // --- The run directory: one run, one process

@@ -126,8 +126,8 @@ TEST_CASE("latest_good_checkpoint falls back past damaged files") {
   for (int64_t s : {10, 20, 30}) save_direct(dir.str(), fake_state(s));
   std::vector<std::string> all = list_checkpoints(dir.str());
   REQUIRE(all.size() == 3);
-  CHECK(all[0] == checkpoint_path(dir.str(), 30));
-  CHECK(all[2] == checkpoint_path(dir.str(), 10));
+  CHECK(all[0] == single_file_checkpoint_path(dir.str(), 30));
+  CHECK(all[2] == single_file_checkpoint_path(dir.str(), 10));
   CHECK(fs::path(all[0]).filename() == "step-0000030.h5");
 
   auto good = latest_good_checkpoint(dir.str(), &warnings);

@@ -36,17 +36,27 @@ TEST_CASE("a non-finite snapshot is never written") {
       }
       CHECK_FALSE(fs::exists(path));
 
-      // The Checkpointer refuses in the caller's thread, sync or async, and prunes nothing:
-      // the previous checkpoint stays the newest.
+      // The Checkpointer refuses a rank's snapshot in the caller's thread, sync or async,
+      // naming the tensor, and writes and prunes nothing: the previous checkpoint stays the
+      // newest.
       for (bool async : {false, true}) {
+        CAPTURE(async);
         TempDir run;
         Checkpointer ck(run.str(), 1, async);
-        ck.save(fake_state(1));
+        ck.save(snapshot_of(fake_state(1)));
+        if (!async) ck.commit(1, 1);
         ck.wait();
-        CHECK_THROWS_AS(ck.save(CheckpointData(d)), NonFiniteCheckpoint);
+        RankSnapshot snap = snapshot_of(d, 1, 2);  // rank 1 of 2 holds the bad elements
+        const std::string snap_why = non_finite_reason(snap);
+        CHECK(snap_why.find("rank 1") != std::string::npos);
+        CHECK(snap_why.find(group + "/blocks.3.mlp.fc.weight") != std::string::npos);
+        const std::string tensor = group + "/blocks.3.mlp.fc.weight";
+        CHECK_THROWS_WITH_AS(ck.save(std::move(snap)), doctest::Contains(tensor.c_str()),
+                             NonFiniteCheckpoint);
         ck.wait();
         CHECK(list_checkpoints(run.str()) ==
               std::vector<std::string>{checkpoint_path(run.str(), 1)});
+        CHECK_FALSE(fs::exists(checkpoint_path(run.str(), 3)));
         CHECK(temp_files(run.str()).empty());
       }
     }
@@ -81,7 +91,7 @@ TEST_CASE("a file holding a non-finite value is unusable, and fallback skips it"
     CAPTURE(dataset);
     TempDir dir;
     for (int64_t s : {10, 20}) save_direct(dir.str(), fake_state(s));
-    const std::string newest = checkpoint_path(dir.str(), 20);
+    const std::string newest = single_file_checkpoint_path(dir.str(), 20);
     poke_float(newest, dataset, 77, std::numeric_limits<float>::infinity());
 
     Verdict v = judged(newest);
@@ -94,7 +104,7 @@ TEST_CASE("a file holding a non-finite value is unusable, and fallback skips it"
     std::vector<std::string> warnings;
     auto good = latest_good_checkpoint(dir.str(), &warnings);
     REQUIRE(good);
-    CHECK(*good == checkpoint_path(dir.str(), 10));
+    CHECK(*good == single_file_checkpoint_path(dir.str(), 10));
     REQUIRE(warnings.size() == 1);
     CHECK(warnings[0].find(newest + " is not usable") != std::string::npos);
     CHECK(warnings[0].find("falling back to " + *good) != std::string::npos);
@@ -242,7 +252,7 @@ TEST_CASE("the parameter table and the format version are covered too") {
 TEST_CASE("a format 1 file still loads, with a caveat; its absurd values are refused") {
   TempDir dir;
   for (int64_t s : {1, 2}) save_direct(dir.str(), fake_state(s));
-  const std::string path = checkpoint_path(dir.str(), 2);
+  const std::string path = single_file_checkpoint_path(dir.str(), 2);
   make_format_1(path);
 
   Verdict v = judged(path);
@@ -273,7 +283,8 @@ TEST_CASE("a format 1 file still loads, with a caveat; its absurd values are ref
     CHECK(v.unusable);
     CHECK_MESSAGE(v.reason.find(c.says) != std::string::npos, v.reason);
     warnings.clear();
-    CHECK(latest_good_checkpoint(dir.str(), &warnings) == checkpoint_path(dir.str(), 1));
+    CHECK(latest_good_checkpoint(dir.str(), &warnings) ==
+          single_file_checkpoint_path(dir.str(), 1));
   }
 }
 

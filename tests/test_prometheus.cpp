@@ -123,7 +123,7 @@ trainrun_checkpoint_step 40
 # HELP trainrun_checkpoint_age_seconds Seconds since the newest checkpoint was written.
 # TYPE trainrun_checkpoint_age_seconds gauge
 trainrun_checkpoint_age_seconds 12.5
-# HELP trainrun_checkpoint_size_bytes Size of the newest checkpoint file.
+# HELP trainrun_checkpoint_size_bytes Size of the newest checkpoint (all its files).
 # TYPE trainrun_checkpoint_size_bytes gauge
 trainrun_checkpoint_size_bytes 1048576
 )";

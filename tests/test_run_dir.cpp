@@ -42,8 +42,8 @@ TEST_CASE("resolve_run: a config, or what --resume points at") {
   SUBCASE("a run directory: its newest good checkpoint and the config stored in it") {
     r.config = write_config(dir, run_dir);
     const Experiment original = resolve_run(r).exp;
-    save_checkpoint(original, 4);
-    const std::string newest = save_checkpoint(original, 8);
+    save_checkpoint_folder(original, 4);
+    const std::string newest = save_checkpoint_folder(original, 8);
     RunRequest resume;
     resume.resume = run_dir;
     resume.sets = {"train.steps=20"};
@@ -53,8 +53,21 @@ TEST_CASE("resolve_run: a config, or what --resume points at") {
     CHECK(exp.train.steps == 20);
     CHECK(fs::equivalent(exp.run_dir, run_dir));
     // A damaged newest checkpoint is passed over for the one before it.
-    std::ofstream(newest, std::ios::trunc) << "not hdf5";
+    std::ofstream(fs::path(newest) / "rank-00000-of-00001.h5", std::ios::trunc) << "not hdf5";
     CHECK(resolve_run(resume).resume_file == checkpoint_path(run_dir, 4));
+  }
+  SUBCASE("a checkpoint folder: that folder; the run directory is the one holding it") {
+    r.config = write_config(dir, run_dir);
+    const std::string folder = save_checkpoint_folder(resolve_run(r).exp, 4);
+    RunRequest resume;
+    resume.resume = folder;
+    auto [exp, got, step, use, notes] = resolve_run(resume);
+    CHECK(got == folder);
+    CHECK(step == 4);
+    CHECK(fs::equivalent(exp.run_dir, run_dir));
+    // A folder whose save never finished is an error, not a silent fresh start.
+    fs::remove(fs::path(folder) / "MANIFEST");
+    CHECK_THROWS_WITH_AS(resolve_run(resume), doctest::Contains("no MANIFEST"), CheckpointError);
   }
   SUBCASE("a checkpoint file: that file; the run directory is the one holding it") {
     r.config = write_config(dir, run_dir);
@@ -309,7 +322,7 @@ TEST_CASE("resolve_run: a CONFIG given with --resume must describe the resumed r
   TempDir dir;
   RunRequest r;
   r.config = write_config(dir, dir / "run");
-  save_checkpoint(resolve_run(r).exp, 4);
+  save_checkpoint_folder(resolve_run(r).exp, 4);
   RunRequest resume;
   resume.config = r.config;
   resume.resume = "";
@@ -350,18 +363,23 @@ TEST_CASE("checkpoints: trainrun removes only files it can tell are its own") {
   {
     Checkpointer writer(dir.str(), 1, false);
     for (int64_t step : {3, 4}) {
-      CheckpointData d;
-      d.state.step = step;
-      d.state.config_yaml = "name: x\n";
-      d.params.push_back({"w", {2, 3}, 0});
-      d.weights.assign(6, 0.5f);
-      d.adam_m.assign(6, 0.0f);
-      d.adam_v.assign(6, 0.0f);
-      writer.save(std::move(d));
+      const std::vector<ParamEntry> params = {{"w", {2, 3}, 0}};
+      const std::vector<float> w(6, 0.5f);
+      StateDict sd;
+      add_flat_state(sd, "model", params, {0, 6}, [&](int64_t at, int64_t n, float* out) {
+        std::copy(w.begin() + at, w.begin() + at + n, out);
+      });
+      RankSnapshot snap;
+      snap.state.step = step;
+      snap.state.config_yaml = "name: x\n";
+      take_snapshot(sd, &snap);
+      writer.save(std::move(snap));
+      writer.commit(step, 1);
     }
   }
   CHECK(list_checkpoints(dir.str()) ==
-        std::vector<std::string>{checkpoint_path(dir.str(), 4), checkpoint_path(dir.str(), 1)});
+        std::vector<std::string>{checkpoint_path(dir.str(), 4),
+                                 single_file_checkpoint_path(dir.str(), 1)});
   CHECK(latest_good_checkpoint(dir.str(), nullptr) == checkpoint_path(dir.str(), 4));
   CHECK(fs::exists(ck / "step-0000001.h5"));  // damaged or not, it is not trainrun's
   CHECK(fs::exists(ck / "step-1.h5"));

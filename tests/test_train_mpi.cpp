@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../src/train/data_parallel.h"
+#include "state_support.h"
 #include "trainrun/backend/backend.h"
 #include "trainrun/comm/comm.h"
 
@@ -35,8 +36,9 @@ std::vector<float> host(const Tensor& t) {
 
 struct Result {
   std::vector<float> params;
-  CheckpointData ck;        // filled on rank 0
-  std::vector<float> m, v;  // the moments, all-gathered independently of the strategy
+  std::vector<float> saved_m, saved_v;  // the moments this rank writes into a checkpoint
+  Shard write{0, 0};                    // which flat range they are
+  std::vector<float> m, v;              // the moments, all-gathered independently of the strategy
   StepStats stats;
 };
 
@@ -86,7 +88,9 @@ Result train(bool zero, Communicator& comm) {
     dp->update(1e-2, step, r.stats.grad_norm, t);
   }
   r.params = host(ps.params());
-  dp->gather_optimizer_state(comm.rank() == 0 ? &r.ck : nullptr);
+  r.saved_m = testing::saved_flat(*dp, "optimizer/m");
+  r.saved_v = testing::saved_flat(*dp, "optimizer/v");
+  r.write = shard_of(ps.numel(), comm.size(), comm.rank());
   r.m = all_gathered(comm, dp->optimizer().m(), dp->shard(), ps.numel());
   r.v = all_gathered(comm, dp->optimizer().v(), dp->shard(), ps.numel());
   return r;
@@ -111,17 +115,18 @@ int main() {
     check(std::fabs(x->stats.grad_norm - std::sqrt(sq)) <= 1e-6 * std::sqrt(sq), rank,
           "the global gradient norm counts every element once");
   check(close(ddp.params, zero.params), rank, "ZeRO-1 parameters equal DDP's (to rounding)");
-  if (rank == 0) {
-    check(same(ddp.ck.adam_m, ddp.m) && same(ddp.ck.adam_v, ddp.v), rank,
-          "DDP snapshot: rank 0's moments");
-    check(same(zero.ck.adam_m, zero.m) && same(zero.ck.adam_v, zero.v), rank,
-          "ZeRO-1 snapshot: every rank's shard of the moments, gathered on rank 0");
-    check(close(zero.ck.adam_m, ddp.ck.adam_m) && close(zero.ck.adam_v, ddp.ck.adam_v), rank,
-          "ZeRO-1 moments equal DDP's (to rounding)");
-  } else {
-    check(ddp.ck.adam_m.empty() && zero.ck.adam_m.empty(), rank,
-          "only the writing rank holds a snapshot");
+  // Each rank saves its shard_of share of the moments, nothing gathered: under ZeRO-1 the ones it
+  // holds, under DDP (every rank holds all) the same range, so the world writes each once.
+  for (const Result* x : {&ddp, &zero}) {
+    const auto part = [x](const std::vector<float>& all) {
+      return std::vector<float>(all.begin() + x->write.begin, all.begin() + x->write.end);
+    };
+    check(same(x->saved_m, part(x->m)) && same(x->saved_v, part(x->v)), rank,
+          x == &ddp ? "DDP snapshot: this rank's share of the moments"
+                    : "ZeRO-1 snapshot: this rank's shard of the moments");
   }
+  check(close(zero.saved_m, ddp.saved_m) && close(zero.saved_v, ddp.saved_v), rank,
+        "ZeRO-1 moments equal DDP's (to rounding)");
   std::vector<float> all(ddp.params.size() * static_cast<size_t>(comm->size()));
   comm->all_gather_bytes(ddp.params.data(), ddp.params.size() * sizeof(float), all.data());
   bool same = true;

@@ -1,5 +1,5 @@
-// The checkpoints of one run: RUN_DIR/checkpoints/step-NNNNNNN.h5 files and step-NNNNNNN
-// folders (sharded, once committed), newest first, and the newest one that still verifies
+// The checkpoints of one run: RUN_DIR/checkpoints/step-NNNNNNN folders (and older
+// step-NNNNNNN.h5 files), once committed, newest first, and the newest one that still verifies
 // (intact and usable).
 #include <fmt/format.h>
 #include <signal.h>
@@ -11,7 +11,7 @@
 #include <filesystem>
 
 #include "checkpoint_dir.h"
-#include "sharded_checkpoint.h"
+#include "checkpoint_folder.h"
 #include "trainrun/checkpoint/checkpoint.h"
 #include "trainrun/checkpoint/h5_handle.h"
 
@@ -41,6 +41,18 @@ bool is_shard_temp_target(const std::string& name) {
   return name == kManifestName || (name.starts_with("rank-") && name.ends_with(".h5"));
 }
 
+// True when every entry of the folder is a name trainrun writes there (or its temporary).
+bool holds_only_checkpoint_files(const fs::path& dir) {
+  std::error_code ec;
+  bool ours = true;
+  for (const auto& f : fs::directory_iterator(dir, ec)) {
+    const std::string name = f.path().filename().string();
+    const size_t tmp = name.rfind(".tmp-");
+    ours = ours && is_shard_temp_target(tmp == std::string::npos ? name : name.substr(0, tmp));
+  }
+  return ours && !ec;
+}
+
 bool pid_alive(long pid) {
   return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno == EPERM);
 }
@@ -49,7 +61,7 @@ bool pid_alive(long pid) {
 
 bool is_trainrun_checkpoint(const std::string& path) {
   std::error_code ec;
-  if (fs::is_directory(path, ec)) return has_manifest(path);
+  if (fs::is_directory(path, ec)) return has_manifest(path) && holds_only_checkpoint_files(path);
   if (!fs::is_regular_file(path, ec)) return false;  // a FIFO would block the open
   h5::quiet();
   const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -63,11 +75,11 @@ bool is_trainrun_checkpoint(const std::string& path) {
   return ours;
 }
 
-std::string checkpoint_path(const std::string& run_dir, int64_t step) {
+std::string single_file_checkpoint_path(const std::string& run_dir, int64_t step) {
   return (fs::path(run_dir) / "checkpoints" / fmt::format("step-{:07d}.h5", step)).string();
 }
 
-std::string sharded_checkpoint_path(const std::string& run_dir, int64_t step) {
+std::string checkpoint_path(const std::string& run_dir, int64_t step) {
   return (fs::path(run_dir) / "checkpoints" / fmt::format("step-{:07d}", step)).string();
 }
 
@@ -134,24 +146,32 @@ int remove_stale_temp_files_in(const fs::path& dir, bool sharded, bool enter = f
 
 }  // namespace
 
-std::vector<std::pair<int64_t, std::string>> unfinished_sharded_checkpoints(
-    const std::string& run_dir) {
+std::vector<std::pair<int64_t, std::string>> unfinished_checkpoints(const std::string& run_dir) {
   std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec)) {
     const int64_t step = step_of(entry.path().filename().string(), "");
     if (step < 0 || !entry.is_directory(ec) || has_manifest(entry.path().string())) continue;
-    // Only a folder holding nothing but shard files and their temporaries is trainrun's: pruning
+    // Only a folder holding nothing but rank files and their temporaries is trainrun's: pruning
     // never deletes a file trainrun did not write.
-    bool ours = true;
-    for (const auto& f : fs::directory_iterator(entry.path(), ec)) {
-      const std::string name = f.path().filename().string();
-      const size_t tmp = name.rfind(".tmp-");
-      ours = ours && is_shard_temp_target(tmp == std::string::npos ? name : name.substr(0, tmp));
-    }
-    if (ours && !ec) found.emplace_back(step, entry.path().string());
+    if (holds_only_checkpoint_files(entry.path())) found.emplace_back(step, entry.path().string());
   }
   return found;
+}
+
+bool remove_checkpoint(const std::string& path, std::error_code& ec) {
+  if (!fs::is_directory(path, ec)) return fs::remove(path, ec);
+  // Only the names trainrun writes into a checkpoint's folder; anything else (a user's notes)
+  // stays, and so does the folder then.
+  for (const auto& f : fs::directory_iterator(path, ec)) {
+    const std::string name = f.path().filename().string();
+    const size_t tmp = name.rfind(".tmp-");
+    if (is_shard_temp_target(tmp == std::string::npos ? name : name.substr(0, tmp)))
+      fs::remove(f.path(), ec);
+    if (ec) return false;
+  }
+  if (ec || !fs::is_empty(path, ec)) return false;
+  return fs::remove(path, ec);
 }
 
 int64_t step_of_checkpoint(const std::string& path) {
@@ -160,8 +180,8 @@ int64_t step_of_checkpoint(const std::string& path) {
   return step >= 0 ? step : step_of(name, "");
 }
 
-int remove_stale_temp_files(const std::string& run_dir, bool sharded_folders) {
-  return remove_stale_temp_files_in(fs::path(run_dir) / "checkpoints", false, sharded_folders);
+int remove_stale_temp_files(const std::string& run_dir, bool step_folders) {
+  return remove_stale_temp_files_in(fs::path(run_dir) / "checkpoints", false, step_folders);
 }
 
 std::optional<std::string> latest_good_checkpoint(const std::string& run_dir,

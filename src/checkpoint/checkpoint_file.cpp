@@ -26,7 +26,6 @@
 #include "h5_io.h"
 #include "non_finite.h"
 #include "reserved_file.h"
-#include "sharded_checkpoint.h"
 #include "trainrun/checkpoint/checkpoint.h"
 #include "trainrun/checkpoint/h5_handle.h"
 #include "trainrun/core/durable_file.h"
@@ -321,18 +320,6 @@ Loaded load(const std::string& path, bool keep) {
   return out;
 }
 
-// load() with its failures turned into a verdict; the data into `data` when given.
-Verdict judge(const std::string& path, CheckpointData* data) {
-  Verdict v;
-  std::error_code ec;
-  if (!fs::exists(path, ec)) {
-    v.reason = "file does not exist";
-    return v;
-  }
-  if (fs::is_directory(path, ec)) return judge_sharded(path, data);
-  return verdict_of([&] { return load(path, data != nullptr); }, data);
-}
-
 // Everything the headers tell, which may survive damage to the data.
 std::string describe_headers(const std::string& path) {
   Handle f = open_readonly(path, H5P_DEFAULT);
@@ -394,7 +381,9 @@ Verdict verdict_of(const std::function<Loaded()>& load, CheckpointData* data) {
   return v;
 }
 
-void write_checked_checkpoint(const std::string& path, const CheckpointData& data) {
+void write_checkpoint(const std::string& path, const CheckpointData& data) {
+  if (std::string why = non_finite_reason(data); !why.empty())
+    throw NonFiniteCheckpoint(fmt::format("not writing checkpoint {}: {}", path, why));
   quiet();
   const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
   try {
@@ -420,77 +409,22 @@ void write_checked_checkpoint(const std::string& path, const CheckpointData& dat
   }
 }
 
-void write_checkpoint(const std::string& path, const CheckpointData& data) {
-  if (std::string why = non_finite_reason(data); !why.empty())
-    throw NonFiniteCheckpoint(fmt::format("not writing checkpoint {}: {}", path, why));
-  write_checked_checkpoint(path, data);
+Verdict judge_file(const std::string& path, CheckpointData* data) {
+  quiet();
+  return verdict_of([&] { return load(path, data != nullptr); }, data);
 }
 
-namespace {
-
-CheckpointData read_checkpoint(const std::string& path, std::optional<Shard> moments) {
+std::string describe_file(const std::string& path) {
   quiet();
+  std::string out;
   std::error_code ec;
-  if (!fs::exists(path, ec))
-    throw CheckpointError(fmt::format("checkpoint {} does not exist", path));
-  CheckpointData d;
-  const bool folder = fs::is_directory(path, ec);
-  Verdict v = folder ? judge_sharded(path, &d, moments) : judge(path, &d);
-  if (!v.ok)
-    throw CheckpointError(fmt::format("checkpoint {} is {}: {}", path, v.problem(), v.reason));
-  if (!v.note.empty()) spdlog::warn("checkpoint {}: {}", path, v.note);
-  if (moments && !folder && !d.adam_m.empty()) {
-    if (moments->begin < 0 || moments->end > int64_t(d.adam_m.size()) ||
-        moments->begin > moments->end)
-      throw std::invalid_argument("read_checkpoint: the moments' range lies outside the state");
-    for (auto* v : {&d.adam_m, &d.adam_v}) {
-      v->erase(v->begin() + moments->end, v->end());
-      v->erase(v->begin(), v->begin() + moments->begin);
-    }
-    d.moments_begin = moments->begin;
+  auto size = fs::file_size(path, ec);
+  if (!ec) out += fmt::format("size: {:.1f} MiB ({} bytes)\n", double(size) / (1 << 20), size);
+  try {
+    out += describe_headers(path);
+  } catch (const H5Failure& e) {
+    out += fmt::format("metadata unreadable: {}\n", e.what());
   }
-  return d;
-}
-
-}  // namespace
-
-CheckpointData read_checkpoint(const std::string& path) {
-  return read_checkpoint(path, std::nullopt);
-}
-
-CheckpointData read_checkpoint(const std::string& path, Shard moments) {
-  return read_checkpoint(path, std::optional<Shard>(moments));
-}
-
-Verdict verify_checkpoint(const std::string& path) {
-  quiet();
-  return judge(path, nullptr);
-}
-
-std::string describe_checkpoint(const std::string& path) {
-  quiet();
-  std::error_code ec;
-  if (!fs::exists(path, ec))
-    throw CheckpointError(fmt::format("checkpoint {} does not exist", path));
-  std::string out = fmt::format("checkpoint: {}\n", path);
-  if (fs::is_directory(path, ec)) {
-    out += describe_sharded(path);
-  } else {
-    auto size = fs::file_size(path, ec);
-    if (!ec) out += fmt::format("size: {:.1f} MiB ({} bytes)\n", double(size) / (1 << 20), size);
-    try {
-      out += describe_headers(path);
-    } catch (const H5Failure& e) {
-      out += fmt::format("metadata unreadable: {}\n", e.what());
-    }
-  }
-  // The verdict reads every byte, with the very checks resume and rollback make.
-  Verdict v = verify_checkpoint(path);
-  if (v.ok)
-    out += v.note.empty() ? "verdict: OK\n" : fmt::format("verdict: OK ({})\n", v.note);
-  else
-    out += fmt::format("verdict: {} ({}){}\n", v.unusable ? "UNUSABLE" : "DAMAGED", v.reason,
-                       v.unusable ? ": resume and rollback skip this file" : "");
   return out;
 }
 

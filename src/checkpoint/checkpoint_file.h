@@ -1,6 +1,6 @@
-// Internal to src/checkpoint: the file writer without the finiteness pass, for the Checkpointer,
-// which makes that pass itself in the caller's thread (so a refusal is synchronous) and must
-// not pay for it twice.
+// Internal to src/checkpoint: the single-file format (formats 1-3, one HDF5 file holding the
+// whole state by parameter name), which `trainrun export` writes and every reader still reads;
+// training writes the folder format (checkpoint_folder.h).
 #pragma once
 
 #include <functional>
@@ -10,10 +10,7 @@
 
 namespace trainrun {
 
-// write_checkpoint without the non-finite check; every other check and the atomic write.
-void write_checked_checkpoint(const std::string& path, const CheckpointData& data);
-
-// What both layouts' readers return: the data, and a caveat of an ok checkpoint.
+// What every format's reader returns: the data, and a caveat of an ok checkpoint.
 struct Loaded {
   CheckpointData data;
   std::string note;
@@ -21,5 +18,10 @@ struct Loaded {
 // The Verdict of `load`, which throws Unusable for an intact checkpoint that must not be used and
 // h5::H5Failure for damage; the data into `data` when given.
 Verdict verdict_of(const std::function<Loaded()>& load, CheckpointData* data);
+
+// The single file of formats 1-3: read (into `data` when given) and verify every byte; and
+// everything its headers tell, which may survive damage to the data.
+Verdict judge_file(const std::string& path, CheckpointData* data);
+std::string describe_file(const std::string& path);
 
 }  // namespace trainrun

@@ -1,7 +1,7 @@
 // Checkpointer: saves a run's checkpoints (in the caller's thread or in one persistent writer
-// thread) and prunes old ones, never deleting the newest good file before a newer one exists.
-// A non-finite snapshot is refused before any of that. Sharded: every rank's Checkpointer
-// writes its file; rank 0's also commits (checkpoint.h) and prunes.
+// thread) and prunes old ones, never deleting the newest good checkpoint before a newer one
+// exists. A non-finite snapshot is refused before any of that. Every rank's Checkpointer writes
+// its file; rank 0's also commits (checkpoint.h) and prunes.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -19,11 +19,9 @@
 #include <optional>
 #include <set>
 #include <thread>
-#include <variant>
 
 #include "checkpoint_dir.h"
-#include "checkpoint_file.h"
-#include "sharded_checkpoint.h"
+#include "checkpoint_folder.h"
 #include "trainrun/checkpoint/checkpoint.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/thread_annotations.h"
@@ -46,22 +44,17 @@ struct Checkpointer::Impl {
   // and `known_bad` belong to whichever thread writes (the writer when async, else the trainer).
   Mutex mu;
   CondVar cv;
-  std::optional<std::variant<CheckpointData, CheckpointShard>> pending GUARDED_BY(mu);
+  std::optional<RankSnapshot> pending GUARDED_BY(mu);
   bool busy GUARDED_BY(mu) = false;  // the writer holds a snapshot
   bool stop GUARDED_BY(mu) = false;
   std::exception_ptr error GUARDED_BY(mu);
   std::thread writer;
-  // Written snapshots' buffers, kept for reuse (reuse_data, reuse_shard).
-  CheckpointData spare_data GUARDED_BY(mu);
-  CheckpointShard spare_shard GUARDED_BY(mu);
+  // The written snapshot's buffer, kept for reuse.
+  RankSnapshot spare GUARDED_BY(mu);
 
-  void keep(CheckpointData&& d) EXCLUDES(mu) {
+  void keep(RankSnapshot&& s) EXCLUDES(mu) {
     MutexLock lock(mu);
-    spare_data = std::move(d);
-  }
-  void keep(CheckpointShard&& s) EXCLUDES(mu) {
-    MutexLock lock(mu);
-    spare_shard = std::move(s);
+    spare = std::move(s);
   }
 
   // Files known to verify: written by us, or verified once. Keyed by size and mtime so a file
@@ -70,14 +63,22 @@ struct Checkpointer::Impl {
   std::map<std::string, FileKey> verified;
   std::set<std::string> known_bad;
 
-  // A sharded checkpoint is keyed by its manifest, written last.
+  // A folder checkpoint is keyed by all its files: a rank file changed after the commit is damage.
   static std::optional<FileKey> key_of(const std::string& checkpoint) {
     std::error_code ec1, ec2;
-    const std::string path = fs::is_directory(checkpoint, ec1)
-                                 ? (fs::path(checkpoint) / kManifestName).string()
-                                 : checkpoint;
-    FileKey key{fs::file_size(path, ec1), fs::last_write_time(path, ec2)};
-    if (ec1 || ec2) return std::nullopt;
+    if (!fs::is_directory(checkpoint, ec1)) {
+      FileKey key{fs::file_size(checkpoint, ec1), fs::last_write_time(checkpoint, ec2)};
+      if (ec1 || ec2) return std::nullopt;
+      return key;
+    }
+    // A folder: every file in it (a rank's file changed after the commit is damage too).
+    FileKey key{0, fs::file_time_type::min()};
+    for (const auto& e : fs::directory_iterator(checkpoint, ec1)) {
+      key.first += e.is_regular_file(ec2) ? e.file_size(ec2) : 0;
+      key.second = std::max(key.second, e.last_write_time(ec2));
+      if (ec2) return std::nullopt;
+    }
+    if (ec1) return std::nullopt;
     return key;
   }
 
@@ -111,38 +112,29 @@ struct Checkpointer::Impl {
       if (good_seen == 0) continue;  // a damaged file newer than every good one: leave it
       if (!good && !is_trainrun_checkpoint(path)) continue;
       std::error_code ec;
-      if (fs::remove_all(path, ec) > 0)
+      if (remove_checkpoint(path, ec))
         spdlog::debug("pruned checkpoint {}", path);
       else if (ec)
         spdlog::warn("cannot remove old checkpoint {}: {}", path, ec.message());
       verified.erase(path);
     }
-    // Sharded saves that never committed, older than a kept checkpoint: never resumable.
-    for (const auto& [step, dir] : unfinished_sharded_checkpoints(run_dir)) {
+    // Saves that never committed, older than a kept checkpoint: never resumable.
+    for (const auto& [step, dir] : unfinished_checkpoints(run_dir)) {
       std::error_code ec;
-      if (step < oldest_kept && fs::remove_all(dir, ec) > 0)
-        spdlog::info("removed {}, a sharded save that never finished", dir);
+      if (step < oldest_kept && remove_checkpoint(dir, ec))
+        spdlog::info("removed {}, a save that never finished", dir);
     }
   }
 
-  void write(const CheckpointData& data) {
-    std::string path = checkpoint_path(run_dir, data.state.step);
-    write_checked_checkpoint(path, data);  // save() made the finiteness pass
-    verified.erase(path);
-    if (std::optional<FileKey> key = key_of(path)) verified[path] = *key;
-    known_bad.erase(path);
-    prune();
-  }
-
-  void write(const CheckpointShard& shard) {
-    write_shard(sharded_checkpoint_path(run_dir, shard.state.step), shard);
+  void write(const RankSnapshot& snap) {
+    write_rank_file(checkpoint_path(run_dir, snap.state.step), snap);  // save() checked finiteness
     if (async && rank == 0)
-      commit_and_prune(shard.state.step, shard.state.world_size, kAsyncCommitTimeout);
+      commit_and_prune(snap.state.step, snap.state.world_size, kAsyncCommitTimeout);
   }
 
   void commit_and_prune(int64_t step, int world, double timeout) {
-    const std::string dir = sharded_checkpoint_path(run_dir, step);
-    commit_sharded(dir, step, world, timeout);
+    const std::string dir = checkpoint_path(run_dir, step);
+    commit_folder(dir, step, world, timeout);
     verified.erase(dir);
     if (std::optional<FileKey> key = key_of(dir)) verified[dir] = *key;
     known_bad.erase(dir);
@@ -225,18 +217,18 @@ struct Checkpointer::Impl {
     for (;;) {
       while (!stop && !pending.has_value()) cv.wait(mu);
       if (!pending) break;  // stop requested and nothing left to write
-      std::variant<CheckpointData, CheckpointShard> data = std::move(*pending);
+      RankSnapshot data = std::move(*pending);
       pending.reset();
       ++writes_started;
       cv.notify_all();  // the watch starts its clock
       mu.unlock();
       std::exception_ptr err;
       try {
-        std::visit([this](const auto& d) { write(d); }, data);
+        write(data);
       } catch (...) {
         err = std::current_exception();
       }
-      std::visit([this](auto& d) { keep(std::move(d)); }, data);
+      keep(std::move(data));
       mu.lock();
       if (err && !error) error = err;
       busy = false;
@@ -247,8 +239,7 @@ struct Checkpointer::Impl {
   }
 
   // Writes in the caller's thread, or hands the snapshot to the writer once it is idle.
-  template <typename Snapshot>
-  void enqueue(Snapshot&& data) {
+  void enqueue(RankSnapshot&& data) {
     if (!async) {
       write(data);
       keep(std::move(data));
@@ -279,7 +270,7 @@ Checkpointer::Checkpointer(std::string run_dir, int keep_last, bool async, int r
   impl_->async = async;
   impl_->rank = rank;
   // Before any rank of this job writes: the one time a shard's temporary is known stale.
-  if (rank == 0) remove_stale_temp_files(impl_->run_dir, /*sharded_folders=*/true);
+  if (rank == 0) remove_stale_temp_files(impl_->run_dir, /*step_folders=*/true);
   if (async) {
     impl_->idle_policy = Impl::can_leave_idle();
     impl_->writer = std::thread([this] { impl_->writer_loop(); });
@@ -306,15 +297,12 @@ Checkpointer::~Checkpointer() {
   }
 }
 
-double Checkpointer::save(CheckpointData&& data) {
+double Checkpointer::save(RankSnapshot&& snap) {
   auto t0 = std::chrono::steady_clock::now();
-  auto seconds = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
   // Here, in the caller's thread, so that the caller learns of a refusal at once.
-  if (std::string why = non_finite_reason(data); !why.empty())
+  if (std::string why = non_finite_reason(snap); !why.empty())
     throw NonFiniteCheckpoint(fmt::format("not writing checkpoint {}: {}",
-                                          checkpoint_path(impl_->run_dir, data.state.step), why));
+                                          checkpoint_path(impl_->run_dir, snap.state.step), why));
   std::error_code ec;
   fs::path dir = fs::path(impl_->run_dir) / "checkpoints";
   fs::create_directories(dir, ec);
@@ -322,17 +310,7 @@ double Checkpointer::save(CheckpointData&& data) {
   if (ec)
     throw CheckpointWriteError(
         fmt::format("cannot create checkpoint folder {}: {}", dir.string(), ec.message()));
-  impl_->enqueue(std::move(data));
-  return seconds();
-}
-
-double Checkpointer::save_shard(CheckpointShard&& shard) {
-  auto t0 = std::chrono::steady_clock::now();
-  if (std::string why = non_finite_reason(shard); !why.empty())
-    throw NonFiniteCheckpoint(fmt::format("not writing checkpoint {}: {}",
-                                          sharded_checkpoint_path(impl_->run_dir, shard.state.step),
-                                          why));
-  impl_->enqueue(std::move(shard));
+  impl_->enqueue(std::move(snap));
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -340,14 +318,9 @@ void Checkpointer::commit(int64_t step, int world) {
   impl_->commit_and_prune(step, world, Impl::kCommitTimeout);
 }
 
-CheckpointData Checkpointer::reuse_data() {
+RankSnapshot Checkpointer::reuse() {
   MutexLock lock(impl_->mu);
-  return std::exchange(impl_->spare_data, CheckpointData{});
-}
-
-CheckpointShard Checkpointer::reuse_shard() {
-  MutexLock lock(impl_->mu);
-  return std::exchange(impl_->spare_shard, CheckpointShard{});
+  return std::exchange(impl_->spare, RankSnapshot{});
 }
 
 void Checkpointer::wait() {

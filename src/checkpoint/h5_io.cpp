@@ -520,8 +520,10 @@ void read_floats_contiguous(hid_t parent, const std::vector<FloatsRead>& reads) 
   int fd = -1;            // the file's (one file: every data set's is the same)
   for (const FloatsRead& r : reads) {
     Handle ds = open_dataset(parent, r.name, Storage::plain_floats);
-    if (dataset_shape(ds) != std::vector<int64_t>{static_cast<int64_t>(r.n)})
-      throw H5Failure(fmt::format("/{} is not {} elements", r.name, r.n));
+    const size_t total = r.dataset_n ? r.dataset_n : r.n;
+    if (dataset_shape(ds) != std::vector<int64_t>{static_cast<int64_t>(total)} || r.begin > total ||
+        r.n > total - r.begin)
+      throw H5Failure(fmt::format("/{} is not {} elements", r.name, total));
     // Plain bytes in a file we hold a descriptor of: read on a second thread while `each`
     // checks what has arrived (slab_reader.h says why). HDF5 still vouched for the offset and
     // the extent (its metadata is checksummed); the data's own checksum is the caller's.
@@ -531,7 +533,7 @@ void read_floats_contiguous(hid_t parent, const std::vector<FloatsRead>& reads) 
     // open_dataset vouched for the layout (contiguous float32 in this file, no filter).
     if (r.n > 0 && ds_fd >= 0 && H5Tequal(H5T_NATIVE_FLOAT, H5T_IEEE_F32LE) > 0) {
       fd = ds_fd;
-      ranges.push_back({static_cast<off_t>(base), r.n * sizeof(float),
+      ranges.push_back({static_cast<off_t>(base + r.begin * sizeof(float)), r.n * sizeof(float),
                         reinterpret_cast<char*>(r.out), [&r](const char* p, size_t bytes) {
                           if (r.each)
                             r.each(reinterpret_cast<const float*>(p), bytes / sizeof(float));
@@ -554,12 +556,13 @@ void read_floats_contiguous(hid_t parent, const std::vector<FloatsRead>& reads) 
   for (size_t i = 0; i < reads.size(); ++i) {
     const FloatsRead& r = reads[i];
     std::vector<float> slab(r.out ? 0 : std::min(r.n, kContiguousSlab));  // only verifying
-    for_each_slab(sets[i], 0, r.n, [&](hid_t file_space, hid_t mem, size_t at, size_t count) {
-      float* into = r.out ? r.out + at : slab.data();
-      check(H5Dread(sets[i], H5T_NATIVE_FLOAT, mem, file_space, H5P_DEFAULT, into),
-            fmt::format("read /{}", r.name).c_str());
-      if (r.each) r.each(into, count);
-    });
+    for_each_slab(sets[i], r.begin, r.begin + r.n,
+                  [&](hid_t file_space, hid_t mem, size_t at, size_t count) {
+                    float* into = r.out ? r.out + (at - r.begin) : slab.data();
+                    check(H5Dread(sets[i], H5T_NATIVE_FLOAT, mem, file_space, H5P_DEFAULT, into),
+                          fmt::format("read /{}", r.name).c_str());
+                    if (r.each) r.each(into, count);
+                  });
   }
 }
 

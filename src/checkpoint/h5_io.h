@@ -91,6 +91,8 @@ struct FloatsRead {
   float* out;  // n elements, or nullptr: only verify
   size_t n;
   SlabFn each;
+  size_t begin = 0;      // the first element read: elements [begin, begin + n) of the data set,
+  size_t dataset_n = 0;  // which holds dataset_n elements (0: n, the whole data set)
 };
 void read_floats_contiguous(hid_t parent, const std::vector<FloatsRead>& reads);
 

@@ -69,9 +69,4 @@ std::string non_finite_reason(const CheckpointData& d) {
   return first_non_finite(d.params, 0, d.weights, d.adam_m, d.adam_v);
 }
 
-std::string non_finite_reason(const CheckpointShard& s) {
-  const std::string why = first_non_finite(s.params, s.range.begin, s.weights, s.adam_m, s.adam_v);
-  return why.empty() ? why : fmt::format("rank {}'s shard: {}", s.rank, why);
-}
-
 }  // namespace trainrun

@@ -1,37 +1,25 @@
-// Sharded checkpoints (sharded_checkpoint.h): every rank writes its own file in parallel, rank 0
-// commits them with a manifest. Rank 0 never holds more than its own shard, and no collective
-// is needed to commit: rank 0 learns what the others wrote from their files, so the same commit
-// serves a background writer thread, which must not call MPI.
+// The reader of formats 3-4's sharded checkpoints (sharded_checkpoint.h): the manifest, then every
+// shard file against it.
 #include "sharded_checkpoint.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <set>
 #include <sstream>
-#include <thread>
 
 #include "checkpoint_file.h"
+#include "checkpoint_folder.h"
 #include "checkpoint_metadata.h"
 #include "h5_io.h"
 #include "non_finite.h"
-#include "reserved_file.h"
 #include "trainrun/core/crc32c.h"
-#include "trainrun/core/durable_file.h"
 #include "trainrun/core/errors.h"
-
-#ifndef TRAINRUN_VERSION
-#define TRAINRUN_VERSION "unknown"
-#endif
 
 namespace trainrun {
 namespace {
@@ -50,83 +38,8 @@ constexpr const char* kGroupNames[] = {"model", "optimizer/m", "optimizer/v"};
 // finiteness check.
 constexpr size_t kCheckPiece = size_t{1} << 16;
 
-Header header_of(const CheckpointShard& s) {
-  Header h;
-  h.state = s.state;
-  h.state.config_yaml.clear();
-  h.format_version = kShardedFormatVersion;
-  h.trainrun_version = TRAINRUN_VERSION;
-  h.created = iso_now();
-  h.flat_size = s.flat_size;
-  h.param_count = static_cast<int64_t>(s.params.size());
-  return h;
-}
-
-Layout layout_of(const CheckpointShard& s) {
-  Layout l;
-  l.params = s.params;
-  std::sort(l.params.begin(), l.params.end(),
-            [](const ParamEntry& a, const ParamEntry& b) { return a.offset < b.offset; });
-  l.has_optimizer = !s.adam_m.empty();
-  l.config_bytes = s.state.config_yaml.size();
-  return l;
-}
-
-void validate_shard(const CheckpointShard& s) {
-  const int world = s.state.world_size;
-  if (world < 1 || s.rank < 0 || s.rank >= world)
-    throw H5Failure(fmt::format("rank {} of world {} is not a shard", s.rank, world));
-  const Shard want = shard_of(s.flat_size, world, s.rank);
-  if (s.range.begin != want.begin || s.range.end != want.end)
-    throw H5Failure(fmt::format("range [{}, {}) is not rank {}'s shard [{}, {})", s.range.begin,
-                                s.range.end, s.rank, want.begin, want.end));
-  const size_t n = static_cast<size_t>(want.size());
-  if (s.weights.size() != n)
-    throw H5Failure(fmt::format("{} weights for a shard of {}", s.weights.size(), n));
-  if (s.adam_m.size() != s.adam_v.size() || (!s.adam_m.empty() && s.adam_m.size() != n))
-    throw H5Failure("the moments must both hold the shard's size, or both be empty");
-  if (std::string why = absurd_value(header_of(s)); !why.empty()) throw H5Failure(why);
-}
-
-void put_int(hid_t f, const char* name, int64_t v) {
-  put_attr<int64_t>(f, name, H5T_NATIVE_INT64, v);
-}
 int64_t get_int(hid_t f, const char* name) {
   return get_attr<int64_t>(f, name, H5T_NATIVE_INT64);
-}
-
-void write_file(const std::string& file, const CheckpointShard& s) {
-  const size_t n = static_cast<size_t>(s.range.size());
-  const int tensors = s.adam_m.empty() ? 1 : 3;
-  const std::string metadata = metadata_record(header_of(s), layout_of(s));
-  const uint64_t bound = 64 * 1024 + 4096 * 16 + tensors * (n * sizeof(float) + kAlignment) +
-                         stored_bytes({hsize_t(metadata.size())}, 1) +
-                         stored_bytes({hsize_t(s.state.config_yaml.size())}, 1);
-  create_reserved_file(file, empty_file_image(), bound);
-  Handle fapl = plist_h(H5Pcreate(H5P_FILE_ACCESS), "create file access properties");
-  set_write_access(fapl);
-  Handle f = file_h(H5Fopen(file.c_str(), H5F_ACC_RDWR, fapl), "open reserved file");
-  put_int(f, "format_version", kShardedFormatVersion);
-  put_int(f, "step", s.state.step);
-  put_int(f, "rank", s.rank);
-  put_int(f, "world_size", s.state.world_size);
-  put_int(f, "begin", s.range.begin);
-  put_int(f, "end", s.range.end);
-  put_int(f, "flat_size", s.flat_size);
-  write_text(f, "metadata", metadata);
-  write_text(f, "config", s.state.config_yaml);
-  // One CRC per dataset, so that a rank resuming reads (and checks) only the moments it needs.
-  // Taken slab by slab as each is written, while it is in cache.
-  const StateBuffer* data[] = {&s.weights, &s.adam_m, &s.adam_v};
-  for (int t = 0; t < tensors; ++t) {
-    uint32_t crc = 0;
-    write_floats_contiguous(f, kDatasets[t], data[t]->data(), n, [&crc](const float* p, size_t k) {
-      crc = crc32c(std::string_view(reinterpret_cast<const char*>(p), k * sizeof(float)), crc);
-    });
-    put_int(f, kCrcAttrs[t], crc);
-  }
-  check(H5Fflush(f, H5F_SCOPE_GLOBAL), "flush file");
-  f.close("close file");
 }
 
 Handle open_read(const std::string& path) {
@@ -176,14 +89,6 @@ std::string crc_list(const std::vector<uint32_t>& crcs) {
   std::string out;
   for (uint32_t c : crcs) out += fmt::format("{}{:08x}", out.empty() ? "" : ",", c);
   return out;
-}
-
-std::string manifest_text(const std::string& metadata, const std::vector<ShardLine>& shards) {
-  std::string out = std::string(kManifestTitle) + "\n" + metadata;
-  for (const ShardLine& s : shards)
-    out += fmt::format("shard={} begin={} end={} crc32c={}\n", s.file, s.begin, s.end,
-                       crc_list(s.crcs));
-  return out + fmt::format("{}{:08x}\n", kManifestCrcKey, crc32c(out));
 }
 
 struct Manifest {
@@ -264,11 +169,11 @@ Manifest read_manifest(const std::string& dir) {
     const Shard want = shard_of(h.flat_size, world, r);
     const ShardLine& s = m.shards[static_cast<size_t>(r)];
     const size_t crcs = m.layout.has_optimizer ? 3 : 1;  // weights, and m and v
-    if (s.file != shard_file_name(r, world) || s.begin != want.begin || s.end != want.end ||
+    if (s.file != rank_file_name(r, world) || s.begin != want.begin || s.end != want.end ||
         s.crcs.size() != crcs)
       throw H5Failure(fmt::format(
           "MANIFEST: shard {} is `{}` [{}, {}) with {} CRC(s), expected {} [{}, {}) with {}", r,
-          s.file, s.begin, s.end, s.crcs.size(), shard_file_name(r, world), want.begin, want.end,
+          s.file, s.begin, s.end, s.crcs.size(), rank_file_name(r, world), want.begin, want.end,
           crcs));
   }
   int64_t end = 0;
@@ -326,7 +231,6 @@ CheckpointData load(const std::string& dir, bool keep, std::optional<Shard> mome
     if (m.layout.has_optimizer) {
       d.adam_m.resize(static_cast<size_t>(want.size()));
       d.adam_v.resize(static_cast<size_t>(want.size()));
-      d.moments_begin = want.begin;
     }
   }
   StateBuffer* outs[] = {&d.weights, &d.adam_m, &d.adam_v};
@@ -407,97 +311,11 @@ CheckpointData load(const std::string& dir, bool keep, std::optional<Shard> mome
   return d;
 }
 
-void write_manifest(const std::string& dir, const std::string& text) {
-  write_file_durably((fs::path(dir) / kManifestName).string(), text);
-}
-
 }  // namespace
 
-std::string shard_file_name(int rank, int world) {
-  return fmt::format("rank-{:05d}-of-{:05d}.h5", rank, world);
-}
-
-bool has_manifest(const std::string& dir) {
-  std::error_code ec;
-  return fs::is_regular_file(fs::path(dir) / kManifestName, ec);
-}
-
-void write_shard(const std::string& dir, const CheckpointShard& shard) {
+Verdict judge_sharded(const std::string& dir, CheckpointData* data) {
   quiet();
-  const std::string path =
-      (fs::path(dir) / shard_file_name(shard.rank, shard.state.world_size)).string();
-  const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
-  try {
-    validate_shard(shard);
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) throw H5Failure(fmt::format("cannot create the folder: {}", ec.message()));
-    ::unlink(tmp.c_str());  // a leftover of an earlier process with our pid
-    write_file(tmp, shard);
-    fsync_path(tmp, false);
-    rename_durably(tmp, path);
-  } catch (const std::exception& e) {
-    ::unlink(tmp.c_str());
-    throw CheckpointWriteError(fmt::format("cannot write checkpoint shard {}: {}", path, e.what()));
-  }
-}
-
-void commit_sharded(const std::string& dir, int64_t step, int world, double timeout_s) {
-  quiet();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  std::vector<ShardLine> lines;
-  std::string metadata;
-  int64_t flat = -1;
-  for (int r = 0; r < world; ++r) {
-    const std::string name = shard_file_name(r, world);
-    const std::string path = (fs::path(dir) / name).string();
-    std::error_code ec;
-    // Poll: a background writer cannot wait on the other ranks with a collective.
-    while (!fs::exists(path, ec)) {
-      if (std::chrono::steady_clock::now() > deadline)
-        throw CheckpointWriteError(fmt::format(
-            "cannot commit checkpoint {}: rank {}'s file {} did not appear within {:g} s "
-            "(its write failed, or the folder is not shared between the hosts)",
-            dir, r, name, timeout_s));
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    try {
-      Handle f = open_read(path);
-      const ShardAttrs a = read_attrs(f);
-      if (flat < 0) flat = a.flat_size;
-      const Shard want = shard_of(flat, world, r);
-      expect(a.step, step, "step", "the commit");
-      expect(a.rank, r, "rank", "its name");
-      expect(a.world, world, "world_size", "the commit");
-      expect(a.begin, want.begin, "begin", "the shard split");
-      expect(a.end, want.end, "end", "the shard split");
-      if (r == 0) metadata = read_text(f, "metadata");
-      lines.push_back({name, a.begin, a.end, a.crcs});
-      f.close("close");
-    } catch (const std::exception& e) {
-      throw CheckpointWriteError(
-          fmt::format("cannot commit checkpoint {}: {}: {}", dir, name, e.what()));
-    }
-  }
-  try {
-    write_manifest(dir, manifest_text(metadata, lines));
-  } catch (const std::exception& e) {
-    throw CheckpointWriteError(fmt::format("cannot commit checkpoint {}: {}", dir, e.what()));
-  }
-  // Files of an earlier attempt at this step with another world size: not part of it.
-  std::set<std::string> listed;
-  for (const ShardLine& l : lines) listed.insert(l.file);
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.starts_with("rank-") && name.ends_with(".h5") && !listed.contains(name))
-      fs::remove(entry.path(), ec);
-  }
-}
-
-Verdict judge_sharded(const std::string& dir, CheckpointData* data, std::optional<Shard> moments) {
-  quiet();
-  return verdict_of([&] { return Loaded{load(dir, data != nullptr, moments), ""}; }, data);
+  return verdict_of([&] { return Loaded{load(dir, data != nullptr, std::nullopt), ""}; }, data);
 }
 
 std::string describe_sharded(const std::string& dir) {

@@ -190,9 +190,9 @@ std::vector<Field> make_schema() {
                       "only for the copy of the state",
        .resumable = kResumable},
       {KEY(checkpoint, sharded),
-       .description = "Every rank writes its part (a folder of per-rank files and a manifest) "
-                      "instead of rank 0 writing one file; data written past the page cache "
-                      "(O_DIRECT) where the file system allows",
+       .description = "No effect, kept so that configs which set it still load: every "
+                      "checkpoint is now a folder where each rank writes its part (format 5, "
+                      "docs/checkpoint-format.md)",
        .resumable = kResumable},
 
       {KEY(logging, every), .description = "Log metrics every N steps", .resumable = kResumable,

@@ -47,9 +47,19 @@ CheckpointFile stat_checkpoint(const std::string& path) {
   CheckpointFile f;
   if (path.empty()) return f;
   std::error_code ec;
-  const auto size = fs::file_size(path, ec);
+  // A checkpoint is a folder (its files' sizes added up; written when its MANIFEST was, the
+  // commit point), or an older single file.
+  uintmax_t size = 0;
+  fs::path stamp = path;
+  if (fs::is_directory(path, ec)) {
+    for (const auto& e : fs::directory_iterator(path, ec))
+      if (e.is_regular_file(ec)) size += e.file_size(ec);
+    stamp /= "MANIFEST";
+  } else {
+    size = fs::file_size(path, ec);
+  }
   if (ec) return f;
-  const auto written = fs::last_write_time(path, ec);
+  const auto written = fs::last_write_time(stamp, ec);
   if (ec) return f;
   f.exists = true;
   f.size_bytes = static_cast<double>(size);

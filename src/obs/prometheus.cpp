@@ -76,7 +76,8 @@ void checkpoint_metrics(Exposition& e, const LiveMetrics& m, const CheckpointFil
   if (!ckpt.exists) return;  // an async checkpoint still being written
   e.gauge("trainrun_checkpoint_age_seconds", "Seconds since the newest checkpoint was written.",
           ckpt.age_seconds);
-  e.gauge("trainrun_checkpoint_size_bytes", "Size of the newest checkpoint file.", ckpt.size_bytes);
+  e.gauge("trainrun_checkpoint_size_bytes", "Size of the newest checkpoint (all its files).",
+          ckpt.size_bytes);
 }
 
 }  // namespace

@@ -53,36 +53,23 @@ CheckpointPlan checkpoint_of(const Experiment& exp, const DevicePeak& peak, int6
   CheckpointPlan c;
   c.every = exp.checkpoint.every;
   c.async = exp.checkpoint.async;
-  c.sharded = exp.checkpoint.sharded;
-  const bool zero = exp.distributed.zero != 0 && world > 1;
   // Weights and both AdamW moments, fp32: 12 bytes per parameter (the flat buffers' alignment
   // padding, a few bytes per tensor, is left out).
   constexpr double kBytesPerParam = 12;
   c.state_bytes = kBytesPerParam * static_cast<double>(params);
   c.file_overhead = kCheckpointFileOverhead;
-  if (c.sharded) {
-    // Each rank writes its shard_of range of all three buffers; the largest one sets the pace.
-    int64_t largest = 0;
-    for (int r = 0; r < world; ++r)
-      largest = std::max(largest, shard_split(params, world, r).size());
-    c.files = world + 1;  // the shards and rank 0's MANIFEST (a few KB, within the overhead)
-    c.bytes_per_rank = kBytesPerParam * static_cast<double>(largest) + c.file_overhead;
-    c.copy_seconds = (c.bytes_per_rank - c.file_overhead) / std::max(peak.host_bw, 1.0);
-  } else {
-    // Rank 0 writes the whole state. Without ZeRO it already holds all of it (the moments are
-    // replicated); under ZeRO-1 it first gathers every other rank's shard of m and v.
-    c.files = 1;
-    c.bytes_per_rank = c.state_bytes + c.file_overhead;
-    const int64_t own = shard_split(params, world, 0).size();
-    c.gather_bytes = zero ? 8.0 * static_cast<double>(params - own) : 0;
-    c.gather_seconds = c.gather_bytes / std::max(peak.link_bw, 1.0);
-    c.copy_seconds = (c.state_bytes - c.gather_bytes) / std::max(peak.host_bw, 1.0);
-  }
+  // Each rank writes its shard_of range of all three buffers (nothing is gathered); the largest
+  // one sets the pace.
+  int64_t largest = 0;
+  for (int r = 0; r < world; ++r) largest = std::max(largest, shard_split(params, world, r).size());
+  c.files = world + 1;  // the rank files and rank 0's MANIFEST (within the overhead)
+  c.bytes_per_rank = kBytesPerParam * static_cast<double>(largest) + c.file_overhead;
+  c.copy_seconds = (c.bytes_per_rank - c.file_overhead) / std::max(peak.host_bw, 1.0);
   c.write_seconds = c.bytes_per_rank / std::max(peak.disk_bw, 1.0);
-  // The snapshot (copy, gather) always holds up the step loop. Synchronous saves then write;
+  // The snapshot (the copy) always holds up the step loop. Synchronous saves then write;
   // asynchronous ones hand the write to a background thread, which must be done with the last
   // save before it takes the next: a write longer than the interval stalls the loop too.
-  const double snapshot = c.copy_seconds + c.gather_seconds;
+  const double snapshot = c.copy_seconds;
   auto blocking = [&](int64_t every) {
     if (!c.async) return snapshot + c.write_seconds;
     const double interval = every > 0 ? static_cast<double>(every) * step_seconds : 0;
@@ -144,11 +131,9 @@ MemoryPlan memory_of(const Experiment& exp, bool gpu, const ModelShape& shape) {
   // (bench/RESULTS.md 23).
   const double token_buffers = 2.0 * 4 * micro_batch * m.seq_len;
   constexpr double kCpuProcess = 56.0 * 1048576;
-  // The snapshot is the largest rank's: rank 0 holds all of it (gathering ZeRO-1's moments)
-  // unless checkpoints are sharded, when each rank snapshots its own shard.
-  const double snapshot = exp.checkpoint.sharded && world > 1
-                              ? 12 * static_cast<double>((params + world - 1) / world)
-                              : 12 * n;
+  // The snapshot is the largest rank's: each rank snapshots its own shard_of share.
+  const double snapshot =
+      world > 1 ? 12 * static_cast<double>((params + world - 1) / world) : 12 * n;
   const bool zero = exp.distributed.zero != 0 && world > 1;
   // ZeRO-1 over MPI: Open MPI's in-place MPI_Reduce_scatter holds a temporary of up to the whole
   // gradient (measured: 0, 46 and 61 MiB of a 73 MiB gradient at 2, 4 and 8 ranks), counted as
@@ -293,22 +278,17 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
   if (c.every > 0 && c.fraction > kCheckpointBudget) {
     std::string fixes = fmt::format("raise checkpoint.every to {}", c.every_for_5pct);
     if (!c.async) fixes += ", set checkpoint.async: true (the loop then waits only for the copy)";
-    if (!c.sharded && p.world > 1)
-      fixes += fmt::format(", set checkpoint.sharded: true (each of the {} ranks writes 1/{})",
-                           p.world, p.world);
-    const std::string gather =
-        c.gather_seconds > 0 ? fmt::format(", after a {} gather", secs(c.gather_seconds)) : "";
-    const double snapshot = c.copy_seconds + c.gather_seconds;
+    const double snapshot = c.copy_seconds;
     const std::string what =
-        !c.async ? fmt::format("writing {} per rank at {:g} MB/s{}", mib(c.bytes_per_rank),
-                               peak.disk_bw / 1e6, gather)
-                 : fmt::format("copying {} into host memory{}{}",
-                               mib(c.bytes_per_rank - c.file_overhead), gather,
-                               c.blocking_seconds > snapshot
-                                   ? fmt::format(", then waiting for the last save's background "
-                                                 "write ({} at {:g} MB/s)",
-                                                 secs(c.write_seconds), peak.disk_bw / 1e6)
-                                   : "");
+        !c.async
+            ? fmt::format("writing {} per rank at {:g} MB/s", mib(c.bytes_per_rank),
+                          peak.disk_bw / 1e6)
+            : fmt::format("copying {} into host memory{}", mib(c.bytes_per_rank - c.file_overhead),
+                          c.blocking_seconds > snapshot
+                              ? fmt::format(", then waiting for the last save's background "
+                                            "write ({} at {:g} MB/s)",
+                                            secs(c.write_seconds), peak.disk_bw / 1e6)
+                              : "");
     p.warnings.push_back(fmt::format(
         "checkpointing takes {:.1f}% of training time: each save blocks the step loop {} ({}) "
         "every {} step{} of {}: over {:.0f}%, so {}",

@@ -130,22 +130,15 @@ std::string plan_text(const Plan& p) {
   line("tokens/s", human_count(p.predicted_tokens_per_second));
   line("MFU", fmt::format("{:.1f}% of the peak below", 100 * p.predicted_mfu));
   const CheckpointPlan& c = p.checkpoint;
-  s += fmt::format("checkpoint ({}, {}):\n",
-                   c.every > 0 ? fmt::format("every {} step{}", c.every, c.every == 1 ? "" : "s")
-                               : "only at the end",
-                   c.sharded ? fmt::format("sharded: {} rank files + MANIFEST", p.world)
-                             : "one file written by rank 0");
+  s += fmt::format(
+      "checkpoint ({}, {}):\n",
+      c.every > 0 ? fmt::format("every {} step{}", c.every, c.every == 1 ? "" : "s")
+                  : "only at the end",
+      fmt::format("a folder: {} rank file{} + MANIFEST", p.world, p.world == 1 ? "" : "s"));
   line("state", fmt::format("{} (weights + AdamW m and v, 12 bytes per parameter)",
                             human_bytes(c.state_bytes)));
-  line("bytes per rank", fmt::format("{} ({}{} file overhead)", human_bytes(c.bytes_per_rank),
-                                     c.sharded ? "the largest shard + " : "rank 0: all of it + ",
-                                     human_bytes(c.file_overhead)));
-  if (!c.sharded && p.world > 1)
-    line("gather to rank 0",
-         c.gather_bytes > 0
-             ? fmt::format("{} in {} (ZeRO-1 moments of the other ranks)",
-                           human_bytes(c.gather_bytes), human_seconds(c.gather_seconds))
-             : "none (every rank holds the whole state)");
+  line("bytes per rank", fmt::format("{} (the largest share + {} file overhead)",
+                                     human_bytes(c.bytes_per_rank), human_bytes(c.file_overhead)));
   line("copy to host",
        fmt::format("{} at {}", human_seconds(c.copy_seconds), human_rate(p.peak.host_bw)));
   line("write",
@@ -153,10 +146,9 @@ std::string plan_text(const Plan& p) {
   line("step loop blocked",
        fmt::format("{} per save ({})", human_seconds(c.blocking_seconds),
                    !c.async ? "sync: snapshot and write"
-                   : c.blocking_seconds > c.copy_seconds + c.gather_seconds
+                   : c.blocking_seconds > c.copy_seconds
                        ? "async, but each save first waits for the last one's write"
-                       : fmt::format("async: the copy{}; the write runs in the background",
-                                     c.gather_seconds > 0 ? " and gather" : "")));
+                       : "async: the copy; the write runs in the background"));
   if (c.async)
     line("background write",
          fmt::format("{} per save{}", human_seconds(c.background_seconds),
@@ -199,13 +191,12 @@ std::string plan_json(const Plan& p) {
       n.ranks_per_node);
   const CheckpointPlan& c = p.checkpoint;
   const std::string checkpoint = fmt::format(
-      "{{\"every\":{},\"async\":{},\"sharded\":{},\"files\":{},\"state_bytes\":{},"
-      "\"file_overhead\":{},\"bytes_per_rank\":{},\"gather_bytes\":{},\"copy_seconds\":{},"
-      "\"gather_seconds\":{},\"write_seconds\":{},\"blocking_seconds\":{},"
+      "{{\"every\":{},\"async\":{},\"files\":{},\"state_bytes\":{},"
+      "\"file_overhead\":{},\"bytes_per_rank\":{},\"copy_seconds\":{},"
+      "\"write_seconds\":{},\"blocking_seconds\":{},"
       "\"background_seconds\":{},\"fraction\":{},\"every_for_5pct\":{}}}",
-      c.every, c.async ? "true" : "false", c.sharded ? "true" : "false", c.files,
-      json_number(c.state_bytes), json_number(c.file_overhead), json_number(c.bytes_per_rank),
-      json_number(c.gather_bytes), json_number(c.copy_seconds), json_number(c.gather_seconds),
+      c.every, c.async ? "true" : "false", c.files, json_number(c.state_bytes),
+      json_number(c.file_overhead), json_number(c.bytes_per_rank), json_number(c.copy_seconds),
       json_number(c.write_seconds), json_number(c.blocking_seconds),
       json_number(c.background_seconds), json_number(c.fraction), c.every_for_5pct);
   std::string kernels;

@@ -1,9 +1,11 @@
 // CheckpointManager: everything about checkpoints the step loop does not need to know. The loop
-// asks due() and says save() or restore(); this component knows the layout (one file written by
-// rank 0, or a shard per rank and rank 0's manifest), takes the snapshot (rank 0 gathers the full
-// state, or each rank copies its own range), has the ranks agree on an outcome only some of them
-// saw (a non-finite value, a failed write), keeps the run's newest checkpoint, and restores one
-// into the model and the optimizer (torchtitan's checkpointer is the model).
+// asks due() and says save() or restore(); this component collects the named state of every
+// stateful component (the model's parameters, the optimizer's moments: state_dict.h) into this
+// rank's snapshot, has the ranks agree on an outcome only some of them saw (a non-finite value, a
+// failed write), has rank 0 commit, keeps the run's newest checkpoint, and hands a checkpoint
+// being restored to each component, which reads the slices its layout needs (torchtitan's
+// checkpointer is the model). It knows no layout: a component that shards its state declares
+// its own slices.
 //
 // Never during a streak of bad steps, nor with a non-finite weight or moment: the newest
 // checkpoint must always be one a rollback or a resume can go on from.
@@ -11,7 +13,7 @@
 // Collectives: save() and newest_good(); every rank makes the same calls with the same agreed
 // values. Thread safety: the step loop's thread only (the writer's own thread is the
 // Checkpointer's). Borrows the communicator, backend, parameter store and data-parallel
-// strategy; they must outlive it.
+// strategy (the optimizer's state); they must outlive it.
 #pragma once
 
 #include <cstdint>
@@ -19,9 +21,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "checkpoint_policy.h"
 #include "data_parallel.h"
+#include "model_state.h"
 #include "trainrun/backend/backend.h"
 #include "trainrun/checkpoint/checkpoint.h"
 #include "trainrun/comm/comm.h"
@@ -32,8 +36,7 @@ namespace trainrun {
 
 class CheckpointManager {
  public:
-  // Opens the writer (rank 0's; every rank's with checkpoint.sharded), which first clears what
-  // an interrupted write left.
+  // Opens this rank's writer (rank 0's first clears what an interrupted write left).
   CheckpointManager(const Experiment& exp, Communicator& comm, Backend& be, ParamStore& ps,
                     DataParallel& dp);
   ~CheckpointManager();
@@ -51,8 +54,8 @@ class CheckpointManager {
   // makes every rank throw CheckpointWriteError, so the job ends at once.
   std::string save(const TrainState& state, int bad_in_row,
                    const std::function<void()>& before_snapshot);
-  // Not collective: reads `file` (only this rank's range of the moments), checks it matches the
-  // model, loads weights and moments, and returns the run's state as saved.
+  // Not collective: opens `file` (any format), has every component read what it needs from it
+  // (each checks it matches: names and shapes), and returns the run's state as saved.
   TrainState restore(const std::string& file);
   // Collective: waits for every rank's writes, then finds the newest checkpoint that verifies
   // (logging the newer ones that do not); nullopt when there is none.
@@ -62,23 +65,19 @@ class CheckpointManager {
 
   // The newest checkpoint this run wrote or restored; "" for none.
   const std::string& newest() const { return newest_; }
-  // Where the checkpoint of `step` goes in this run's layout.
+  // Where the checkpoint of `step` goes.
   std::string location(int64_t step) const;
 
  private:
-  std::string save_single(const TrainState& state);
-  std::string save_sharded(const TrainState& state);
-  std::optional<CheckpointData> snapshot(const TrainState& state);
-  CheckpointShard shard_snapshot(const TrainState& state);
+  RankSnapshot snapshot(const TrainState& state);
 
   const Experiment& exp_;
   Communicator& comm_;
-  Backend& be_;
-  ParamStore& ps_;
-  DataParallel& dp_;
+  ModelState model_;
+  std::vector<Stateful*> components_;  // the model, the optimizer (dp_)
   CheckpointPolicy policy_;
   std::string config_yaml_;
-  std::unique_ptr<Checkpointer> writer_;  // null on ranks that write nothing
+  std::unique_ptr<Checkpointer> writer_;
   std::string newest_;
 };
 

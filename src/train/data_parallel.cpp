@@ -6,6 +6,7 @@
 
 #include "grad_sync.h"
 #include "trainrun/core/clock.h"
+#include "trainrun/core/state_buffer.h"
 
 namespace trainrun {
 
@@ -61,37 +62,32 @@ void DataParallel::update(double lr, int64_t step, double grad_norm, StepTimes& 
   gather_params(t);
 }
 
-void DataParallel::copy_moments(float* m, float* v) const {
-  const int64_t n = shard().size();
-  if (n == 0) return;
-  ps_.backend().copy(Tensor(m, DType::f32, Device::cpu, {n}), opt_.m());
-  ps_.backend().copy(Tensor(v, DType::f32, Device::cpu, {n}), opt_.v());
+// AdamW's two moments by their names in a checkpoint.
+std::vector<std::pair<std::string, Tensor>> DataParallel::moment_tensors() const {
+  return {{"optimizer/m", opt_.m()}, {"optimizer/v", opt_.v()}};
 }
 
-void DataParallel::copy_moments_range(Shard range, float* m, float* v) const {
-  const Shard s = shard();
-  if (range.begin < s.begin || range.end > s.end)
-    throw std::logic_error("copy_moments_range: the range lies outside this rank's shard");
-  const int64_t n = range.size();
-  if (n == 0) return;
-  const int64_t at = range.begin - s.begin;
-  ps_.backend().copy(Tensor(m, DType::f32, Device::cpu, {n}), opt_.m().slice(at, {n}));
-  ps_.backend().copy(Tensor(v, DType::f32, Device::cpu, {n}), opt_.v().slice(at, {n}));
+void DataParallel::state_dict(StateDict& out) {
+  const Shard held = shard();
+  const Shard mine = shard_of(ps_.numel(), host_.size(), host_.rank());  // inside `held`
+  const std::vector<ParamEntry> params = ps_.entries();
+  for (const auto& [prefix, moments] : moment_tensors())
+    add_flat_state(out, prefix, params, mine,
+                   [this, held, m = moments](int64_t at, int64_t n, float* o) {
+                     ps_.backend().copy(Tensor(o, DType::f32, Device::cpu, {n}),
+                                        m.slice(at - held.begin, {n}));
+                   });
 }
 
-void DataParallel::restore_optimizer_state(const CheckpointData& ck) {
+void DataParallel::load_state_dict(StateSource& in) {
   const Shard s = shard();
-  if (s.size() == 0) return;
-  const int64_t held_end = ck.moments_begin + static_cast<int64_t>(ck.adam_m.size());
-  if (s.begin < ck.moments_begin || s.end > held_end)
-    throw std::logic_error("restore_optimizer_state: the checkpoint's moments miss this shard");
-  // A Tensor views memory without constness; copy() only reads its source.
-  const auto range = [&s, &ck](const StateBuffer& held) {
-    return Tensor(const_cast<float*>(held.data()) + (s.begin - ck.moments_begin), DType::f32,
-                  Device::cpu, {s.size()});
-  };
-  ps_.backend().copy(opt_.m(), range(ck.adam_m));
-  ps_.backend().copy(opt_.v(), range(ck.adam_v));
+  const std::vector<ParamEntry> params = ps_.entries();
+  StateBuffer host(static_cast<size_t>(s.size()));  // every element is read below
+  for (const auto& [prefix, moments] : moment_tensors()) {
+    read_flat_state(in, prefix, params, s, host.data());
+    if (s.size() > 0)
+      ps_.backend().copy(moments, Tensor(host.data(), DType::f32, Device::cpu, {s.size()}));
+  }
 }
 
 namespace {
@@ -117,14 +113,6 @@ class Ddp final : public DataParallel {
     trace("allreduce wait", t0, now());
     t.comm_total += sync_->take_comm_seconds();
   }
-  // Every rank's moments are the same: rank 0's own are the full state.
-  void gather_optimizer_state(CheckpointData* ck) override {
-    if (!ck) return;
-    const size_t n = static_cast<size_t>(ps_.numel());
-    ck->adam_m.resize(n);
-    ck->adam_v.resize(n);
-    copy_moments(ck->adam_m.data(), ck->adam_v.data());
-  }
 
  protected:
   int copies_per_gradient() const override { return host_.size(); }
@@ -147,35 +135,11 @@ class Zero1 final : public DataParallel {
     if (host_.size() > 1)
       timed("reduce_scatter", t, [&] { device_.reduce_scatter_sum(ps_.grads()); });
   }
-  // Rank 0 receives every shard in place; the others send theirs from a shard-sized buffer.
-  void gather_optimizer_state(CheckpointData* ck) override {
-    const Shard s = shard();
-    const int64_t n = ps_.numel();
-    if (ck) {
-      // Every element is overwritten below (this rank's shard, then the others' by the gather).
-      ck->adam_m.resize(static_cast<size_t>(n));
-      ck->adam_v.resize(static_cast<size_t>(n));
-      copy_moments(ck->adam_m.data() + s.begin, ck->adam_v.data() + s.begin);
-      gather(ck->adam_m.data() + s.begin, ck->adam_m.data());
-      gather(ck->adam_v.data() + s.begin, ck->adam_v.data());
-      return;
-    }
-    std::vector<float> m(static_cast<size_t>(s.size())), v(static_cast<size_t>(s.size()));
-    copy_moments(m.data(), v.data());
-    gather(m.data(), nullptr);
-    gather(v.data(), nullptr);
-  }
 
  protected:
   int copies_per_gradient() const override { return 1; }
   void gather_params(StepTimes& t) override {
     if (host_.size() > 1) timed("all_gather params", t, [&] { device_.all_gather(ps_.params()); });
-  }
-
- private:
-  void gather(float* mine, float* all) {
-    host_.gather(Tensor(mine, DType::f32, Device::cpu, {shard().size()}),
-                 all ? Tensor(all, DType::f32, Device::cpu, {ps_.numel()}) : Tensor(), 0);
   }
 };
 

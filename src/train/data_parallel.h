@@ -5,7 +5,9 @@
 //           shard_of(n) range of the buffers; then the parameters are all-gathered.
 // Everything that differs between the two lives behind this interface, and the trainer makes
 // the same calls for both: grad_ready_hook (backward) -> reduce_grads -> reduce_stats -> update.
-// The strategy owns the optimizer, so it also moves optimizer state in and out of checkpoints.
+// The strategy owns the optimizer, so it is also the optimizer's checkpointed state (Stateful):
+// AdamW's moments as optimizer/m/NAME and optimizer/v/NAME, of which each rank writes and reads
+// only what its layout needs, whichever layout wrote the checkpoint.
 //
 // Collectives: the methods marked so must be called by every rank, in the same order. Device
 // tensors (gradients, parameters) go over `device` (NCCL on CUDA, else the same as `host`); host
@@ -15,9 +17,12 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "step_times.h"
-#include "trainrun/checkpoint/checkpoint.h"
+#include "trainrun/checkpoint/state_dict.h"
 #include "trainrun/comm/comm.h"
 #include "trainrun/core/experiment.h"
 #include "trainrun/model/model.h"
@@ -34,7 +39,7 @@ struct StepStats {
   bool stop = false;     // some rank had a stop request when the stats were reduced
 };
 
-class DataParallel {
+class DataParallel : public Stateful {
  public:
   // ZeRO-1 when `zero`, else DDP.
   static std::unique_ptr<DataParallel> make(bool zero, Communicator& host, Communicator& device,
@@ -63,13 +68,12 @@ class DataParallel {
   // `step` (1-based) to its shard and (collective under ZeRO-1) updates every rank's parameters.
   void update(double lr, int64_t step, double grad_norm, StepTimes& t);
 
-  // Collective: the full Adam moments into ck->adam_m/adam_v on rank 0, the writing rank; the
-  // other ranks pass null (and under ZeRO-1 send their shards).
-  virtual void gather_optimizer_state(CheckpointData* ck) = 0;
-  // Not collective: the moments of `range` (inside shard()) into host memory at m and v.
-  void copy_moments_range(Shard range, float* m, float* v) const;
-  // This rank's part of full, gathered moments (as a checkpoint holds them).
-  void restore_optimizer_state(const CheckpointData& ck);
+  // Not collective. Every rank writes the moments of its shard_of range of the flat buffers:
+  // under ZeRO-1 exactly the ones it holds, under DDP (every rank holds all of them, the same)
+  // its share, so the world writes each once, in parallel, and nothing is gathered.
+  void state_dict(StateDict& out) override;
+  // Not collective: reads the moments of shard() (whatever layout wrote them).
+  void load_state_dict(StateSource& in) override;
 
  protected:
   DataParallel(Communicator& host, Communicator& device, ParamStore& ps, const OptimizerConfig& cfg,
@@ -79,12 +83,11 @@ class DataParallel {
   virtual int copies_per_gradient() const = 0;
   // After the optimizer step: every rank's parameters up to date.
   virtual void gather_params(StepTimes& t) = 0;
-  // This rank's shard of the moments, copied to host memory at m and v.
-  void copy_moments(float* m, float* v) const;
   // Runs a blocking collective, charging it to the step's communication times and the trace.
   template <class F>
   void timed(const char* span, StepTimes& t, F&& collective);
   void trace(const char* span, double t0, double t1);
+  std::vector<std::pair<std::string, Tensor>> moment_tensors() const;
 
   Communicator& host_;
   Communicator& device_;

@@ -77,6 +77,17 @@ def run(args, *, cwd=None, env=None, timeout=300, check=None, wrap=()):
     return p
 
 
+def ckpt(run_dir, step):
+    """The checkpoint training writes at `step`: the folder RUN_DIR/checkpoints/step-NNNNNNN
+    (MANIFEST and one rank file per rank; tests/integration/checkpoint_layout.py reads them)."""
+    return pathlib.Path(run_dir) / "checkpoints" / f"step-{step:07d}"
+
+
+def ckpt_data(run_dir, step, rank=0, world=1):
+    """That checkpoint's file of rank `rank` of `world`."""
+    return ckpt(run_dir, step) / f"rank-{rank:05d}-of-{world:05d}.h5"
+
+
 def metrics(run_dir, kind="train"):
     rows = []
     path = pathlib.Path(run_dir) / "metrics.jsonl"

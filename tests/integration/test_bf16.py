@@ -4,11 +4,11 @@ its checkpoints hold the f32 master weights (not rounded to bf16), a bf16 run re
 bit for bit, and a bf16 checkpoint continues in fp32; two ranks with ZeRO-1 train as one."""
 import re
 
-import h5py
 import numpy as np
 import pytest
 
-from conftest import REPO, TINY, losses, metrics, run, sets
+from checkpoint_layout import tensor
+from conftest import REPO, TINY, ckpt, losses, metrics, run, sets
 
 # shakespeare-char shortened: 300 steps with two evaluations, about 20 s per run on 2 cores.
 SHORT = ["device=cpu", "train.steps=300", "train.eval_every=150", "checkpoint.every=300",
@@ -53,9 +53,8 @@ def bf16_run(tmp_path_factory):
 
 def test_checkpoint_holds_f32_masters(bf16_run):
     rd, _, _ = bf16_run
-    with h5py.File(rd / "checkpoints" / "step-0000010.h5", "r") as f:
-        w = f["model/blocks.0.attn.qkv.weight"][:]
-    assert w.dtype == np.float32
+    w = tensor(ckpt(rd, 10), "model/blocks.0.attn.qkv.weight")
+    assert w.dtype == np.float32 and w.shape == (96, 32)
     # Masters keep the bits below bf16's 8-bit mantissa: most are not bf16 values.
     low_bits = (w.view(np.uint32) & 0xFFFF) != 0
     assert low_bits.mean() > 0.5
@@ -68,7 +67,7 @@ def test_bf16_resume_is_bitwise_identical(tmp_path, bf16_run):
             env={"TRAINRUN_FAULTS": "exit:step=13:code=9"})
     assert p.returncode != 0
     p = run(["--resume", str(r)], check=0)
-    assert "step-0000010.h5" in p.stderr
+    assert f"resumed from {ckpt(r, 10)} at step 10" in p.stderr
     assert losses(r) == full  # every step, exact
     assert checksum(p) == full_sum
 
@@ -78,7 +77,7 @@ def test_bf16_checkpoint_continues_in_fp32(tmp_path, bf16_run):
     # Continued from the older checkpoint into a run directory of its own (the bf16 run's own
     # directory holds newer checkpoints, which a resume there would never discard).
     b = tmp_path / "b"
-    p = run(["--resume", str(rd / "checkpoints" / "step-0000010.h5"), "--run-dir", str(b),
+    p = run(["--resume", str(ckpt(rd, 10)), "--run-dir", str(b),
              *sets("train.precision=fp32")], check=0)
     assert "resumed from" in p.stderr
     got = losses(b)

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import REPO, TRAINRUN, sets
+from conftest import REPO, TRAINRUN, ckpt, sets
 
 SCHED_OTHER, SCHED_BATCH, SCHED_IDLE = 0, 3, 5
 # A few MB of checkpoint, every step, written asynchronously.
@@ -72,7 +72,7 @@ def test_a_starved_writer_is_raised_when_training_waits_for_it(tmp_path, busy_co
     assert code == 0, out
     assert SCHED_IDLE in seen, (seen, out)  # as root: it yields between writes
     assert "checkpoint writer raised to normal priority: training waits" in out, out
-    assert (tmp_path / "r" / "checkpoints" / "step-0000008.h5").exists()
+    assert (ckpt(tmp_path / "r", 8) / "MANIFEST").exists()
 
 
 def test_without_the_right_to_raise_it_the_writer_is_batch(busy_cores):
@@ -94,6 +94,6 @@ def test_without_the_right_to_raise_it_the_writer_is_batch(busy_cores):
         assert code == 0, out
         assert seen and SCHED_IDLE not in seen, (seen, out)
         assert SCHED_BATCH in seen, (seen, out)
-        assert (work / "r" / "checkpoints" / "step-0000008.h5").exists()
+        assert (ckpt(work / "r", 8) / "MANIFEST").exists()
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -3,8 +3,9 @@
 hand a reader another file's bytes, or a FIFO that never answers) are refused; a count read from
 a file (flat_size) is bounded by what the file really holds before anything is allocated; and a
 checkpoint of another run dropped into checkpoints/ is not adopted. Every hostile file is made
-from one small run (a module fixture) copied per test, in both layouts: one file per checkpoint,
-and the sharded folder with its MANIFEST."""
+from one small run (a module fixture) copied per test, in both layouts that resume: the folder
+training writes (rank files and MANIFEST), and one file per checkpoint (format 3, which older
+releases trained into and `trainrun export` still writes)."""
 import os
 import shutil
 import subprocess
@@ -13,7 +14,8 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import REPO, TINY, run, sets
+from checkpoint_layout import manifest, rewrite_index, write_manifest
+from conftest import REPO, TINY, ckpt, ckpt_data, run, sets
 
 CONFIG = str(REPO / "configs/quickstart.yaml")
 BASE = [*TINY, "train.steps=4", "checkpoint.every=2", "checkpoint.keep_last=5"]
@@ -23,11 +25,15 @@ BOUND = 60
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
-    """Two runs of 4 steps with checkpoints at 2 and 4: one single-file, one sharded."""
+    """A run of 4 steps with checkpoints at 2 and 4 (folders), and the same run with each
+    checkpoint exported to a single file in the folder's place."""
     root = tmp_path_factory.mktemp("trust")
-    run([CONFIG, *sets(*BASE), "--run-dir", str(root / "single")], check=0)
-    run([CONFIG, *sets(*BASE, "checkpoint.sharded=true"), "--run-dir", str(root / "sharded")],
-        check=0)
+    run([CONFIG, *sets(*BASE), "--run-dir", str(root / "folder")], check=0)
+    shutil.copytree(root / "folder", root / "single")
+    for step in (2, 4):
+        single = root / "single" / "checkpoints" / f"step-{step:07d}.h5"
+        run(["export", str(ckpt(root / "single", step)), "--out", str(single)], check=0)
+        shutil.rmtree(ckpt(root / "single", step))
     return root
 
 
@@ -39,14 +45,14 @@ def single(made, tmp_path):
 
 
 @pytest.fixture
-def sharded(made, tmp_path):
-    rd = tmp_path / "sharded"
-    shutil.copytree(made / "sharded", rd)
+def folder(made, tmp_path):
+    rd = tmp_path / "folder"
+    shutil.copytree(made / "folder", rd)
     return rd
 
 
-def newest(rd, sharded=False):
-    return rd / "checkpoints" / ("step-0000004" if sharded else "step-0000004.h5")
+def newest(rd, folder=False):
+    return ckpt(rd, 4) if folder else rd / "checkpoints" / "step-0000004.h5"
 
 
 def assert_refused_everywhere(rd, ckpt, why, tmp_path, listed=None):
@@ -147,22 +153,20 @@ def test_virtual_dataset_is_refused(single, tmp_path):
 
 
 @pytest.mark.parametrize("target", ["file", "fifo"])
-def test_sharded_external_storage_is_refused(sharded, tmp_path, target):
-    ckpt = newest(sharded, sharded=True)
-    shard = ckpt / "rank-00000-of-00001.h5"
+def test_folder_external_storage_is_refused(folder, tmp_path, target):
+    path = newest(folder, folder=True)
+    rank_file = ckpt_data(folder, 4)
     outside = tmp_path / "outside"
-    with h5py.File(shard, "r") as f:
-        n = f["weights"].shape[0]
-        outside.write_bytes(f["weights"][()].tobytes())  # the right bytes: the CRC would pass
+    with h5py.File(rank_file, "r") as f:
+        n = f["slices"].shape[0]
+        outside.write_bytes(f["slices"][()].tobytes())  # the right bytes: the CRCs would pass
     if target == "fifo":
         outside.unlink()
         os.mkfifo(outside)
-    with h5py.File(shard, "r+") as f:
-        crc = f.attrs["crc32c_weights"]
-        del f["weights"]
-        f.create_dataset("weights", shape=(n,), dtype="<f4", external=[(str(outside), 0, n * 4)])
-        f.attrs["crc32c_weights"] = crc
-    assert_refused_everywhere(sharded, ckpt, "external file", tmp_path)
+    with h5py.File(rank_file, "r+") as f:
+        del f["slices"]
+        f.create_dataset("slices", shape=(n,), dtype="<f4", external=[(str(outside), 0, n * 4)])
+    assert_refused_everywhere(folder, path, "external file", tmp_path)
 
 
 # --- counts that are not the file's -----------------------------------------------------------
@@ -185,24 +189,14 @@ def set_flat_size(ckpt, value):
         ds.write(h5py.h5s.ALL, h5py.h5s.ALL, np.array(text, dtype=f"S{len(text)}"))
 
 
-def crc32c(data):
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
-
-
-def set_manifest_flat_size(folder, value):
-    """The MANIFEST's flat_size and its shard's range rewritten, with a correct CRC-32C."""
-    path = folder / "MANIFEST"
-    lines = path.read_text().splitlines(keepends=True)
-    body = "".join(lines[:-1])
-    old = next(int(line.split("=")[1]) for line in lines if line.startswith("flat_size="))
-    body = body.replace(f"flat_size={old}\n", f"flat_size={value}\n")
-    body = body.replace(f"begin=0 end={old} ", f"begin=0 end={value} ")
-    path.write_text(body + "manifest_crc32c=%08x\n" % crc32c(body.encode()))
+def set_elements(path, value):
+    """The count of elements in the rank file rewritten in the MANIFEST (with a correct CRC-32C)
+    and in the file's /index alike: only the bound on the count can catch it."""
+    table = manifest(path)
+    old = table["files"][0]["elements"]
+    table["files"][0]["elements"] = value
+    write_manifest(path, table)
+    rewrite_index(path / table["files"][0]["name"], f'"elements":{old},', f'"elements":{value},')
 
 
 def test_absurd_flat_size_is_bounded_by_the_file(single, tmp_path):
@@ -211,7 +205,8 @@ def test_absurd_flat_size_is_bounded_by_the_file(single, tmp_path):
     assert_refused_everywhere(single, ckpt, "flat_size 2305843009213693952 exceeds", tmp_path)
 
 
-def test_absurd_sharded_flat_size_is_bounded_by_the_files(sharded, tmp_path):
-    ckpt = newest(sharded, sharded=True)
-    set_manifest_flat_size(ckpt, 2**61)
-    assert_refused_everywhere(sharded, ckpt, "flat_size 2305843009213693952 needs", tmp_path)
+def test_absurd_folder_element_count_is_bounded_by_the_files(folder, tmp_path):
+    path = newest(folder, folder=True)
+    set_elements(path, 2**61)
+    assert_refused_everywhere(folder, path,
+                              "MANIFEST says it holds 2305843009213693952 elements", tmp_path)

@@ -1,7 +1,8 @@
 """The model math checked against an implementation that shares none of trainrun's code: a tiny
-model trains a few steps with the real binary, its checkpoint is read with h5py, and numpy alone
-(numpy_models.py, float64) recomputes the loss trainrun itself reported on a known batch; the two
-agree to 1e-5 nats. Where PyTorch is importable it recomputes the same losses as well.
+model trains a few steps with the real binary, its checkpoint (exported to one file) is read
+with h5py, and numpy alone (numpy_models.py, float64) recomputes the loss trainrun itself
+reported on a known batch; the two agree to 1e-5 nats. Where PyTorch is importable it
+recomputes the same losses as well.
 
 Which batch: everything is documented, nothing is reproduced from trainrun's internals.
 - The train loss of step s+1 (metrics.jsonl) is the forward loss of the weights after s updates,
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 import numpy_models
-from conftest import REPO, metrics, run, sets
+from conftest import REPO, ckpt, metrics, run, sets
 
 SEED = 1234
 BATCH = 4
@@ -78,8 +79,10 @@ def train_tiny(family_sets, shards, run_dir):
                f"checkpoint.every={SAVED}", "checkpoint.keep_last=10", "logging.every=1",
                "optimizer.lr=1e-2", "optimizer.warmup_steps=0"),
          "--run-dir", str(run_dir)], check=0)
-    ckpt = run_dir / "checkpoints" / f"step-{SAVED:07d}.h5"
-    weights, config = numpy_models.load(ckpt)
+    # The checkpoint folder as one HDF5 file of named tensors, which h5py reads.
+    single = run_dir / "exported.h5"
+    run(["export", str(ckpt(run_dir, SAVED)), "--out", str(single)], check=0)
+    weights, config = numpy_models.load(single)
     train_loss = {r["step"]: r["loss"] for r in metrics(run_dir)}[SAVED + 1]
     val_loss = {r["step"]: r["val_loss"] for r in metrics(run_dir, "eval")}[SAVED]
     return weights, config, train_loss, val_loss

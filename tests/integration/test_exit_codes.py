@@ -31,7 +31,7 @@ def steps_logged(rd):
 
 def checkpoints(rd):
     d = rd / "checkpoints"
-    return sorted(p.name for p in d.glob("step-*.h5")) if d.exists() else []
+    return sorted(p.parent.name for p in d.glob("step-*/MANIFEST")) if d.exists() else []
 
 
 # direct: one process, no launcher; supervised: the supervisor and one child rank; mpirun: the
@@ -121,8 +121,8 @@ def test_a_stop_during_a_long_evaluation_ends_promptly_with_a_checkpoint(tmp_pat
     assert proc.returncode == code, err[-3000:]
     assert elapsed < 10, elapsed
     assert "stop requested during the evaluation" in err, err[-3000:]
-    assert checkpoints(rd) == ["step-0000002.h5"]
-    run(["inspect", str(rd / "checkpoints" / "step-0000002.h5")], check=0)
+    assert checkpoints(rd) == ["step-0000002"]
+    run(["inspect", str(rd / "checkpoints" / "step-0000002")], check=0)
 
 
 # Setup (here generating 10^8 synthetic tokens, several seconds) has no step boundary and

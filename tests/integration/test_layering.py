@@ -100,7 +100,7 @@ def test_an_inline_variable_defined_twice_fails(tmp_path):
     p = check(root)
     assert p.returncode == 1
     assert "src/data/manifest.h" in p.stdout and "kManifestName" in p.stdout
-    assert "src/checkpoint/sharded_checkpoint.h" in p.stdout
+    assert "src/checkpoint/checkpoint_folder.h" in p.stdout
 
 
 def test_siblings_in_the_order_do_not_use_each_other(tmp_path):

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from conftest import REPO, TINY, metrics, run, sets
+from conftest import REPO, TINY, ckpt, metrics, run, sets
 
 CONFIG = str(REPO / "configs/quickstart.yaml")
 BASE = [*TINY, "train.steps=6", "checkpoint.every=2", "checkpoint.keep_last=5"]
@@ -37,10 +37,6 @@ def snapshot(rd):
             if p.is_file() and p.name != ".trainrun.lock"}
 
 
-def ckpt(rd, step):
-    return rd / "checkpoints" / f"step-{step:07d}.h5"
-
-
 def test_resuming_an_older_checkpoint_is_refused_and_each_advice_works(rd, tmp_path):
     before = snapshot(rd)
     p = run(["--resume", str(ckpt(rd, 2)), *sets("train.steps=8", "optimizer.lr=0.002")],
@@ -63,11 +59,11 @@ def test_resuming_an_older_checkpoint_is_refused_and_each_advice_works(rd, tmp_p
     assert [r["step"] for r in metrics(rd)] == list(range(1, 9))
     # Starting over: the earlier run's files go into an archive, none deleted.
     run([str(rd / "config.yaml"), "--run-dir", str(rd), "--new"], check=0)
-    archived = list(rd.glob("archive-*/checkpoints/step-0000008.h5"))
+    archived = list(rd.glob("archive-*/checkpoints/step-0000008/MANIFEST"))
     assert archived and ckpt(rd, 6).exists(), sorted(rd.rglob("*"))
 
 
-def test_resuming_the_newest_checkpoint_file_continues_the_run(rd):
+def test_resuming_the_newest_checkpoint_continues_the_run(rd):
     p = run(["--resume", str(ckpt(rd, 6)), *sets("train.steps=7")], check=0)
     assert "resumed from" in p.stderr and "at step 6" in p.stderr
     assert [r["step"] for r in metrics(rd)] == list(range(1, 8))
@@ -81,7 +77,7 @@ def test_resume_of_the_checkpoints_folder_resumes_its_run(rd, slash):
 
 def test_a_checkpoint_of_another_run_is_not_adopted(rd, made, tmp_path):
     stray = ckpt(rd, 8)
-    shutil.copyfile(ckpt(made / "other", 8), stray)
+    shutil.copytree(ckpt(made / "other", 8), stray)
     before = snapshot(rd)
     p = run(["--resume", str(rd), *sets("train.steps=9")], check=4)
     assert f"checkpoint {stray} is not one of the run in {rd}" in p.stderr, p.stderr
@@ -92,7 +88,7 @@ def test_a_checkpoint_of_another_run_is_not_adopted(rd, made, tmp_path):
     p = run(["--resume", str(stray), "--run-dir", str(branch), *sets("train.steps=9")], check=0)
     assert "at step 8" in p.stderr
     # Moved out, the run resumes from its own newest checkpoint.
-    stray.rename(tmp_path / "stray.h5")
+    stray.rename(tmp_path / "stray")
     p = run(["--resume", str(rd), *sets("train.steps=7")], check=0)
     assert f"resumed from {ckpt(rd, 6)} at step 6" in p.stderr, p.stderr
 
@@ -120,7 +116,7 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again_as_advised(tmp_pa
     assert kept and [r["step"] for r in metrics(kept[0].parent)] == attempt
 
 def test_when_no_checkpoint_verifies_the_advice_to_start_over_works(rd, tmp_path):
-    for f in (rd / "checkpoints").glob("step-*.h5"):
+    for f in (rd / "checkpoints").glob("step-*/rank-*.h5"):
         f.write_bytes(b"garbage")
     p = run(["--resume", str(rd)], check=4)
     # config.yaml names the directory the run was made in (the fixture's): the advice names the
@@ -128,7 +124,7 @@ def test_when_no_checkpoint_verifies_the_advice_to_start_over_works(rd, tmp_path
     advice = f"`trainrun {rd}/config.yaml --run-dir {rd} --new`"
     assert f"start the run over with {advice}" in p.stderr, p.stderr
     run([str(rd / "config.yaml"), "--run-dir", str(rd), "--new"], check=0)
-    assert len(list(rd.glob("archive-*/checkpoints/step-*.h5"))) == 3  # kept, not deleted
+    assert len(list(rd.glob("archive-*/checkpoints/step-*/MANIFEST"))) == 3  # kept, not deleted
 
 
 def test_resume_of_an_empty_directory_names_a_start_that_works(tmp_path):

@@ -4,11 +4,12 @@ left alone, a checkpoint from elsewhere starts a new directory, a failed start w
 and the small ones: user errors with their own codes, CONFIG with --resume, train.steps below
 the checkpoint, the same data checks in validate and --dry-run, escaped control characters."""
 import os
+import shutil
 import signal
 import socket
 import subprocess
 
-from conftest import REPO, TINY, TRAINRUN, losses, metrics, run, sets, wait_for
+from conftest import REPO, TINY, TRAINRUN, ckpt, losses, metrics, run, sets, wait_for
 
 QS = str(REPO / "configs/quickstart.yaml")
 BASE = [*TINY, "train.steps=8", "checkpoint.every=4", "checkpoint.keep_last=5"]
@@ -48,11 +49,11 @@ def test_new_archives_the_earlier_run_and_resume_uses_the_new_one(tmp_path):
     # Everything the first run wrote moved, byte for byte; nothing was deleted.
     assert snapshot(archive) == {k: v for k, v in old.items()}
     assert (rd / "notes.txt").read_text() == "mine"
-    assert sorted(p.name for p in (rd / "checkpoints").iterdir()) == ["step-0000004.h5"]
+    assert sorted(p.name for p in (rd / "checkpoints").iterdir()) == ["step-0000004"]
     assert max(losses(rd)) == 4 and min(losses(rd)) == 1
     # --resume continues the new run, not the archived one's higher steps.
     p = run(["--resume", str(rd), *sets("train.steps=6")], check=0)
-    assert f"resumed from {rd / 'checkpoints' / 'step-0000004.h5'} at step 4" in p.stderr
+    assert f"resumed from {ckpt(rd, 4)} at step 4" in p.stderr
     assert max(losses(rd)) == 6
     p = run([QS, *sets(*BASE), "--run-dir", str(rd), "--new", "--resume"], check=2)
     assert "excludes" in p.stderr
@@ -71,7 +72,7 @@ def test_a_second_process_is_refused_with_the_holders_pid_and_host(tmp_path):
                   str(rd)])
     try:
         assert wait_for(lambda: (rd / "checkpoints").is_dir() and
-                        any((rd / "checkpoints").glob("step-*.h5")))
+                        any((rd / "checkpoints").glob("step-*/MANIFEST")))
         holder = f"pid {proc.pid} on {socket.gethostname()}"
         # The plain second start said "already holds a run: --resume it" (issue 27 item 6).
         for args in (["--resume", str(rd)], [QS, *sets(*TINY), "--run-dir", str(rd)],
@@ -125,21 +126,21 @@ def test_a_checkpoint_from_elsewhere_starts_a_new_run_directory(tmp_path):
     home = tmp_path / "home"
     (home / "stuff").mkdir(parents=True)
     (home / "config.yaml").write_text("not trainrun's\n")
-    (home / "stuff" / "ckpt.h5").write_bytes((rd / "checkpoints" / "step-0000008.h5").read_bytes())
+    shutil.copytree(ckpt(rd, 8), home / "stuff" / "ckpt")
     before = snapshot(home)
-    p = run(["--resume", "stuff/ckpt.h5", *sets("train.steps=10")], cwd=home, check=0)
+    p = run(["--resume", "stuff/ckpt", *sets("train.steps=10")], cwd=home, check=0)
     assert "outside a run directory" in p.stderr and "internal error" not in p.stderr
     new = rd.parent / "r-from-step-8"
     assert str(new) in p.stderr
     assert sorted(losses(new)) == [9, 10]
     assert snapshot(home) == before
-    assert "step-0000010.h5" in os.listdir(new / "checkpoints")
+    assert "step-0000010" in os.listdir(new / "checkpoints")
     # The original run is untouched, and a second start from the file meets the new run.
     assert max(losses(rd)) == 8
-    p = run(["--resume", "stuff/ckpt.h5", *sets("train.steps=10")], cwd=home, check=73)
+    p = run(["--resume", "stuff/ckpt", *sets("train.steps=10")], cwd=home, check=73)
     assert "already holds a run" in p.stderr
     # Inside a run directory, a relative path continues that run.
-    p = run(["--resume", "r/checkpoints/step-0000008.h5", *sets("train.steps=9")],
+    p = run(["--resume", "r/checkpoints/step-0000008", *sets("train.steps=9")],
             cwd=rd.parent, check=0)
     assert max(losses(rd)) == 9
 

@@ -1,5 +1,5 @@
 """Scale rehearsal on one machine: 32 oversubscribed ranks through the normal launcher train,
-write a sharded checkpoint of 32 files, resume on 8 and on 1 rank with the uninterrupted run's
+write a checkpoint of 32 rank files, resume on 8 and on 1 rank with the uninterrupted run's
 losses, come back from a rank killed with SIGKILL to the same parameters, and a rank frozen with
 SIGSTOP is named by the watchdog (rank and host). 64 ranks, and the straggler detector under a
 SIGSTOP/SIGCONT duty cycle, are in bench/scale.sh (2 cores cannot time 64 ranks fairly)."""
@@ -14,7 +14,7 @@ QS = str(REPO / "configs/quickstart.yaml")
 RANKS = 32
 STEPS = 8
 BASE = [*TINY, f"train.steps={STEPS}", f"train.batch_size={RANKS}", "optimizer.warmup_steps=2",
-        "checkpoint.every=4", "checkpoint.sharded=true", "checkpoint.keep_last=10",
+        "checkpoint.every=4", "checkpoint.keep_last=10",
         f"distributed.nproc={RANKS}", "distributed.oversubscribe=true",
         "fault_tolerance.restart_backoff=0"]
 

@@ -1,58 +1,71 @@
-"""Sharded checkpoints (checkpoint.sharded): every rank writes its own file, rank 0 commits a
-manifest. They resume bit for bit on the same world size and within 1e-5 on another (with and
-without ZeRO-1), old single-file checkpoints resume into a sharded run, a damaged or missing
-shard is named and the previous complete checkpoint used, a folder without a manifest is no
-checkpoint, and `export` writes the consolidated single file."""
-import re
+"""Checkpoints of several ranks (the folder every run writes): every rank writes its own file
+of the slices it holds, rank 0 commits a manifest. They resume bit for bit on the same world
+size and within 1e-5 on another (with and without ZeRO-1), old single-file checkpoints resume
+into a 2-rank run, a damaged or missing rank file is named and the previous complete checkpoint
+used, a folder without a manifest is no checkpoint, `export` writes the consolidated single
+file, and checkpoint.sharded (which chose this layout before it was the only one) is accepted
+and changes nothing."""
+import shutil
 
 import h5py
+import numpy as np
 import pytest
 
-from conftest import REPO, TINY, checksums, losses, run, sets
+from checkpoint_layout import flip_data, manifest
+from conftest import REPO, TINY, checksums, ckpt, losses, run, sets
 
 QS = str(REPO / "configs/quickstart.yaml")
 STEPS = 20
 # A batch of 12 divides over 1, 2 and 3 ranks.
 BASE = [*TINY, f"train.steps={STEPS}", "train.batch_size=12", "checkpoint.every=5",
         "checkpoint.keep_last=10", "optimizer.warmup_steps=3", "distributed.oversubscribe=true"]
-SHARDED = [*BASE, "checkpoint.sharded=true"]
-
-
-def folder(rd, step):
-    return rd / "checkpoints" / f"step-{step:07d}"
+folder = ckpt
 
 
 @pytest.fixture(scope="module")
 def full_run(tmp_path_factory):
-    """One rank, single-file checkpoints: the reference every sharded run is held to."""
+    """One rank: the reference every run of several ranks is held to."""
     rd = tmp_path_factory.mktemp("full") / "run"
     run([QS, *sets(*BASE), "--run-dir", str(rd)], check=0)
     return losses(rd)
 
 
 def interrupted(rd, extra=(), fault="exit:step=13:code=9"):
-    """A sharded run that dies at step 12, after committing step 10."""
-    p = run([QS, *sets(*SHARDED, *extra), "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": fault})
+    """A run that dies at step 12, after committing step 10."""
+    p = run([QS, *sets(*BASE, *extra), "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": fault})
     assert p.returncode != 0
 
 
 def test_every_rank_writes_its_shard_and_rank_0_commits(tmp_path, full_run):
     rd = tmp_path / "r"
-    run([QS, *sets(*SHARDED, "distributed.nproc=2"), "--run-dir", str(rd)], check=0)
+    run([QS, *sets(*BASE, "distributed.nproc=2"), "--run-dir", str(rd)], check=0)
     d = folder(rd, STEPS)
     assert sorted(p.name for p in d.iterdir()) == [
         "MANIFEST", "rank-00000-of-00002.h5", "rank-00001-of-00002.h5"]
-    manifest = (d / "MANIFEST").read_text()
-    ranges = re.findall(r"shard=(\S+) begin=(\d+) end=(\d+)", manifest)
-    flat = int(re.search(r"flat_size=(\d+)", manifest).group(1))
-    assert [(int(b), int(e)) for _, b, e in ranges] == [(0, flat // 2), (flat // 2, flat)]
-    # Each file holds exactly its range of the weights and both moments, nothing gathered.
-    for name, b, e in ranges:
+    table = manifest(d)
+    names = [t["name"] for t in table["tensors"]]
+    params = sum(int(np.prod(t["shape"])) for t in table["tensors"]
+                 if t["name"].startswith("model/"))
+    files = [f["name"] for f in table["files"]]
+    assert files == ["rank-00000-of-00002.h5", "rank-00001-of-00002.h5"]
+    # Each file holds its half of the weights and both moments, nothing gathered: the same
+    # boxes of a tensor's weights, m and v, each slice in one file only.
+    assert [f["elements"] for f in table["files"]] == [3 * params // 2] * 2
+    held = [{}, {}]
+    for s in table["slices"]:
+        kind, _, tensor = names[s["tensor"]].partition("/")
+        if kind == "optimizer":
+            kind, _, tensor = tensor.partition("/")
+        box = (tensor, tuple(s["offsets"]), tuple(s["sizes"]))
+        held[s["file"]].setdefault(kind, set()).add(box)
+    for h in held:
+        assert h["model"] and h["model"] == h["m"] == h["v"]
+    assert not held[0]["model"] & held[1]["model"]
+    for i, name in enumerate(files):
         with h5py.File(d / name, "r") as f:
-            for t in ("weights", "adam_m", "adam_v"):
-                assert f[t].shape == (int(e) - int(b),)
+            assert f["slices"].shape == (table["files"][i]["elements"],)
     p = run(["inspect", str(d)], check=0)
-    assert "layout: sharded" in p.stdout and "verdict: OK" in p.stdout
+    assert "layout: a folder" in p.stdout and "verdict: OK" in p.stdout
     for step, want in full_run.items():
         assert losses(rd)[step] == pytest.approx(want, rel=1e-5)
 
@@ -61,7 +74,7 @@ def test_every_rank_writes_its_shard_and_rank_0_commits(tmp_path, full_run):
 def test_resume_on_the_same_world_is_bitwise(tmp_path, async_write):
     extra = ["distributed.nproc=2", f"checkpoint.async={str(async_write).lower()}"]
     ref = tmp_path / "ref"
-    run([QS, *sets(*SHARDED, *extra), "--run-dir", str(ref)], check=0)
+    run([QS, *sets(*BASE, *extra), "--run-dir", str(ref)], check=0)
     rd = tmp_path / "r"
     interrupted(rd, extra)
     p = run(["--resume", str(rd)], check=0)
@@ -86,20 +99,19 @@ def test_resume_on_another_world_size(tmp_path, full_run, first, then, zero):
     assert len(list(folder(rd, STEPS).glob("rank-*.h5"))) == then
 
 
-def test_single_file_checkpoint_resumes_into_a_sharded_run(tmp_path, full_run):
+def test_single_file_checkpoint_resumes_into_a_two_rank_run(tmp_path, full_run):
     rd = tmp_path / "r"
-    p = run([QS, *sets(*BASE), "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": "exit:step=13:code=9"})
-    assert p.returncode != 0 and (rd / "checkpoints" / "step-0000010.h5").exists()
-    run(["--resume", str(rd), *sets("checkpoint.sharded=true", "distributed.nproc=2")], check=0)
+    interrupted(rd)
+    # The single file of format 3 (what 1-rank runs wrote before the folder; export still
+    # writes it) in the folder's place.
+    single = rd / "checkpoints" / "step-0000010.h5"
+    run(["export", str(folder(rd, 10)), "--out", str(single)], check=0)
+    shutil.rmtree(folder(rd, 10))
+    p = run(["--resume", str(rd), *sets("distributed.nproc=2")], check=0)
+    assert f"resumed from {single} at step 10" in p.stderr, p.stderr
     assert (folder(rd, 15) / "MANIFEST").exists()
     for step, want in full_run.items():
         assert losses(rd)[step] == pytest.approx(want, rel=1e-5)
-
-
-def flip_middle(path):
-    data = bytearray(path.read_bytes())
-    data[int(len(data) * 0.6)] ^= 0xFF
-    path.write_bytes(bytes(data))
 
 
 @pytest.mark.parametrize("damage", ["flip", "delete", "stale"])
@@ -108,8 +120,10 @@ def test_damaged_shard_falls_back_to_the_previous_checkpoint(tmp_path, full_run,
     interrupted(rd, ["distributed.nproc=2"], fault="exit:step=18:code=9")
     newest, older = folder(rd, 15), folder(rd, 10)
     shard = newest / "rank-00001-of-00002.h5"
-    if damage == "flip":
-        flip_middle(shard)
+    if damage == "flip":  # a byte of a slice rank 1 holds
+        table = manifest(newest)
+        held = [s for s in table["slices"] if s["file"] == 1]
+        flip_data(newest, table["tensors"][held[len(held) // 2]["tensor"]]["name"])
     elif damage == "delete":
         shard.unlink()
     else:  # an intact file from another save in its place: only the manifest's CRC tells
@@ -136,7 +150,7 @@ def test_a_folder_without_manifest_is_not_a_checkpoint(tmp_path, full_run):
 
 def test_export_writes_one_file_that_resumes_and_samples(tmp_path, full_run):
     rd = tmp_path / "r"
-    run([QS, *sets(*SHARDED, "distributed.nproc=2"), "--run-dir", str(rd)], check=0)
+    run([QS, *sets(*BASE, "distributed.nproc=2"), "--run-dir", str(rd)], check=0)
     out = tmp_path / "model.h5"
     p = run(["export", str(rd), "--out", str(out)], check=0)
     assert f"step-{STEPS:07d}" in p.stdout
@@ -155,7 +169,24 @@ def test_export_writes_one_file_that_resumes_and_samples(tmp_path, full_run):
 
 def test_pruning_removes_whole_folders(tmp_path):
     rd = tmp_path / "r"
-    run([QS, *sets(*SHARDED, "distributed.nproc=2", "checkpoint.keep_last=2"), "--run-dir",
+    run([QS, *sets(*BASE, "distributed.nproc=2", "checkpoint.keep_last=2"), "--run-dir",
          str(rd)], check=0)
     assert sorted(p.name for p in (rd / "checkpoints").iterdir()) == [
         "step-0000015", "step-0000020"]
+
+
+@pytest.mark.parametrize("sharded", ["true", "false"])
+def test_checkpoint_sharded_is_accepted_and_changes_nothing(tmp_path, sharded):
+    """Config files that set checkpoint.sharded keep working: the run writes what a run without
+    the setting writes (the same files, slices and CRCs) and trains alike."""
+    ref, rd = tmp_path / "ref", tmp_path / "r"
+    run([QS, *sets(*BASE, "train.steps=5", "distributed.nproc=2"), "--run-dir", str(ref)],
+        check=0)
+    run([QS, *sets(*BASE, "train.steps=5", "distributed.nproc=2",
+                   f"checkpoint.sharded={sharded}"), "--run-dir", str(rd)], check=0)
+    want, got = manifest(folder(ref, 5)), manifest(folder(rd, 5))
+    for key in ("format_version", "state", "tensors", "files", "slices"):
+        assert got[key] == want[key], key
+    assert sorted(p.name for p in folder(rd, 5).iterdir()) == sorted(
+        p.name for p in folder(ref, 5).iterdir())
+    assert losses(rd) == losses(ref) and checksums(rd) == checksums(ref)

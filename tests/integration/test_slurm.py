@@ -283,7 +283,7 @@ def test_preempted_job_requeues_resumes_and_matches(slurm, tmp_path):
     try:
         # Preempt once it runs and has a checkpoint to come back to.
         def first_checkpoint():
-            ckpts = sorted((run_dir / "checkpoints").glob("step-*.h5"))
+            ckpts = sorted((run_dir / "checkpoints").glob("step-*/MANIFEST"))
             if not ckpts:
                 state = scontrol_job(env, job).get("JobState")
                 assert state in ("PENDING", "RUNNING", "CONFIGURING"), \
@@ -305,7 +305,7 @@ def test_preempted_job_requeues_resumes_and_matches(slurm, tmp_path):
     text = log()
     assert f"trainrun: job {job} restart 0" in text and f"trainrun: job {job} restart 1" in text
     stopped = re.search(r"checkpoint saved at step (\d+)", text)
-    resumed = re.search(r"resumed from .*step-(\d+)\.h5 at step (\d+)", text)
+    resumed = re.search(r"resumed from .*step-(\d+) at step (\d+)", text)
     assert stopped and resumed, text
     assert int(resumed.group(2)) == int(stopped.group(1)), "resumed from a stale checkpoint"
     assert 0 < int(stopped.group(1)) < 100

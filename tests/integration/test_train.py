@@ -9,8 +9,8 @@ import struct
 import subprocess
 import time
 
-from conftest import (REPO, TINY, TRAINRUN, is_tiny_shakespeare, losses, metrics, run, sets,
-                      unigram_entropy)
+from conftest import (REPO, TINY, TRAINRUN, ckpt, is_tiny_shakespeare, losses, metrics, run,
+                      sets, unigram_entropy)
 
 
 def test_quickstart_shortened(quickstart, tmp_path):
@@ -27,7 +27,7 @@ def test_quickstart_shortened(quickstart, tmp_path):
     assert [r["step"] for r in metrics(rd, "eval")] == [15, 30]
     assert all("val_loss" in r for r in metrics(rd, "eval"))
     assert "name: quickstart" in (rd / "config.yaml").read_text()
-    assert (rd / "checkpoints" / "step-0000030.h5").exists()
+    assert (ckpt(rd, 30) / "MANIFEST").exists()
     assert (rd / "logs" / "rank-0.log").exists()
     # It learned something: the loss fell well below the uniform log(vocab), and so did the
     # validation loss, on the same chain (not a chain of another seed, which it once read).
@@ -146,7 +146,8 @@ def test_sigint_stops_cleanly_with_a_checkpoint(quickstart, tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    ckpts = list((rd / "checkpoints").glob("step-*.h5"))
+    ckpts = list((rd / "checkpoints").glob("step-*"))
     assert len(ckpts) == 1  # written on the way out, at the step where it stopped
-    assert ckpts[0].name == f"step-{metrics(rd)[-1]['step']:07d}.h5"
+    assert ckpts[0] == ckpt(rd, metrics(rd)[-1]["step"])
+    assert (ckpts[0] / "MANIFEST").exists()
     assert "--resume" in err

@@ -1,15 +1,17 @@
-// Checkpoint (docs/checkpoint-format.md), in one of two layouts:
-// - one HDF5 file: rank 0 gathers and writes the full state;
-// - sharded (checkpoint.sharded): a folder where every rank writes its even shard of the weights
-//   and moments to its own HDF5 file, and rank 0 then writes a small checksummed MANIFEST, the
-//   commit point: a folder without one is not a checkpoint.
-// Both are written atomically (temp name, fsync, rename, fsync dir), checksummed (fletcher32 on
-// the data; the single file also on a copy of every root attribute and the parameter table, the
-// sharded one on the manifest and a CRC-32C per shard), optionally by a background thread, and
-// both resume on any world size. Every function below that takes a checkpoint path accepts
-// either. Only a usable state becomes a checkpoint: every weight and moment finite, every
-// counter plausible; readers apply the same rules, so a file that fails them is never resumed
-// from.
+// Checkpoints (docs/checkpoint-format.md). A checkpoint is a folder step-NNNNNNN/: every rank
+// writes the tensor slices it holds (state_dict.h) into its own HDF5 file, and rank 0 then writes
+// MANIFEST, the commit point, which maps every slice of every global tensor to the file holding
+// it, with a CRC-32C per slice and one over the manifest: a folder without one is not a
+// checkpoint. Writes are atomic (temp name, fsync, rename, fsync dir), optionally by a background
+// thread. A reader on any layout reads the slices it needs, so every checkpoint resumes on any
+// world size and strategy. Only a usable state becomes a checkpoint: every value finite, every
+// counter plausible; readers apply the same rules, so a checkpoint that fails them is never
+// resumed from.
+//
+// Older formats are still read (never written by training): the single HDF5 file of formats 1-3
+// (step-NNNNNNN.h5; `trainrun export` still writes one, format 3) and the sharded folder of
+// formats 3-4 (an even flat shard per rank and a text MANIFEST). Every function below that takes
+// a checkpoint path accepts all three.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "trainrun/checkpoint/state_dict.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/param_entry.h"
 #include "trainrun/core/shard.h"
@@ -37,27 +40,33 @@ struct TrainState {
   std::string config_yaml;  // the resolved config
 };
 
+// A whole state in memory, as the single-file format holds it: what `export` writes and the
+// sampler and the launcher read.
 struct CheckpointData {
   TrainState state;
   std::vector<ParamEntry> params;
   StateBuffer weights;  // flat, full size
-  StateBuffer adam_m;   // flat, full size (gathered when ZeRO-1 sharded it), or from
-  StateBuffer adam_v;   // a ranged read: flat elements [moments_begin, + size)
-  int64_t moments_begin = 0;
-};
-
-// One rank's part of a sharded checkpoint: `range` = shard_of(flat_size, world, rank) of the
-// flat weights and moments (state.world_size is the world).
-struct CheckpointShard {
-  TrainState state;                // the same on every rank
-  std::vector<ParamEntry> params;  // the whole table
-  int64_t flat_size = 0;
-  int rank = 0;
-  Shard range{0, 0};
-  StateBuffer weights;  // range.size() each; the moments empty without an optimizer
-  StateBuffer adam_m;
+  StateBuffer adam_m;   // flat, full size; both empty for a checkpoint without optimizer state
   StateBuffer adam_v;
 };
+
+// One rank's part of a checkpoint, ready to write: the train state, every tensor the rank's
+// components declared, and the slices it writes, packed back to back in `data`.
+struct RankSnapshot {
+  TrainState state;  // state.world_size: how many ranks write the checkpoint
+  int rank = 0;
+  std::vector<StateDict::Tensor> tensors;
+  struct Slice {
+    size_t tensor;  // index into tensors
+    Box box;
+    int64_t begin;  // its first element in data
+  };
+  std::vector<Slice> slices;
+  StateBuffer data;
+};
+// Fills `snap` from `state` (tensors, slices, and data by running every slice's fill), reusing
+// snap's buffer when it is large enough.
+void take_snapshot(const StateDict& state, RankSnapshot* snap);
 
 // Format 2 adds /metadata, the checksummed copy of the root attributes; format 3 stores
 // /metadata and /config as scalar strings (h5io.h write_text) instead of character arrays.
@@ -75,7 +84,7 @@ struct NonFiniteCheckpoint : CheckpointError {
 // "" when every weight and moment is finite; else the tensor holding the first non-finite
 // value and how many there are. One pass over the three buffers.
 std::string non_finite_reason(const CheckpointData& data);
-std::string non_finite_reason(const CheckpointShard& shard);
+std::string non_finite_reason(const RankSnapshot& snap);
 
 // Writes `path` atomically. Throws NonFiniteCheckpoint for a non-finite snapshot and
 // CheckpointError for anything else; never leaves a partial file at `path`.
@@ -83,11 +92,11 @@ void write_checkpoint(const std::string& path, const CheckpointData& data);
 // Reads and verifies the file (verify_checkpoint's checks, the same code). Throws
 // CheckpointError naming the file and why it cannot be used.
 CheckpointData read_checkpoint(const std::string& path);
-// The same, keeping only the `moments` flat range of the optimizer moments (a ZeRO-1 rank's
-// shard): the weights whole, adam_m/adam_v that range, moments_begin its start. A sharded
-// checkpoint's other ranges are then not even read (their owners read and check them); a single
-// file is read whole and cut.
-CheckpointData read_checkpoint(const std::string& path, Shard moments);
+// Opens a checkpoint of any format for a restoring component: the manifest (or the old
+// format's metadata) is read and checked now, the tensors when asked for. `state` receives the
+// train state and resolved config. Throws CheckpointError naming the checkpoint and why it
+// cannot be used.
+std::unique_ptr<StateSource> open_checkpoint(const std::string& path, TrainState* state);
 
 struct Verdict {
   bool ok = false;
@@ -107,12 +116,13 @@ Verdict verify_checkpoint(const std::string& path);
 // A human-readable listing for `trainrun inspect`: metadata, every dataset, and the verdict.
 std::string describe_checkpoint(const std::string& path);
 
-// RUN_DIR/checkpoints/step-NNNNNNN.h5
+// RUN_DIR/checkpoints/step-NNNNNNN (a folder): where training writes the checkpoint of `step`.
 std::string checkpoint_path(const std::string& run_dir, int64_t step);
-// RUN_DIR/checkpoints/step-NNNNNNN (a folder)
-std::string sharded_checkpoint_path(const std::string& run_dir, int64_t step);
+// RUN_DIR/checkpoints/step-NNNNNNN.h5: the single-file format's name (read; `export` and tests
+// write it).
+std::string single_file_checkpoint_path(const std::string& run_dir, int64_t step);
 // A directory that is not itself a checkpoint: a run directory, whose checkpoints/ holds them.
-// A sharded checkpoint's folder (named step-NNNNNNN, or holding a MANIFEST) is not one.
+// A checkpoint's folder (named step-NNNNNNN, or holding a MANIFEST) is not one.
 bool is_run_directory(const std::string& path);
 // All checkpoints of a run (files, and folders with a MANIFEST), newest step first.
 std::vector<std::string> list_checkpoints(const std::string& run_dir);
@@ -120,29 +130,26 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir);
 std::optional<std::string> latest_good_checkpoint(const std::string& run_dir,
                                                   std::vector<std::string>* warnings);
 
-// Saves checkpoints for one run: keeps the newest keep_last, and with async the caller only
-// waits for the previous write, not this one. One per process; for sharded checkpoints one on
-// every rank, of which rank 0's commits and prunes.
+// Saves checkpoints for one run, one on every rank: each writes its own file into the step's
+// folder; rank 0's also commits (writes the manifest) and keeps the newest keep_last. With async
+// the caller only waits for the previous write, not this one.
 class Checkpointer {
  public:
   Checkpointer(std::string run_dir, int keep_last, bool async, int rank = 0);
   ~Checkpointer();  // waits for the writer
-  // Takes ownership of the snapshot. Returns seconds the caller was blocked. A non-finite
-  // snapshot is refused in the caller's thread, async or not: throws NonFiniteCheckpoint and
-  // writes and prunes nothing, so the newest checkpoint stays the newest.
-  double save(CheckpointData&& data);
-  // Sharded: writes this rank's file into the step's folder. With async, rank 0's writer then
-  // waits for every rank's file (shard_timeout seconds at most) and commits the manifest;
-  // without, the caller agrees with the other ranks that every file was written and has rank 0
-  // call commit(). Refuses a non-finite shard like save().
-  double save_shard(CheckpointShard&& shard);
-  // Rank 0, after every rank's save_shard() returned: writes the manifest, then prunes.
+  // Takes ownership of the snapshot and writes this rank's file into the step's folder. Returns
+  // seconds the caller was blocked. A non-finite snapshot is refused in the caller's thread,
+  // async or not: throws NonFiniteCheckpoint and writes nothing, so the newest checkpoint stays
+  // the newest. With async, rank 0's writer then waits for every rank's file (a bounded time)
+  // and commits; without, the caller agrees with the other ranks that every file was written
+  // and has rank 0 call commit().
+  double save(RankSnapshot&& snap);
+  // Rank 0, after every rank's save() returned: writes the manifest, then prunes.
   void commit(int64_t step, int world);
-  // The buffers of the last snapshot written, sizes kept, for the next snapshot to fill (empty
-  // when none is free: the first save, or a background write still holds them). Filling them
-  // costs a copy; new ones would cost the page faults and zero fill of the whole state again.
-  CheckpointData reuse_data();
-  CheckpointShard reuse_shard();
+  // The buffer of the last snapshot written, size kept, for the next snapshot to fill (empty
+  // when none is free: the first save, or a background write still holds it). Filling it costs
+  // a copy; a new one would cost the page faults and zero fill of the whole state again.
+  RankSnapshot reuse();
   void wait();  // rethrows a background write's error
  private:
   struct Impl;

@@ -28,17 +28,15 @@ struct DevicePeak {
   std::string disk_source;  // where disk_bw came from, with how to measure it
 };
 
-// One checkpoint save, for the rank that takes longest (rank 0 unsharded; the largest shard).
+// One checkpoint save, for the rank that takes longest (the one writing the largest share).
 struct CheckpointPlan {
   int64_t every = 0;  // checkpoint.every; 0 = only at the end
-  bool async = false, sharded = false;
-  int files = 1;                // files written per save (shards + MANIFEST when sharded)
+  bool async = false;
+  int files = 1;                // files written per save: one per rank, and MANIFEST
   double state_bytes = 0;       // weights + AdamW m + v of the whole model: 12 bytes per parameter
   double file_overhead = 0;     // HDF5 headers, /config, /metadata per file
   double bytes_per_rank = 0;    // what the slowest rank writes, its file's overhead included
-  double gather_bytes = 0;      // rank 0 receives before writing (unsharded ZeRO-1 moments)
   double copy_seconds = 0;      // snapshot into host memory (blocks the step loop)
-  double gather_seconds = 0;    // gather_bytes over the link (blocks the step loop)
   double write_seconds = 0;     // bytes_per_rank at disk_bw
   double blocking_seconds = 0;  // the step loop waits this long per save
   double background_seconds = 0;  // async: the write, off the step loop; sync: 0

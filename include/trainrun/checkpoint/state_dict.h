@@ -1,0 +1,123 @@
+// The contract between the components that hold training state and the checkpoint that stores it
+// (torchtitan's Stateful, PyTorch distributed checkpoint's planner items).
+//
+// A checkpoint speaks global tensors ("model/blocks.0.attn.qkv.weight", "optimizer/m/...") with
+// their global shapes, never a rank's buffers. On save, each component declares every tensor it
+// has and adds the slices of them this rank writes: a Box (offsets and sizes per dimension) and a
+// function that copies the slice's elements out when the snapshot is taken. On restore, a
+// component asks a StateSource for the boxes its own layout needs, whatever layout wrote them;
+// the source assembles them from the stored slices that overlap. Resharding (any world size, any
+// data-parallel strategy, later any sharded or tensor-parallel split) is therefore one operation,
+// and a new layout adds only its own declarations.
+//
+// Thread safety: a StateDict and a StateSource belong to one thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "trainrun/core/param_entry.h"
+#include "trainrun/core/shard.h"
+
+namespace trainrun {
+
+// A box of a global tensor: [offsets[d], offsets[d] + sizes[d]) in every dimension d. The whole
+// tensor is {zeros, shape}. Elements are row-major within the box.
+struct Box {
+  std::vector<int64_t> offsets, sizes;
+  bool operator==(const Box&) const = default;
+};
+
+int64_t box_numel(const Box& b);
+Box whole(const std::vector<int64_t>& shape);
+std::string box_str(const Box& b);  // "[0:4, 8:16]"
+
+// The boxes that make up the row-major flat elements [begin, end) of a tensor of `shape`, in
+// order: each box is one contiguous run of the flattening, and together they are the range. (A
+// flat shard of a buffer, ZeRO's or a data-parallel save's, cuts tensors this way: at most two
+// partial boxes per dimension, and the full ones between.)
+std::vector<Box> boxes_of_flat_range(const std::vector<int64_t>& shape, int64_t begin, int64_t end);
+
+// The row-major flat index, within the tensor of `shape`, of the box's first element.
+int64_t flat_start(const std::vector<int64_t>& shape, const Box& b);
+
+// What one rank saves.
+class StateDict {
+ public:
+  // Copies a slice's box_numel elements, row-major, to `out` (host memory).
+  using Fill = std::function<void(float* out)>;
+  struct Tensor {
+    std::string name;
+    std::vector<int64_t> shape;
+  };
+  struct Slice {
+    size_t tensor;  // index into tensors()
+    Box box;
+    Fill fill;
+  };
+  // Every tensor a component has, on every rank, whether or not this rank writes a slice of it:
+  // the tables of all ranks must agree. Names are '/'-separated paths of [A-Za-z0-9_.-] parts.
+  // Returns its index.
+  size_t declare(std::string name, std::vector<int64_t> shape);
+  // A slice of a declared tensor that this rank writes; empty boxes are dropped. The slices of
+  // all ranks together must cover each tensor exactly once (the checkpoint refuses a gap or an
+  // overlap when it commits).
+  void add(size_t tensor, Box box, Fill fill);
+
+  const std::vector<Tensor>& tensors() const { return tensors_; }
+  const std::vector<Slice>& slices() const { return slices_; }
+
+ private:
+  std::vector<Tensor> tensors_;
+  std::vector<Slice> slices_;
+};
+
+// A restoring component's request: the box of a tensor, into `out` (box_numel floats, row-major).
+struct SliceRequest {
+  std::string tensor;
+  Box box;
+  float* out;
+};
+
+// A checkpoint, as a restoring component sees it.
+class StateSource {
+ public:
+  virtual ~StateSource() = default;
+  // The global shape of `tensor`; false when the checkpoint has no such tensor.
+  virtual bool shape_of(const std::string& tensor, std::vector<int64_t>* shape) const = 0;
+  // The names of every tensor, in the order they were declared.
+  virtual std::vector<std::string> tensor_names() const = 0;
+  // Fills every request, reading (and verifying: checksum, finiteness) only the stored slices
+  // that overlap one. Throws CheckpointError naming the checkpoint and the tensor.
+  virtual void read(const std::vector<SliceRequest>& requests) = 0;
+  // The checkpoint's path, for messages.
+  virtual const std::string& path() const = 0;
+};
+
+// A component with checkpointed state.
+class Stateful {
+ public:
+  virtual ~Stateful() = default;
+  // Declares this component's tensors and adds the slices this rank writes.
+  virtual void state_dict(StateDict& out) = 0;
+  // Restores this rank's part from `in`. Throws CheckpointError when `in` does not hold what
+  // this component needs (another model, missing tensors).
+  virtual void load_state_dict(StateSource& in) = 0;
+};
+
+// The state of a flat buffer of named tensors (ParamStore's layout: `params` at their offsets),
+// under `prefix` ("model", "optimizer/m"): declares every tensor and adds the boxes of the flat
+// elements `range`, filled by copy(begin, n, out), which copies flat elements [begin, begin + n).
+void add_flat_state(StateDict& out, const std::string& prefix,
+                    const std::vector<ParamEntry>& params, Shard range,
+                    const std::function<void(int64_t begin, int64_t n, float* out)>& copy);
+// The inverse: reads the flat elements `range` of the tensors under `prefix` into `out`
+// (range.size() floats; out[0] is element range.begin). Throws CheckpointError naming the
+// tensor when the checkpoint lacks one or holds it with another shape, or holds a tensor under
+// `prefix` that `params` does not have (a checkpoint of another model).
+void read_flat_state(StateSource& in, const std::string& prefix,
+                     const std::vector<ParamEntry>& params, Shard range, float* out);
+
+}  // namespace trainrun

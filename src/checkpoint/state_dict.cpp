@@ -1,0 +1,209 @@
+// Boxes, flat ranges and the flat-buffer components' state (state_dict.h, box_copy.h).
+#include "trainrun/checkpoint/state_dict.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <stdexcept>
+
+#include "box_copy.h"
+#include "trainrun/core/errors.h"
+
+namespace trainrun {
+
+int64_t box_numel(const Box& b) {
+  int64_t n = 1;
+  for (int64_t s : b.sizes) n *= s;
+  return n;
+}
+
+Box whole(const std::vector<int64_t>& shape) {
+  return Box{std::vector<int64_t>(shape.size(), 0), shape};
+}
+
+std::string box_str(const Box& b) {
+  std::string out = "[";
+  for (size_t d = 0; d < b.sizes.size(); ++d)
+    out += fmt::format("{}{}:{}", d ? ", " : "", b.offsets[d], b.offsets[d] + b.sizes[d]);
+  return out + "]";
+}
+
+namespace {
+
+int64_t numel_from(const std::vector<int64_t>& shape, size_t dim) {
+  int64_t n = 1;
+  for (size_t d = dim; d < shape.size(); ++d) n *= shape[d];
+  return n;
+}
+
+// The boxes of flat elements [begin, end) of the sub-tensor at `at` (its leading dimensions
+// fixed by at.offsets[0..dim), each of size 1), appended to `out` in order.
+void flat_boxes(const std::vector<int64_t>& shape, size_t dim, Box at, int64_t begin, int64_t end,
+                std::vector<Box>* out) {
+  if (begin >= end) return;
+  const int64_t inner = numel_from(shape, dim + 1);  // elements per index of dimension `dim`
+  auto rows = [&](int64_t first, int64_t count) {    // whole indices [first, first + count)
+    Box b = at;
+    b.offsets[dim] = first;
+    b.sizes[dim] = count;
+    for (size_t d = dim + 1; d < shape.size(); ++d) {
+      b.offsets[d] = 0;
+      b.sizes[d] = shape[d];
+    }
+    out->push_back(std::move(b));
+  };
+  auto within = [&](int64_t row, int64_t lo, int64_t hi) {  // part of one index, one level down
+    Box b = at;
+    b.offsets[dim] = row;
+    b.sizes[dim] = 1;
+    flat_boxes(shape, dim + 1, std::move(b), lo, hi, out);
+  };
+  if (begin % inner == 0 && end % inner == 0) return rows(begin / inner, (end - begin) / inner);
+  const int64_t first = begin / inner, last = (end - 1) / inner;
+  if (first == last) return within(first, begin - first * inner, end - first * inner);
+  int64_t full_from = first;
+  if (begin % inner != 0) {
+    within(first, begin % inner, inner);
+    full_from = first + 1;
+  }
+  const int64_t full_to = end / inner;
+  if (full_to > full_from) rows(full_from, full_to - full_from);
+  if (end % inner != 0) within(full_to, 0, end % inner);
+}
+
+}  // namespace
+
+std::vector<Box> boxes_of_flat_range(const std::vector<int64_t>& shape, int64_t begin,
+                                     int64_t end) {
+  const int64_t n = numel_from(shape, 0);
+  if (begin < 0 || end > n || begin > end)
+    throw std::invalid_argument(fmt::format(
+        "boxes_of_flat_range: [{}, {}) lies outside a tensor of {} elements", begin, end, n));
+  std::vector<Box> out;
+  if (begin == end) return out;
+  if (shape.empty()) return {Box{}};  // a scalar: its one element
+  flat_boxes(shape, 0, whole(shape), begin, end, &out);
+  return out;
+}
+
+int64_t flat_start(const std::vector<int64_t>& shape, const Box& b) {
+  int64_t at = 0;
+  for (size_t d = 0; d < shape.size(); ++d) at = at * shape[d] + b.offsets[d];
+  return at;
+}
+
+std::optional<Box> intersect(const Box& a, const Box& b) {
+  Box o;
+  for (size_t d = 0; d < a.sizes.size(); ++d) {
+    const int64_t lo = std::max(a.offsets[d], b.offsets[d]);
+    const int64_t hi = std::min(a.offsets[d] + a.sizes[d], b.offsets[d] + b.sizes[d]);
+    if (hi <= lo) return std::nullopt;
+    o.offsets.push_back(lo);
+    o.sizes.push_back(hi - lo);
+  }
+  return o;
+}
+
+int64_t offset_within(const Box& inner, const Box& outer) {
+  int64_t at = 0;
+  for (size_t d = 0; d < outer.sizes.size(); ++d)
+    at = at * outer.sizes[d] + (inner.offsets[d] - outer.offsets[d]);
+  return at;
+}
+
+bool contiguous_within(const Box& inner, const Box& outer) {
+  size_t d = 0;
+  while (d < inner.sizes.size() && inner.sizes[d] == 1) ++d;
+  for (++d; d < inner.sizes.size(); ++d)
+    if (inner.sizes[d] != outer.sizes[d]) return false;
+  return true;
+}
+
+void copy_overlap(const Box& src_box, const float* src, const Box& dst_box, float* dst) {
+  const std::optional<Box> o = intersect(src_box, dst_box);
+  if (!o) return;
+  const size_t rank = o->sizes.size();
+  if (rank == 0) {
+    *dst = *src;
+    return;
+  }
+  // Runs along the last dimension; `idx` walks the overlap's leading dimensions.
+  const int64_t run = o->sizes[rank - 1];
+  std::vector<int64_t> idx(o->offsets.begin(), o->offsets.end());
+  Box point{idx, std::vector<int64_t>(rank, 1)};
+  for (;;) {
+    point.offsets = idx;
+    std::memcpy(dst + offset_within(point, dst_box), src + offset_within(point, src_box),
+                static_cast<size_t>(run) * sizeof(float));
+    size_t d = rank - 1;
+    while (d-- > 0) {
+      if (++idx[d] < o->offsets[d] + o->sizes[d]) break;
+      idx[d] = o->offsets[d];
+    }
+    if (d == static_cast<size_t>(-1)) return;
+  }
+}
+
+size_t StateDict::declare(std::string name, std::vector<int64_t> shape) {
+  tensors_.push_back({std::move(name), std::move(shape)});
+  return tensors_.size() - 1;
+}
+
+void StateDict::add(size_t tensor, Box box, Fill fill) {
+  if (tensor >= tensors_.size()) throw std::logic_error("StateDict::add: undeclared tensor");
+  if (box_numel(box) == 0) return;
+  slices_.push_back({tensor, std::move(box), std::move(fill)});
+}
+
+void add_flat_state(StateDict& out, const std::string& prefix,
+                    const std::vector<ParamEntry>& params, Shard range,
+                    const std::function<void(int64_t, int64_t, float*)>& copy) {
+  for (const ParamEntry& p : params) {
+    const size_t t = out.declare(prefix + "/" + p.name, p.shape);
+    const int64_t n = numel_from(p.shape, 0);
+    const int64_t lo = std::max(range.begin, p.offset), hi = std::min(range.end, p.offset + n);
+    if (lo >= hi) continue;
+    for (Box& b : boxes_of_flat_range(p.shape, lo - p.offset, hi - p.offset)) {
+      const int64_t at = p.offset + flat_start(p.shape, b), count = box_numel(b);
+      out.add(t, std::move(b), [copy, at, count](float* dst) { copy(at, count, dst); });
+    }
+  }
+}
+
+void read_flat_state(StateSource& in, const std::string& prefix,
+                     const std::vector<ParamEntry>& params, Shard range, float* out) {
+  std::set<std::string> mine;
+  std::vector<SliceRequest> requests;
+  for (const ParamEntry& p : params) {
+    const std::string name = prefix + "/" + p.name;
+    mine.insert(name);
+    std::vector<int64_t> shape;
+    if (!in.shape_of(name, &shape))
+      throw CheckpointError(fmt::format(
+          "checkpoint {} does not match the model: it holds no tensor {} (the model's has shape "
+          "{}); it was written by another model or configuration",
+          in.path(), name, box_str(whole(p.shape))));
+    if (shape != p.shape)
+      throw CheckpointError(fmt::format(
+          "checkpoint {} does not match the model at {}: the checkpoint's tensor is {}, the "
+          "model's {}",
+          in.path(), name, box_str(whole(shape)), box_str(whole(p.shape))));
+    const int64_t n = numel_from(p.shape, 0);
+    const int64_t lo = std::max(range.begin, p.offset), hi = std::min(range.end, p.offset + n);
+    if (lo >= hi) continue;
+    for (Box& b : boxes_of_flat_range(p.shape, lo - p.offset, hi - p.offset)) {
+      float* dst = out + (p.offset + flat_start(p.shape, b) - range.begin);
+      requests.push_back({name, std::move(b), dst});
+    }
+  }
+  for (const std::string& name : in.tensor_names())
+    if (name.starts_with(prefix + "/") && !mine.contains(name))
+      throw CheckpointError(fmt::format(
+          "checkpoint {} does not match the model: it holds {}, which the model does not have",
+          in.path(), name));
+  in.read(requests);
+}
+
+}  // namespace trainrun
