@@ -192,8 +192,8 @@ inline std::string save_checkpoint(const Experiment& exp, int64_t step) {
   return path;
 }
 
-// The same state as training saves it: the checkpoint folder of one rank.
-inline std::string save_checkpoint_folder(const Experiment& exp, int64_t step) {
+// One rank's snapshot of a tiny model (one tensor "w" [2, 3] of 0.5) at `step`.
+inline RankSnapshot tiny_snapshot(int64_t step, const std::string& config_yaml) {
   const std::vector<ParamEntry> params = {{"w", {2, 3}, 0}};
   const std::vector<float> w(6, 0.5f);
   StateDict sd;
@@ -202,8 +202,14 @@ inline std::string save_checkpoint_folder(const Experiment& exp, int64_t step) {
   });
   RankSnapshot snap;
   snap.state.step = step;
-  snap.state.config_yaml = to_yaml(exp);
+  snap.state.config_yaml = config_yaml;
   take_snapshot(sd, &snap);
+  return snap;
+}
+
+// The same state as training saves it: the checkpoint folder of one rank.
+inline std::string save_checkpoint_folder(const Experiment& exp, int64_t step) {
+  RankSnapshot snap = tiny_snapshot(step, to_yaml(exp));
   Checkpointer ck(exp.run_dir, 0, false);
   ck.save(std::move(snap));
   ck.commit(step, 1);

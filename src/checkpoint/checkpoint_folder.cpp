@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -321,23 +322,6 @@ std::string manifest_text(const Table& t) {
   return out + fmt::format("{}{}\n", kCrcKey, hex(crc32c(out)));
 }
 
-std::string read_manifest_text(const std::string& dir) {
-  const fs::path path = fs::path(dir) / kManifestName;
-  std::error_code ec;
-  if (!fs::exists(path, ec))
-    throw H5Failure(
-        "it has no MANIFEST: its save never finished (rank 0 writes the manifest after every "
-        "rank's file), so it is not a checkpoint");
-  try {
-    std::optional<std::string> text = read_regular_file(
-        path.string(), {kManifestMaxBytes, kExitCheckpoint, "it is not a checkpoint's manifest"});
-    if (!text) throw H5Failure("MANIFEST vanished while it was read");
-    return *std::move(text);
-  } catch (const Error& e) {
-    throw H5Failure(e.what());
-  }
-}
-
 Table read_manifest(const std::string& dir) {
   const std::string text = read_manifest_text(dir);
   const size_t last = text.rfind(kCrcKey);
@@ -591,14 +575,33 @@ bool has_manifest(const std::string& dir) {
   return fs::is_regular_file(fs::path(dir) / kManifestName, ec);
 }
 
-bool has_legacy_manifest(const std::string& dir) {
-  if (!has_manifest(dir)) return false;
+std::string read_manifest_text(const std::string& dir) {
+  const fs::path path = fs::path(dir) / kManifestName;
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    throw H5Failure(
+        "it has no MANIFEST: its save never finished (rank 0 writes the manifest after every "
+        "rank's file), so it is not a checkpoint");
   try {
-    const std::string text = read_manifest_text(dir);
-    return text.starts_with(std::string(kLegacyTitle) + "\n");
-  } catch (const H5Failure&) {
-    return false;
+    std::optional<std::string> text = read_regular_file(
+        path.string(), {kManifestMaxBytes, kExitCheckpoint, "it is not a checkpoint's manifest"});
+    if (!text) throw H5Failure("MANIFEST vanished while it was read");
+    return *std::move(text);
+  } catch (const Error& e) {
+    throw H5Failure(e.what());
   }
+}
+
+bool has_legacy_manifest(const std::string& dir) {
+  // Only its title: the whole manifest is read (and checked) once, by whichever reader it is.
+  const fs::path path = fs::path(dir) / kManifestName;
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return false;  // a FIFO would block the open
+  const std::string title = std::string(kLegacyTitle) + "\n";
+  std::string head(title.size(), '\0');
+  std::ifstream in(path, std::ios::binary);
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  return in.gcount() == static_cast<std::streamsize>(head.size()) && head == title;
 }
 
 void write_rank_file(const std::string& dir, const RankSnapshot& snap) {

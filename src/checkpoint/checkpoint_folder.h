@@ -27,6 +27,9 @@ std::string rank_file_name(int rank, int world);
 bool has_manifest(const std::string& dir);
 // True when `dir`'s MANIFEST is a format 3-4 sharded one (read by sharded_checkpoint.h).
 bool has_legacy_manifest(const std::string& dir);
+// The whole MANIFEST of `dir` (either format's), bounded, only from a regular file; throws
+// h5::H5Failure saying a folder without one is a save that never finished.
+std::string read_manifest_text(const std::string& dir);
 
 // Writes this rank's file into `dir` (created if missing) atomically; no finiteness check.
 // Throws CheckpointWriteError naming the file.

@@ -9,7 +9,6 @@
 #include <charconv>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <sstream>
 
@@ -29,7 +28,6 @@ namespace fs = std::filesystem;
 
 constexpr const char* kManifestTitle = "trainrun sharded checkpoint";
 constexpr const char* kManifestCrcKey = "manifest_crc32c=";
-constexpr size_t kManifestMaxBytes = size_t{64} << 20;  // a table of a million tensors
 // The data sets of a shard file, each with its CRC-32C attribute; the moments may be absent.
 constexpr const char* kDatasets[] = {"weights", "adam_m", "adam_v"};
 constexpr const char* kCrcAttrs[] = {"crc32c_weights", "crc32c_adam_m", "crc32c_adam_v"};
@@ -108,17 +106,7 @@ bool parse_field(std::string_view line, std::string_view key, int base, T* out) 
 }
 
 Manifest read_manifest(const std::string& dir) {
-  const fs::path path = fs::path(dir) / kManifestName;
-  std::error_code ec;
-  if (!fs::exists(path, ec))
-    throw H5Failure(
-        "it has no MANIFEST: its save never finished (rank 0 writes the manifest after every "
-        "rank's file), so it is not a checkpoint");
-  require_regular_file(path);
-  if (fs::file_size(path, ec) > kManifestMaxBytes) throw H5Failure("MANIFEST is too large");
-  std::ifstream in(path, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) throw H5Failure("cannot read MANIFEST");
+  const std::string text = read_manifest_text(dir);
   const size_t last = text.rfind(kManifestCrcKey);
   uint32_t stored = 0;
   if (last == std::string::npos || (last > 0 && text[last - 1] != '\n') ||
