@@ -397,7 +397,7 @@ Command add_sample(CLI::App& app) {
 Command add_inspect(CLI::App& app) {
   auto file = std::make_shared<std::string>();
   auto* sub = app.add_subcommand("inspect", "describe a checkpoint and verify its checksums");
-  sub->add_option("checkpoint", *file, "checkpoint .h5 file")->required();
+  sub->add_option("checkpoint", *file, "checkpoint folder (or an older .h5 file)")->required();
   return {sub, [file] {
             fmt::print("{}", describe_checkpoint(*file));
             return verify_checkpoint(*file).ok ? kExitOk : kExitCheckpoint;
