@@ -137,9 +137,11 @@ RankSnapshot snapshot(const CheckpointData& d, int rank, int world) {
   add_flat_state(sd, "model", d.params, mine, from(d.weights));
   add_flat_state(sd, "optimizer/m", d.params, mine, from(d.adam_m));
   add_flat_state(sd, "optimizer/v", d.params, mine, from(d.adam_v));
+  TrainState st = d.state;
+  st.world_size = world;
+  for (NamedValue& v : values_of(st)) sd.put(std::move(v.name), v.value);
   RankSnapshot s;
-  s.state = d.state;
-  s.state.world_size = world;
+  s.config_yaml = d.state.config_yaml;
   s.rank = rank;
   take_snapshot(sd, &s);
   return s;

@@ -180,9 +180,11 @@ inline RankSnapshot snapshot_of(const CheckpointData& d, int rank = 0, int world
     add_flat_state(sd, "optimizer/m", d.params, mine, from(d.adam_m));
     add_flat_state(sd, "optimizer/v", d.params, mine, from(d.adam_v));
   }
+  TrainState st = d.state;
+  st.world_size = world;
+  for (NamedValue& v : values_of(st)) sd.put(std::move(v.name), v.value);
   RankSnapshot s;
-  s.state = d.state;
-  s.state.world_size = world;
+  s.config_yaml = d.state.config_yaml;
   s.rank = rank;
   take_snapshot(sd, &s);
   return s;

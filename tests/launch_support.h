@@ -200,9 +200,11 @@ inline RankSnapshot tiny_snapshot(int64_t step, const std::string& config_yaml) 
   add_flat_state(sd, "model", params, {0, 6}, [&](int64_t at, int64_t n, float* out) {
     std::copy(w.begin() + at, w.begin() + at + n, out);
   });
+  TrainState st;
+  st.step = step;
+  for (NamedValue& v : values_of(st)) sd.put(std::move(v.name), v.value);
   RankSnapshot snap;
-  snap.state.step = step;
-  snap.state.config_yaml = config_yaml;
+  snap.config_yaml = config_yaml;
   take_snapshot(sd, &snap);
   return snap;
 }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "trainrun/checkpoint/checkpoint.h"
+#include "trainrun/core/errors.h"
 
 namespace trainrun::testing {
 
@@ -22,5 +23,30 @@ inline std::vector<float> saved_flat(Stateful& component, const std::string& pre
                  snap.data.begin() + s.begin + box_numel(s.box));
   return out;
 }
+
+// The named values `component` saves.
+inline std::vector<NamedValue> saved_values(Stateful& component) {
+  StateDict sd;
+  component.state_dict(sd);
+  return sd.values();
+}
+
+// A checkpoint holding only named values, to restore a component's values from without writing
+// one.
+class ValueSource final : public StateSource {
+ public:
+  explicit ValueSource(std::vector<NamedValue> values) : values_(std::move(values)) {}
+  bool shape_of(const std::string&, std::vector<int64_t>*) const override { return false; }
+  std::vector<std::string> tensor_names() const override { return {}; }
+  void read(const std::vector<SliceRequest>& requests) override {
+    if (!requests.empty()) throw CheckpointError("ValueSource holds no tensor");
+  }
+  const std::vector<NamedValue>& values() const override { return values_; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  std::vector<NamedValue> values_;
+  std::string path_ = "(values)";
+};
 
 }  // namespace trainrun::testing

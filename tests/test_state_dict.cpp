@@ -197,10 +197,12 @@ TEST_CASE("column blocks saved by two ranks (tensor parallel) read back as any b
       for (int64_t at : flat_indices(shape, mine)) *out++ = w[static_cast<size_t>(at)];
     });
     RankSnapshot snap;
-    snap.state.step = 3;
-    snap.state.world_size = 2;
     snap.rank = r;
     take_snapshot(sd, &snap);
+    TrainState st;
+    st.step = 3;
+    st.world_size = 2;
+    snap.values = values_of(st);
     Checkpointer ck(tmp.str(), 0, false, r);
     ck.save(std::move(snap));
     if (r == 0) ck.commit(3, 2);
@@ -233,11 +235,12 @@ TEST_CASE("commit refuses ranks' slices that leave a gap or overlap") {
       add_flat_state(sd, "model", d.params, parts[r], [&](int64_t at, int64_t k, float* out) {
         std::copy(d.weights.begin() + at, d.weights.begin() + at + k, out);
       });
+      TrainState st = d.state;
+      st.world_size = 2;
       RankSnapshot snap;
-      snap.state = d.state;
-      snap.state.world_size = 2;
       snap.rank = r;
       take_snapshot(sd, &snap);
+      snap.values = values_of(st);
       Checkpointer ck(tmp.str(), 0, false, r);
       ck.save(std::move(snap));
       if (r == 0)
@@ -275,4 +278,77 @@ TEST_CASE("a checkpoint of another model is refused, naming the tensor") {
   }
   read_flat_state(*src, "model", d.params, all, out.data());  // its own model: fine
   CHECK(same_bits(out, expected(d, d.weights, all, -3.0f)));
+}
+
+namespace {
+
+// Rank `rank`'s snapshot of one tensor [2] (its element `rank`), with the summary's values and
+// `extra`.
+RankSnapshot values_snapshot(int rank, int world, std::vector<NamedValue> extra) {
+  StateDict sd;
+  const size_t t = sd.declare("model/w", {2});
+  sd.add(t, Box{{rank}, {1}}, [](float* out) { *out = 1.0f; });
+  TrainState st;
+  st.step = 5;
+  st.world_size = world;
+  st.seed = 0xffffffffffffffffull;  // every bit of a seed must come back
+  st.lr_scale = 0.1 * 0.3;          // not exact in binary: must come back bit for bit
+  for (NamedValue& v : values_of(st)) sd.put(std::move(v.name), v.value);
+  for (NamedValue& v : extra) sd.put(std::move(v.name), v.value);
+  RankSnapshot snap;
+  snap.rank = rank;
+  take_snapshot(sd, &snap);
+  return snap;
+}
+
+}  // namespace
+
+TEST_CASE("named values: stored exactly, served by name, listed by inspect; ranks must agree") {
+  TempDir tmp;
+  for (int r : {1, 0}) {
+    Checkpointer ck(tmp.str(), 0, false, r);
+    ck.save(values_snapshot(r, 2, {{"data/mixture_cursor", int64_t{-3}}, {"x/ratio", 2.5}}));
+    if (r == 0) ck.commit(5, 2);
+  }
+  const std::string dir = checkpoint_path(tmp.str(), 5);
+  REQUIRE(verify_checkpoint(dir).ok);
+  TrainState summary;
+  std::unique_ptr<StateSource> src = open_checkpoint(dir, &summary);
+  CHECK(summary.seed == 0xffffffffffffffffull);
+  CHECK(summary.lr_scale == 0.1 * 0.3);
+  CHECK(summary.world_size == 2);
+  CHECK(read_uint(*src, state_name::seed) == 0xffffffffffffffffull);
+  CHECK(read_double(*src, state_name::lr_scale) == 0.1 * 0.3);
+  CHECK(read_int(*src, "data/mixture_cursor") == -3);
+  CHECK(read_double(*src, "x/ratio") == 2.5);
+  CHECK(read_double(*src, state_name::step) == 5.0);  // any number reads as a double
+  // The wrong type, or a value it does not hold, is refused with its name.
+  CHECK_THROWS_WITH_AS(read_int(*src, "x/ratio"), doctest::Contains("x/ratio is 2.5"),
+                       CheckpointError);
+  CHECK_THROWS_WITH_AS(read_int(*src, state_name::seed), doctest::Contains("not a 64-bit"),
+                       CheckpointError);
+  CHECK_THROWS_WITH_AS(read_uint(*src, "data/mixture_cursor"), doctest::Contains("is -3"),
+                       CheckpointError);
+  CHECK_THROWS_WITH_AS(read_int(*src, "data/nothing"), doctest::Contains("holds no value"),
+                       CheckpointError);
+  const std::string text = describe_checkpoint(dir);
+  CHECK(text.find("data/mixture_cursor: -3\n") != std::string::npos);
+  CHECK(text.find("x/ratio: 2.5\n") != std::string::npos);
+  CHECK(text.find("seed: 18446744073709551615\n") != std::string::npos);
+
+  // Rank 1 says another value than rank 0: the commit refuses it, naming the file.
+  TempDir other;
+  for (int r : {1, 0}) {
+    Checkpointer ck(other.str(), 0, false, r);
+    ck.save(values_snapshot(r, 2, {{"data/mixture_cursor", int64_t{r}}}));
+    if (r == 0)
+      CHECK_THROWS_WITH_AS(ck.commit(5, 2), doctest::Contains("named values differ from rank 0"),
+                           CheckpointWriteError);
+  }
+  CHECK_FALSE(fs::exists(fs::path(checkpoint_path(other.str(), 5)) / "MANIFEST"));
+
+  // A name put twice is a component's bug.
+  StateDict sd;
+  sd.put("a/b", int64_t{1});
+  CHECK_THROWS_AS(sd.put("a/b", 2.0), std::invalid_argument);
 }

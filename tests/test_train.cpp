@@ -398,8 +398,8 @@ TEST_CASE("data parallel on one rank: DDP and ZeRO-1 agree with plain AdamW") {
       StateDict sd;
       dp->state_dict(sd);
       RankSnapshot snap;
-      snap.state.world_size = 1;
       take_snapshot(sd, &snap);
+      snap.values = values_of(TrainState{});
       Checkpointer ck(dir.str(), 0, false);
       ck.save(std::move(snap));
       ck.commit(0, 1);
@@ -503,12 +503,12 @@ TEST_CASE("recovery: bad steps counted and recorded; where a rollback goes, or g
   FaultToleranceConfig ft = fault_config(2, 1, 4.0);
   ft.rollback_lr_factor = 0.5;
   Recovery rec(ft, reporter);
-  int64_t bad_total = 0;
-  CHECK(rec.judge(1, 2.0, 1.0, &bad_total) == Action::proceed);
-  CHECK(rec.judge(2, NAN, 1.0, &bad_total) == Action::skip);
+  CHECK(rec.lr_scale() == 1.0);
+  CHECK(rec.judge(1, 2.0, 1.0) == Action::proceed);
+  CHECK(rec.judge(2, NAN, 1.0) == Action::skip);
   CHECK(rec.bad_in_row() == 1);
-  CHECK(rec.judge(3, 2.0, INFINITY, &bad_total) == Action::roll_back);
-  CHECK(bad_total == 2);
+  CHECK(rec.judge(3, 2.0, INFINITY) == Action::roll_back);
+  CHECK(rec.bad_steps_total() == 2);
   const auto events = read_metrics_jsonl(dir.str(), "event");
   REQUIRE(events.size() == 2);
   auto text = [](const MetricRow& row, const std::string& key) {
@@ -519,20 +519,37 @@ TEST_CASE("recovery: bad steps counted and recorded; where a rollback goes, or g
   CHECK(text(events[0], "event") == "bad_step");
   CHECK(number(events[0], "step") == 2);
 
-  CHECK_FALSE(rec.plan_rollback(std::nullopt, 1.0).has_value());  // nothing to go back to
-  const auto rb = rec.plan_rollback(std::string("ck.h5"), 0.5);
+  CHECK_FALSE(rec.plan_rollback(std::nullopt).has_value());  // nothing to go back to
+  // Its state as a checkpoint saved it earlier: no bad step yet, the scale at 0.5.
+  testing::ValueSource earlier(
+      {{state_name::bad_steps_total, int64_t{0}}, {state_name::lr_scale, 0.5}});
+  rec.load_state_dict(earlier);
+  CHECK(rec.lr_scale() == 0.5);
+  CHECK(rec.bad_steps_total() == 0);
+  // Planned before the restore: the bad steps counted by then, and the scale lowered from 0.5.
+  testing::ValueSource before_streak(
+      {{state_name::bad_steps_total, int64_t{2}}, {state_name::lr_scale, 0.5}});
+  rec.load_state_dict(before_streak);
+  const auto rb = rec.plan_rollback(std::string("ck.h5"));
   REQUIRE(rb.has_value());
   CHECK(rb->file == "ck.h5");
   CHECK(rb->lr_scale == 0.25);
-  rec.rolled_back(3, 1, *rb);
+  CHECK(rb->bad_steps_total == 2);
+  rec.load_state_dict(earlier);  // the restore puts back the checkpoint's values ...
+  rec.rolled_back(3, 1, *rb);    // ... and the rollback keeps the count and lowers the scale
+  CHECK(rec.bad_steps_total() == 2);
+  CHECK(rec.lr_scale() == 0.25);
+  CHECK(testing::saved_values(rec) ==
+        std::vector<NamedValue>{{state_name::bad_steps_total, int64_t{2}},
+                                {state_name::lr_scale, 0.25}});
   CHECK(read_metrics_jsonl(dir.str(), "event").size() == 3);
   // One rollback allowed: the next streak gives up.
-  CHECK(rec.judge(2, NAN, 1.0, &bad_total) == Action::skip);
-  CHECK(rec.judge(3, NAN, 1.0, &bad_total) == Action::give_up);
+  CHECK(rec.judge(2, NAN, 1.0) == Action::skip);
+  CHECK(rec.judge(3, NAN, 1.0) == Action::give_up);
 
   FaultToleranceConfig zero = ft;
   zero.rollback_lr_factor = 0;  // a learning rate of 0 learns nothing
-  CHECK_FALSE(Recovery(zero, reporter).plan_rollback(std::string("ck.h5"), 1.0).has_value());
+  CHECK_FALSE(Recovery(zero, reporter).plan_rollback(std::string("ck.h5")).has_value());
 }
 
 namespace {
@@ -582,6 +599,22 @@ TEST_CASE("batches: every rank reads its own part of the one global batch") {
       CHECK(tokens(r0.y(), seq) == std::vector<int32_t>(y.begin(), y.begin() + long(seq)));
     }
   }
+  // The cursor: where the world's micro-batches read so far end (the last was step 3's second).
+  CHECK(one.samples_seen() == 4 * exp.train.batch_size);
+  CHECK(r1.samples_seen() == one.samples_seen());
+  CHECK(testing::saved_values(one) ==
+        std::vector<NamedValue>{{state_name::samples_seen, int64_t{16}},
+                                {state_name::seed, exp.seed}});
+  Batches fresh(exp, 0, 1, 2);
+  CHECK(fresh.samples_seen() == 0);
+  testing::ValueSource saved(testing::saved_values(one));
+  fresh.load_state_dict(saved);
+  CHECK(fresh.samples_seen() == 16);
+  Experiment other_seed = exp;
+  other_seed.seed = exp.seed + 1;
+  Batches other(other_seed, 0, 1, 2);
+  CHECK_THROWS_WITH_AS(other.load_state_dict(saved), doctest::Contains("belongs to another run"),
+                       CheckpointError);
   CHECK(one.seed(0, 0) != one.seed(0, 1));
   CHECK(r1.seed(0, 0) == Batches(exp, 0, 1, 1).seed(0, 1));  // the seed follows the sample
   one.fetch_val(1, 0);

@@ -58,7 +58,8 @@ struct SliceInfo {
   uint32_t crc = 0;
 };
 struct Table {
-  TrainState state;
+  std::vector<NamedValue> values;
+  TrainState state;  // the summary of values, and the config
   std::vector<TensorInfo> tensors;
   std::vector<std::string> files;
   std::vector<int64_t> elements;  // per file
@@ -66,28 +67,45 @@ struct Table {
   std::string trainrun_version, created;
 };
 
-json state_json(const TrainState& s) {
-  return json{{"train/step", s.step},
-              {"train/tokens_seen", s.tokens_seen},
-              {"train/restarts", s.restarts},
-              {"train/world_size", s.world_size},
-              {"data/samples_seen", s.samples_seen},
-              {"data/seed", s.seed},
-              {"health/bad_steps_total", s.bad_steps_total},
-              {"health/lr_scale", s.lr_scale}};
+json state_json(const std::vector<NamedValue>& values) {
+  json out = json::object();
+  for (const NamedValue& v : values) std::visit([&](auto x) { out[v.name] = x; }, v.value);
+  return out;
 }
 
-TrainState state_of(const json& j) {
-  TrainState s;
-  s.step = j.at("train/step").get<int64_t>();
-  s.tokens_seen = j.at("train/tokens_seen").get<int64_t>();
-  s.restarts = j.at("train/restarts").get<int64_t>();
-  s.world_size = j.at("train/world_size").get<int>();
-  s.samples_seen = j.at("data/samples_seen").get<int64_t>();
-  s.seed = j.at("data/seed").get<uint64_t>();
-  s.bad_steps_total = j.at("health/bad_steps_total").get<int64_t>();
-  s.lr_scale = j.at("health/lr_scale").get<double>();
-  return s;
+bool valid_name(const std::string& name) {
+  if (name.empty() || name.front() == '/' || name.back() == '/') return false;
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' ||
+          c == '/'))
+      return false;
+  return name.find("//") == std::string::npos;
+}
+
+std::vector<NamedValue> values_of_json(const json& j) {
+  if (!j.is_object()) throw H5Failure("its state is not a JSON object");
+  std::vector<NamedValue> out;
+  for (const auto& [name, v] : j.items()) {
+    if (!valid_name(name)) throw H5Failure(fmt::format("value name `{}` is not usable", name));
+    if (v.is_number_unsigned())
+      out.push_back({name, v.get<uint64_t>()});
+    else if (v.is_number_integer())
+      out.push_back({name, v.get<int64_t>()});
+    else if (v.is_number_float())
+      out.push_back({name, v.get<double>()});
+    else
+      throw H5Failure(fmt::format("value {} is {}, not a number", name, v.dump()));
+  }
+  return out;
+}
+
+// The summary of `values`; a missing or mistyped one is damage here.
+TrainState summary_of(const std::vector<NamedValue>& values, const std::string& where) {
+  try {
+    return train_state_of(values, where);
+  } catch (const CheckpointError& e) {
+    throw H5Failure(e.what());
+  }
 }
 
 std::string hex(uint32_t crc) {
@@ -137,15 +155,6 @@ SliceInfo slice_of(const json& j, size_t file) {
   s.begin = j.at("begin").get<int64_t>();
   s.crc = unhex(j.at("crc32c").get<std::string>());
   return s;
-}
-
-bool valid_name(const std::string& name) {
-  if (name.empty() || name.front() == '/' || name.back() == '/') return false;
-  for (char c : name)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' ||
-          c == '/'))
-      return false;
-  return name.find("//") == std::string::npos;
 }
 
 // Every check a table must pass, on commit and on every read: names, shapes, each slice inside
@@ -217,7 +226,8 @@ Header header_of(const TrainState& s) {
 // --- writing ----------------------------------------------------------------------------
 
 void validate_for_write(const RankSnapshot& snap) {
-  const int world = snap.state.world_size;
+  const TrainState state = snap.summary();
+  const int world = state.world_size;
   if (world < 1 || snap.rank < 0 || snap.rank >= world)
     throw H5Failure(fmt::format("rank {} of world {} is not a rank", snap.rank, world));
   int64_t at = 0;
@@ -228,7 +238,7 @@ void validate_for_write(const RankSnapshot& snap) {
   }
   if (static_cast<size_t>(at) != snap.data.size())
     throw H5Failure(fmt::format("the slices hold {} elements, the data {}", at, snap.data.size()));
-  if (std::string why = absurd_value(header_of(snap.state)); !why.empty()) throw H5Failure(why);
+  if (std::string why = absurd_value(header_of(state)); !why.empty()) throw H5Failure(why);
 }
 
 std::string index_text(const RankSnapshot& snap, const std::vector<uint32_t>& crcs) {
@@ -237,10 +247,10 @@ std::string index_text(const RankSnapshot& snap, const std::vector<uint32_t>& cr
          {"trainrun_version", TRAINRUN_VERSION},
          {"created", iso_now()},
          {"rank", snap.rank},
-         {"world_size", snap.state.world_size},
+         {"world_size", snap.summary().world_size},
          {"elements", snap.data.size()},
-         {"state", state_json(snap.state)}};
-  if (snap.rank == 0) j["config"] = snap.state.config_yaml;
+         {"state", state_json(snap.values)}};
+  if (snap.rank == 0) j["config"] = snap.config_yaml;
   std::vector<TensorInfo> tensors;
   for (const auto& t : snap.tensors) tensors.push_back({t.name, t.shape});
   j["tensors"] = tensors_json(tensors);
@@ -308,7 +318,7 @@ std::string manifest_text(const Table& t) {
          {"format_version", kFolderFormatVersion},
          {"trainrun_version", t.trainrun_version},
          {"created", t.created},
-         {"state", state_json(t.state)},
+         {"state", state_json(t.values)},
          {"config", t.state.config_yaml},
          {"tensors", tensors_json(t.tensors)}};
   json files = json::array();
@@ -342,7 +352,8 @@ Table read_manifest(const std::string& dir) {
           v, kFolderFormatVersion));
     t.trainrun_version = j.at("trainrun_version").get<std::string>();
     t.created = j.at("created").get<std::string>();
-    t.state = state_of(j.at("state"));
+    t.values = values_of_json(j.at("state"));
+    t.state = summary_of(t.values, "MANIFEST");
     t.state.config_yaml = j.at("config").get<std::string>();
     t.tensors = tensors_of(j.at("tensors"));
     for (const json& f : j.at("files")) {
@@ -384,7 +395,7 @@ void check_index(const std::string& dir, const Table& t, size_t f) {
       return H5Failure(fmt::format("its /index and MANIFEST differ in {} (one was changed)", what));
     };
     try {
-      if (j.at("state") != state_json(t.state)) throw differs("the train state");
+      if (j.at("state") != state_json(t.values)) throw differs("the train state");
       if (f == 0 && j.at("config").get<std::string>() != t.state.config_yaml)
         throw differs("the config");
       if (j.at("tensors") != tensors_json(t.tensors)) throw differs("the tensor table");
@@ -421,6 +432,7 @@ class FolderSource final : public StateSource {
     for (const TensorInfo& t : t_.tensors) out.push_back(t.name);
     return out;
   }
+  const std::vector<NamedValue>& values() const override { return t_.values; }
   const std::string& path() const override { return dir_; }
   const Table& table() const { return t_; }
 
@@ -606,8 +618,13 @@ bool has_legacy_manifest(const std::string& dir) {
 
 void write_rank_file(const std::string& dir, const RankSnapshot& snap) {
   quiet();
-  const std::string path =
-      (fs::path(dir) / rank_file_name(snap.rank, snap.state.world_size)).string();
+  int world = 0;
+  try {
+    world = snap.summary().world_size;
+  } catch (const CheckpointError& e) {
+    throw CheckpointWriteError(fmt::format("cannot write checkpoint {}: {}", dir, e.what()));
+  }
+  const std::string path = (fs::path(dir) / rank_file_name(snap.rank, world)).string();
   const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
   try {
     validate_for_write(snap);
@@ -649,7 +666,8 @@ void commit_folder(const std::string& dir, int64_t step, int world, double timeo
       if (j.value("format", "") != kFormat ||
           j.at("format_version").get<int>() != kFolderFormatVersion)
         throw H5Failure("it is not a format 5 rank file");
-      const TrainState s = state_of(j.at("state"));
+      std::vector<NamedValue> values = values_of_json(j.at("state"));
+      const TrainState s = summary_of(values, "its state");
       if (j.at("rank").get<int>() != r || j.at("world_size").get<int>() != world ||
           s.step != step || s.world_size != world)
         throw H5Failure(fmt::format(
@@ -658,6 +676,7 @@ void commit_folder(const std::string& dir, int64_t step, int world, double timeo
             j.at("rank").get<int>(), j.at("world_size").get<int>(), s.step, r, world, step));
       std::vector<TensorInfo> tensors = tensors_of(j.at("tensors"));
       if (r == 0) {
+        t.values = std::move(values);
         t.state = s;
         t.state.config_yaml = j.at("config").get<std::string>();
         t.trainrun_version = j.at("trainrun_version").get<std::string>();
@@ -668,6 +687,8 @@ void commit_folder(const std::string& dir, int64_t step, int world, double timeo
         for (size_t i = 0; same && i < tensors.size(); ++i)
           same = tensors[i].name == t.tensors[i].name && tensors[i].shape == t.tensors[i].shape;
         if (!same) throw H5Failure("its tensor table differs from rank 0's");
+        // Every rank puts the same values (state_dict.h): a difference is a bug, not a choice.
+        if (values != t.values) throw H5Failure("its named values differ from rank 0's");
       }
       t.files.push_back(name);
       t.elements.push_back(j.at("elements").get<int64_t>());
@@ -726,6 +747,13 @@ std::string describe_folder(const std::string& dir) {
         "lr_scale: {}\n",
         kFolderFormatVersion, t.trainrun_version, t.created, s.step, s.tokens_seen, s.samples_seen,
         s.seed, s.world_size, s.restarts, s.bad_steps_total, s.lr_scale);
+    // Values a component stored beyond those the summary names.
+    const std::vector<NamedValue> known = values_of(s);
+    for (const NamedValue& v : t.values)
+      if (std::none_of(known.begin(), known.end(),
+                       [&](const NamedValue& k) { return k.name == v.name; }))
+        out += fmt::format("{}: {}\n", v.name,
+                           std::visit([](auto x) { return fmt::format("{}", x); }, v.value));
     int64_t params = 0, model_tensors = 0;
     bool moments = false;
     for (const TensorInfo& x : t.tensors) {

@@ -39,7 +39,7 @@ void require_exists(const std::string& path) {
 class MemorySource final : public StateSource {
  public:
   MemorySource(std::string path, CheckpointData data)
-      : path_(std::move(path)), d_(std::move(data)) {
+      : path_(std::move(path)), d_(std::move(data)), values_(values_of(d_.state)) {
     add("model", d_.weights);
     if (!d_.adam_m.empty()) {
       add("optimizer/m", d_.adam_m);
@@ -53,6 +53,7 @@ class MemorySource final : public StateSource {
     return true;
   }
   std::vector<std::string> tensor_names() const override { return order_; }
+  const std::vector<NamedValue>& values() const override { return values_; }
   const std::string& path() const override { return path_; }
   void read(const std::vector<SliceRequest>& requests) override {
     for (const SliceRequest& q : requests) {
@@ -77,6 +78,7 @@ class MemorySource final : public StateSource {
   }
   std::string path_;
   CheckpointData d_;
+  std::vector<NamedValue> values_;  // the old formats' fixed state, by the names it has now
   std::map<std::string, Held> tensors_;
   std::vector<std::string> order_;
 };

@@ -127,9 +127,9 @@ struct Checkpointer::Impl {
   }
 
   void write(const RankSnapshot& snap) {
-    write_rank_file(checkpoint_path(run_dir, snap.state.step), snap);  // save() checked finiteness
-    if (async && rank == 0)
-      commit_and_prune(snap.state.step, snap.state.world_size, kAsyncCommitTimeout);
+    const TrainState s = snap.summary();  // save() checked it is complete, and finite
+    write_rank_file(checkpoint_path(run_dir, s.step), snap);
+    if (async && rank == 0) commit_and_prune(s.step, s.world_size, kAsyncCommitTimeout);
   }
 
   void commit_and_prune(int64_t step, int world, double timeout) {
@@ -300,9 +300,15 @@ Checkpointer::~Checkpointer() {
 double Checkpointer::save(RankSnapshot&& snap) {
   auto t0 = std::chrono::steady_clock::now();
   // Here, in the caller's thread, so that the caller learns of a refusal at once.
+  int64_t step = 0;
+  try {
+    step = snap.summary().step;
+  } catch (const CheckpointError& e) {
+    throw CheckpointWriteError(fmt::format("cannot write a checkpoint: {}", e.what()));
+  }
   if (std::string why = non_finite_reason(snap); !why.empty())
-    throw NonFiniteCheckpoint(fmt::format("not writing checkpoint {}: {}",
-                                          checkpoint_path(impl_->run_dir, snap.state.step), why));
+    throw NonFiniteCheckpoint(
+        fmt::format("not writing checkpoint {}: {}", checkpoint_path(impl_->run_dir, step), why));
   std::error_code ec;
   fs::path dir = fs::path(impl_->run_dir) / "checkpoints";
   fs::create_directories(dir, ec);

@@ -8,6 +8,7 @@
 namespace trainrun {
 
 void take_snapshot(const StateDict& state, RankSnapshot* snap) {
+  snap->values = state.values();
   snap->tensors = state.tensors();
   snap->slices.clear();
   int64_t at = 0;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <set>
 #include <stdexcept>
 
@@ -155,6 +156,60 @@ void StateDict::add(size_t tensor, Box box, Fill fill) {
   if (tensor >= tensors_.size()) throw std::logic_error("StateDict::add: undeclared tensor");
   if (box_numel(box) == 0) return;
   slices_.push_back({tensor, std::move(box), std::move(fill)});
+}
+
+void StateDict::put(std::string name, StateValue value) {
+  for (const NamedValue& v : values_)
+    if (v.name == name)
+      throw std::invalid_argument(fmt::format("StateDict::put: value {} put twice", name));
+  values_.push_back({std::move(name), value});
+}
+
+namespace {
+
+const StateValue& find_value(const std::vector<NamedValue>& values, const std::string& name,
+                             const std::string& where) {
+  for (const NamedValue& v : values)
+    if (v.name == name) return v.value;
+  throw CheckpointError(fmt::format(
+      "{} holds no value {}: it was written by another program or a trainrun that did not "
+      "record it",
+      where, name));
+}
+
+std::string value_str(const StateValue& v) {
+  return std::visit([](auto x) { return fmt::format("{}", x); }, v);
+}
+
+[[noreturn]] void not_a(const char* what, const std::string& where, const std::string& name,
+                        const StateValue& v) {
+  throw CheckpointError(
+      fmt::format("{}: value {} is {}, which is not {}", where, name, value_str(v), what));
+}
+
+}  // namespace
+
+int64_t read_int(const std::vector<NamedValue>& values, const std::string& name,
+                 const std::string& where) {
+  const StateValue& v = find_value(values, name, where);
+  if (const auto* i = std::get_if<int64_t>(&v)) return *i;
+  if (const auto* u = std::get_if<uint64_t>(&v);
+      u && *u <= uint64_t(std::numeric_limits<int64_t>::max()))
+    return static_cast<int64_t>(*u);
+  not_a("a 64-bit integer", where, name, v);
+}
+
+uint64_t read_uint(const std::vector<NamedValue>& values, const std::string& name,
+                   const std::string& where) {
+  const StateValue& v = find_value(values, name, where);
+  if (const auto* u = std::get_if<uint64_t>(&v)) return *u;
+  if (const auto* i = std::get_if<int64_t>(&v); i && *i >= 0) return static_cast<uint64_t>(*i);
+  not_a("an unsigned 64-bit integer", where, name, v);
+}
+
+double read_double(const std::vector<NamedValue>& values, const std::string& name,
+                   const std::string& where) {
+  return std::visit([](auto x) { return static_cast<double>(x); }, find_value(values, name, where));
 }
 
 void add_flat_state(StateDict& out, const std::string& prefix,

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "trainrun/checkpoint/checkpoint.h"
 #include "trainrun/core/documents.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/rng.h"
@@ -68,14 +69,33 @@ int64_t Batches::first_sample(int64_t step, int m) const {
 }
 
 void Batches::prefetch(int64_t step, int m) {
-  prefetched_first_ = first_sample(step, m);
-  train_loader_->prefetch(prefetched_first_, micro_);
+  prefetched_step_ = step;
+  prefetched_m_ = m;
+  train_loader_->prefetch(first_sample(step, m), micro_);
 }
 
 double Batches::next() {
   const double waited = train_loader_->next(x_.data(), y_.data());
-  find_documents(*train_, prefetched_first_);
+  find_documents(*train_, first_sample(prefetched_step_, prefetched_m_));
+  // Every rank reads micro-batch m of the step at once: the world has now read up to its end.
+  samples_seen_ =
+      prefetched_step_ * batch_size_ + static_cast<int64_t>(prefetched_m_ + 1) * micro_ * world_;
   return waited;
+}
+
+void Batches::state_dict(StateDict& out) {
+  out.put(state_name::samples_seen, samples_seen_);
+  out.put(state_name::seed, run_seed_);
+}
+
+void Batches::load_state_dict(StateSource& in) {
+  const uint64_t seed = read_uint(in, state_name::seed);
+  if (seed != run_seed_)
+    throw CheckpointError(fmt::format(
+        "checkpoint {}: its data stream has seed {}, this run's is {}: it belongs to another "
+        "run",
+        in.path(), seed, run_seed_));
+  samples_seen_ = read_int(in, state_name::samples_seen);  // the checkpoint checked it is >= 0
 }
 
 void Batches::fetch_val(int64_t batch, int m) {

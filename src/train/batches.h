@@ -7,6 +7,10 @@
 // micro-batch also carries its document starts (documents.h): from the shards' document indexes
 // where every shard has one, else found from the end-of-text id in the samples.
 //
+// Its checkpointed state (state_dict.h) is the data stream's cursor, data/samples_seen (the next
+// global sample index: every sample before it has been trained on), and data/seed; a restore
+// checks both belong to this run's stream.
+//
 // Thread safety: the step loop's thread only (each loader prefetches on its own thread).
 #pragma once
 
@@ -16,17 +20,18 @@
 #include <string>
 #include <vector>
 
+#include "trainrun/checkpoint/state_dict.h"
 #include "trainrun/core/experiment.h"
 #include "trainrun/data/data.h"
 #include "trainrun/data/sample_stream.h"
 
 namespace trainrun {
 
-class Batches {
+class Batches final : public Stateful {
  public:
   // Opens both splits (DataError for bad data). `micro`: sequences per micro-batch on a rank.
   Batches(const Experiment& exp, int rank, int world, int micro);
-  ~Batches();
+  ~Batches() override;
   Batches(const Batches&) = delete;
   Batches& operator=(const Batches&) = delete;
 
@@ -51,6 +56,13 @@ class Batches {
   // epoch)"); nothing in windows order, whose samples are drawn with replacement.
   std::vector<std::string> epochs_begun(int64_t step) const;
 
+  // The next global sample index of the training stream: where the micro-batches next()
+  // returned end, counting every rank's.
+  int64_t samples_seen() const { return samples_seen_; }
+  void state_dict(StateDict& out) override;
+  // Throws CheckpointError when the checkpoint's stream has another seed.
+  void load_state_dict(StateSource& in) override;
+
  private:
   int64_t first_sample(int64_t step, int m) const;
   // The document starts of the micro-batch in x_, whose first sample is `first` of `stream`.
@@ -65,7 +77,9 @@ class Batches {
   bool masking_ = false;        // data.document_masking
   std::optional<int32_t> eot_;  // with masking, where a split has no document index
   std::vector<int32_t> doc_start_;
-  int64_t prefetched_first_ = 0;  // the first sample of the prefetched train micro-batch
+  int64_t prefetched_step_ = 0;  // the prefetched train micro-batch: step and index m
+  int prefetched_m_ = 0;
+  int64_t samples_seen_ = 0;
 };
 
 }  // namespace trainrun

@@ -4,18 +4,18 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <vector>
 
 #include "trainrun/config/config.h"
 
 namespace trainrun {
 
-CheckpointManager::CheckpointManager(const Experiment& exp, Communicator& comm, Backend& be,
-                                     ParamStore& ps, DataParallel& dp)
+CheckpointManager::CheckpointManager(const Experiment& exp, Communicator& comm,
+                                     std::vector<Stateful*> components)
     : exp_(exp),
       comm_(comm),
-      model_(ps, be, shard_of(ps.numel(), comm.size(), comm.rank())),
-      components_{&model_, &dp},
+      components_(std::move(components)),
       policy_(exp.checkpoint.every, exp.train.steps),
       config_yaml_(to_yaml(exp)),
       writer_(std::make_unique<Checkpointer>(exp.run_dir, exp.checkpoint.keep_last,
@@ -34,22 +34,22 @@ void CheckpointManager::wait() {
 // Every rank writes its file; they agree on the outcome (each saw only its own part), and rank 0
 // commits. A rank that could not write makes every rank fail with the write error's exit code,
 // so the job ends at once instead of waiting for rank 0's commit.
-std::string CheckpointManager::save(const TrainState& state, int bad_in_row,
+std::string CheckpointManager::save(int64_t step, int bad_in_row,
                                     const std::function<void()>& before_snapshot) {
   // Every rank judged the same allreduced values: all skip the snapshot together.
   if (bad_in_row > 0)
     return fmt::format(
         "not writing checkpoint {}: the last {} step(s) had a non-finite loss or "
         "gradient norm",
-        location(state.step), bad_in_row);
+        location(step), bad_in_row);
   if (before_snapshot) before_snapshot();
-  TrainState st = state;
-  st.world_size = comm_.size();
-  st.config_yaml = config_yaml_;
-  const std::string path = location(st.step);
+  const std::string path = location(step);
   std::string refused, failed;
   try {
-    writer_->save(snapshot(st));  // refuses a non-finite snapshot synchronously
+    RankSnapshot snap = snapshot();
+    if (const int64_t at = snap.summary().step; at != step)  // a component's bug, not the run's
+      throw std::logic_error(fmt::format("checkpoint of step {} holds step {}", step, at));
+    writer_->save(std::move(snap));  // refuses a non-finite snapshot synchronously
   } catch (const NonFiniteCheckpoint& e) {
     refused = e.what();
   } catch (const CheckpointError& e) {  // this write, or (async) the previous one
@@ -72,30 +72,31 @@ std::string CheckpointManager::save(const TrainState& state, int bad_in_row,
                                   "not writing checkpoint {}: rank {} found a non-finite "
                                   "weight or optimizer moment in its part",
                                   path, who);
-  if (!exp_.checkpoint.async && comm_.rank() == 0) writer_->commit(st.step, comm_.size());
+  if (!exp_.checkpoint.async && comm_.rank() == 0) writer_->commit(step, comm_.size());
   comm_.barrier();
   newest_ = path;
   return "";
 }
 
-// What this rank writes: every component's slices, copied into the last save's buffer (no page
+// What this rank writes: every component's state, copied into the last save's buffer (no page
 // faults, no zeroing).
-RankSnapshot CheckpointManager::snapshot(const TrainState& state) {
+RankSnapshot CheckpointManager::snapshot() {
   RankSnapshot snap = writer_->reuse();
-  snap.state = state;
   snap.rank = comm_.rank();
+  snap.config_yaml = config_yaml_;
   StateDict sd;
+  sd.put(state_name::world_size, int64_t{comm_.size()});
   for (Stateful* c : components_) c->state_dict(sd);
   take_snapshot(sd, &snap);
   return snap;
 }
 
 TrainState CheckpointManager::restore(const std::string& file) {
-  TrainState state;
-  std::unique_ptr<StateSource> in = open_checkpoint(file, &state);
+  TrainState summary;
+  std::unique_ptr<StateSource> in = open_checkpoint(file, &summary);
   for (Stateful* c : components_) c->load_state_dict(*in);
   newest_ = file;
-  return state;
+  return summary;
 }
 
 std::optional<std::string> CheckpointManager::newest_good() {

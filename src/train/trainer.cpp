@@ -26,12 +26,14 @@
 #include "evaluator.h"
 #include "fault_injection.h"
 #include "logging.h"
+#include "model_state.h"
 #include "phase_scope.h"
 #include "profiling.h"
 #include "recovery.h"
 #include "run_end.h"
 #include "step_phase.h"
 #include "step_reporter.h"
+#include "train_progress.h"
 #include "trainrun/backend/backend.h"
 #include "trainrun/comm/comm.h"
 #include "trainrun/config/config.h"
@@ -95,6 +97,7 @@ class Trainer {
   FaultInjector faults_;  // TRAINRUN_FAULTS: inert unless a test names a fault for this rank
   std::unique_ptr<Backend> be_;
   std::unique_ptr<Model> model_;
+  std::unique_ptr<ModelState> model_state_;  // the parameters as checkpointed state
   DeviceBuffer loss_sums_;  // [accum_] f64 on the device: each micro-batch's loss sum
   std::unique_ptr<DataParallel> dp_;
   GradReadyFn grad_ready_;  // dp_'s hook for the last micro-batch's backward
@@ -109,7 +112,7 @@ class Trainer {
   Restarts restarts_ = detect_restarts();
   int micro_ = 1, accum_ = 1;
   int64_t targets_per_step_ = 0;
-  TrainState state_;
+  TrainProgress progress_;
 };
 
 int Trainer::run() {
@@ -117,7 +120,7 @@ int Trainer::run() {
   setup();
   start();
   const int64_t total = exp_.train.steps;
-  int64_t step = state_.step;
+  int64_t step = progress_.step;
   batches_->prefetch(step, 0);
   enter_step_loop();  // a stop request now waits for a step boundary (stop_signals.h)
   const double t_run = now();
@@ -133,12 +136,12 @@ int Trainer::run() {
         "trace is written; pick steps in that range",
         tracer_->window(), step + 1, total);
   while (step < total) {
-    const double lr = learning_rate(exp_.optimizer, step, total) * state_.lr_scale;
+    const double lr = learning_rate(exp_.optimizer, step, total) * recovery_->lr_scale();
     StepResult r = train_step(step, lr);
     loss = r.loss;
     trained = true;
     const HealthMonitor::Action health =  // step numbered as its metrics row
-        recovery_->judge(step + 1, r.loss, r.grad_norm, &state_.bad_steps_total);
+        recovery_->judge(step + 1, r.loss, r.grad_norm);
     if (health == HealthMonitor::Action::roll_back && rollback(&step)) continue;
     if (health == HealthMonitor::Action::roll_back || health == HealthMonitor::Action::give_up) {
       exit_code = kExitGaveUp;
@@ -160,7 +163,7 @@ int Trainer::run() {
       reporter_->checkpoint_time(r.times.checkpoint);
     }
     if (reporter_->due(step))
-      reporter_->report(step, {loss, lr, r.grad_norm, r.times, state_.tokens_seen});
+      reporter_->report(step, {loss, lr, r.grad_norm, r.times, progress_.tokens_seen});
     if (stop) {
       reporter_->end_line();
       exit_code =
@@ -225,6 +228,9 @@ void Trainer::setup_model() {
   loss_sums_ = DeviceBuffer(*be_, sizeof(double) * static_cast<size_t>(accum_));
   dp_ = DataParallel::make(exp_.distributed.zero != 0, *comm_, dcomm_ ? *dcomm_ : *comm_,
                            model_->params(), exp_.optimizer, tracer_.get());
+  // The weights are the same on every rank: each writes its shard_of share of them.
+  ParamStore& ps = model_->params();
+  model_state_ = std::make_unique<ModelState>(ps, *be_, shard_of(ps.numel(), world_, rank_));
   grad_ready_ = dp_->grad_ready_hook();
 }
 
@@ -262,18 +268,20 @@ void Trainer::log_setup() const {
 
 // A resumed run restores its checkpoint; a fresh one starts from rank 0's initial weights.
 void Trainer::start() {
-  ckpt_ = std::make_unique<CheckpointManager>(exp_, *comm_, *be_, model_->params(), *dp_);
+  ckpt_ = std::make_unique<CheckpointManager>(
+      exp_, *comm_,
+      std::vector<Stateful*>{model_state_.get(), dp_.get(), &progress_, batches_.get(),
+                             recovery_.get()});
   if (!opts_.resume_file.empty()) {
     restore(opts_.resume_file);
   } else {
     if (rank_ == 0) model_->params().initialize(exp_.seed);
     dp_->broadcast_params();
     model_->params().refresh_compute();  // bf16: every rank rounds rank 0's masters
-    state_.seed = exp_.seed;
   }
   // A relaunched job that had no checkpoint yet keeps the supervisor's restart event (step 0).
   const bool relaunched = restarts_.by_supervisor && restarts_.count > 0;
-  reporter_->open_metrics(!opts_.resume_file.empty() ? state_.step : (relaunched ? 0 : -1));
+  reporter_->open_metrics(!opts_.resume_file.empty() ? progress_.step : (relaunched ? 0 : -1));
 }
 
 StepResult Trainer::train_step(int64_t step, double lr) {
@@ -373,15 +381,12 @@ double Trainer::accumulate_gradients(const PhaseObservers& at, StepTimes& t) {
 // learning rate instead of training on garbage. False when there is nothing to go back to.
 bool Trainer::rollback(int64_t* step) {
   phase(Phase::checkpoint, *step);
-  const auto back = recovery_->plan_rollback(ckpt_->newest_good(), state_.lr_scale);
+  const auto back = recovery_->plan_rollback(ckpt_->newest_good());
   if (!back) return false;
-  const int64_t bad_total = state_.bad_steps_total;
   batches_->next();  // drain the pending prefetch
   restore(back->file);
-  state_.bad_steps_total = bad_total;
-  state_.lr_scale = back->lr_scale;
   const int64_t from = *step;
-  *step = state_.step;
+  *step = progress_.step;
   reporter_->reopen_metrics(*step);
   recovery_->rolled_back(from, *step, *back);
   batches_->prefetch(*step, 0);
@@ -393,9 +398,8 @@ void Trainer::advance(int64_t* step, double seconds) {
     for (const auto& begun : batches_->epochs_begun(*step))
       spdlog::info("step {}: {}", *step + 1, begun);
   ++*step;
-  state_.step = *step;
-  state_.tokens_seen += targets_per_step_;
-  state_.samples_seen = *step * exp_.train.batch_size;
+  progress_.step = *step;
+  progress_.tokens_seen += targets_per_step_;
   reporter_->step_done(seconds);
   watchdog_->step_done(seconds);
 }
@@ -405,11 +409,9 @@ void Trainer::advance(int64_t* step, double seconds) {
 std::string Trainer::save_checkpoint(int64_t step, double* seconds) {
   phase(Phase::checkpoint, step);
   const double t0 = now();
-  TrainState st = state_;
-  st.step = step;
   const std::string before = ckpt_->newest();
   const std::string refused =
-      ckpt_->save(st, recovery_->bad_in_row(), [this] { reporter_->flush(); });
+      ckpt_->save(step, recovery_->bad_in_row(), [this] { reporter_->flush(); });
   *seconds += now() - t0;
   if (refused.empty()) {
     reporter_->checkpoint(step, ckpt_->newest());
@@ -423,10 +425,16 @@ std::string Trainer::save_checkpoint(int64_t step, double* seconds) {
 }
 
 void Trainer::restore(const std::string& file) {
-  state_ = ckpt_->restore(file);
-  reporter_->checkpoint(state_.step, file);
+  const TrainState saved = ckpt_->restore(file);
+  // The data stream resumes where the steps did (its cursor follows from the step: Batches).
+  if (batches_->samples_seen() != progress_.step * exp_.train.batch_size)
+    throw CheckpointError(fmt::format(
+        "checkpoint {}: its data cursor ({} samples) is not where {} steps of {} end: it was "
+        "changed, or written by another program",
+        file, batches_->samples_seen(), progress_.step, exp_.train.batch_size));
+  reporter_->checkpoint(progress_.step, file);
   spdlog::info("resumed from {} at step {} ({} tokens seen, written by {} ranks)", file,
-               state_.step, state_.tokens_seen, state_.world_size);
+               progress_.step, progress_.tokens_seen, saved.world_size);
 }
 
 // The process's peak resident set beside the plan's bytes per rank (CPU runs, where the plan

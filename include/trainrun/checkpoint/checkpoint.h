@@ -28,6 +28,9 @@
 
 namespace trainrun {
 
+// A run's progress as a checkpoint summarizes it for the tools that only look (inspect, the
+// launcher's resume, the supervisor, the sampler): every field is a named value that a component
+// of the trainer stored (state_name below); the config is the checkpoint's own.
 struct TrainState {
   int64_t step = 0;  // optimizer steps completed
   int64_t tokens_seen = 0;
@@ -40,6 +43,27 @@ struct TrainState {
   std::string config_yaml;  // the resolved config
 };
 
+// The names of the values a TrainState summarizes, as the components store them
+// (docs/checkpoint-format.md): the trainer's progress, the checkpoint manager's world size, the
+// data stream's cursor and seed, the health monitor's counters.
+namespace state_name {
+inline constexpr const char* step = "train/step";
+inline constexpr const char* tokens_seen = "train/tokens_seen";
+inline constexpr const char* restarts = "train/restarts";
+inline constexpr const char* world_size = "train/world_size";
+inline constexpr const char* samples_seen = "data/samples_seen";
+inline constexpr const char* seed = "data/seed";
+inline constexpr const char* bad_steps_total = "health/bad_steps_total";
+inline constexpr const char* lr_scale = "health/lr_scale";
+}  // namespace state_name
+
+// The named values of `s` (not its config), in the order above: how an old format's state is
+// served to the components that restore it.
+std::vector<NamedValue> values_of(const TrainState& s);
+// The summary of `values` (config_yaml left empty). Throws CheckpointError naming `where` when
+// one of the values is missing or of the wrong type.
+TrainState train_state_of(const std::vector<NamedValue>& values, const std::string& where);
+
 // A whole state in memory, as the single-file format holds it: what `export` writes and the
 // sampler and the launcher read.
 struct CheckpointData {
@@ -50,11 +74,12 @@ struct CheckpointData {
   StateBuffer adam_v;
 };
 
-// One rank's part of a checkpoint, ready to write: the train state, every tensor the rank's
+// One rank's part of a checkpoint, ready to write: the named values and every tensor the rank's
 // components declared, and the slices it writes, packed back to back in `data`.
 struct RankSnapshot {
-  TrainState state;  // state.world_size: how many ranks write the checkpoint
   int rank = 0;
+  std::vector<NamedValue> values;  // state_name::world_size: how many ranks write the checkpoint
+  std::string config_yaml;         // the resolved config (rank 0 stores it)
   std::vector<StateDict::Tensor> tensors;
   struct Slice {
     size_t tensor;  // index into tensors
@@ -63,9 +88,11 @@ struct RankSnapshot {
   };
   std::vector<Slice> slices;
   StateBuffer data;
+  // train_state_of(values); throws CheckpointError when a summarized value is missing.
+  TrainState summary() const;
 };
-// Fills `snap` from `state` (tensors, slices, and data by running every slice's fill), reusing
-// snap's buffer when it is large enough.
+// Fills `snap` from `state` (values, tensors, slices, and data by running every slice's fill),
+// reusing snap's buffer when it is large enough.
 void take_snapshot(const StateDict& state, RankSnapshot* snap);
 
 // Format 2 adds /metadata, the checksummed copy of the root attributes; format 3 stores

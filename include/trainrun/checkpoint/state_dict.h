@@ -2,13 +2,14 @@
 // (torchtitan's Stateful, PyTorch distributed checkpoint's planner items).
 //
 // A checkpoint speaks global tensors ("model/blocks.0.attn.qkv.weight", "optimizer/m/...") with
-// their global shapes, never a rank's buffers. On save, each component declares every tensor it
-// has and adds the slices of them this rank writes: a Box (offsets and sizes per dimension) and a
-// function that copies the slice's elements out when the snapshot is taken. On restore, a
-// component asks a StateSource for the boxes its own layout needs, whatever layout wrote them;
-// the source assembles them from the stored slices that overlap. Resharding (any world size, any
-// data-parallel strategy, later any sharded or tensor-parallel split) is therefore one operation,
-// and a new layout adds only its own declarations.
+// their global shapes, never a rank's buffers, and named values ("train/step", "data/seed",
+// "health/lr_scale": counters, cursors, seeds, scales), which are the same on every rank. On save,
+// each component declares every tensor it has and adds the slices of them this rank writes: a Box
+// (offsets and sizes per dimension) and a function that copies the slice's elements out when the
+// snapshot is taken. On restore, a component asks a StateSource for the boxes its own layout needs,
+// whatever layout wrote them; the source assembles them from the stored slices that overlap.
+// Resharding (any world size, any data-parallel strategy, later any sharded or tensor-parallel
+// split) is therefore one operation, and a new layout adds only its own declarations.
 //
 // Thread safety: a StateDict and a StateSource belong to one thread.
 #pragma once
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "trainrun/core/param_entry.h"
@@ -43,6 +45,15 @@ std::vector<Box> boxes_of_flat_range(const std::vector<int64_t>& shape, int64_t 
 // The row-major flat index, within the tensor of `shape`, of the box's first element.
 int64_t flat_start(const std::vector<int64_t>& shape, const Box& b);
 
+// A named value of a component's state that is not a tensor. Stored exactly (a double bit for
+// bit, a seed as all 64 bits); a reader asks for the type it wants (read_int and friends below).
+using StateValue = std::variant<int64_t, uint64_t, double>;
+struct NamedValue {
+  std::string name;
+  StateValue value;
+  bool operator==(const NamedValue&) const = default;
+};
+
 // What one rank saves.
 class StateDict {
  public:
@@ -65,13 +76,19 @@ class StateDict {
   // all ranks together must cover each tensor exactly once (the checkpoint refuses a gap or an
   // overlap when it commits).
   void add(size_t tensor, Box box, Fill fill);
+  // A named value (same name rules as a tensor's). Every rank puts the same values: rank 0's are
+  // the checkpoint's, the others' must agree (the checkpoint refuses a difference when it
+  // commits). Throws std::invalid_argument for a name put twice.
+  void put(std::string name, StateValue value);
 
   const std::vector<Tensor>& tensors() const { return tensors_; }
   const std::vector<Slice>& slices() const { return slices_; }
+  const std::vector<NamedValue>& values() const { return values_; }
 
  private:
   std::vector<Tensor> tensors_;
   std::vector<Slice> slices_;
+  std::vector<NamedValue> values_;
 };
 
 // A restoring component's request: the box of a tensor, into `out` (box_numel floats, row-major).
@@ -92,9 +109,31 @@ class StateSource {
   // Fills every request, reading (and verifying: checksum, finiteness) only the stored slices
   // that overlap one. Throws CheckpointError naming the checkpoint and the tensor.
   virtual void read(const std::vector<SliceRequest>& requests) = 0;
+  // Every named value, in the order they were put.
+  virtual const std::vector<NamedValue>& values() const = 0;
   // The checkpoint's path, for messages.
   virtual const std::string& path() const = 0;
 };
+
+// The named value `name` of `values` as the type asked for: an integer that fits, a double from
+// any number. Throws CheckpointError naming `where` and the value when there is none or it does
+// not fit (a negative seed, a fraction for a counter).
+int64_t read_int(const std::vector<NamedValue>& values, const std::string& name,
+                 const std::string& where);
+uint64_t read_uint(const std::vector<NamedValue>& values, const std::string& name,
+                   const std::string& where);
+double read_double(const std::vector<NamedValue>& values, const std::string& name,
+                   const std::string& where);
+// The same from a checkpoint being restored (`where`: its path).
+inline int64_t read_int(const StateSource& in, const std::string& name) {
+  return read_int(in.values(), name, "checkpoint " + in.path());
+}
+inline uint64_t read_uint(const StateSource& in, const std::string& name) {
+  return read_uint(in.values(), name, "checkpoint " + in.path());
+}
+inline double read_double(const StateSource& in, const std::string& name) {
+  return read_double(in.values(), name, "checkpoint " + in.path());
+}
 
 // A component with checkpointed state.
 class Stateful {
