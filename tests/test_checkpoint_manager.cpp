@@ -52,6 +52,7 @@ struct OtherValues final : Stateful {
 // the moments are not zero; the run's progress and other values.
 struct Run {
   std::unique_ptr<Communicator> comm = make_local_communicator();
+  DeviceMesh mesh = DeviceMesh::flat(*comm);
   std::unique_ptr<Backend> be = make_cpu_backend();
   ParamStore ps{*be};
   std::unique_ptr<DataParallel> dp;
@@ -71,7 +72,7 @@ struct Run {
     ps.declare("b", {4}, Init::zeros, 0.0f, false);
     ps.allocate();
     ps.initialize(seed);
-    dp = DataParallel::make(false, *comm, *comm, ps, exp.optimizer, nullptr);
+    dp = DataParallel::make(false, mesh, ps, exp.optimizer, nullptr);
     model = std::make_unique<ModelState>(ps, *be, Shard{0, ps.numel()});
     float* g = ps.grads().as<float>();
     for (int64_t i = 0; i < ps.numel(); ++i) g[i] = 0.01f * static_cast<float>(i + seed % 5);

@@ -363,7 +363,8 @@ TEST_CASE("data parallel on one rank: DDP and ZeRO-1 agree with plain AdamW") {
     OptimizerConfig cfg;
     cfg.grad_clip = 0.5;  // below the gradients' norm: the update is clipped
     Params a, ref;
-    auto dp = DataParallel::make(zero, *comm, *comm, a.ps, cfg, nullptr);
+    const DeviceMesh mesh = DeviceMesh::flat(*comm);
+    auto dp = DataParallel::make(zero, mesh, a.ps, cfg, nullptr);
     CHECK(dp->shard().begin == 0);
     CHECK(dp->shard().end == a.ps.numel());
     CHECK_FALSE(static_cast<bool>(dp->grad_ready_hook()));  // one rank: nothing to overlap
@@ -405,7 +406,7 @@ TEST_CASE("data parallel on one rank: DDP and ZeRO-1 agree with plain AdamW") {
       ck.commit(0, 1);
     }
     Params b;
-    auto restored = DataParallel::make(zero, *comm, *comm, b.ps, cfg, nullptr);
+    auto restored = DataParallel::make(zero, mesh, b.ps, cfg, nullptr);
     TrainState state;
     restored->load_state_dict(*open_checkpoint(checkpoint_path(dir.str(), 0), &state));
     CHECK(testing::saved_flat(*restored, "optimizer/m") == m);
@@ -419,7 +420,8 @@ TEST_CASE("data parallel: no clipping below the limit, none when it is off") {
     OptimizerConfig cfg;
     cfg.grad_clip = clip;
     Params a, ref;
-    auto dp = DataParallel::make(false, *comm, *comm, a.ps, cfg, nullptr);
+    const DeviceMesh mesh = DeviceMesh::flat(*comm);
+    auto dp = DataParallel::make(false, mesh, a.ps, cfg, nullptr);
     StepTimes t;
     const StepStats s = dp->reduce_stats(1.0, false, t);
     CHECK_FALSE(s.stop);

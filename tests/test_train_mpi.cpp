@@ -1,8 +1,10 @@
-// The data-parallel strategies across real MPI ranks: run under `mpirun -np 2` (tests/meson.build
-// does). DDP and ZeRO-1 must train alike (to rounding: ZeRO-1 sums the norm and runs AdamW's loop
-// over other ranges), every rank must end with the same parameters, and the optimizer state
-// gathered for a snapshot must reach the writing rank whole and nowhere else. A plain main, as
-// tests/test_comm_mpi.cpp, so every rank takes part in every collective and agrees on the verdict.
+// The device mesh and the data-parallel strategies across real MPI ranks: run under `mpirun -np
+// 4` (tests/meson.build does; any even count works). The mesh's groups must hold the ranks its
+// coordinates say; DDP and ZeRO-1, flat and hybrid-sharded (dp_replicate 2), must train alike
+// (to rounding: ZeRO-1 sums the norm and runs AdamW's loop over other ranges), every rank must
+// end with the same parameters, and each rank must save exactly its share of the moments it
+// holds. A plain main, as tests/test_comm_mpi.cpp, so every rank takes part in every collective
+// and agrees on the verdict.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +15,7 @@
 #include "state_support.h"
 #include "trainrun/backend/backend.h"
 #include "trainrun/comm/comm.h"
+#include "trainrun/comm/device_mesh.h"
 
 using namespace trainrun;
 
@@ -65,7 +68,8 @@ bool close(const A& a, const B& b) {
 }
 
 // Two steps of one strategy from rank 0's initial weights; gradients differ by rank.
-Result train(bool zero, Communicator& comm) {
+Result train(bool zero, const DeviceMesh& mesh) {
+  Communicator& comm = mesh.host();
   auto be = make_cpu_backend();
   ParamStore ps(*be);
   ps.declare("w", {5, 7}, Init::normal, 0.5f, true);  // 37 elements: uneven shards
@@ -74,7 +78,7 @@ Result train(bool zero, Communicator& comm) {
   ps.initialize(comm.rank() == 0 ? 11 : 99);  // only rank 0's weights may survive
   OptimizerConfig cfg;
   cfg.grad_clip = 0;
-  auto dp = DataParallel::make(zero, comm, comm, ps, cfg, nullptr);
+  auto dp = DataParallel::make(zero, mesh, ps, cfg, nullptr);
   dp->broadcast_params();
   Result r;
   for (int64_t step = 1; step <= 2; ++step) {
@@ -90,10 +94,41 @@ Result train(bool zero, Communicator& comm) {
   r.params = host(ps.params());
   r.saved_m = testing::saved_flat(*dp, "optimizer/m");
   r.saved_v = testing::saved_flat(*dp, "optimizer/v");
-  r.write = shard_of(ps.numel(), comm.size(), comm.rank());
-  r.m = all_gathered(comm, dp->optimizer().m(), dp->shard(), ps.numel());
-  r.v = all_gathered(comm, dp->optimizer().v(), dp->shard(), ps.numel());
+  // The ranks holding the same moments each write their share: every rank under DDP, a shard's
+  // replicas under ZeRO-1.
+  const Shard held = dp->shard();
+  const int copies = zero ? mesh.shape().dp_replicate : comm.size();
+  const int index = zero ? mesh.coord(MeshAxis::dp_replicate) : comm.rank();
+  const Shard part = shard_of(held.size(), copies, index);
+  r.write = Shard{held.begin + part.begin, held.begin + part.end};
+  Communicator& holders = zero ? mesh.host_group(MeshAxis::dp_shard) : comm;
+  r.m = all_gathered(holders, dp->optimizer().m(), held, ps.numel());
+  r.v = all_gathered(holders, dp->optimizer().v(), held, ps.numel());
   return r;
+}
+
+// Every group holds the ranks its coordinates say, and its collectives reach them alone.
+void check_mesh(Communicator& world, int dp_replicate) {
+  const int rank = world.rank();
+  const DeviceMesh mesh(world, nullptr, MeshShape::of(world.size(), dp_replicate));
+  const int S = world.size() / dp_replicate;
+  const std::string shape = mesh.shape().describe();
+  check(
+      mesh.coord(MeshAxis::dp_replicate) == rank / S && mesh.coord(MeshAxis::dp_shard) == rank % S,
+      rank, shape + ": coordinates");
+  for (MeshAxis a : {MeshAxis::dp_replicate, MeshAxis::dp_shard}) {
+    Communicator& g = mesh.host_group(a);
+    check(g.size() == mesh.shape().size(a) && g.rank() == mesh.coord(a), rank,
+          shape + ": " + axis_name(a) + " group's size and this rank's place in it");
+    // The sum of the world ranks in the group: a dp_shard group is S consecutive ranks, a
+    // dp_replicate group the ranks S apart.
+    double sum = rank;
+    g.allreduce_sum(Tensor(&sum, DType::f64, Device::cpu, {1}));
+    double want = 0;
+    for (int r = 0; r < world.size(); ++r)
+      if (a == MeshAxis::dp_shard ? r / S == rank / S : r % S == rank % S) want += r;
+    check(sum == want, rank, shape + ": " + axis_name(a) + " group's allreduce reaches its ranks");
+  }
 }
 
 }  // namespace
@@ -101,8 +136,16 @@ Result train(bool zero, Communicator& comm) {
 int main() {
   auto comm = make_mpi_communicator();
   const int rank = comm->rank();
-  const Result ddp = train(false, *comm), zero = train(true, *comm);
-  check(ddp.stats.loss == 1.5 && zero.stats.loss == 1.5, rank, "loss is the mean over ranks");
+  for (int replicas = 1; replicas <= comm->size(); ++replicas)
+    if (comm->size() % replicas == 0) check_mesh(*comm, replicas);
+  const DeviceMesh flat = DeviceMesh::flat(*comm);
+  const Result ddp = train(false, flat), zero = train(true, flat);
+  // Hybrid sharding: ZeRO-1 inside groups of world / 2 ranks, replicated across 2 groups.
+  const DeviceMesh hybrid(*comm, nullptr, MeshShape::of(comm->size(), 2));
+  const Result hsdp = train(true, hybrid);
+  const double mean_loss = 1.0 + (comm->size() - 1) / 2.0;  // rank r's loss is 1 + r
+  check(ddp.stats.loss == mean_loss && zero.stats.loss == mean_loss, rank,
+        "loss is the mean over ranks");
   check(ddp.stats.stop && zero.stats.stop, rank, "rank 1's stop request reaches every rank");
   // The last step's gradients, summed over the ranks as the strategies must.
   double sq = 0;
@@ -111,19 +154,33 @@ int main() {
     for (int r = 0; r < comm->size(); ++r) g += 0.01f * static_cast<float>((i % 5) - 2 + r + 2);
     sq += double(g) * g;
   }
-  for (const Result* x : {&ddp, &zero})
+  for (const Result* x : {&ddp, &zero, &hsdp})
     check(std::fabs(x->stats.grad_norm - std::sqrt(sq)) <= 1e-6 * std::sqrt(sq), rank,
           "the global gradient norm counts every element once");
   check(close(ddp.params, zero.params), rank, "ZeRO-1 parameters equal DDP's (to rounding)");
+  check(close(ddp.params, hsdp.params), rank, "hybrid ZeRO-1 parameters equal DDP's");
+  check(hsdp.stats.loss == ddp.stats.loss && hsdp.stats.stop, rank, "hybrid: loss and stop");
   // Each rank saves its shard_of share of the moments, nothing gathered: under ZeRO-1 the ones it
   // holds, under DDP (every rank holds all) the same range, so the world writes each once.
-  for (const Result* x : {&ddp, &zero}) {
+  for (const Result* x : {&ddp, &zero, &hsdp}) {
     const auto part = [x](const std::vector<float>& all) {
       return std::vector<float>(all.begin() + x->write.begin, all.begin() + x->write.end);
     };
     check(same(x->saved_m, part(x->m)) && same(x->saved_v, part(x->v)), rank,
-          x == &ddp ? "DDP snapshot: this rank's share of the moments"
-                    : "ZeRO-1 snapshot: this rank's shard of the moments");
+          x == &ddp    ? "DDP snapshot: this rank's share of the moments"
+          : x == &zero ? "ZeRO-1 snapshot: this rank's shard of the moments"
+                       : "hybrid snapshot: this replica's share of its shard's moments");
+  }
+  // The world writes every element once: the ranks' write ranges tile the buffer.
+  for (const Result* x : {&ddp, &zero, &hsdp}) {
+    std::vector<double> ranges(2 * static_cast<size_t>(comm->size()));
+    const double mine[2] = {double(x->write.begin), double(x->write.end)};
+    comm->all_gather_doubles(mine, 2, ranges.data());
+    std::vector<int> covered(37, 0);
+    for (size_t r = 0; r < ranges.size(); r += 2)
+      for (auto i = int64_t(ranges[r]); i < int64_t(ranges[r + 1]); ++i) ++covered[size_t(i)];
+    check(std::all_of(covered.begin(), covered.end(), [](int c) { return c == 1; }), rank,
+          "the ranks' snapshots hold every moment once");
   }
   check(close(zero.saved_m, ddp.saved_m) && close(zero.saved_v, ddp.saved_v), rank,
         "ZeRO-1 moments equal DDP's (to rounding)");

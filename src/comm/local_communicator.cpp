@@ -60,6 +60,9 @@ class LocalCommunicator final : public Communicator {
     if (n > 0 && in != out) std::memmove(out, in, n);
   }
   void broadcast_bytes(void*, size_t, int root) override { check_root(root, "broadcast_bytes"); }
+  std::unique_ptr<Communicator> split(int, int) override {
+    return std::make_unique<LocalCommunicator>();
+  }
   [[noreturn]] void abort(int code) override {
     // _Exit skips destructors (a hung thread could block them), so flush what we need first.
     spdlog::apply_all([](const std::shared_ptr<spdlog::logger>& l) { l->flush(); });

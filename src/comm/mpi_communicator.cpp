@@ -139,6 +139,14 @@ class MpiCommunicator final : public Communicator {
   MpiCommunicator() {
     mpi_acquire();
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    init();
+  }
+  // Takes ownership of `comm` (a split's).
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+    mpi_acquire();
+    init();
+  }
+  void init() {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     MPI_Comm node;
@@ -159,6 +167,13 @@ class MpiCommunicator final : public Communicator {
     if (std::uncaught_exceptions() > 0 && size_ > 1) return;
     MPI_Comm_free(&comm_);
     mpi_release();
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    if (color < 0) throw std::invalid_argument("MPI split: a colour is not negative");
+    MPI_Comm part = MPI_COMM_NULL;
+    MPI_Comm_split(comm_, color, key, &part);
+    return std::make_unique<MpiCommunicator>(part);
   }
 
   int rank() const override { return rank_; }

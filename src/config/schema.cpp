@@ -221,6 +221,11 @@ std::vector<Field> make_schema() {
        .max = 65536},
       {KEY(distributed, zero), .description = "ZeRO stage: 1 shards optimizer state over ranks",
        .resumable = kResumable, .min = 0, .max = 1},
+      {KEY(distributed, dp_replicate),
+       .description = "Replica groups of the device mesh: sharded state (ZeRO) is split over the "
+                      "ranks of a group (dp_shard = ranks / dp_replicate) and copied across "
+                      "groups (hybrid sharding, HSDP); must divide the ranks",
+       .resumable = kResumable, .min = 1, .max = 65536},
       {KEY(distributed, hostfile), .description = "mpirun hostfile for multi-node runs",
        .resumable = kResumable},
       {KEY(distributed, oversubscribe), .description = "Allow more ranks than cores",

@@ -195,6 +195,19 @@ void batch_splits_over_ranks(const Experiment& e, int world, Fail& out) {
   }
 }
 
+void mesh_divides_ranks(const Experiment& e, int world, Fail& out) {
+  const int r = e.distributed.dp_replicate;
+  if (world < 1 || r < 1 || world % r == 0) return;
+  std::string divisors;
+  for (int d = 1; d <= world; ++d)
+    if (world % d == 0) divisors += fmt::format("{}{}", divisors.empty() ? "" : ", ", d);
+  fail(out, {"distributed.dp_replicate", "distributed.nproc", "distributed.nodes"},
+       fmt::format("distributed.dp_replicate={} does not divide the {} ranks: the device mesh is "
+                   "dp_replicate groups of ranks / dp_replicate; use one of {} (the nodes, to "
+                   "shard inside each node)",
+                   r, world, divisors));
+}
+
 void lr_decays_down(const Experiment& e, int, Fail& out) {
   const auto& o = e.optimizer;
   if (o.min_lr > o.lr) {
@@ -222,6 +235,8 @@ const Rule kRules[] = {
     {"`train.batch_size` divisible by the ranks (`distributed.nproc` x `distributed.nodes`), "
      "and by `train.micro_batch_size` x ranks when that is above 0",
      batch_splits_over_ranks},
+    {"`distributed.dp_replicate` divides the ranks (`distributed.nproc` x `distributed.nodes`)",
+     mesh_divides_ranks},
     {"`optimizer.min_lr` <= `optimizer.lr` (`optimizer.warmup_steps` may exceed "
      "`train.steps`)",
      lr_decays_down},

@@ -17,6 +17,7 @@
 #include "host_probe.h"
 #include "stop_relay.h"
 #include "trainrun/checkpoint/checkpoint.h"
+#include "trainrun/comm/device_mesh.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/launch/launch.h"
 #include "trainrun/obs/metrics.h"
@@ -196,7 +197,10 @@ int supervise(const RunRequest& request, const Experiment& exp, std::string resu
   for (int attempt = 0;; ++attempt) {
     const LaunchPlan plan = attempt_plan(request, exp, resume_file, attempt);
     if (request.dry_run) {
-      fmt::print("{}\n", render_command(plan));
+      // validate_for_world checked that dp_replicate divides the ranks.
+      fmt::print("# device mesh: {} ({} ranks), distributed.zero={}\n{}\n",
+                 MeshShape::of(exp.world_size(), exp.distributed.dp_replicate).describe(),
+                 exp.world_size(), exp.distributed.zero, render_command(plan));
       return kExitOk;
     }
     if (attempt == 0) claim();  // the first command is known to be valid: take the directory

@@ -113,6 +113,11 @@ MemoryPlan memory_of(const Experiment& exp, bool gpu, const ModelShape& shape) {
   const ModelConfig& m = exp.model;
   const bool bf16 = gpu && exp.train.precision == Precision::bf16;
   const int world = std::max(1, exp.world_size());
+  // ZeRO shards over one replica group's ranks (dp_shard); the groups hold copies.
+  const int replicas = world % std::max(1, exp.distributed.dp_replicate) == 0
+                           ? std::max(1, exp.distributed.dp_replicate)
+                           : 1;
+  const int shard_ranks = world / replicas;
   const int micro_batch = micro_batch_of(exp);
   const int64_t params = shape.params;
   const double n = static_cast<double>(params);
@@ -122,7 +127,7 @@ MemoryPlan memory_of(const Experiment& exp, bool gpu, const ModelShape& shape) {
   mem.grads = 4 * n;
   mem.optimizer = 8 * n;
   // ZeRO-1: each rank keeps the moments of its shard; shards differ by at most one element.
-  mem.optimizer_zero1 = 8 * static_cast<double>((params + world - 1) / world);
+  mem.optimizer_zero1 = 8 * static_cast<double>((params + shard_ranks - 1) / shard_ranks);
   mem.activations = static_cast<double>(shape.activation_bytes);
   // Workspace. GPU: the cuBLASLt workspace (32 MiB) plus about 512 MiB for the CUDA context and
   // library handles. CPU: the host copy of weights and both moments that a checkpoint takes
@@ -140,7 +145,8 @@ MemoryPlan memory_of(const Experiment& exp, bool gpu, const ModelShape& shape) {
   // (world - 1) / world of it from 3 ranks on; at 2 ranks its algorithm needs none (counting
   // half the gradient there put the plan 8% above the peak, at the test's 10% edge). NCCL
   // reduces in place.
-  const double reduce_scatter = zero && world > 2 ? 4 * n * (world - 1) / world : 0;
+  const double reduce_scatter =
+      zero && shard_ranks > 2 ? 4 * n * (shard_ranks - 1) / shard_ranks : 0;
   mem.workspace = gpu ? 544.0 * 1048576 : snapshot + token_buffers + kCpuProcess + reduce_scatter;
   mem.total = mem.params + mem.grads + (zero ? mem.optimizer_zero1 : mem.optimizer) +
               mem.activations + mem.workspace;
@@ -160,6 +166,9 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
   const bool gpu = on_gpu(peak);
   const ModelShape shape = measure(exp, gpu);
   p.world = std::max(1, exp.world_size());
+  if (p.world % std::max(1, exp.distributed.dp_replicate) == 0)
+    p.dp_replicate = std::max(1, exp.distributed.dp_replicate);
+  p.dp_shard = p.world / p.dp_replicate;
   p.micro_batch = micro_batch_of(exp);
   p.accum = std::max(1, exp.train.batch_size / (p.micro_batch * p.world));
   p.peak = peak;

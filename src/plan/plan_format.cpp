@@ -83,6 +83,9 @@ std::string plan_text(const Plan& p) {
   line("FLOPs per token", human_count(p.flops_per_token));
   line("FLOPs per step", human_count(p.flops_per_step));
   line("batch", fmt::format("{} ranks x {} micro x {} accum", p.world, p.micro_batch, p.accum));
+  if (p.world > 1)
+    line("device mesh", fmt::format("dp_replicate {} x dp_shard {} (ZeRO shards over dp_shard)",
+                                    p.dp_replicate, p.dp_shard));
   s += "memory per rank:\n";
   line("parameters", human_bytes(p.bytes_params));
   line("gradients", human_bytes(p.bytes_grads));
@@ -206,7 +209,8 @@ std::string plan_json(const Plan& p) {
                     kernels.empty() ? "" : ",", json_string(k.op), k.launches, json_number(k.flops),
                     json_number(k.bytes), json_number(k.seconds));
   return fmt::format(
-      "{{\"world\":{},\"micro_batch\":{},\"accum\":{},\"params\":{},\"params_by_module\":{{{}}},"
+      "{{\"world\":{},\"mesh\":{{\"dp_replicate\":{},\"dp_shard\":{}}},\"micro_batch\":{},"
+      "\"accum\":{},\"params\":{},\"params_by_module\":{{{}}},"
       "\"flops_per_token\":{},\"flops_per_step\":{},"
       "\"bytes\":{{\"params\":{},\"grads\":{},\"optimizer\":{},\"optimizer_zero1\":{},"
       "\"activations\":{},\"workspace\":{},\"total\":{}}},"
@@ -218,10 +222,11 @@ std::string plan_json(const Plan& p) {
       "\"device\":{{\"name\":{},\"flops\":{},\"mem_bw\":{},\"memory\":{},\"link_bw\":{},"
       "\"host_bw\":{},\"disk_bw\":{},\"disk_source\":{},\"source\":{}}},"
       "\"warnings\":[{}],\"fits\":{}}}",
-      p.world, p.micro_batch, p.accum, p.params, modules, json_number(p.flops_per_token),
-      json_number(p.flops_per_step), json_number(p.bytes_params), json_number(p.bytes_grads),
-      json_number(p.bytes_optimizer), json_number(p.bytes_optimizer_zero1),
-      json_number(p.bytes_activations), json_number(p.bytes_workspace), json_number(p.bytes_total),
+      p.world, p.dp_replicate, p.dp_shard, p.micro_batch, p.accum, p.params, modules,
+      json_number(p.flops_per_token), json_number(p.flops_per_step), json_number(p.bytes_params),
+      json_number(p.bytes_grads), json_number(p.bytes_optimizer),
+      json_number(p.bytes_optimizer_zero1), json_number(p.bytes_activations),
+      json_number(p.bytes_workspace), json_number(p.bytes_total),
       json_number(p.comm_bytes_per_step), json_number(p.allreduce_seconds_per_step),
       json_number(p.allreduce_exposed_seconds_per_step), p.buckets, collective_json(p.collectives),
       at_scale, net, json_number(p.predicted_step_seconds),

@@ -10,10 +10,11 @@
 
 namespace trainrun {
 
-DataParallel::DataParallel(Communicator& host, Communicator& device, ParamStore& ps,
-                           const OptimizerConfig& cfg, Shard shard, Tracer* tracer)
-    : host_(host),
-      device_(device),
+DataParallel::DataParallel(const DeviceMesh& mesh, ParamStore& ps, const OptimizerConfig& cfg,
+                           Shard shard, Tracer* tracer)
+    : mesh_(mesh),
+      host_(mesh.host()),
+      device_(mesh.device()),
       ps_(ps),
       tracer_(tracer),
       grad_clip_(cfg.grad_clip),
@@ -49,7 +50,7 @@ StepStats DataParallel::reduce_stats(double local_loss, bool stop_requested, Ste
     timed("allreduce loss+norm", t,
           [&] { host_.allreduce_sum(Tensor(stats, DType::f64, Device::cpu, {3})); });
     stats[0] /= world;
-    if (copies_per_gradient() > 1) stats[1] /= copies_per_gradient();
+    if (copies() > 1) stats[1] /= copies();
   }
   return StepStats{stats[0], std::sqrt(stats[1]), stats[2] != 0};
 }
@@ -69,7 +70,8 @@ std::vector<std::pair<std::string, Tensor>> DataParallel::moment_tensors() const
 
 void DataParallel::state_dict(StateDict& out) {
   const Shard held = shard();
-  const Shard mine = shard_of(ps_.numel(), host_.size(), host_.rank());  // inside `held`
+  const Shard part = shard_of(held.size(), copies(), copy_index());
+  const Shard mine{held.begin + part.begin, held.begin + part.end};
   const std::vector<ParamEntry> params = ps_.entries();
   for (const auto& [prefix, moments] : moment_tensors())
     add_flat_state(out, prefix, params, mine,
@@ -96,10 +98,9 @@ namespace {
 // computes the rest.
 class Ddp final : public DataParallel {
  public:
-  Ddp(Communicator& host, Communicator& device, ParamStore& ps, const OptimizerConfig& cfg,
-      Tracer* tracer)
-      : DataParallel(host, device, ps, cfg, Shard{0, ps.numel()}, tracer) {
-    if (host.size() > 1) sync_ = std::make_unique<GradSync>(device, ps.grads(), kGradBucketElems);
+  Ddp(const DeviceMesh& mesh, ParamStore& ps, const OptimizerConfig& cfg, Tracer* tracer)
+      : DataParallel(mesh, ps, cfg, Shard{0, ps.numel()}, tracer) {
+    if (host_.size() > 1) sync_ = std::make_unique<GradSync>(device_, ps.grads(), kGradBucketElems);
   }
 
   GradReadyFn grad_ready_hook() override {
@@ -115,41 +116,54 @@ class Ddp final : public DataParallel {
   }
 
  protected:
-  int copies_per_gradient() const override { return host_.size(); }
+  int copies() const override { return host_.size(); }
+  int copy_index() const override { return host_.rank(); }
   void gather_params(StepTimes&) override {}
 
  private:
   std::unique_ptr<GradSync> sync_;
 };
 
-// Each rank owns shard_of(n) of the gradients, moments and update.
+// Each rank of a dp_shard group owns shard_of(n) of the gradients, moments and update; the
+// replica groups hold the same shards.
 class Zero1 final : public DataParallel {
  public:
-  Zero1(Communicator& host, Communicator& device, ParamStore& ps, const OptimizerConfig& cfg,
-        Tracer* tracer)
-      : DataParallel(host, device, ps, cfg, shard_of(ps.numel(), host.size(), host.rank()),
-                     tracer) {}
+  Zero1(const DeviceMesh& mesh, ParamStore& ps, const OptimizerConfig& cfg, Tracer* tracer)
+      : DataParallel(mesh, ps, cfg,
+                     shard_of(ps.numel(), mesh.shape().dp_shard, mesh.coord(MeshAxis::dp_shard)),
+                     tracer),
+        shard_group_(mesh.device_group(MeshAxis::dp_shard)),
+        replicas_(mesh.device_group(MeshAxis::dp_replicate)) {}
 
   GradReadyFn grad_ready_hook() override { return {}; }
   void reduce_grads(StepTimes& t) override {
-    if (host_.size() > 1)
-      timed("reduce_scatter", t, [&] { device_.reduce_scatter_sum(ps_.grads()); });
+    if (shard_group_.size() > 1)
+      timed("reduce_scatter", t, [&] { shard_group_.reduce_scatter_sum(ps_.grads()); });
+    const Shard s = shard();
+    if (replicas_.size() > 1 && s.size() > 0)
+      timed("allreduce shard", t,
+            [&] { replicas_.allreduce_sum(ps_.grads().slice(s.begin, {s.size()})); });
   }
 
  protected:
-  int copies_per_gradient() const override { return 1; }
+  int copies() const override { return mesh_.shape().dp_replicate; }
+  int copy_index() const override { return mesh_.coord(MeshAxis::dp_replicate); }
   void gather_params(StepTimes& t) override {
-    if (host_.size() > 1) timed("all_gather params", t, [&] { device_.all_gather(ps_.params()); });
+    if (shard_group_.size() > 1)
+      timed("all_gather params", t, [&] { shard_group_.all_gather(ps_.params()); });
   }
+
+ private:
+  Communicator& shard_group_;
+  Communicator& replicas_;
 };
 
 }  // namespace
 
-std::unique_ptr<DataParallel> DataParallel::make(bool zero, Communicator& host,
-                                                 Communicator& device, ParamStore& ps,
+std::unique_ptr<DataParallel> DataParallel::make(bool zero, const DeviceMesh& mesh, ParamStore& ps,
                                                  const OptimizerConfig& cfg, Tracer* tracer) {
-  if (zero) return std::make_unique<Zero1>(host, device, ps, cfg, tracer);
-  return std::make_unique<Ddp>(host, device, ps, cfg, tracer);
+  if (zero) return std::make_unique<Zero1>(mesh, ps, cfg, tracer);
+  return std::make_unique<Ddp>(mesh, ps, cfg, tracer);
 }
 
 }  // namespace trainrun

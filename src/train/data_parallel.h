@@ -3,6 +3,10 @@
 //           keeps all of AdamW's moments and updates every parameter identically.
 //   ZeRO-1: gradients are reduce-scattered; each rank keeps moments for, and updates, only its
 //           shard_of(n) range of the buffers; then the parameters are all-gathered.
+// Over a device mesh (device_mesh.h) ZeRO-1 shards over the dp_shard axis: the reduce-scatter
+// and the all-gather stay inside a dp_shard group, and with dp_replicate > 1 (hybrid sharding)
+// each shard's gradients are then summed across the replica groups, one allreduce of a shard.
+// DDP replicates everything, so the mesh changes nothing for it.
 // Everything that differs between the two lives behind this interface, and the trainer makes
 // the same calls for both: grad_ready_hook (backward) -> reduce_grads -> reduce_stats -> update.
 // The strategy owns the optimizer, so it is also the optimizer's checkpointed state (Stateful):
@@ -10,10 +14,11 @@
 // only what its layout needs, whichever layout wrote the checkpoint.
 //
 // Collectives: the methods marked so must be called by every rank, in the same order. Device
-// tensors (gradients, parameters) go over `device` (NCCL on CUDA, else the same as `host`); host
-// values over `host`. Thread safety: the step loop's thread only (DDP's communication thread
-// runs between the hook's first call and reduce_grads()). Borrows the communicators, the
-// parameter store and the tracer (which may be null); they must outlive it.
+// tensors (gradients, parameters) go over the mesh's device communicators (NCCL on CUDA, else
+// the host ones); host values over the world's host communicator. Thread safety: the step loop's
+// thread only (DDP's communication thread runs between the hook's first call and
+// reduce_grads()). Borrows the mesh, the parameter store and the tracer (which may be null);
+// they must outlive it.
 #pragma once
 
 #include <memory>
@@ -24,6 +29,7 @@
 #include "step_times.h"
 #include "trainrun/checkpoint/state_dict.h"
 #include "trainrun/comm/comm.h"
+#include "trainrun/comm/device_mesh.h"
 #include "trainrun/core/experiment.h"
 #include "trainrun/model/model.h"
 #include "trainrun/model/params.h"
@@ -42,9 +48,8 @@ struct StepStats {
 class DataParallel : public Stateful {
  public:
   // ZeRO-1 when `zero`, else DDP.
-  static std::unique_ptr<DataParallel> make(bool zero, Communicator& host, Communicator& device,
-                                            ParamStore& ps, const OptimizerConfig& cfg,
-                                            Tracer* tracer);
+  static std::unique_ptr<DataParallel> make(bool zero, const DeviceMesh& mesh, ParamStore& ps,
+                                            const OptimizerConfig& cfg, Tracer* tracer);
   virtual ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -68,19 +73,21 @@ class DataParallel : public Stateful {
   // `step` (1-based) to its shard and (collective under ZeRO-1) updates every rank's parameters.
   void update(double lr, int64_t step, double grad_norm, StepTimes& t);
 
-  // Not collective. Every rank writes the moments of its shard_of range of the flat buffers:
-  // under ZeRO-1 exactly the ones it holds, under DDP (every rank holds all of them, the same)
-  // its share, so the world writes each once, in parallel, and nothing is gathered.
+  // Not collective. The ranks that hold the same moments (all of them under DDP, a shard's
+  // replicas under ZeRO-1) each write their shard_of share of them, so the world writes each
+  // once, in parallel, and nothing is gathered.
   void state_dict(StateDict& out) override;
   // Not collective: reads the moments of shard() (whatever layout wrote them).
   void load_state_dict(StateSource& in) override;
 
  protected:
-  DataParallel(Communicator& host, Communicator& device, ParamStore& ps, const OptimizerConfig& cfg,
-               Shard shard, Tracer* tracer);
-  // How many ranks hold each gradient element when the squared norms are summed: world under
-  // DDP (identical full copies), 1 under ZeRO-1 (disjoint shards).
-  virtual int copies_per_gradient() const = 0;
+  DataParallel(const DeviceMesh& mesh, ParamStore& ps, const OptimizerConfig& cfg, Shard shard,
+               Tracer* tracer);
+  // How many ranks hold the same shard() (its gradients when the squared norms are summed, its
+  // moments when they are saved), and which of them this rank is: the world under DDP
+  // (identical full copies), the replica groups under ZeRO-1.
+  virtual int copies() const = 0;
+  virtual int copy_index() const = 0;
   // After the optimizer step: every rank's parameters up to date.
   virtual void gather_params(StepTimes& t) = 0;
   // Runs a blocking collective, charging it to the step's communication times and the trace.
@@ -89,8 +96,9 @@ class DataParallel : public Stateful {
   void trace(const char* span, double t0, double t1);
   std::vector<std::pair<std::string, Tensor>> moment_tensors() const;
 
-  Communicator& host_;
-  Communicator& device_;
+  const DeviceMesh& mesh_;
+  Communicator& host_;    // the world, host values
+  Communicator& device_;  // the world, device tensors
   ParamStore& ps_;
   Tracer* tracer_;
   double grad_clip_;

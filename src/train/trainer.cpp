@@ -36,6 +36,7 @@
 #include "train_progress.h"
 #include "trainrun/backend/backend.h"
 #include "trainrun/comm/comm.h"
+#include "trainrun/comm/device_mesh.h"
 #include "trainrun/config/config.h"
 #include "trainrun/core/clock.h"
 #include "trainrun/core/errors.h"
@@ -92,6 +93,7 @@ class Trainer {
   RunOptions opts_;
   std::unique_ptr<Communicator> comm_;   // host values: losses, norms, barriers, timings
   std::unique_ptr<Communicator> dcomm_;  // device tensors: NCCL on CUDA; null = comm_
+  std::unique_ptr<DeviceMesh> mesh_;     // the ranks' named axes and their groups
   int rank_ = 0, world_ = 1;
   bool console_ = false, tty_ = false;
   FaultInjector faults_;  // TRAINRUN_FAULTS: inert unless a test names a fault for this rank
@@ -215,6 +217,10 @@ void Trainer::setup_device() {
   be_ = faults_.wrap(choose_backend(exp_, comm_->local_rank()));
   if (exp_.train.precision == Precision::bf16) require_bf16(*be_);
   dcomm_ = make_device_communicator(*be_, *comm_);
+  // validate_for_world checked that dp_replicate divides the ranks.
+  mesh_ = std::make_unique<DeviceMesh>(
+      *comm_, dcomm_.get(), MeshShape::of(world_, exp_.distributed.dp_replicate),
+      [this](Communicator& group) { return make_device_communicator(*be_, group); });
 }
 
 void Trainer::setup_model() {
@@ -226,8 +232,8 @@ void Trainer::setup_model() {
   faults_.watch(model_->params());
   targets_per_step_ = model_->targets_per_batch() / micro_ * exp_.train.batch_size;
   loss_sums_ = DeviceBuffer(*be_, sizeof(double) * static_cast<size_t>(accum_));
-  dp_ = DataParallel::make(exp_.distributed.zero != 0, *comm_, dcomm_ ? *dcomm_ : *comm_,
-                           model_->params(), exp_.optimizer, tracer_.get());
+  dp_ = DataParallel::make(exp_.distributed.zero != 0, *mesh_, model_->params(), exp_.optimizer,
+                           tracer_.get());
   // The weights are the same on every rank: each writes its shard_of share of them.
   ParamStore& ps = model_->params();
   model_state_ = std::make_unique<ModelState>(ps, *be_, shard_of(ps.numel(), world_, rank_));
@@ -251,6 +257,10 @@ void Trainer::setup_reporter() {
 void Trainer::log_setup() const {
   spdlog::info("trainrun {} | run {} | rank {}/{} on {} | {}", TRAINRUN_VERSION, exp_.name, rank_,
                world_, comm_->host(), be_->describe());
+  if (world_ > 1)
+    spdlog::info("mesh {}: this rank at replica {}, shard {} | ZeRO stage {}",
+                 mesh_->shape().describe(), mesh_->coord(MeshAxis::dp_replicate),
+                 mesh_->coord(MeshAxis::dp_shard), exp_.distributed.zero);
   spdlog::info(
       "model {}: {} parameters, activations {:.1f} MiB per rank | batch {} = {} ranks x "
       "{} micro x {} accum, seq_len {}",

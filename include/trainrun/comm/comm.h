@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,16 @@ class Communicator {
   virtual void broadcast_bytes(void* data, size_t n, int root) = 0;
   // Ends every rank of the job now (used by the watchdog and on fatal errors).
   [[noreturn]] virtual void abort(int code) = 0;
+  // Collective: the ranks that pass the same `color` form a new communicator, ranked by `key`
+  // (ties by rank): a device mesh's groups (device_mesh.h). Host communicators only (local,
+  // MPI); a device communicator for a group is made from the group's host one, as the world's
+  // is (NCCL: one unique id per group, broadcast over it). The new communicator is independent
+  // of this one and may outlive it. (Inline: the CUDA plugin's communicator inherits it.)
+  virtual std::unique_ptr<Communicator> split(int, int) {
+    throw std::logic_error("Communicator::split: a " + kind() +
+                           " communicator is not split; make a group's device communicator from "
+                           "its host group");
+  }
 };
 
 std::unique_ptr<Communicator> make_local_communicator();

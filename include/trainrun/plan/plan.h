@@ -46,6 +46,7 @@ struct CheckpointPlan {
 
 struct Plan {
   int world = 1;
+  int dp_replicate = 1, dp_shard = 1;  // the device mesh (device_mesh.h)
   int micro_batch = 1, accum = 1;
   std::vector<std::pair<std::string, int64_t>> params_by_module;  // "wte", "blocks.0", ...
   int64_t params = 0;
