@@ -164,3 +164,17 @@ def test_the_step_is_annotated_with_balanced_nvtx_ranges(quickstart, tmp_path, s
     for name in ["data", "forward", "backward", "comm", "optimizer", "blocks.0", "matmul",
                  "attention_backward", "cross_entropy", "adamw"]:
         assert ranges.get(name, 0) >= 2, (name, ranges)  # once a step at least
+
+
+def test_hybrid_sharding_over_nccl_groups_matches_one_rank(quickstart, tmp_path, sim_env):
+    # A 2 x 2 device mesh: each group's NCCL communicator is made from its MPI group
+    # (device_mesh.h), ZeRO-1 reduce-scatters inside a dp_shard group and allreduces across.
+    one = tmp_path / "one"
+    mesh = tmp_path / "mesh"
+    train(quickstart, one, "cuda", GPT, sim_env)
+    train(quickstart, mesh, "cuda",
+          [*GPT, "distributed.nproc=4", "distributed.oversubscribe=true", "distributed.zero=1",
+           "distributed.dp_replicate=2"], sim_env)
+    assert_close(losses(mesh), losses(one), 1e-5)
+    assert len(set(checksums(mesh).values())) == 1
+    assert "mesh dp_replicate 2 x dp_shard 2" in (mesh / "logs" / "rank-2.log").read_text()
