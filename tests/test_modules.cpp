@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -307,14 +308,20 @@ TEST_CASE("gradcheck: TransformerBlock and LlamaBlock (GQA), with and without dr
   const ModuleCase block_case{.rows = B * T, .in_cols = C, .out_cols = C, .overwrites = true};
   for (float p : {0.0f, 0.3f}) {
     CAPTURE(p);
-    {
+    // Activation checkpointing's path too: the backward after a recomputation.
+    for (const bool recompute : {false, true}) {
+      CAPTURE(recompute);
       Fixture fx;
       TransformerBlock blk(fx.ps, "blk", C, 2, 2);
       fx.allocate_params();
-      fx.bind([&] { blk.bind(fx.acts, fx.scratch, B, T, &kOneDocument); });
+      fx.bind([&] {
+        blk.bind_kept(fx.acts, B * T);
+        blk.bind(fx.acts, fx.scratch, B, T, &kOneDocument);
+      });
       gradcheck_module(
           fx, block_case, [&](Tensor out, Tensor in) { blk.forward(out, in, p, 7); },
           [&](Tensor din, Tensor dout, Tensor in) {
+            if (recompute) blk.recompute(in, p, 7, /*normed=*/false);
             fx.be->copy(din, dout);
             blk.backward(din, in, p, 7);
           });
@@ -328,7 +335,10 @@ TEST_CASE("gradcheck: TransformerBlock and LlamaBlock (GQA), with and without dr
     cfg.n_layer = 2;
     LlamaBlock blk(fx.ps, "blk", cfg);
     fx.allocate_params();
-    fx.bind([&] { blk.bind(fx.acts, fx.scratch, B, T, &kOneDocument); });
+    fx.bind([&] {
+      blk.bind_kept(fx.acts, B * T);
+      blk.bind(fx.acts, fx.scratch, B, T, &kOneDocument);
+    });
     CHECK(param_names(fx.ps) ==
           std::vector<std::string>{"blk.attn_norm.weight", "blk.attn.qkv.weight",
                                    "blk.attn.proj.weight", "blk.mlp_norm.weight",
@@ -343,9 +353,9 @@ TEST_CASE("gradcheck: TransformerBlock and LlamaBlock (GQA), with and without dr
 }
 
 namespace {
-void check_model(const ModelConfig& cfg, int batch) {
+void check_model(const ModelConfig& cfg, int batch, bool recompute = false) {
   auto be = make_cpu_backend();
-  auto model = build_model(cfg, *be, batch, DType::f64);
+  auto model = build_model(cfg, *be, batch, DType::f64, recompute);
   Rng rng(5);
   ParamStore& ps = model->params();
   randomize(ps.params(), rng, 0.3);
@@ -542,13 +552,16 @@ TEST_CASE("ModelSpec: the measuring pass is what the build allocates, fp32 and b
   for (const ModelConfig& cfg : spec_zoo()) {
     for (int batch : {1, 3}) {
       for (DType dt : {DType::f32, DType::bf16}) {
+        // With activation checkpointing too (its measure and build share the bind).
+        const bool recompute = cfg.type != ModelType::mlp && batch == 3;
         CAPTURE(enum_name(cfg.type));
         CAPTURE(cfg.d_model);
         CAPTURE(batch);
         CAPTURE(dtype_name(dt));
+        CAPTURE(recompute);
         const ModelSpec& spec = model_spec(cfg.type);
-        const ModelShape shape = spec.measure(cfg, batch, dt);
-        auto model = spec.build(cfg, *be, batch, dt);
+        const ModelShape shape = spec.measure(cfg, batch, dt, recompute);
+        auto model = spec.build(cfg, *be, batch, dt, recompute);
         CHECK(shape.params == model->params().numel());
         CHECK(shape.activation_bytes == static_cast<int64_t>(model->activation_bytes()));
         // Modules in declaration order; each parameter sits under the module it is counted in.
@@ -572,14 +585,14 @@ TEST_CASE("ModelSpec: the measuring pass is what the build allocates, fp32 and b
     }
   }
   const ModelShape gpt =
-      model_spec(ModelType::gpt).measure(gpt_config(2, 16, 2, 8, 32), 1, DType::f32);
+      model_spec(ModelType::gpt).measure(gpt_config(2, 16, 2, 8, 32), 1, DType::f32, false);
   std::vector<std::string> names;
   for (const auto& [name, n] : gpt.params_by_module) names.push_back(name);
   CHECK(names == std::vector<std::string>{"wte", "wpe", "blocks.0", "blocks.1", "ln_f"});
   // bf16 halves every float buffer; the token ids stay int32.
   const ModelConfig big = gpt_config(2, 64, 4, 32, 64);
-  const auto f32 = model_spec(ModelType::gpt).measure(big, 4, DType::f32).activation_bytes;
-  const auto bf16 = model_spec(ModelType::gpt).measure(big, 4, DType::bf16).activation_bytes;
+  const auto f32 = model_spec(ModelType::gpt).measure(big, 4, DType::f32, false).activation_bytes;
+  const auto bf16 = model_spec(ModelType::gpt).measure(big, 4, DType::bf16, false).activation_bytes;
   CHECK(bf16 < f32);
   CHECK(bf16 > f32 * 45 / 100);
 }
@@ -611,7 +624,7 @@ TEST_CASE("ModelSpec: parameter counts match the closed forms") {
       expected += in * V + V;
     }
     CHECK(parameter_count(cfg) == expected);
-    CHECK(model_spec(cfg.type).measure(cfg, 2, DType::f32).params == expected);
+    CHECK(model_spec(cfg.type).measure(cfg, 2, DType::f32, false).params == expected);
   }
 }
 
@@ -634,16 +647,16 @@ TEST_CASE("ModelSpec: last_ready_params is what backward reports final last") {
     CAPTURE(enum_name(cfg.type));
     CAPTURE(cfg.d_model);
     const ModelSpec& spec = model_spec(cfg.type);
-    auto model = spec.build(cfg, *be, 2, DType::f32);
+    auto model = spec.build(cfg, *be, 2, DType::f32, false);
     model->params().initialize(5);
     set_fixed_batch(*model, cfg);
     model->forward(true, 1);
     int64_t last = -1;
     model->backward(1.0f, 1, [&](int64_t begin, int64_t end) { last = end - begin; });
-    CHECK(last == spec.measure(cfg, 2, DType::f32).last_ready_params);
+    CHECK(last == spec.measure(cfg, 2, DType::f32, false).last_ready_params);
   }
   const ModelConfig gpt = gpt_config(2, 16, 2, 8, 32);
-  CHECK(model_spec(ModelType::gpt).measure(gpt, 1, DType::f32).last_ready_params ==
+  CHECK(model_spec(ModelType::gpt).measure(gpt, 1, DType::f32, false).last_ready_params ==
         (32 + 8) * 16);  // wte and wpe
 }
 
@@ -653,7 +666,7 @@ TEST_CASE(
   for (const ModelConfig& cfg : spec_zoo()) {
     CAPTURE(enum_name(cfg.type));
     CAPTURE(cfg.d_model);
-    auto model = model_spec(cfg.type).build(cfg, *be, 2, DType::f32);
+    auto model = model_spec(cfg.type).build(cfg, *be, 2, DType::f32, false);
     ParamStore& ps = model->params();
     ps.initialize(5);
     set_fixed_batch(*model, cfg);
@@ -698,8 +711,8 @@ TEST_CASE("Llama: parameter counts by hand, names and modules in forward order")
   // d_model 96: 8 * 96 / 3 = 256 exactly, a multiple of 64: H 256.
   CHECK(parameter_count(llama_config(1, 96, 4, 4, 8, 10, true)) ==
         960 + (192 + 3 * 96 * 96 + 96 * 96 + 3 * 256 * 96) + 96);
-  const ModelShape s =
-      model_spec(ModelType::llama).measure(llama_config(2, 16, 4, 2, 8, 32, false), 1, DType::f32);
+  const ModelShape s = model_spec(ModelType::llama)
+                           .measure(llama_config(2, 16, 4, 2, 8, 32, false), 1, DType::f32, false);
   std::vector<std::string> modules;
   for (const auto& [name, n] : s.params_by_module) modules.push_back(name);
   CHECK(modules == std::vector<std::string>{"wte", "blocks.0", "blocks.1", "norm_f", "lm_head"});
@@ -778,7 +791,7 @@ TEST_CASE("ModelSpec: every family states its rules, bounds and description") {
     // measuring pass declares (in double, before any int64 arithmetic could overflow).
     std::vector<TensorBound> bounds;
     spec.tensor_bounds(cfg, 2, bounds);
-    const ModelShape shape = spec.measure(cfg, 2, DType::f32);
+    const ModelShape shape = spec.measure(cfg, 2, DType::f32, false);
     double largest_block = 0;
     for (const auto& [module, n] : shape.params_by_module)
       if (module.rfind("blocks.", 0) == 0 || module.rfind("hidden", 0) == 0 ||
@@ -876,4 +889,65 @@ TEST_CASE("document_starts: a document starts at 0 and after each end-of-text id
   std::vector<int32_t> s(x.size());
   document_starts(x.data(), 2, 6, 9, s.data());
   CHECK(s == std::vector<int32_t>{0, 0, 2, 2, 4, 5, 0, 1, 1, 1, 1, 1});
+}
+
+namespace {
+
+// One fp32 step's loss sum and gradients of `cfg` on fixed tokens (seed 4 for the dropout), with
+// or without activation checkpointing; `docs`: document starts for document masking.
+struct StepGrads {
+  double loss_sum = 0;
+  std::vector<float> grads;
+  size_t activation_bytes = 0;
+};
+StepGrads step_grads(const ModelConfig& cfg, bool recompute, const std::vector<int32_t>* docs) {
+  auto be = make_cpu_backend();
+  const int batch = 2;
+  auto model = build_model(cfg, *be, batch, DType::f32, recompute);
+  model->params().initialize(21);
+  const size_t n = static_cast<size_t>(batch * cfg.seq_len);
+  std::vector<int32_t> x(n), y(n);
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = static_cast<int32_t>((i * 7 + 3) % static_cast<size_t>(cfg.vocab_size));
+    y[i] = static_cast<int32_t>((i * 5 + 1) % static_cast<size_t>(cfg.vocab_size));
+  }
+  model->set_batch(x.data(), y.data());
+  if (docs) model->set_documents(docs->data());
+  StepGrads out;
+  const float scale = 1.0f / static_cast<float>(model->targets_per_batch());
+  model->forward(true, 4, Tensor(&out.loss_sum, DType::f64, Device::cpu, {1}), scale);
+  model->params().begin_grads();
+  model->backward(scale, 4, {});
+  model->params().zero_stale(0, model->params().numel());
+  const float* g = model->params().grads().as<float>();
+  out.grads.assign(g, g + model->params().numel());
+  out.activation_bytes = model->activation_bytes();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("activation checkpointing: the gradients are checked, and bit-identical to none") {
+  // f64 finite differences through the recomputed blocks (dropout 0: a smooth loss).
+  check_model(gpt_config(3, 8, 2, 5, 11), 2, /*recompute=*/true);
+  check_model(llama_config(3, 8, 2, 1, 5, 11, false, 16), 2, /*recompute=*/true);
+  // fp32, with dropout (the recomputation must draw the same masks) and document masking.
+  ModelConfig gpt = gpt_config(4, 16, 2, 8, 19), llama = llama_config(4, 16, 4, 2, 8, 19, false);
+  gpt.dropout = llama.dropout = 0.2;
+  std::vector<int32_t> docs(16);
+  for (size_t i = 0; i < docs.size(); ++i) docs[i] = static_cast<int32_t>(i % 8 < 3 ? 0 : 3);
+  for (const ModelConfig& cfg : {gpt, llama}) {
+    for (const std::vector<int32_t>* d : {static_cast<const std::vector<int32_t>*>(nullptr),
+                                          static_cast<const std::vector<int32_t>*>(&docs)}) {
+      CAPTURE(enum_name(cfg.type));
+      CAPTURE(d != nullptr);
+      const StepGrads none = step_grads(cfg, false, d), full = step_grads(cfg, true, d);
+      CHECK(full.loss_sum == none.loss_sum);
+      REQUIRE(full.grads.size() == none.grads.size());
+      CHECK(std::memcmp(full.grads.data(), none.grads.data(), full.grads.size() * sizeof(float)) ==
+            0);
+      // The blocks' activations but their kept part are shared: less memory.
+      CHECK(full.activation_bytes < none.activation_bytes);
+    }
+  }
 }

@@ -157,6 +157,11 @@ std::vector<Field> make_schema() {
        .description = "Compute precision; bf16: bf16 weights and activations, fp32 master "
                       "weights, gradients and AdamW moments (on the CPU: the rounding reference)",
        .resumable = kResumable},
+      {KEY(train, activation_checkpointing),
+       .description = "full: keep each transformer block's input (and its first norm's output) "
+                      "and recompute the rest of its forward during its backward: activation "
+                      "memory for more compute, the same numbers (gpt, llama)",
+       .resumable = kResumable},
       {KEY(train, omp_spincount),
        .description = "Spins an idle OpenMP thread waits before sleeping (GOMP_SPINCOUNT; an "
                       "environment setting wins); -1 = libgomp's default, which collapses when "

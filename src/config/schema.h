@@ -22,7 +22,7 @@ using Ref =
                  Member<std::string>, Member<std::vector<int>>, Member<std::vector<double>>,
                  Member<std::vector<std::string>>, Member<std::vector<MixSource>>,
                  Member<DeviceChoice>, Member<ModelType>, Member<ActivationKind>, Member<Precision>,
-                 Member<LrSchedule>, Member<DataOrder>>;
+                 Member<ActivationCheckpointing>, Member<LrSchedule>, Member<DataOrder>>;
 
 struct Field {
   std::string_view key;  // "model.n_layer"; top-level keys have no dot

@@ -195,6 +195,15 @@ void batch_splits_over_ranks(const Experiment& e, int world, Fail& out) {
   }
 }
 
+void checkpointing_needs_blocks(const Experiment& e, int, Fail& out) {
+  if (e.train.activation_checkpointing != ActivationCheckpointing::none &&
+      e.model.type == ModelType::mlp)
+    fail(out, {"train.activation_checkpointing", "model.type"},
+         "train.activation_checkpointing recomputes transformer blocks, and model.type=mlp has "
+         "none (its activations are a few [batch x seq_len x hidden] layers): use "
+         "train.activation_checkpointing=none");
+}
+
 void mesh_divides_ranks(const Experiment& e, int world, Fail& out) {
   const int r = e.distributed.dp_replicate;
   if (world < 1 || r < 1 || world % r == 0) return;
@@ -235,6 +244,8 @@ const Rule kRules[] = {
     {"`train.batch_size` divisible by the ranks (`distributed.nproc` x `distributed.nodes`), "
      "and by `train.micro_batch_size` x ranks when that is above 0",
      batch_splits_over_ranks},
+    {"`train.activation_checkpointing` other than none only with a gpt or llama model",
+     checkpointing_needs_blocks},
     {"`distributed.dp_replicate` divides the ranks (`distributed.nproc` x `distributed.nodes`)",
      mesh_divides_ranks},
     {"`optimizer.min_lr` <= `optimizer.lr` (`optimizer.warmup_steps` may exceed "

@@ -4,6 +4,11 @@
 // reverse over one gradient buffer, which each block turns in place from its output's gradient
 // into its input's, and reports each block's parameters final as soon as they are. Block is a
 // PreNormBlock instance (pre_norm_block.h).
+// Activation checkpointing (recompute): each block keeps only what its bind_kept binds (its
+// first norm's output and statistics; its input is the stream's xs[l]); the rest of its
+// activations live in one region every block shares, which block l's backward fills again by
+// recomputing block l's forward from what it kept, with the same dropout seeds, so the numbers
+// are those of the run without it.
 // Thread safety: none (a model's).
 #pragma once
 
@@ -37,13 +42,22 @@ class BlockStack {
     dres_[0] = scratch.take(dt, {rows, dim});
     dres_[1] = scratch.take(dt, {rows, dim});
   }
-  // The blocks: activations each their own, gradient scratch shared from scratch's mark now on.
+  // The blocks: gradient scratch shared from scratch's mark now on; activations each their own,
+  // or with `recompute` only the kept ones, the rest in a region the blocks share.
   // doc_start: the model's document starts (CausalSelfAttention::bind).
-  void bind_blocks(Arena& acts, Arena& scratch, int64_t batch, int64_t seq,
-                   const Tensor* doc_start) {
-    const size_t shared = scratch.mark();
+  void bind_blocks(Arena& acts, Arena& scratch, int64_t batch, int64_t seq, const Tensor* doc_start,
+                   bool recompute) {
+    recompute_ = recompute;
+    const int64_t rows = batch * seq;
+    if (recompute)
+      for (auto& b : blocks_) b->bind_kept(acts, rows);
+    const size_t shared = scratch.mark(), shared_acts = acts.mark();
     for (auto& b : blocks_) {
       scratch.rewind(shared);
+      if (recompute)
+        acts.rewind(shared_acts);
+      else
+        b->bind_kept(acts, rows);
       b->bind(acts, scratch, batch, seq, doc_start);
     }
   }
@@ -79,6 +93,10 @@ class BlockStack {
     for (size_t l = blocks_.size(); l-- > 0;) {
       {
         const BackendRange range(be, names_[l].c_str());
+        // The last block's activations are still the forward's: nothing ran in the shared
+        // region since.
+        if (recompute_ && l + 1 < blocks_.size())
+          blocks_[l]->recompute(xs_[l], p, hash_combine(seed, 100 + l), /*normed=*/l > 0);
         blocks_[l]->backward(dres_[0], xs_[l], p, hash_combine(seed, 100 + l));  // in place
       }
       if (ready) ready(blocks_[l]->param_begin(), blocks_[l]->param_end());
@@ -94,6 +112,7 @@ class BlockStack {
   std::vector<std::unique_ptr<Block>> blocks_;
   std::vector<Tensor> xs_;
   Tensor dres_[2];
+  bool recompute_ = false;
 };
 
 }  // namespace trainrun

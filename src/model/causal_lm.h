@@ -74,9 +74,10 @@ struct NoPositions {
 template <class Family>
 class CausalLm final : public Model {
  public:
-  CausalLm(const ModelConfig& cfg, Backend& be, int batch, DType dt, Bind mode)
+  CausalLm(const ModelConfig& cfg, Backend& be, int batch, DType dt, Bind mode, bool recompute)
       : cfg_(cfg),
         batch_(batch),
+        recompute_(recompute),
         ps_(be, dt),
         wte_(ps_, "wte", cfg.vocab_size, cfg.d_model, 0.02f),
         positions_(ps_, cfg),
@@ -177,11 +178,12 @@ class CausalLm final : public Model {
     loss_.bind(acts_, N, ps_.stats_dtype());
     dnorm_ = scratch_.take(dt, {N, C});
     top_end_ = scratch_.mark();  // the stream's gradients and dnorm; then the blocks' shared part
-    stack_.bind_blocks(acts_, scratch_, B, T, &doc_start_);
+    stack_.bind_blocks(acts_, scratch_, B, T, &doc_start_, recompute_);
   }
 
   ModelConfig cfg_;
   int batch_;
+  bool recompute_;  // train.activation_checkpointing=full: the blocks recompute (BlockStack)
   ParamStore ps_;
   Embedding wte_;
   typename Family::Positions positions_;
@@ -199,13 +201,14 @@ class CausalLm final : public Model {
 
 // A family's ModelSpec build and measure.
 template <class Family>
-std::unique_ptr<Model> build_causal_lm(const ModelConfig& cfg, Backend& be, int batch, DType dt) {
-  return std::make_unique<CausalLm<Family>>(cfg, be, batch, dt, Bind::allocate);
+std::unique_ptr<Model> build_causal_lm(const ModelConfig& cfg, Backend& be, int batch, DType dt,
+                                       bool recompute) {
+  return std::make_unique<CausalLm<Family>>(cfg, be, batch, dt, Bind::allocate, recompute);
 }
 
 template <class Family>
-ModelShape measure_causal_lm(const ModelConfig& cfg, int batch, DType dt) {
-  CausalLm<Family> m(cfg, measuring_backend(), batch, dt, Bind::measure_only);
+ModelShape measure_causal_lm(const ModelConfig& cfg, int batch, DType dt, bool recompute) {
+  CausalLm<Family> m(cfg, measuring_backend(), batch, dt, Bind::measure_only, recompute);
   ModelShape s = shape_of(m.params(), m.activation_bytes());
   s.last_ready_params = m.embed_params();
   return s;

@@ -187,12 +187,12 @@ constinit const ModelSpec kMlpSpec = {
           return fmt::format("mlp d_model {} seq_len {} vocab {}", m.d_model, m.seq_len,
                              m.vocab_size);
         },
-    .build = [](const ModelConfig& cfg, Backend& be, int batch,
-                DType dt) -> std::unique_ptr<Model> {
+    .build = [](const ModelConfig& cfg, Backend& be, int batch, DType dt,
+                bool) -> std::unique_ptr<Model> {  // no blocks to recompute (config rules)
       return std::make_unique<MlpModel>(cfg, be, batch, dt, Bind::allocate);
     },
     .measure =
-        [](const ModelConfig& cfg, int batch, DType dt) {
+        [](const ModelConfig& cfg, int batch, DType dt, bool) {
           MlpModel m(cfg, measuring_backend(), batch, dt, Bind::measure_only);
           ModelShape s = shape_of(m.params(), m.activation_bytes());
           s.last_ready_params = s.params;  // backward reports every gradient at its end

@@ -32,8 +32,9 @@ const ModelSpec& model_spec(ModelType type) {
   return *kFamilies[static_cast<size_t>(type)];
 }
 
-std::unique_ptr<Model> build_model(const ModelConfig& cfg, Backend& be, int batch, DType dtype) {
-  return model_spec(cfg.type).build(cfg, be, batch, dtype);
+std::unique_ptr<Model> build_model(const ModelConfig& cfg, Backend& be, int batch, DType dtype,
+                                   bool recompute) {
+  return model_spec(cfg.type).build(cfg, be, batch, dtype, recompute);
 }
 
 Backend& measuring_backend() {

@@ -9,15 +9,19 @@
 namespace trainrun {
 
 template <class Norm, class Ffn>
+void PreNormBlock<Norm, Ffn>::bind_kept(Arena& acts, int64_t rows) {
+  p_.norm1.bind(acts, rows);
+  n1_ = acts.take(ps_.dtype(), {rows, dim_});
+}
+
+template <class Norm, class Ffn>
 void PreNormBlock<Norm, Ffn>::bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq,
                                    const Tensor* doc_start) {
   const int64_t rows = batch * seq, dm = dim_;
   const DType dt = ps_.dtype();
-  p_.norm1.bind(acts, rows);
   p_.norm2.bind(acts, rows);
   p_.attn.bind(acts, scratch, batch, seq, doc_start);
   p_.ffn.bind(acts, scratch, rows);
-  n1_ = acts.take(dt, {rows, dm});
   ao_ = acts.take(dt, {rows, dm});
   x1_ = acts.take(dt, {rows, dm});
   n2_ = acts.take(dt, {rows, dm});
@@ -29,14 +33,26 @@ void PreNormBlock<Norm, Ffn>::bind(Arena& acts, Arena& scratch, int64_t batch, i
 }
 
 template <class Norm, class Ffn>
-void PreNormBlock<Norm, Ffn>::forward(Tensor out, Tensor x, float dropout, uint64_t seed,
-                                      bool normed, NormOut next) const {
+void PreNormBlock<Norm, Ffn>::branches(Tensor x, float dropout, uint64_t seed, bool normed) const {
   Backend& be = ps_.backend();
   if (!normed) p_.norm1.forward(n1_, x);
   p_.attn.forward(ao_, n1_);
   if (dropout > 0) be.dropout(ao_, ao_, dropout, hash_combine(seed, 1));
   p_.norm2.forward_residual(x1_, n2_, x, ao_);  // x1 = x + ao, n2 = norm2(x1)
   p_.ffn.forward(mo_, n2_);
+}
+
+template <class Norm, class Ffn>
+void PreNormBlock<Norm, Ffn>::recompute(Tensor x, float dropout, uint64_t seed, bool normed) const {
+  // The output (and mo's dropout, which only the output reads) is not needed by backward.
+  branches(x, dropout, seed, normed);
+}
+
+template <class Norm, class Ffn>
+void PreNormBlock<Norm, Ffn>::forward(Tensor out, Tensor x, float dropout, uint64_t seed,
+                                      bool normed, NormOut next) const {
+  Backend& be = ps_.backend();
+  branches(x, dropout, seed, normed);
   if (dropout > 0) be.dropout(mo_, mo_, dropout, hash_combine(seed, 2));
   if (next.norm)
     next.norm->forward_residual(out, next.out, x1_, mo_);  // out = x1 + mo, next.norm(out)

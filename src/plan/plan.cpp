@@ -105,7 +105,8 @@ int micro_batch_of(const Experiment& exp) {
 ModelShape measure(const Experiment& exp, bool gpu) {
   const bool bf16 = gpu && exp.train.precision == Precision::bf16;
   return model_spec(exp.model.type)
-      .measure(exp.model, micro_batch_of(exp), bf16 ? DType::bf16 : DType::f32);
+      .measure(exp.model, micro_batch_of(exp), bf16 ? DType::bf16 : DType::f32,
+               recomputes(exp.train));
 }
 
 MemoryPlan memory_of(const Experiment& exp, bool gpu, const ModelShape& shape) {

@@ -228,7 +228,8 @@ void Trainer::setup_model() {
                                            : exp_.train.batch_size / world_;
   accum_ = exp_.train.batch_size / (micro_ * world_);
   model_ = build_model(exp_.model, *be_, micro_,
-                       exp_.train.precision == Precision::bf16 ? DType::bf16 : DType::f32);
+                       exp_.train.precision == Precision::bf16 ? DType::bf16 : DType::f32,
+                       recomputes(exp_.train));
   faults_.watch(model_->params());
   targets_per_step_ = model_->targets_per_batch() / micro_ * exp_.train.batch_size;
   loss_sums_ = DeviceBuffer(*be_, sizeof(double) * static_cast<size_t>(accum_));

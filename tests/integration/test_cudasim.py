@@ -178,3 +178,11 @@ def test_hybrid_sharding_over_nccl_groups_matches_one_rank(quickstart, tmp_path,
     assert_close(losses(mesh), losses(one), 1e-5)
     assert len(set(checksums(mesh).values())) == 1
     assert "mesh dp_replicate 2 x dp_shard 2" in (mesh / "logs" / "rank-2.log").read_text()
+
+
+def test_activation_checkpointing_on_the_device_equals_none(quickstart, tmp_path, sim_env):
+    extra = [*LLAMA, "model.dropout=0.1"]
+    train(quickstart, tmp_path / "none", "cuda", extra, sim_env)
+    train(quickstart, tmp_path / "full", "cuda", [*extra, "train.activation_checkpointing=full"],
+          sim_env)
+    assert losses(tmp_path / "full") == losses(tmp_path / "none")

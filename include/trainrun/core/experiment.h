@@ -38,6 +38,15 @@ struct EnumNames<ActivationKind> {
   static_assert(std::size(names) == 1 + static_cast<size_t>(ActivationKind::relu));
 };
 
+// What a transformer's backward has of each block's forward: everything it saved (none), or
+// only the block's input and its first norm's output, the rest recomputed (full).
+enum class ActivationCheckpointing : uint8_t { none, full };
+template <>
+struct EnumNames<ActivationCheckpointing> {
+  static constexpr std::string_view names[] = {"none", "full"};
+  static_assert(std::size(names) == 1 + static_cast<size_t>(ActivationCheckpointing::full));
+};
+
 enum class Precision : uint8_t { fp32, bf16 };
 template <>
 struct EnumNames<Precision> {
@@ -124,9 +133,15 @@ struct TrainConfig {
   int64_t eval_every = 100;  // 0 = never
   int eval_steps = 10;
   Precision precision = Precision::fp32;  // bf16: mixed precision (docs/cuda.md)
+  ActivationCheckpointing activation_checkpointing = ActivationCheckpointing::none;
   // GOMP_SPINCOUNT for the CPU path's OpenMP threads (omp_wait.h); -1 = libgomp's default.
   int64_t omp_spincount = 3000;
 };
+
+// Whether the model recomputes its blocks' activations in backward (build_model's `recompute`).
+inline bool recomputes(const TrainConfig& t) {
+  return t.activation_checkpointing != ActivationCheckpointing::none;
+}
 
 struct OptimizerConfig {
   double lr = 1e-3;

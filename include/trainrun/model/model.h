@@ -50,8 +50,10 @@ class Model {
   DeviceBuffer loss_sum_;  // forward(training, seed)'s one f64, allocated on first use
 };
 
-// Builds, allocates and binds a model for micro-batches of `batch` sequences.
+// Builds, allocates and binds a model for micro-batches of `batch` sequences. `recompute`
+// (train.activation_checkpointing=full): a transformer keeps only each block's input and first
+// norm output, and recomputes the rest of the block's forward in its backward.
 std::unique_ptr<Model> build_model(const ModelConfig& cfg, Backend& be, int batch,
-                                   DType dtype = DType::f32);
+                                   DType dtype = DType::f32, bool recompute = false);
 
 }  // namespace trainrun

@@ -37,7 +37,11 @@ class PreNormBlock {
     const Norm* norm = nullptr;
     Tensor out;
   };
-  // Activations are per block; gradient scratch is shared by all blocks (one backward at a time).
+  // What a block keeps for its backward when the rest is recomputed: norm1's output and
+  // statistics (the block before wrote them, fused into its last add, and no recomputation
+  // could give the same bits). Bound before bind().
+  void bind_kept(Arena& acts, int64_t rows);
+  // The other activations; gradient scratch is shared by all blocks (one backward at a time).
   void bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq, const Tensor* doc_start);
   // Each residual add runs fused into the norm that reads its sum (Norm::forward_residual):
   // x1's into norm2, and out's into `next` when given (the next block's norm1, or the model's
@@ -47,6 +51,9 @@ class PreNormBlock {
                NormOut next = {}) const;
   // norm1 and its output, for the block before this one.
   NormOut input_norm() const { return {&p_.norm1, n1_}; }
+  // forward() again from `x` and what bind_kept holds, up to what backward() reads (not the
+  // output), with the same arguments: after other blocks used the shared activations.
+  void recompute(Tensor x, float dropout, uint64_t seed, bool normed) const;
   // The residual stream's gradient, in place: dstream holds d(loss)/d(out) and becomes
   // d(loss)/d(x). Both residual branches add their input gradients into it, so the stream is
   // never copied. Reuses the shared scratch.
@@ -67,7 +74,10 @@ class PreNormBlock {
   int64_t begin_, end_ = 0;  // this block's range of the flat buffers
   Parts p_;
   int dim_;
-  Tensor n1_, ao_, x1_, n2_, mo_;  // activations
+  // The two residual branches up to the feed-forward's output (what backward reads).
+  void branches(Tensor x, float dropout, uint64_t seed, bool normed) const;
+
+  Tensor n1_, ao_, x1_, n2_, mo_;  // activations (n1_: kept)
   Tensor dmo_, dn2_, dao_, dn1_;   // gradient scratch
 };
 
