@@ -1040,3 +1040,62 @@ TEST_CASE("report: summary of a run directory and its plot") {
     CHECK_THROWS_AS(report_text(empty.path.string()), ConfigError);
   }
 }
+
+TEST_CASE("plan: a run that does not fit is told the changes that fit, each computed") {
+  // Activations dominate: 8 layers at seq_len 1024, micro-batch 4 on 2 ranks.
+  Experiment e = gpt(8, 256, 4, 1024, 512, 8);
+  e.distributed.nproc = 2;
+  e.device = DeviceChoice::cuda;
+  const DevicePeak roomy = fake_peak("H100 SXM", 1e15);
+  const double none = make_plan(e, roomy).bytes_total;
+  Experiment full = e;
+  full.train.activation_checkpointing = ActivationCheckpointing::full;
+  const double recomputed = make_plan(full, roomy).bytes_total;
+  REQUIRE(recomputed < 0.7 * none);
+  // A device between the two: checkpointing fits, ZeRO-1 alone does not (the moments are small
+  // beside these activations), so only what fits is named, with its bytes.
+  const double memory = (none + recomputed) / 2;
+  const Plan p = make_plan(e, fake_peak("H100 SXM", memory));
+  CHECK_FALSE(p.fits);
+  CHECK(warned(p, "these fit: set train.activation_checkpointing=full"));
+  CHECK_FALSE(warned(p, "set distributed.zero=1 ("));
+  CHECK_FALSE(warned(p, "more ranks"));
+  Experiment zero = e;
+  zero.distributed.zero = 1;
+  CHECK(make_plan(zero, roomy).bytes_total > memory);  // the advice left it out rightly
+
+  // A model whose parameters and gradients alone exceed the device: no rank count helps, and
+  // the plan says so instead of "use more ranks".
+  Experiment huge = gpt(96, 12288, 96, 2048, 50304, 8);
+  huge.device = DeviceChoice::cuda;
+  huge.distributed.nproc = 8;
+  const Plan h = make_plan(huge, fake_peak("H100 SXM", 80e9));
+  CHECK_FALSE(h.fits);
+  CHECK(warned(h, "nothing fits at any rank count"));
+
+  // One that fits with ZeRO-1 over enough ranks: the plan names a count, and that count fits.
+  Experiment mid = gpt(24, 2048, 16, 256, 50304, 64);
+  mid.device = DeviceChoice::cuda;
+  mid.distributed.nproc = 2;
+  const double mid_need = make_plan(mid, roomy).bytes_total;
+  Experiment mid_zero = mid;
+  mid_zero.distributed.zero = 1;
+  mid_zero.train.micro_batch_size = 1;
+  mid_zero.train.activation_checkpointing = ActivationCheckpointing::full;
+  const double at_two = make_plan(mid_zero, roomy).bytes_total;
+  // Just below what 2 ranks need with every change: only more ranks help.
+  const double tight = at_two * 0.97;
+  REQUIRE(tight < mid_need);
+  const Plan m = make_plan(mid, fake_peak("H100 SXM", tight));
+  std::string advice;
+  for (const auto& w : m.warnings)
+    if (w.find("per rank but") != std::string::npos) advice = w;
+  CAPTURE(advice);
+  const auto at = advice.find("ZeRO-1 over ");
+  REQUIRE(at != std::string::npos);
+  const int ranks = std::stoi(advice.substr(at + 12));
+  CHECK(ranks > 2);
+  mid_zero.distributed.nproc = ranks;
+  mid_zero.train.batch_size = 64 * ranks;  // the same micro-batch of 1 on every rank
+  CHECK(make_plan(mid_zero, fake_peak("H100 SXM", tight)).fits);
+}

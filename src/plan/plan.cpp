@@ -154,6 +154,70 @@ MemoryPlan memory_of(const Experiment& exp, bool gpu, const ModelShape& shape) {
   return mem;
 }
 
+double bytes_per_rank(const Experiment& exp, bool gpu) {
+  return memory_of(exp, gpu, measure(exp, gpu)).total;
+}
+
+// What makes a run that does not fit fit, each change checked by computing its memory: ZeRO-1,
+// activation checkpointing, both, and the largest micro-batch that fits with them; when none
+// does, how many ranks ZeRO-1 would need, or that no rank count helps (what every rank holds
+// whole does not shrink with more of them).
+std::string fit_advice(const Experiment& exp, bool gpu, double memory) {
+  std::vector<std::string> fixes;
+  auto consider = [&](const Experiment& e, const std::string& what) {
+    const double need = bytes_per_rank(e, gpu);
+    if (need <= memory) fixes.push_back(fmt::format("{} ({} per rank)", what, gib(need)));
+  };
+  const int world = std::max(1, exp.world_size());
+  const bool can_zero = exp.distributed.zero == 0 && world > 1;
+  const bool can_recompute = !recomputes(exp.train) && exp.model.type != ModelType::mlp;
+  Experiment zero = exp, recompute = exp, both = exp;
+  zero.distributed.zero = both.distributed.zero = can_zero ? 1 : exp.distributed.zero;
+  if (can_recompute)
+    recompute.train.activation_checkpointing = both.train.activation_checkpointing =
+        ActivationCheckpointing::full;
+  if (can_zero) consider(zero, "set distributed.zero=1");
+  if (can_recompute) consider(recompute, "set train.activation_checkpointing=full");
+  if (can_zero && can_recompute) consider(both, "set both");
+  // The largest micro-batch that fits, with every change above that applies.
+  const int per_rank = std::max(1, exp.train.batch_size / world);
+  for (int micro = micro_batch_of(exp) - 1; micro >= 1; --micro) {
+    if (per_rank % micro != 0) continue;
+    Experiment e = both;
+    e.train.micro_batch_size = micro;
+    if (bytes_per_rank(e, gpu) > memory) continue;
+    consider(e, fmt::format("set train.micro_batch_size={}{}", micro,
+                            can_zero || can_recompute ? " with both" : ""));
+    break;
+  }
+  if (!fixes.empty()) {
+    std::string out = "these fit: ";
+    for (size_t i = 0; i < fixes.size(); ++i) out += (i ? "; " : "") + fixes[i];
+    return out;
+  }
+  // Nothing above fits. ZeRO-1 divides only the AdamW moments, by a replica group's ranks.
+  Experiment one = both;
+  one.train.micro_batch_size = 1;
+  one.distributed.zero = 1;
+  const ModelShape shape = measure(one, gpu);
+  const MemoryPlan m = memory_of(one, gpu, shape);
+  const double replicated = m.total - m.optimizer_zero1;
+  if (replicated < memory) {
+    const double ranks = std::ceil(8.0 * static_cast<double>(shape.params) / (memory - replicated));
+    return fmt::format(
+        "nothing fits at {} ranks, not even micro-batch 1 with ZeRO-1 and activation "
+        "checkpointing; ZeRO-1 over {:.0f} ranks per replica group (distributed.nproc x "
+        "distributed.nodes / distributed.dp_replicate) would fit",
+        world, std::max(ranks, 2.0));
+  }
+  return fmt::format(
+      "nothing fits at any rank count: parameters, gradients, activations at micro-batch 1 and "
+      "workspace take {} on every rank whatever their number (sharding parameters and "
+      "gradients, ZeRO-3, is not implemented yet); use a smaller model or a device with more "
+      "memory",
+      gib(replicated));
+}
+
 }  // namespace
 
 MemoryPlan plan_memory(const Experiment& exp, bool gpu) {
@@ -279,10 +343,9 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
                     micro_tokens));
   if (p.bytes_total > peak.memory) {
     p.fits = false;
-    p.warnings.push_back(fmt::format(
-        "needs {} per rank but {} has {}: lower train.micro_batch_size{}, or use more ranks",
-        gib(p.bytes_total), peak.name, gib(peak.memory),
-        zero || p.world == 1 ? "" : ", set distributed.zero=1"));
+    p.warnings.push_back(fmt::format("needs {} per rank but {} has {}: {}", gib(p.bytes_total),
+                                     peak.name, gib(peak.memory),
+                                     fit_advice(exp, gpu, peak.memory)));
   }
   const CheckpointPlan& c = p.checkpoint;
   if (c.every > 0 && c.fraction > kCheckpointBudget) {
