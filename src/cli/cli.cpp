@@ -27,6 +27,7 @@
 #include "trainrun/data/inspect.h"
 #include "trainrun/data/output_files.h"
 #include "trainrun/data/tokenizer.h"
+#include "trainrun/hf/hf_export.h"
 #include "trainrun/launch/launch.h"
 #include "trainrun/launch/run_command.h"
 #include "trainrun/plan/plan.h"
@@ -404,17 +405,56 @@ Command add_inspect(CLI::App& app) {
           }};
 }
 
+// `export --format hf`: the model in transformers' layout into the folder `out`, which must not
+// hold anything yet unless `force`.
+ExitCode export_hf(const std::string& from, const std::string& out, const std::string& dtype_name,
+                   uint64_t max_shard, bool force) {
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::symlink_status(out, ec))) {
+    if (!std::filesystem::is_directory(std::filesystem::symlink_status(out, ec)))
+      throw ConfigError(fmt::format("export --format hf: --out {} is not a folder", out));
+    if (!std::filesystem::is_empty(out, ec) && !force)
+      throw ConfigError(fmt::format(
+          "export --format hf: --out {} is not empty; pass --force to replace its files", out));
+  }
+  const CheckpointData ck = read_checkpoint(from);
+  const Experiment exp = parse_experiment(ck.state.config_yaml, from + ":/config", {});
+  const bool bf16 =
+      dtype_name.empty() ? exp.train.precision == Precision::bf16 : dtype_name == "bf16";
+  const SafeDtype dt = bf16 ? SafeDtype::bf16 : SafeDtype::f32;
+  write_hf(out, to_hf(exp, ck, dt), dt, max_shard);
+  fmt::print("exported {} (step {}, {} parameters, {}) to {} for transformers\n", from,
+             ck.state.step, ck.weights.size(), safe_dtype_name(dt), out);
+  return kExitOk;
+}
+
 Command add_export(CLI::App& app) {
   struct Args {
-    std::string from, out;
+    std::string from, out, format = "trainrun", dtype;
+    uint64_t max_shard = uint64_t{5'000'000'000};
     bool force = false;
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand(
-      "export", "write a checkpoint (any format, or a run's newest good one) as one .h5 file");
+      "export",
+      "write a checkpoint (any format, or a run's newest good one) as one .h5 file, or "
+      "(--format hf) as a Hugging Face model folder");
   sub->add_option("checkpoint", a->from, "checkpoint file or folder, or a run directory")
       ->required();
-  sub->add_option("--out", a->out, "the single-file checkpoint to write")->required();
+  sub->add_option("--out", a->out,
+                  "the single-file checkpoint to write (--format hf: the model folder)")
+      ->required();
+  sub->add_option("--format", a->format,
+                  "trainrun: one .h5 checkpoint; hf: config.json, generation_config.json and "
+                  "model.safetensors as transformers reads them (gpt, llama)")
+      ->check(CLI::IsMember({"trainrun", "hf"}));
+  sub->add_option("--dtype", a->dtype,
+                  "--format hf: the weights' dtype (default: bf16 for a bf16 run, else fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  sub->add_option("--max-shard-size", a->max_shard,
+                  "--format hf: split the weights into files of at most this size, with an "
+                  "index (default 5GB)")
+      ->transform(CLI::AsSizeValue(true));
   sub->add_flag("--force", a->force, "replace --out if it exists");
   return {sub, [a] {
             std::string from = a->from;
@@ -426,6 +466,7 @@ Command add_export(CLI::App& app) {
                 throw CheckpointError(fmt::format("run {} has no checkpoint that verifies", from));
               from = *good;
             }
+            if (a->format == "hf") return export_hf(from, a->out, a->dtype, a->max_shard, a->force);
             check_outputs({from}, {a->out}, a->force, "export");
             const CheckpointData ck = read_checkpoint(from);
             write_checkpoint(a->out, ck);

@@ -1,0 +1,187 @@
+"""`trainrun export --format hf`: a trained gpt or llama in transformers' layout. transformers
+and torch are not installed here, so the reference is a numpy forward written from
+transformers' modeling code (modeling_gpt2.py's Conv1D [in, out] weights, fused c_attn and
+gelu_new; modeling_llama.py's q/k/v/o, gate/up/down, rotate_half RoPE with repeat_kv) over the
+exported names and a small safetensors reader of its own: its loss must equal, in float64,
+numpy_models' over trainrun's own checkpoint, on the same tokens. Also: config.json's fields,
+bf16 weights as bf16 rounds them, a model sharded by --max-shard-size, and the refusals."""
+import json
+import struct
+
+import numpy as np
+import pytest
+
+import numpy_models as nm
+from conftest import REPO, TINY, run, sets
+
+QS = str(REPO / "configs/quickstart.yaml")
+BASE = [*TINY, "train.steps=6", "model.n_layer=2"]
+LLAMA = ["model.type=llama", "model.n_head=4", "model.n_kv_head=2", "model.d_model=32",
+         "model.ffn_hidden=48", "model.tie_embeddings=false", "model.rope_theta=5000"]
+
+
+def read_safetensors(path):
+    """{name: float64 array} of one file, read from the format's definition."""
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    data = raw[8 + n:]
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = t["data_offsets"]
+        buf = data[b:e]
+        if t["dtype"] == "F32":
+            a = np.frombuffer(buf, dtype="<f4")
+        else:
+            assert t["dtype"] == "BF16"
+            a = (np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        out[name] = a.reshape(t["shape"]).astype(np.float64)
+    return out
+
+
+def read_model(d):
+    index = d / "model.safetensors.index.json"
+    if not index.exists():
+        return read_safetensors(d / "model.safetensors")
+    out = {}
+    for f in sorted(set(json.loads(index.read_text())["weight_map"].values())):
+        out.update(read_safetensors(d / f))
+    return out
+
+
+def hf_gpt2_loss(w, c, x, y):
+    """GPT2LMHeadModel's forward (modeling_gpt2.py), eval mode."""
+    T = x.shape[1]
+    nh, eps = c["n_head"], c["layer_norm_epsilon"]
+    h = w["transformer.wte.weight"][x] + w["transformer.wpe.weight"][np.arange(T)]
+    for i in range(c["n_layer"]):
+        p = f"transformer.h.{i}."
+        a = nm.layernorm(h, w[p + "ln_1.weight"], w[p + "ln_1.bias"], eps)
+        qkv = a @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]  # Conv1D: x W + b
+        q, k, v = np.split(qkv, 3, axis=-1)
+        o = nm.merge_heads(nm.causal_attention(nm.heads(q, nh), nm.heads(k, nh), nm.heads(v, nh)))
+        h = h + o @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
+        m = nm.layernorm(h, w[p + "ln_2.weight"], w[p + "ln_2.bias"], eps)
+        assert c["activation_function"] == "gelu_new"
+        f = nm.gelu_tanh(m @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])
+        h = h + f @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
+    h = nm.layernorm(h, w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], eps)
+    assert c["tie_word_embeddings"]
+    return nm.cross_entropy(h @ w["transformer.wte.weight"].T, y)
+
+
+def hf_llama_loss(w, c, x, y):
+    """LlamaForCausalLM's forward (modeling_llama.py), eval mode."""
+    B, T = x.shape
+    H, K, d = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    inv_freq = 1.0 / (c["rope_theta"] ** (np.arange(0, d, 2) / d))
+    freqs = np.arange(T)[:, None] * inv_freq[None, :]
+    emb = np.concatenate([freqs, freqs], -1)
+    cos, sin = np.cos(emb), np.sin(emb)
+
+    def rotate_half(t):
+        return np.concatenate([-t[..., d // 2:], t[..., :d // 2]], -1)
+
+    def rms(t, weight):
+        return t / np.sqrt((t * t).mean(-1, keepdims=True) + c["rms_norm_eps"]) * weight
+
+    def proj(t, name, n):  # nn.Linear: x W^T, then [B, n, T, d]
+        return (t @ w[name].T).reshape(B, T, n, d).transpose(0, 2, 1, 3)
+
+    h = w["model.embed_tokens.weight"][x]
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        a = rms(h, w[p + "input_layernorm.weight"])
+        q = proj(a, p + "self_attn.q_proj.weight", H)
+        k = proj(a, p + "self_attn.k_proj.weight", K)
+        v = proj(a, p + "self_attn.v_proj.weight", K)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = np.repeat(k, H // K, axis=1), np.repeat(v, H // K, axis=1)  # repeat_kv
+        o = nm.merge_heads(nm.causal_attention(q, k, v))
+        h = h + o @ w[p + "self_attn.o_proj.weight"].T
+        m = rms(h, w[p + "post_attention_layernorm.weight"])
+        g, u = m @ w[p + "mlp.gate_proj.weight"].T, m @ w[p + "mlp.up_proj.weight"].T
+        h = h + (nm.silu(g) * u) @ w[p + "mlp.down_proj.weight"].T
+    h = rms(h, w["model.norm.weight"])
+    head = w["model.embed_tokens.weight"] if c["tie_word_embeddings"] else w["lm_head.weight"]
+    return nm.cross_entropy(h @ head.T, y)
+
+
+def trained(tmp_path, extra):
+    rd = tmp_path / "run"
+    run([QS, *sets(*BASE, *extra), "--run-dir", str(rd)], check=0)
+    single = tmp_path / "single.h5"
+    run(["export", str(rd), "--out", str(single)], check=0)
+    return rd, single
+
+
+def tokens(cfg, seed=3):
+    rng = np.random.default_rng(seed)
+    V, T = cfg["model"]["vocab_size"], cfg["model"]["seq_len"]
+    return rng.integers(0, V, (2, T)), rng.integers(0, V, (2, T))
+
+
+@pytest.mark.parametrize("family", ["gpt", "llama"])
+def test_the_exported_model_computes_trainruns_loss(tmp_path, family):
+    rd, single = trained(tmp_path, LLAMA if family == "llama" else [])
+    ours, cfg = nm.load(single)
+    out = tmp_path / "hf"
+    p = run(["export", str(rd), "--format", "hf", "--out", str(out)], check=0)
+    assert "for transformers" in p.stdout
+    c = json.loads((out / "config.json").read_text())
+    w = read_model(out)
+    x, y = tokens(cfg)
+    want = nm.loss(ours, cfg, x, y)
+    got = (hf_gpt2_loss if family == "gpt" else hf_llama_loss)(w, c, x, y)
+    assert got == pytest.approx(want, rel=1e-12, abs=1e-12)
+    assert abs(nm.loss(ours, cfg, x, np.roll(y, 1, axis=1)) - want) > 1e-3  # it can fail
+    m = cfg["model"]
+    if family == "gpt":
+        assert c["architectures"] == ["GPT2LMHeadModel"]
+        assert (c["n_embd"], c["n_layer"], c["n_head"], c["n_positions"], c["vocab_size"]) == (
+            m["d_model"], m["n_layer"], m["n_head"], m["seq_len"], m["vocab_size"])
+    else:
+        assert c["architectures"] == ["LlamaForCausalLM"]
+        assert (c["hidden_size"], c["num_key_value_heads"], c["intermediate_size"],
+                c["rope_theta"], c["tie_word_embeddings"]) == (32, 2, 48, 5000.0, False)
+        assert "lm_head.weight" in w
+    assert c["torch_dtype"] == "float32"
+    assert json.loads((out / "generation_config.json").read_text())["do_sample"] is False
+
+
+def test_bf16_and_sharded_exports(tmp_path):
+    rd, single = trained(tmp_path, LLAMA)
+    ours, cfg = nm.load(single)
+    x, y = tokens(cfg)
+    out = tmp_path / "hf"
+    run(["export", str(rd), "--format", "hf", "--out", str(out), "--dtype", "bf16",
+         "--max-shard-size", "10kB"], check=0)
+    index = json.loads((out / "model.safetensors.index.json").read_text())
+    files = set(index["weight_map"].values())
+    assert len(files) > 2 and not (out / "model.safetensors").exists()
+    c = json.loads((out / "config.json").read_text())
+    assert c["torch_dtype"] == "bfloat16"
+    w = read_model(out)
+    # Each weight is trainrun's rounded to bf16 (nearest even): the q rows of the fused qkv.
+    q = w["model.layers.0.self_attn.q_proj.weight"]
+    fused = ours["blocks.0.attn.qkv.weight"][:q.shape[0]].astype(np.float32)
+    bits = fused.view(np.uint32)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).view(np.float32)
+    assert np.array_equal(q, rounded.astype(np.float64))
+    assert hf_llama_loss(w, c, x, y) == pytest.approx(nm.loss(ours, cfg, x, y), rel=2e-2)
+
+
+def test_refusals(tmp_path):
+    rd = tmp_path / "mlp"
+    run([QS, *sets(*BASE, "model.type=mlp"), "--run-dir", str(rd)], check=0)
+    p = run(["export", str(rd), "--format", "hf", "--out", str(tmp_path / "o")], check=2)
+    assert "model.type=mlp has no Hugging Face architecture" in p.stderr
+    gpt, _ = trained(tmp_path, [])
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "mine.txt").write_text("keep")
+    p = run(["export", str(gpt), "--format", "hf", "--out", str(full)], check=2)
+    assert "is not empty; pass --force" in p.stderr
+    assert (full / "mine.txt").read_text() == "keep"
