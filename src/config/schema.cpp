@@ -96,6 +96,12 @@ std::vector<Field> make_schema() {
        .description = "The output head shares the token embedding (gpt: always; llama: false "
                       "adds a separate lm_head)",
        .resumable = kFixed},
+      {KEY(model, init_from),
+       .description = "A Hugging Face model folder (config.json and safetensors) a fresh run "
+                      "starts from instead of random weights; its config.json must describe "
+                      "the model keys (gpt: GPT-2, llama: Llama; docs/huggingface.md). A resume "
+                      "never reads it again",
+       .resumable = kFixed},
 
       {KEY(data, train), .description = "Training token shards: a file, directory or glob",
        .resumable = kFixed},

@@ -41,6 +41,7 @@
 #include "trainrun/core/clock.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/no_follow.h"
+#include "trainrun/hf/hf_import.h"
 #include "trainrun/model/model.h"
 #include "trainrun/obs/trace.h"
 #include "trainrun/optim/optimizer.h"
@@ -286,7 +287,16 @@ void Trainer::start() {
   if (!opts_.resume_file.empty()) {
     restore(opts_.resume_file);
   } else {
-    if (rank_ == 0) model_->params().initialize(exp_.seed);
+    ParamStore& ps = model_->params();
+    if (!exp_.model.init_from.empty()) {
+      // Every rank reads the published weights: a folder that does not fit fails them alike.
+      std::vector<float> host(static_cast<size_t>(ps.numel()), 0.0f);  // padding stays 0
+      load_hf(exp_.model.init_from, exp_.model, ps.entries(), host.data());
+      be_->copy(ps.params(), Tensor(host.data(), DType::f32, Device::cpu, {ps.numel()}));
+      if (rank_ == 0) spdlog::info("weights from {} (model.init_from)", exp_.model.init_from);
+    } else if (rank_ == 0) {
+      ps.initialize(exp_.seed);
+    }
     dp_->broadcast_params();
     model_->params().refresh_compute();  // bf16: every rank rounds rank 0's masters
   }

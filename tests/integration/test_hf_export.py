@@ -185,3 +185,72 @@ def test_refusals(tmp_path):
     p = run(["export", str(gpt), "--format", "hf", "--out", str(full)], check=2)
     assert "is not empty; pass --force" in p.stderr
     assert (full / "mine.txt").read_text() == "keep"
+
+
+# --- model.init_from: starting from a Hugging Face model -------------------------------------
+
+# A step that changes no weight (lr 1e-30 is far below float32's resolution of any weight).
+FROZEN = ["train.steps=1", "optimizer.lr=1e-30", "optimizer.min_lr=0",
+          "optimizer.weight_decay=0", "optimizer.warmup_steps=0"]
+
+
+def write_safetensors(path, tensors):
+    """{name: float32 array} as one F32 file, by the format's definition."""
+    header, data = {}, b""
+    for name, a in tensors.items():
+        b = np.ascontiguousarray(a, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape),
+                        "data_offsets": [len(data), len(data) + len(b)]}
+        data += b
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + data)
+
+
+@pytest.mark.parametrize("family", ["gpt", "llama"])
+def test_a_run_starts_from_an_exported_model_exactly(tmp_path, family):
+    extra = LLAMA if family == "llama" else []
+    rd, _ = trained(tmp_path, extra)
+    hf = tmp_path / "hf"
+    run(["export", str(rd), "--format", "hf", "--out", str(hf)], check=0)
+    b = tmp_path / "b"
+    p = run([QS, *sets(*BASE, *extra, *FROZEN, f"model.init_from={hf}"), "--run-dir", str(b)],
+            check=0)
+    assert f"weights from {hf}" in (b / "logs" / "rank-0.log").read_text(), p.stderr
+    again = tmp_path / "again"
+    run(["export", str(b), "--format", "hf", "--out", str(again)], check=0)
+    first, second = read_model(hf), read_model(again)
+    assert first.keys() == second.keys()
+    for name in first:
+        assert np.array_equal(first[name], second[name]), name
+    # A resume reads the checkpoint, never the folder again.
+    import shutil
+    shutil.rmtree(hf)
+    run(["--resume", str(b), *sets("train.steps=3")], check=0)
+
+
+def test_a_model_that_does_not_fit_the_experiment_is_refused(tmp_path):
+    rd, _ = trained(tmp_path, LLAMA)
+    hf = tmp_path / "hf"
+    run(["export", str(rd), "--format", "hf", "--out", str(hf)], check=0)
+
+    def start(name, *extra):
+        return run([QS, *sets(*BASE, *LLAMA, *FROZEN, f"model.init_from={hf}", *extra),
+                    "--run-dir", str(tmp_path / name)], check=2)
+
+    p = start("d", "model.d_model=64")
+    assert "hidden_size is 32, the experiment's model.d_model 64" in p.stderr
+    cfg = json.loads((hf / "config.json").read_text())
+    (hf / "config.json").write_text(json.dumps({**cfg, "rms_norm_eps": 1e-6}))
+    assert "trainrun's RMSNorm uses 1e-5" in start("eps").stderr
+    (hf / "config.json").write_text(json.dumps(cfg))
+    w = {k: v.astype(np.float32) for k, v in read_model(hf).items()}
+    missing = dict(w)
+    del missing["model.layers.1.mlp.up_proj.weight"]
+    write_safetensors(hf / "model.safetensors", missing)
+    assert "it has no tensor model.layers.1.mlp.up_proj.weight" in start("missing").stderr
+    write_safetensors(hf / "model.safetensors", {**w, "model.layers.9.extra": np.zeros(2)})
+    assert "model.layers.9.extra, which this model has no place for" in start("extra").stderr
+    bad = dict(w)
+    bad["model.norm.weight"] = np.zeros(31)
+    write_safetensors(hf / "model.safetensors", bad)
+    assert "tensor model.norm.weight is [31], norm_f.weight needs [32]" in start("shape").stderr

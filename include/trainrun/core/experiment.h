@@ -87,6 +87,7 @@ struct ModelConfig {
   double rope_theta = 10000.0;                       // llama: RoPE base
   int ffn_hidden = 0;                                // llama: SwiGLU width; 0 = auto
   bool tie_embeddings = true;                        // head shares wte (gpt: always)
+  std::string init_from;  // a Hugging Face model folder the fresh run starts from (hf_import.h)
 };
 
 // llama's SwiGLU hidden width: ffn_hidden, or when 0 ceil(8 d_model / 3) rounded up to a
