@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import numpy_models as nm
-from conftest import REPO, TINY, run, sets
+from conftest import REPO, TINY, losses, run, sets
 
 QS = str(REPO / "configs/quickstart.yaml")
 BASE = [*TINY, "train.steps=6", "model.n_layer=2"]
@@ -254,3 +254,22 @@ def test_a_model_that_does_not_fit_the_experiment_is_refused(tmp_path):
     bad["model.norm.weight"] = np.zeros(31)
     write_safetensors(hf / "model.safetensors", bad)
     assert "tensor model.norm.weight is [31], norm_f.weight needs [32]" in start("shape").stderr
+
+
+def test_fine_tuning_an_imported_model_on_two_ranks_resumes_exactly(tmp_path):
+    rd, _ = trained(tmp_path, LLAMA)
+    hf = tmp_path / "hf"
+    run(["export", str(rd), "--format", "hf", "--out", str(hf)], check=0)
+    tune = [*BASE, *LLAMA, "train.steps=10", "checkpoint.every=4", f"model.init_from={hf}",
+            "distributed.nproc=2", "distributed.oversubscribe=true"]
+    ref, cut = tmp_path / "ref", tmp_path / "cut"
+    run([QS, *sets(*tune), "--run-dir", str(ref)], check=0)
+    p = run([QS, *sets(*tune), "--run-dir", str(cut)], env={"TRAINRUN_FAULTS": "exit:step=7:code=9"})
+    assert p.returncode != 0
+    run(["--resume", str(cut)], check=0)
+    assert losses(cut) == losses(ref) and len(losses(ref)) == 10
+    # Fine-tuning starts where the exported model was: its first loss is the trained run's level,
+    # below a fresh model's.
+    fresh = tmp_path / "fresh"
+    run([QS, *sets(*BASE, *LLAMA, "train.steps=1"), "--run-dir", str(fresh)], check=0)
+    assert losses(ref)[1] < losses(fresh)[1]
