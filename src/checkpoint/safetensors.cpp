@@ -20,6 +20,7 @@
 #include "trainrun/core/bf16.h"
 #include "trainrun/core/durable_file.h"
 #include "trainrun/core/errors.h"
+#include "trainrun/core/regular_file.h"
 
 namespace trainrun {
 namespace {
@@ -314,19 +315,10 @@ SafetensorsModel::SafetensorsModel(const std::string& dir) {
   }
   json j;
   try {
-    std::FILE* f = std::fopen(index.c_str(), "rb");
-    if (!f) throw Bad(std::strerror(errno));
-    std::string text;
-    char chunk[65536];
-    size_t got;
-    while ((got = std::fread(chunk, 1, sizeof chunk, f)) > 0) {
-      text.append(chunk, got);
-      if (text.size() > kSafetensorsMaxHeader) {
-        std::fclose(f);
-        throw Bad("it is larger than any index");
-      }
-    }
-    std::fclose(f);
+    const std::string text =
+        read_regular_file(index.string(), {kSafetensorsMaxHeader, kExitCheckpoint,
+                                           "it is not a safetensors index"})
+            .value_or("");
     j = parse_header(text.data(), text.size());
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       throw Bad("it has no weight_map object");

@@ -6,14 +6,15 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "hf_layout.h"
 #include "trainrun/checkpoint/safetensors.h"
 #include "trainrun/core/errors.h"
+#include "trainrun/core/regular_file.h"
 
 namespace trainrun {
 namespace {
@@ -22,14 +23,15 @@ using json = nlohmann::json;
 
 json read_config(const std::string& dir) {
   const std::filesystem::path p = std::filesystem::path(dir) / "config.json";
-  std::ifstream in(p);
-  if (!in)
+  const std::optional<std::string> text = read_regular_file(
+      p.string(), {uint64_t{16} << 20, kExitUsage, "model.init_from names a model folder"});
+  if (!text)
     throw ConfigError(fmt::format(
         "model.init_from {}: no config.json there (a Hugging Face model folder holds config.json "
         "and model.safetensors)",
         dir));
   try {
-    return json::parse(in);
+    return json::parse(*text);
   } catch (const json::exception& e) {
     throw ConfigError(
         fmt::format("model.init_from {}: config.json is not JSON: {}", dir, e.what()));

@@ -273,3 +273,13 @@ def test_fine_tuning_an_imported_model_on_two_ranks_resumes_exactly(tmp_path):
     fresh = tmp_path / "fresh"
     run([QS, *sets(*BASE, *LLAMA, "train.steps=1"), "--run-dir", str(fresh)], check=0)
     assert losses(ref)[1] < losses(fresh)[1]
+
+
+def test_a_config_json_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
+    import os
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    os.mkfifo(hf / "config.json")
+    p = run([QS, *sets(*BASE, f"model.init_from={hf}"), "--run-dir", str(tmp_path / "r")],
+            check=2, timeout=60)
+    assert "config.json is a FIFO, not a regular file" in p.stderr
