@@ -316,8 +316,8 @@ SafetensorsModel::SafetensorsModel(const std::string& dir) {
   json j;
   try {
     const std::string text =
-        read_regular_file(index.string(), {kSafetensorsMaxHeader, kExitCheckpoint,
-                                           "it is not a safetensors index"})
+        read_regular_file(index.string(),
+                          {kSafetensorsMaxHeader, kExitCheckpoint, "it is not a safetensors index"})
             .value_or("");
     j = parse_header(text.data(), text.size());
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
