@@ -72,8 +72,8 @@ struct Run {
     ps.declare("b", {4}, Init::zeros, 0.0f, false);
     ps.allocate();
     ps.initialize(seed);
-    dp = DataParallel::make(false, mesh, ps, exp.optimizer, nullptr);
-    model = std::make_unique<ModelState>(ps, *be, Shard{0, ps.numel()});
+    dp = DataParallel::make(0, mesh, ps, exp.optimizer, nullptr);
+    model = std::make_unique<ModelState>(ps, *dp);
     float* g = ps.grads().as<float>();
     for (int64_t i = 0; i < ps.numel(); ++i) g[i] = 0.01f * static_cast<float>(i + seed % 5);
     StepTimes t;

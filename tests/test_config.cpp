@@ -208,7 +208,7 @@ TEST_CASE("out-of-range values say what is allowed") {
       {"model: {type: mlp, hidden: [64, 0]}\n",
        {"model.hidden[1]=0 is out of range: must be >= 1"}},
       {"device: tpu\n", {"must be one of cpu, cuda, auto"}},
-      {"distributed: {zero: 2}\n", {"must be in [0, 1]"}},
+      {"distributed: {zero: 4}\n", {"must be in [0, 3]"}},
       {"name: ../evil\n", {"not a safe file name"}},
       {"optimizer: {warmup_steps: -1}\n",
        {"optimizer.warmup_steps=-1 is out of range: must be >= 0"}},

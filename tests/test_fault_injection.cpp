@@ -93,7 +93,7 @@ TEST_CASE("nan poisons the gradients of exactly the step it names, at their norm
   auto be = f.wrap(make_cpu_backend());
   ParamStore ps{*be};
   declare(ps);
-  f.watch(ps);
+  f.watch({ps.params(), ps.grads(), ps.compute_params()});
   std::vector<float> other_data(5, 2.0f);
   const Tensor other(other_data.data(), DType::f32, Device::cpu, {5});
   for (int64_t nth = 1; nth <= 5; ++nth) {
@@ -122,7 +122,7 @@ TEST_CASE("inf sets every weight to +inf at the synchronize that ends its step, 
   auto be = f.wrap(make_cpu_backend());
   ParamStore ps{*be, DType::bf16};  // the compute copy goes +inf with the masters
   declare(ps);
-  f.watch(ps);
+  f.watch({ps.params(), ps.grads(), ps.compute_params()});
   f.on_step(1);
   be->synchronize();
   CHECK(all(ps.params(), finite));

@@ -132,10 +132,10 @@ TEST_CASE("a bf16 step moves the f32 masters as the f32 step from the same round
     const auto master0 = host(*be, ph.params());
     OptimizerConfig oc;
     oc.weight_decay = 0.1;
-    AdamW oh(ph, oc, Shard{0, ph.numel()}), of(pf, oc, Shard{0, pf.numel()});
+    AdamW oh(ph, oc, {Shard{0, ph.numel()}}), of(pf, oc, {Shard{0, pf.numel()}});
     const double lr = 1e-3;
-    oh.step(lr, 1);
-    of.step(lr, 1);
+    oh.step(ph.params(), ph.grads(), lr, 1);
+    of.step(pf.params(), pf.grads(), lr, 1);
     ph.refresh_compute();
     check_compute_copy(ph);
     const auto master1 = host(*be, ph.params()), f1 = host(*be, pf.params());

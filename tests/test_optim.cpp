@@ -58,19 +58,30 @@ TEST_CASE("AdamW: decay only where declared, and a ZeRO shard updates only its r
   c.betas = {0.9, 0.95};
   c.eps = 1e-8;
   c.weight_decay = 0.1;
-  for (Shard shard : {Shard{0, 13}, Shard{4, 11}}) {
-    for (int i = 0; i < 13; ++i) p[i] = p0[static_cast<size_t>(i)];
-    AdamW opt(ps, c, shard);
-    opt.step(0.01, 1);
-    for (int i = 0; i < 13; ++i) {
-      const bool decay = i < 6 || i >= 9;
-      const bool mine = i >= shard.begin && i < shard.end;
-      const double want = mine ? reference_step(p0[static_cast<size_t>(i)], g[i], 0.01,
-                                                decay ? 0.1 : 0.0, 0.9, 0.95, 1e-8)
-                               : p0[static_cast<size_t>(i)];
-      CHECK(p[i] == doctest::Approx(want).epsilon(1e-6));
-    }
-    CHECK(opt.m().numel() == shard.size());
+  // The whole buffer, one shard (ZeRO-1), and two pieces packed together (ZeRO-2/3's slices of
+  // two units), whose weights and gradients the caller packs as the moments are.
+  using Pieces = std::vector<Shard>;
+  for (const Pieces& pieces : {Pieces{{0, 13}}, Pieces{{4, 11}}, Pieces{{1, 3}, {7, 12}}}) {
+    std::vector<double> pp, gg;
+    for (const Shard& s : pieces)
+      for (int64_t i = s.begin; i < s.end; ++i) {
+        pp.push_back(p0[static_cast<size_t>(i)]);
+        gg.push_back(g[i]);
+      }
+    const auto n = static_cast<int64_t>(pp.size());
+    AdamW opt(ps, c, pieces);
+    opt.step(Tensor(pp.data(), DType::f64, Device::cpu, {n}),
+             Tensor(gg.data(), DType::f64, Device::cpu, {n}), 0.01, 1);
+    CHECK(opt.numel() == n);
+    CHECK(opt.m().numel() == n);
+    size_t k = 0;
+    for (const Shard& s : pieces)
+      for (int64_t i = s.begin; i < s.end; ++i, ++k) {
+        const bool decay = i < 6 || i >= 9;
+        CHECK(pp[k] == doctest::Approx(reference_step(p0[static_cast<size_t>(i)], g[i], 0.01,
+                                                      decay ? 0.1 : 0.0, 0.9, 0.95, 1e-8))
+                           .epsilon(1e-6));
+      }
   }
 }
 

@@ -358,19 +358,19 @@ struct Params {
 
 TEST_CASE("data parallel on one rank: DDP and ZeRO-1 agree with plain AdamW") {
   auto comm = make_local_communicator();
-  for (bool zero : {false, true}) {
+  for (int zero : {0, 1}) {
     CAPTURE(zero);
     OptimizerConfig cfg;
     cfg.grad_clip = 0.5;  // below the gradients' norm: the update is clipped
     Params a, ref;
     const DeviceMesh mesh = DeviceMesh::flat(*comm);
     auto dp = DataParallel::make(zero, mesh, a.ps, cfg, nullptr);
-    CHECK(dp->shard().begin == 0);
-    CHECK(dp->shard().end == a.ps.numel());
+    REQUIRE(dp->optimizer().pieces().size() == 1);
+    CHECK(dp->optimizer().pieces()[0].begin == 0);
+    CHECK(dp->optimizer().pieces()[0].end == a.ps.numel());
     CHECK_FALSE(static_cast<bool>(dp->grad_ready_hook()));  // one rank: nothing to overlap
 
     StepTimes t;
-    dp->broadcast_params();
     dp->reduce_grads(t);
     const StepStats s = dp->reduce_stats(2.5, true, t);
     CHECK(s.loss == 2.5);
@@ -380,9 +380,9 @@ TEST_CASE("data parallel on one rank: DDP and ZeRO-1 agree with plain AdamW") {
     dp->update(1e-2, 1, s.grad_norm, t);
     CHECK(t.comm_wait == 0);  // no collective ran
 
-    AdamW opt(ref.ps, cfg, Shard{0, ref.ps.numel()});
+    AdamW opt(ref.ps, cfg, {Shard{0, ref.ps.numel()}});
     ref.be->scale(ref.ps.grads(), cfg.grad_clip / (s.grad_norm + 1e-6));
-    opt.step(1e-2, 1);
+    opt.step(ref.ps.params(), ref.ps.grads(), 1e-2, 1);
     CHECK(a.values(a.ps.params()) == ref.values(ref.ps.params()));
     Params untouched;
     CHECK(a.values(a.ps.params()) != untouched.values(untouched.ps.params()));
@@ -421,13 +421,13 @@ TEST_CASE("data parallel: no clipping below the limit, none when it is off") {
     cfg.grad_clip = clip;
     Params a, ref;
     const DeviceMesh mesh = DeviceMesh::flat(*comm);
-    auto dp = DataParallel::make(false, mesh, a.ps, cfg, nullptr);
+    auto dp = DataParallel::make(0, mesh, a.ps, cfg, nullptr);
     StepTimes t;
     const StepStats s = dp->reduce_stats(1.0, false, t);
     CHECK_FALSE(s.stop);
     dp->update(1e-2, 1, s.grad_norm, t);
-    AdamW opt(ref.ps, cfg, Shard{0, ref.ps.numel()});
-    opt.step(1e-2, 1);
+    AdamW opt(ref.ps, cfg, {Shard{0, ref.ps.numel()}});
+    opt.step(ref.ps.params(), ref.ps.grads(), 1e-2, 1);
     CHECK(a.values(a.ps.params()) == ref.values(ref.ps.params()));
   }
 }

@@ -78,8 +78,8 @@ Result train(bool zero, const DeviceMesh& mesh) {
   ps.initialize(comm.rank() == 0 ? 11 : 99);  // only rank 0's weights may survive
   OptimizerConfig cfg;
   cfg.grad_clip = 0;
-  auto dp = DataParallel::make(zero, mesh, ps, cfg, nullptr);
-  dp->broadcast_params();
+  auto dp = DataParallel::make(zero ? 1 : 0, mesh, ps, cfg, nullptr);
+  dp->initialize_weights(11);  // rank 0's draw, broadcast
   Result r;
   for (int64_t step = 1; step <= 2; ++step) {
     float* g = ps.grads().as<float>();
@@ -96,7 +96,7 @@ Result train(bool zero, const DeviceMesh& mesh) {
   r.saved_v = testing::saved_flat(*dp, "optimizer/v");
   // The ranks holding the same moments each write their share: every rank under DDP, a shard's
   // replicas under ZeRO-1.
-  const Shard held = dp->shard();
+  const Shard held = dp->optimizer().pieces().front();
   const int copies = zero ? mesh.shape().dp_replicate : comm.size();
   const int index = zero ? mesh.coord(MeshAxis::dp_replicate) : comm.rank();
   const Shard part = shard_of(held.size(), copies, index);

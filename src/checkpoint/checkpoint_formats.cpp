@@ -107,7 +107,7 @@ CheckpointData read_folder_whole(const std::string& path) {
     at += box_numel(whole(p.shape));
     d.params.push_back(std::move(p));
   }
-  const Shard all{0, at};
+  const std::vector<Shard> all{Shard{0, at}};
   d.weights.resize(static_cast<size_t>(at));
   read_flat_state(*src, "model", d.params, all, d.weights.data());
   if (moments) {

@@ -213,22 +213,25 @@ double read_double(const std::vector<NamedValue>& values, const std::string& nam
 }
 
 void add_flat_state(StateDict& out, const std::string& prefix,
-                    const std::vector<ParamEntry>& params, Shard range,
+                    const std::vector<ParamEntry>& params, const std::vector<Shard>& ranges,
                     const std::function<void(int64_t, int64_t, float*)>& copy) {
   for (const ParamEntry& p : params) {
     const size_t t = out.declare(prefix + "/" + p.name, p.shape);
     const int64_t n = numel_from(p.shape, 0);
-    const int64_t lo = std::max(range.begin, p.offset), hi = std::min(range.end, p.offset + n);
-    if (lo >= hi) continue;
-    for (Box& b : boxes_of_flat_range(p.shape, lo - p.offset, hi - p.offset)) {
-      const int64_t at = p.offset + flat_start(p.shape, b), count = box_numel(b);
-      out.add(t, std::move(b), [copy, at, count](float* dst) { copy(at, count, dst); });
+    for (const Shard& range : ranges) {
+      const int64_t lo = std::max(range.begin, p.offset), hi = std::min(range.end, p.offset + n);
+      if (lo >= hi) continue;
+      for (Box& b : boxes_of_flat_range(p.shape, lo - p.offset, hi - p.offset)) {
+        const int64_t at = p.offset + flat_start(p.shape, b), count = box_numel(b);
+        out.add(t, std::move(b), [copy, at, count](float* dst) { copy(at, count, dst); });
+      }
     }
   }
 }
 
 void read_flat_state(StateSource& in, const std::string& prefix,
-                     const std::vector<ParamEntry>& params, Shard range, float* out) {
+                     const std::vector<ParamEntry>& params, const std::vector<Shard>& ranges,
+                     float* out) {
   std::set<std::string> mine;
   std::vector<SliceRequest> requests;
   for (const ParamEntry& p : params) {
@@ -246,11 +249,15 @@ void read_flat_state(StateSource& in, const std::string& prefix,
           "model's {}",
           in.path(), name, box_str(whole(shape)), box_str(whole(p.shape))));
     const int64_t n = numel_from(p.shape, 0);
-    const int64_t lo = std::max(range.begin, p.offset), hi = std::min(range.end, p.offset + n);
-    if (lo >= hi) continue;
-    for (Box& b : boxes_of_flat_range(p.shape, lo - p.offset, hi - p.offset)) {
-      float* dst = out + (p.offset + flat_start(p.shape, b) - range.begin);
-      requests.push_back({name, std::move(b), dst});
+    int64_t packed = 0;  // where `range` starts in out
+    for (const Shard& range : ranges) {
+      const int64_t lo = std::max(range.begin, p.offset), hi = std::min(range.end, p.offset + n);
+      if (lo < hi)
+        for (Box& b : boxes_of_flat_range(p.shape, lo - p.offset, hi - p.offset)) {
+          float* dst = out + (packed + p.offset + flat_start(p.shape, b) - range.begin);
+          requests.push_back({name, std::move(b), dst});
+        }
+      packed += range.size();
     }
   }
   for (const std::string& name : in.tensor_names())

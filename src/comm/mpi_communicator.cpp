@@ -69,7 +69,11 @@ void mpi_release() {
   if (--g_mpi_refs == 0 && g_mpi_ours) MPI_Finalize();
 }
 
-MPI_Datatype mpi_type(const Tensor& x, const char* op) {
+// Collectives that only move data (all-gathers, broadcasts) also take bf16, as 16-bit words:
+// ZeRO-3 gathers a bf16 run's compute weights. Reductions need a type MPI can add.
+enum class Moves : bool { values, bits };
+
+MPI_Datatype mpi_type(const Tensor& x, const char* op, Moves moves = Moves::values) {
   if (x.device != Device::cpu)
     throw std::invalid_argument(fmt::format(
         "MPI {}: tensor is on {}; the MPI communicator takes CPU tensors (CUDA tensors use the "
@@ -80,9 +84,13 @@ MPI_Datatype mpi_type(const Tensor& x, const char* op) {
       return MPI_FLOAT;
     case DType::f64:
       return MPI_DOUBLE;
+    case DType::bf16:
+      if (moves == Moves::bits) return MPI_UINT16_T;
+      [[fallthrough]];
     default:
-      throw std::invalid_argument(
-          fmt::format("MPI {}: dtype {} is not supported (f32 or f64)", op, dtype_name(x.dtype)));
+      throw std::invalid_argument(fmt::format("MPI {}: dtype {} is not supported (f32 or f64{})",
+                                              op, dtype_name(x.dtype),
+                                              moves == Moves::bits ? ", or bf16" : ""));
   }
 }
 
@@ -217,14 +225,14 @@ class MpiCommunicator final : public Communicator {
     return std::make_unique<MpiRequest>(r, [this, x] { move_block_home(x); });
   }
   void all_gather(Tensor x) override {
-    MPI_Datatype t = mpi_type(x, "all_gather");
+    MPI_Datatype t = mpi_type(x, "all_gather", Moves::bits);
     const Layout& l = layout(x.numel(), "all_gather");
     MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x.data, l.counts.data(), l.displs.data(), t,
                    comm_);
   }
   void broadcast(Tensor x, int root) override {
     check_root(root, "broadcast");
-    MPI_Datatype t = mpi_type(x, "broadcast");
+    MPI_Datatype t = mpi_type(x, "broadcast", Moves::bits);
     MPI_Bcast(x.data, mpi_count(x.numel(), "broadcast"), t, root, comm_);
   }
   // Root moves its own range home first, then receives the others' in place.

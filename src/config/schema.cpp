@@ -230,8 +230,10 @@ std::vector<Field> make_schema() {
        .max = 4096},
       {KEY(distributed, nodes), .description = "Nodes", .resumable = kResumable, .min = 1,
        .max = 65536},
-      {KEY(distributed, zero), .description = "ZeRO stage: 1 shards optimizer state over ranks",
-       .resumable = kResumable, .min = 0, .max = 1},
+      {KEY(distributed, zero),
+       .description = "ZeRO stage, sharding over the dp_shard ranks: 1 the optimizer state, 2 also "
+                      "the gradients, 3 also the parameters (FSDP); 0 replicates everything",
+       .resumable = kResumable, .min = 0, .max = 3},
       {KEY(distributed, dp_replicate),
        .description = "Replica groups of the device mesh: sharded state (ZeRO) is split over the "
                       "ranks of a group (dp_shard = ranks / dp_replicate) and copied across "

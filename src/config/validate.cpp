@@ -204,6 +204,16 @@ void checkpointing_needs_blocks(const Experiment& e, int, Fail& out) {
          "train.activation_checkpointing=none");
 }
 
+void sharding_needs_units(const Experiment& e, int, Fail& out) {
+  if (e.distributed.zero >= 2 && e.model.type == ModelType::mlp)
+    fail(out, {"distributed.zero", "model.type"},
+         fmt::format("distributed.zero={} shards parameters unit by unit (the embeddings, each "
+                     "transformer block, the head), and model.type=mlp has no blocks to shard "
+                     "(it is a few small layers): use distributed.zero=1, which shards its "
+                     "optimizer state",
+                     e.distributed.zero));
+}
+
 void mesh_divides_ranks(const Experiment& e, int world, Fail& out) {
   const int r = e.distributed.dp_replicate;
   if (world < 1 || r < 1 || world % r == 0) return;
@@ -246,6 +256,7 @@ const Rule kRules[] = {
      batch_splits_over_ranks},
     {"`train.activation_checkpointing` other than none only with a gpt or llama model",
      checkpointing_needs_blocks},
+    {"`distributed.zero` 2 or 3 only with a gpt or llama model", sharding_needs_units},
     {"`distributed.dp_replicate` divides the ranks (`distributed.nproc` x `distributed.nodes`)",
      mesh_divides_ranks},
     {"`optimizer.min_lr` <= `optimizer.lr` (`optimizer.warmup_steps` may exceed "

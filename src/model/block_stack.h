@@ -9,6 +9,9 @@
 // activations live in one region every block shares, which block l's backward fills again by
 // recomputing block l's forward from what it kept, with the same dropout seeds, so the numbers
 // are those of the run without it.
+// Units (params.h): each block is a unit of its own, acquired for its forward and its backward;
+// block l's forward also reads the unit after it (block l+1's first norm, or the final norm's),
+// which the stack acquires before block l runs and the caller releases after the stream.
 // Thread safety: none (a model's).
 #pragma once
 
@@ -24,13 +27,16 @@ namespace trainrun {
 template <class Block>
 class BlockStack {
  public:
-  // Declares n_layer blocks "blocks.0" ... in order; make(name) builds one.
+  // Declares n_layer blocks "blocks.0" ... in order, each its own unit of ps; make(name) builds
+  // one.
   template <class Make>
-  BlockStack(int n_layer, Make&& make) {
+  BlockStack(ParamStore& ps, int n_layer, Make&& make) : ps_(ps) {
     blocks_.reserve(static_cast<size_t>(n_layer));
     for (int l = 0; l < n_layer; ++l) {
       names_.push_back("blocks." + std::to_string(l));
+      ps.begin_unit(names_.back());
       blocks_.push_back(make(names_.back()));
+      units_.push_back(static_cast<int>(ps.units().size()) - 1);
     }
   }
 
@@ -76,14 +82,23 @@ class BlockStack {
 
   // `final`: the norm after the stream and its output (final.out = final.norm(output())), fused
   // into the last block's residual add as each block's last add is into the next one's norm1.
-  void forward(Backend& be, float p, uint64_t seed, typename Block::NormOut final) const {
+  // final_unit: the final norm's unit, acquired here and still held on return.
+  void forward(Backend& be, float p, uint64_t seed, typename Block::NormOut final,
+               int final_unit) const {
     if (p > 0) be.dropout(xs_[0], xs_[0], p, hash_combine(seed, 0));
-    if (blocks_.empty()) final.norm->forward(final.out, xs_[0]);
+    if (blocks_.empty()) {
+      ps_.acquire(final_unit, Pass::forward);
+      final.norm->forward(final.out, xs_[0]);
+    }
     for (size_t l = 0; l < blocks_.size(); ++l) {
       const BackendRange range(be, names_[l].c_str());
-      const auto next = l + 1 < blocks_.size() ? blocks_[l + 1]->input_norm() : final;
+      const bool last = l + 1 == blocks_.size();
+      if (l == 0) ps_.acquire(units_[0], Pass::forward);
+      ps_.acquire(last ? final_unit : units_[l + 1], Pass::forward);
+      const auto next = last ? final : blocks_[l + 1]->input_norm();
       blocks_[l]->forward(xs_[l + 1], xs_[l], p, hash_combine(seed, 100 + l), /*normed=*/l > 0,
                           next);
+      ps_.release(units_[l], Pass::forward);
     }
   }
 
@@ -93,11 +108,13 @@ class BlockStack {
     for (size_t l = blocks_.size(); l-- > 0;) {
       {
         const BackendRange range(be, names_[l].c_str());
+        ps_.acquire(units_[l], Pass::backward);
         // The last block's activations are still the forward's: nothing ran in the shared
         // region since.
         if (recompute_ && l + 1 < blocks_.size())
           blocks_[l]->recompute(xs_[l], p, hash_combine(seed, 100 + l), /*normed=*/l > 0);
         blocks_[l]->backward(dres_[0], xs_[l], p, hash_combine(seed, 100 + l));  // in place
+        ps_.release(units_[l], Pass::backward);
       }
       if (ready) ready(blocks_[l]->param_begin(), blocks_[l]->param_end());
     }
@@ -108,7 +125,9 @@ class BlockStack {
   }
 
  private:
-  std::vector<std::string> names_;  // "blocks.L": the blocks' profiler ranges
+  ParamStore& ps_;
+  std::vector<std::string> names_;  // "blocks.L": the blocks' profiler ranges and unit names
+  std::vector<int> units_;          // block l's unit in ps_
   std::vector<std::unique_ptr<Block>> blocks_;
   std::vector<Tensor> xs_;
   Tensor dres_[2];

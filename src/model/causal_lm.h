@@ -13,6 +13,9 @@
 // Parameters are declared in forward order (wte, positions, blocks, norm, lm_head), so during
 // backward the head, the norm and then the blocks become final in decreasing offset order and
 // the embeddings last, which is what the trainer's gradient buckets rely on.
+// Units (params.h): "embed" (wte and the positions), one per block, "head" (the final norm and
+// lm_head). A tied head reads wte at the end of the forward and writes its gradient at the start
+// of the backward, so then "embed" is held across the whole pass.
 // Thread safety: none (a model's).
 #pragma once
 
@@ -71,20 +74,28 @@ struct NoPositions {
   void backward(Tensor) const {}
 };
 
+// ps, with the parameters declared from now on in a new unit `name` (for member initialisers).
+inline ParamStore& in_unit(ParamStore& ps, const char* name) {
+  ps.begin_unit(name);
+  return ps;
+}
+
 template <class Family>
 class CausalLm final : public Model {
  public:
-  CausalLm(const ModelConfig& cfg, Backend& be, int batch, DType dt, Bind mode, bool recompute)
+  CausalLm(const ModelConfig& cfg, Backend& be, int batch, DType dt, Bind mode, bool recompute,
+           ParamStorage storage)
       : cfg_(cfg),
         batch_(batch),
         recompute_(recompute),
-        ps_(be, dt),
-        wte_(ps_, "wte", cfg.vocab_size, cfg.d_model, 0.02f),
+        ps_(be, dt, storage),
+        wte_(in_unit(ps_, "embed"), "wte", cfg.vocab_size, cfg.d_model, 0.02f),
         positions_(ps_, cfg),
         embed_end_(ps_.numel()),
-        stack_(cfg.n_layer,
+        stack_(ps_, cfg.n_layer,
                [&](const std::string& name) { return Family::make_block(ps_, name, cfg); }),
-        norm_(ps_, Family::kNormName, cfg.d_model),
+        norm_(in_unit(ps_, "head"), Family::kNormName, cfg.d_model),
+        head_unit_(static_cast<int>(ps_.units().size()) - 1),
         acts_(be),
         scratch_(be) {
     if (Family::untied(cfg))
@@ -120,21 +131,27 @@ class CausalLm final : public Model {
   void forward(bool training, uint64_t seed, Tensor loss_sum, float grad_scale) override {
     Backend& be = ps_.backend();
     const Tensor x0 = stack_.input();
+    ps_.acquire(kEmbedUnit, Pass::forward);
     wte_.forward(x0, ids_);
     positions_.forward(be, x0);
+    if (lm_head_) ps_.release(kEmbedUnit, Pass::forward);
     // The final norm runs fused into the last block's residual add.
     stack_.forward(be, training ? static_cast<float>(cfg_.dropout) : 0.0f, seed,
-                   {&norm_, norm_out_});
+                   {&norm_, norm_out_}, head_unit_);
     if (lm_head_)
       lm_head_->forward(logits_, norm_out_);
     else
       be.matmul(logits_, norm_out_, wte_.weight(), Tensor{});
+    ps_.release(head_unit_, Pass::forward);
+    if (!lm_head_) ps_.release(kEmbedUnit, Pass::forward);
     loss_.forward(be, logits_, targets_, loss_sum, grad_scale);
   }
 
   void backward(float scale, uint64_t seed, const GradReadyFn& ready) override {
     Backend& be = ps_.backend();
     scratch_.zero(0, top_end_);
+    ps_.acquire(head_unit_, Pass::backward);
+    if (!lm_head_) ps_.acquire(kEmbedUnit, Pass::backward);
     loss_.backward(be, logits_, targets_, scale);
     if (lm_head_)
       lm_head_->backward(dnorm_, logits_, norm_out_);
@@ -142,10 +159,13 @@ class CausalLm final : public Model {
       be.matmul_backward(dnorm_, wte_.weight_grad(), Tensor{}, logits_, norm_out_, wte_.weight(),
                          GradWrite::accumulate, wte_.weight_grad_write());
     norm_.backward(stack_.output_grad(), dnorm_, stack_.output());
+    ps_.release(head_unit_, Pass::backward);
     if (ready) ready(stack_.param_end(embed_end_), ps_.numel());  // the norm and lm_head
     const Tensor dx = stack_.backward(be, static_cast<float>(cfg_.dropout), seed, ready);
+    if (lm_head_) ps_.acquire(kEmbedUnit, Pass::backward);
     wte_.backward(dx, ids_);
     positions_.backward(dx);
+    ps_.release(kEmbedUnit, Pass::backward);
     if (ready) ready(0, embed_end_);
   }
 
@@ -190,7 +210,9 @@ class CausalLm final : public Model {
   int64_t embed_end_;  // wte and the positions: [0, embed_end_) of the flat buffers
   BlockStack<typename Family::Block> stack_;
   typename Family::Norm norm_;
-  std::optional<Linear> lm_head_;  // absent when the head is tied to wte
+  static constexpr int kEmbedUnit = 0;  // "embed", declared first
+  int head_unit_;                       // "head": the final norm and lm_head
+  std::optional<Linear> lm_head_;       // absent when the head is tied to wte
   Arena acts_, scratch_;
   Tensor ids_, targets_, norm_out_, logits_, dnorm_;
   ClassifierLoss loss_;
@@ -202,13 +224,14 @@ class CausalLm final : public Model {
 // A family's ModelSpec build and measure.
 template <class Family>
 std::unique_ptr<Model> build_causal_lm(const ModelConfig& cfg, Backend& be, int batch, DType dt,
-                                       bool recompute) {
-  return std::make_unique<CausalLm<Family>>(cfg, be, batch, dt, Bind::allocate, recompute);
+                                       bool recompute, ParamStorage storage) {
+  return std::make_unique<CausalLm<Family>>(cfg, be, batch, dt, Bind::allocate, recompute, storage);
 }
 
 template <class Family>
 ModelShape measure_causal_lm(const ModelConfig& cfg, int batch, DType dt, bool recompute) {
-  CausalLm<Family> m(cfg, measuring_backend(), batch, dt, Bind::measure_only, recompute);
+  CausalLm<Family> m(cfg, measuring_backend(), batch, dt, Bind::measure_only, recompute,
+                     ParamStorage::flat);
   ModelShape s = shape_of(m.params(), m.activation_bytes());
   s.last_ready_params = m.embed_params();
   return s;

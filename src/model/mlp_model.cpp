@@ -187,8 +187,11 @@ constinit const ModelSpec kMlpSpec = {
           return fmt::format("mlp d_model {} seq_len {} vocab {}", m.d_model, m.seq_len,
                              m.vocab_size);
         },
-    .build = [](const ModelConfig& cfg, Backend& be, int batch, DType dt,
-                bool) -> std::unique_ptr<Model> {  // no blocks to recompute (config rules)
+    .build = [](const ModelConfig& cfg, Backend& be, int batch, DType dt, bool,
+                ParamStorage storage) -> std::unique_ptr<Model> {
+      // No blocks to recompute and no units to shard: the config rules refuse both.
+      if (storage != ParamStorage::flat)
+        throw std::invalid_argument("mlp: its parameters are not sharded (distributed.zero <= 1)");
       return std::make_unique<MlpModel>(cfg, be, batch, dt, Bind::allocate);
     },
     .measure =

@@ -20,7 +20,7 @@ ParamStore::~ParamStore() {
 
 int ParamStore::declare(const std::string& name, std::vector<int64_t> shape, Init init, float std,
                         bool decay) {
-  if (params_) throw std::logic_error("ParamStore::declare after allocate");
+  if (allocated_) throw std::logic_error("ParamStore::declare after allocate");
   if (!names_.insert(name).second) throw std::logic_error("duplicate parameter name " + name);
   ParamInfo p;
   p.name = name;
@@ -33,21 +33,58 @@ int ParamStore::declare(const std::string& name, std::vector<int64_t> shape, Ini
   p.decay = decay;
   total_ += p.numel;
   infos_.push_back(std::move(p));
+  if (units_.empty()) begin_unit("model");
+  ParamUnit& u = units_.back();
+  u.last = static_cast<int>(infos_.size());
+  u.end = total_;
+  unit_of_.push_back(static_cast<int>(units_.size()) - 1);
   return static_cast<int>(infos_.size()) - 1;
 }
 
+void ParamStore::begin_unit(const std::string& name) {
+  if (allocated_) throw std::logic_error("ParamStore::begin_unit after allocate");
+  if (!units_.empty() && units_.back().first == units_.back().last) {
+    units_.back().name = name;
+    return;
+  }
+  const int n = static_cast<int>(infos_.size());
+  units_.push_back({name, n, n, total_, total_});
+}
+
 void ParamStore::allocate() {
+  allocated_ = true;
+  unit_params_.assign(units_.size(), nullptr);
+  unit_grads_.assign(units_.size(), nullptr);
+  if (storage_ == ParamStorage::external) return;
   const size_t bytes = static_cast<size_t>(total_) * dtype_size(master_dtype());
   params_ = be_.alloc(bytes);
   grads_ = be_.alloc(bytes);
   if (dtype_ == DType::bf16) compute_ = be_.alloc(static_cast<size_t>(total_) * 2);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const auto at = static_cast<size_t>(units_[u].begin);
+    unit_params_[u] = static_cast<char*>(compute_ ? compute_ : params_) + at * dtype_size(dtype_);
+    unit_grads_[u] = static_cast<char*>(grads_) + at * dtype_size(master_dtype());
+  }
   be_.fill(params(), 0.0);
   be_.fill(grads(), 0.0);
   refresh_compute();
 }
 
+void ParamStore::bind_unit(int u, void* params, void* grads) {
+  if (storage_ != ParamStorage::external)
+    throw std::logic_error("ParamStore::bind_unit: the flat storage binds its units itself");
+  unit_params_.at(static_cast<size_t>(u)) = static_cast<char*>(params);
+  unit_grads_.at(static_cast<size_t>(u)) = static_cast<char*>(grads);
+}
+
 void ParamStore::begin_grads() {
   stale_.assign(infos_.size(), 1);
+}
+
+void ParamStore::begin_grads(int u) {
+  if (stale_.size() != infos_.size()) stale_.assign(infos_.size(), 0);
+  const ParamUnit& unit = units_.at(static_cast<size_t>(u));
+  std::fill(stale_.begin() + unit.first, stale_.begin() + unit.last, uint8_t{1});
 }
 
 GradWrite ParamStore::grad_write(int i) {
@@ -75,63 +112,82 @@ void ParamStore::refresh_compute() {
 }
 
 void ParamStore::initialize(uint64_t seed) {
+  initialize(seed, {Shard{0, total_}}, params());
+  refresh_compute();
+}
+
+void ParamStore::initialize(uint64_t seed, const std::vector<Shard>& pieces, Tensor out) const {
   // Drawn in double on the host, a chunk at a time, converted to the store's dtype and copied
   // to the device: a host copy of the whole model in double and again in float was a transient
   // of 12 bytes per parameter at start-up (1.5 GB for GPT-2 124M, on every rank).
   constexpr int64_t kChunk = int64_t{1} << 20;
   std::vector<double> value(static_cast<size_t>(std::min(total_, kChunk)));
   std::vector<float> f(dtype_ == DType::f64 ? 0 : value.size());
-  const Tensor all = params();
-  for (const auto& p : infos_) {
-    Rng rng(hash_combine(seed, hash_string(p.name)));  // one stream per parameter, whole
-    for (int64_t off = 0; off < p.numel; off += kChunk) {
-      const int64_t n = std::min(kChunk, p.numel - off);
-      for (int64_t i = 0; i < n; ++i) {
-        double& v = value[static_cast<size_t>(i)];
-        switch (p.init) {
-          case Init::zeros:
-            v = 0.0;
-            break;
-          case Init::ones:
-            v = 1.0;
-            break;
-          case Init::normal:
-            v = p.init_std * rng.normal();
-            break;
+  int64_t packed = 0;  // where the current piece starts in `out`
+  for (const Shard& piece : pieces) {
+    for (const auto& p : infos_) {
+      const int64_t lo = std::max(piece.begin, p.offset);
+      const int64_t hi = std::min(piece.end, p.offset + p.numel);
+      if (lo >= hi) continue;
+      // One stream per parameter, whole: its element k is the (2k)th and (2k+1)th draws.
+      Rng rng(hash_combine(seed, hash_string(p.name)));
+      if (p.init == Init::normal) rng.skip(2 * static_cast<uint64_t>(lo - p.offset));
+      for (int64_t at = lo; at < hi; at += kChunk) {
+        const int64_t n = std::min(kChunk, hi - at);
+        for (int64_t i = 0; i < n; ++i) {
+          double& v = value[static_cast<size_t>(i)];
+          switch (p.init) {
+            case Init::zeros:
+              v = 0.0;
+              break;
+            case Init::ones:
+              v = 1.0;
+              break;
+            case Init::normal:
+              v = p.init_std * rng.normal();
+              break;
+          }
+        }
+        const Tensor dst = out.slice(packed + at - piece.begin, {n});
+        if (dtype_ == DType::f64) {
+          be_.copy(dst, Tensor(value.data(), DType::f64, Device::cpu, {n}));
+        } else {
+          std::copy(value.begin(), value.begin() + n, f.begin());
+          be_.copy(dst, Tensor(f.data(), DType::f32, Device::cpu, {n}));
         }
       }
-      const Tensor dst = all.slice(p.offset + off, {n});
-      if (dtype_ == DType::f64) {
-        be_.copy(dst, Tensor(value.data(), DType::f64, Device::cpu, {n}));
-      } else {
-        std::copy(value.begin(), value.begin() + n, f.begin());
-        be_.copy(dst, Tensor(f.data(), DType::f32, Device::cpu, {n}));
-      }
     }
+    packed += piece.size();
   }
-  refresh_compute();
 }
 
 Tensor ParamStore::flat(void* p, DType dt) const {
+  if (storage_ == ParamStorage::external)
+    throw std::logic_error(
+        "ParamStore: the flat buffers of a store with external storage (ZeRO-2/3) do not exist");
   return Tensor(p, dt, be_.device(), {total_});
 }
 
-Tensor ParamStore::view(void* base, DType dt, int i) const {
+Tensor ParamStore::view(const std::vector<char*>& unit_base, DType dt, int i,
+                        const char* what) const {
   const ParamInfo& p = infos_.at(static_cast<size_t>(i));
-  Tensor t = flat(base, dt).slice(p.offset, {p.numel});
+  const auto u = static_cast<size_t>(unit_of_[static_cast<size_t>(i)]);
+  if (u >= unit_base.size() || !unit_base[u])
+    throw std::logic_error(fmt::format("ParamStore: the {} of {} used while unit {} is not bound",
+                                       what, p.name, units_[u].name));
+  Tensor t(unit_base[u] + static_cast<size_t>(p.offset - units_[u].begin) * dtype_size(dt), dt,
+           be_.device(), {p.numel});
   t.ndim = static_cast<int>(p.shape.size());
   for (int d = 0; d < t.ndim; ++d) t.dims[d] = p.shape[d];
   return t;
 }
 
 Tensor ParamStore::param(int i) const {
-  if (!params_) throw std::logic_error("ParamStore::param before allocate");
-  return compute_ ? view(compute_, dtype_, i) : view(params_, dtype_, i);
+  return view(unit_params_, dtype_, i, "parameter");
 }
 
 Tensor ParamStore::grad(int i) const {
-  if (!grads_) throw std::logic_error("ParamStore::grad before allocate");
-  return view(grads_, master_dtype(), i);
+  return view(unit_grads_, master_dtype(), i, "gradient");
 }
 
 std::vector<ParamEntry> ParamStore::entries() const {
@@ -174,15 +230,18 @@ void Arena::zero(size_t begin, size_t end) {
 }
 
 uint64_t ParamStore::checksum() const {
+  return checksum_continue(0, be_, params());
+}
+
+uint64_t checksum_continue(uint64_t h, Backend& be, Tensor all) {
   // Through a host buffer of 1 Mi floats: a copy of all the weights was a transient of 4 bytes
   // per parameter at the end of every run, the peak of its resident set (bench/RESULTS.md 23).
   constexpr int64_t kChunk = int64_t{1} << 20;
-  std::vector<float> host(static_cast<size_t>(std::min(total_, kChunk)));
-  const Tensor all = params();
-  uint64_t h = 0;
-  for (int64_t off = 0; off < total_; off += kChunk) {
-    const int64_t n = std::min(kChunk, total_ - off);
-    be_.copy(Tensor(host.data(), DType::f32, Device::cpu, {n}), all.slice(off, {n}));
+  const int64_t total = all.numel();
+  std::vector<float> host(static_cast<size_t>(std::min(total, kChunk)));
+  for (int64_t off = 0; off < total; off += kChunk) {
+    const int64_t n = std::min(kChunk, total - off);
+    be.copy(Tensor(host.data(), DType::f32, Device::cpu, {n}), all.slice(off, {n}));
     for (int64_t i = 0; i < n; ++i) {
       uint32_t bits;
       std::memcpy(&bits, &host[static_cast<size_t>(i)], 4);

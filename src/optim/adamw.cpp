@@ -16,14 +16,30 @@ double learning_rate(const OptimizerConfig& cfg, int64_t step, int64_t total) {
   return cfg.min_lr + 0.5 * (1.0 + std::cos(M_PI * r)) * (cfg.lr - cfg.min_lr);
 }
 
-AdamW::AdamW(ParamStore& ps, const OptimizerConfig& cfg, Shard shard)
-    : ps_(ps), cfg_(cfg), shard_(shard) {
+AdamW::AdamW(ParamStore& ps, const OptimizerConfig& cfg, std::vector<Shard> pieces)
+    : ps_(ps), cfg_(cfg), pieces_(std::move(pieces)) {
+  // Weight decay applies per parameter: the parameters overlapping the pieces become runs of
+  // equal decay (neighbours merged), all updated in one call (one launch on a GPU).
+  for (const Shard& piece : pieces_) {
+    for (const ParamInfo& p : ps_.infos()) {
+      const int64_t b = std::max(p.offset, piece.begin);
+      const int64_t e = std::min(p.offset + p.numel, piece.end);
+      if (b >= e) continue;
+      const int64_t begin = numel_ + b - piece.begin;
+      if (!runs_.empty() && runs_.back().decay == p.decay &&
+          runs_.back().begin + runs_.back().n == begin)
+        runs_.back().n += e - b;
+      else
+        runs_.push_back({begin, e - b, p.decay});
+    }
+    numel_ += piece.size();
+  }
   Backend& be = ps.backend();
   const size_t bytes =
-      static_cast<size_t>(std::max<int64_t>(shard.size(), 1)) * dtype_size(ps.master_dtype());
+      static_cast<size_t>(std::max<int64_t>(numel_, 1)) * dtype_size(ps.master_dtype());
   m_ = be.alloc(bytes);
   v_ = be.alloc(bytes);
-  if (shard.size() > 0) {
+  if (numel_ > 0) {
     be.fill(m(), 0.0);
     be.fill(v(), 0.0);
   }
@@ -35,15 +51,14 @@ AdamW::~AdamW() {
 }
 
 Tensor AdamW::m() const {
-  return Tensor(m_, ps_.master_dtype(), ps_.backend().device(), {shard_.size()});
+  return Tensor(m_, ps_.master_dtype(), ps_.backend().device(), {numel_});
 }
 Tensor AdamW::v() const {
-  return Tensor(v_, ps_.master_dtype(), ps_.backend().device(), {shard_.size()});
+  return Tensor(v_, ps_.master_dtype(), ps_.backend().device(), {numel_});
 }
 
-void AdamW::step(double lr, int64_t t, double grad_scale) {
-  if (shard_.size() == 0) return;
-  Backend& be = ps_.backend();
+void AdamW::step(Tensor params, Tensor grads, double lr, int64_t t, double grad_scale) {
+  if (numel_ == 0) return;
   AdamWParams hp;
   hp.lr = static_cast<float>(lr);
   hp.beta1 = static_cast<float>(cfg_.betas.at(0));
@@ -51,22 +66,8 @@ void AdamW::step(double lr, int64_t t, double grad_scale) {
   hp.eps = static_cast<float>(cfg_.eps);
   hp.step = t;
   hp.grad_scale = grad_scale;
-  // Weight decay applies per parameter: the parameters overlapping the shard become runs of
-  // equal decay (neighbours merged), all updated in one call (one launch on a GPU).
-  std::vector<AdamWRun> runs;
-  for (const ParamInfo& p : ps_.infos()) {
-    const int64_t b = std::max(p.offset, shard_.begin);
-    const int64_t e = std::min(p.offset + p.numel, shard_.end);
-    if (b >= e) continue;
-    const int64_t begin = b - shard_.begin;
-    if (!runs.empty() && runs.back().decay == p.decay && runs.back().begin + runs.back().n == begin)
-      runs.back().n += e - b;
-    else
-      runs.push_back({begin, e - b, p.decay});
-  }
   hp.weight_decay = static_cast<float>(cfg_.weight_decay);
-  be.adamw_runs(ps_.params().slice(shard_.begin, {shard_.size()}),
-                ps_.grads().slice(shard_.begin, {shard_.size()}), m(), v(), hp, runs);
+  ps_.backend().adamw_runs(params, grads, m(), v(), hp, runs_);
 }
 
 }  // namespace trainrun

@@ -5,20 +5,39 @@
 #include <vector>
 
 #include "grad_sync.h"
+#include "sharded_data_parallel.h"
 #include "trainrun/core/clock.h"
 #include "trainrun/core/state_buffer.h"
 
 namespace trainrun {
 
+std::vector<Shard> HeldPieces::written() const {
+  std::vector<Shard> out;
+  for (const Shard& p : pieces) {
+    const Shard part = shard_of(p.size(), copies, copy_index);
+    if (part.size() > 0) out.push_back({p.begin + part.begin, p.begin + part.end});
+  }
+  return out;
+}
+
+int64_t HeldPieces::packed(int64_t at) const {
+  int64_t base = 0;
+  for (const Shard& p : pieces) {
+    if (at >= p.begin && at < p.end) return base + at - p.begin;
+    base += p.size();
+  }
+  throw std::logic_error("HeldPieces::packed: element outside the pieces");
+}
+
 DataParallel::DataParallel(const DeviceMesh& mesh, ParamStore& ps, const OptimizerConfig& cfg,
-                           Shard shard, Tracer* tracer)
+                           std::vector<Shard> pieces, Tracer* tracer)
     : mesh_(mesh),
       host_(mesh.host()),
       device_(mesh.device()),
       ps_(ps),
       tracer_(tracer),
       grad_clip_(cfg.grad_clip),
-      opt_(ps, cfg, shard) {}
+      opt_(ps, cfg, std::move(pieces)) {}
 
 DataParallel::~DataParallel() = default;
 
@@ -26,24 +45,38 @@ void DataParallel::trace(const char* span, double t0, double t1) {
   if (tracer_) tracer_->span(span, "comm", t0, t1);
 }
 
-template <class F>
-void DataParallel::timed(const char* span, StepTimes& t, F&& collective) {
-  const double t0 = now();
-  collective();
-  const double t1 = now();
-  trace(span, t0, t1);
-  t.comm_wait += t1 - t0;
-  t.comm_total += t1 - t0;
+HeldPieces DataParallel::replicated(Tensor all) const {
+  return {{Shard{0, ps_.numel()}}, all, host_.size(), host_.rank()};
 }
 
-void DataParallel::broadcast_params() {
-  if (host_.size() > 1) device_.broadcast(ps_.params(), 0);
+void DataParallel::initialize_weights(uint64_t seed) {
+  if (ps_.storage() == ParamStorage::flat) {
+    // Rank 0 draws, everyone receives: one stream of draws, as a 1-rank run.
+    if (host_.rank() == 0) ps_.initialize(seed);
+    if (host_.size() > 1) device_.broadcast(ps_.params(), 0);
+  } else {
+    const HeldPieces w = weights();
+    ps_.initialize(seed, w.pieces, w.local);
+  }
+  weights_changed();
+}
+
+void DataParallel::load_weights(const float* all) {
+  const HeldPieces w = weights();
+  for (const Shard& p : w.pieces)
+    ps_.backend().copy(
+        w.local.slice(w.packed(p.begin), {p.size()}),
+        Tensor(const_cast<float*>(all) + p.begin, DType::f32, Device::cpu, {p.size()}));
+  weights_changed();
+}
+
+uint64_t DataParallel::checksum() {
+  return ps_.checksum();
 }
 
 StepStats DataParallel::reduce_stats(double local_loss, bool stop_requested, StepTimes& t) {
-  const Shard s = shard();
-  const Tensor my_grads = ps_.grads().slice(s.begin, {s.size()});
-  double stats[3] = {local_loss, s.size() > 0 ? ps_.backend().sum_squares(my_grads) : 0.0,
+  const Tensor my_grads = local_grads();
+  double stats[3] = {local_loss, my_grads.numel() > 0 ? ps_.backend().sum_squares(my_grads) : 0.0,
                      stop_requested ? 1.0 : 0.0};
   const int world = host_.size();
   if (world > 1) {
@@ -59,7 +92,7 @@ void DataParallel::update(double lr, int64_t step, double grad_norm, StepTimes& 
   // Clipping scales the gradients inside the update's pass (AdamWParams::grad_scale): a separate
   // scale() pass over them was 2% of a step on GPT-2-sized models (bench/RESULTS.md section 17).
   const bool clip = grad_clip_ > 0 && grad_norm > grad_clip_;
-  opt_.step(lr, step, clip ? grad_clip_ / (grad_norm + 1e-6) : 1.0);
+  opt_.step(local_params(), local_grads(), lr, step, clip ? grad_clip_ / (grad_norm + 1e-6) : 1.0);
   gather_params(t);
 }
 
@@ -69,26 +102,24 @@ std::vector<std::pair<std::string, Tensor>> DataParallel::moment_tensors() const
 }
 
 void DataParallel::state_dict(StateDict& out) {
-  const Shard held = shard();
-  const Shard part = shard_of(held.size(), copies(), copy_index());
-  const Shard mine{held.begin + part.begin, held.begin + part.end};
   const std::vector<ParamEntry> params = ps_.entries();
-  for (const auto& [prefix, moments] : moment_tensors())
-    add_flat_state(out, prefix, params, mine,
-                   [this, held, m = moments](int64_t at, int64_t n, float* o) {
+  for (const auto& [prefix, moments] : moment_tensors()) {
+    const HeldPieces held{opt_.pieces(), moments, copies(), copy_index()};
+    add_flat_state(out, prefix, params, held.written(),
+                   [this, held](int64_t at, int64_t n, float* o) {
                      ps_.backend().copy(Tensor(o, DType::f32, Device::cpu, {n}),
-                                        m.slice(at - held.begin, {n}));
+                                        held.local.slice(held.packed(at), {n}));
                    });
+  }
 }
 
 void DataParallel::load_state_dict(StateSource& in) {
-  const Shard s = shard();
+  const int64_t n = opt_.numel();
   const std::vector<ParamEntry> params = ps_.entries();
-  StateBuffer host(static_cast<size_t>(s.size()));  // every element is read below
+  StateBuffer host(static_cast<size_t>(n));  // every element is read below
   for (const auto& [prefix, moments] : moment_tensors()) {
-    read_flat_state(in, prefix, params, s, host.data());
-    if (s.size() > 0)
-      ps_.backend().copy(moments, Tensor(host.data(), DType::f32, Device::cpu, {s.size()}));
+    read_flat_state(in, prefix, params, opt_.pieces(), host.data());
+    if (n > 0) ps_.backend().copy(moments, Tensor(host.data(), DType::f32, Device::cpu, {n}));
   }
 }
 
@@ -99,7 +130,7 @@ namespace {
 class Ddp final : public DataParallel {
  public:
   Ddp(const DeviceMesh& mesh, ParamStore& ps, const OptimizerConfig& cfg, Tracer* tracer)
-      : DataParallel(mesh, ps, cfg, Shard{0, ps.numel()}, tracer) {
+      : DataParallel(mesh, ps, cfg, {Shard{0, ps.numel()}}, tracer) {
     if (host_.size() > 1) sync_ = std::make_unique<GradSync>(device_, ps.grads(), kGradBucketElems);
   }
 
@@ -114,10 +145,14 @@ class Ddp final : public DataParallel {
     trace("allreduce wait", t0, now());
     t.comm_total += sync_->take_comm_seconds();
   }
+  HeldPieces weights() const override { return replicated(ps_.params()); }
+  void weights_changed() override { ps_.refresh_compute(); }
 
  protected:
   int copies() const override { return host_.size(); }
   int copy_index() const override { return host_.rank(); }
+  Tensor local_params() const override { return ps_.params(); }
+  Tensor local_grads() const override { return ps_.grads(); }
   void gather_params(StepTimes&) override {}
 
  private:
@@ -130,7 +165,7 @@ class Zero1 final : public DataParallel {
  public:
   Zero1(const DeviceMesh& mesh, ParamStore& ps, const OptimizerConfig& cfg, Tracer* tracer)
       : DataParallel(mesh, ps, cfg,
-                     shard_of(ps.numel(), mesh.shape().dp_shard, mesh.coord(MeshAxis::dp_shard)),
+                     {shard_of(ps.numel(), mesh.shape().dp_shard, mesh.coord(MeshAxis::dp_shard))},
                      tracer),
         shard_group_(mesh.device_group(MeshAxis::dp_shard)),
         replicas_(mesh.device_group(MeshAxis::dp_replicate)) {}
@@ -139,30 +174,40 @@ class Zero1 final : public DataParallel {
   void reduce_grads(StepTimes& t) override {
     if (shard_group_.size() > 1)
       timed("reduce_scatter", t, [&] { shard_group_.reduce_scatter_sum(ps_.grads()); });
-    const Shard s = shard();
-    if (replicas_.size() > 1 && s.size() > 0)
-      timed("allreduce shard", t,
-            [&] { replicas_.allreduce_sum(ps_.grads().slice(s.begin, {s.size()})); });
+    if (replicas_.size() > 1 && opt_.numel() > 0)
+      timed("allreduce shard", t, [&] { replicas_.allreduce_sum(local_grads()); });
   }
+  HeldPieces weights() const override { return replicated(ps_.params()); }
+  void weights_changed() override { ps_.refresh_compute(); }
 
  protected:
   int copies() const override { return mesh_.shape().dp_replicate; }
   int copy_index() const override { return mesh_.coord(MeshAxis::dp_replicate); }
+  Tensor local_params() const override { return mine(ps_.params()); }
+  Tensor local_grads() const override { return mine(ps_.grads()); }
   void gather_params(StepTimes& t) override {
     if (shard_group_.size() > 1)
       timed("all_gather params", t, [&] { shard_group_.all_gather(ps_.params()); });
   }
 
  private:
+  Tensor mine(Tensor flat) const {
+    const Shard s = opt_.pieces().front();
+    return flat.slice(s.begin, {s.size()});
+  }
+
   Communicator& shard_group_;
   Communicator& replicas_;
 };
 
 }  // namespace
 
-std::unique_ptr<DataParallel> DataParallel::make(bool zero, const DeviceMesh& mesh, ParamStore& ps,
+std::unique_ptr<DataParallel> DataParallel::make(int zero, const DeviceMesh& mesh, ParamStore& ps,
                                                  const OptimizerConfig& cfg, Tracer* tracer) {
-  if (zero) return std::make_unique<Zero1>(mesh, ps, cfg, tracer);
+  if (ps.storage() != storage_for(zero))
+    throw std::logic_error("DataParallel::make: the model's parameter storage is not the stage's");
+  if (zero >= 2) return make_sharded(zero, mesh, ps, cfg, tracer);
+  if (zero == 1) return std::make_unique<Zero1>(mesh, ps, cfg, tracer);
   return std::make_unique<Ddp>(mesh, ps, cfg, tracer);
 }
 

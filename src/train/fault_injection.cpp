@@ -18,8 +18,8 @@ std::unique_ptr<Backend> FaultInjector::wrap(std::unique_ptr<Backend> be) {
   return faulty;
 }
 
-void FaultInjector::watch(const ParamStore& ps) {
-  if (backend_) backend_->watch(ps);
+void FaultInjector::watch(const StateBuffers& state) {
+  if (backend_) backend_->watch(state);
 }
 
 void FaultInjector::on_step(int64_t nth) {

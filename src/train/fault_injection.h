@@ -37,7 +37,7 @@ class FaultInjector {
   // The backend to train on: `be` itself when inert, else a FaultyBackend around it. Once.
   std::unique_ptr<Backend> wrap(std::unique_ptr<Backend> be);
   // The model built on wrap()'s backend: the gradients and weights nan and inf overwrite.
-  void watch(const ParamStore& ps);
+  void watch(const StateBuffers& state);
   // The Nth step begins (numbered from 1, as metrics rows and checkpoints are).
   void on_step(int64_t nth);
 

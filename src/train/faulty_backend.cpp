@@ -20,17 +20,16 @@ double FaultyBackend::sum_impl(Tensor x, bool squares) {
   if (!squares) return real_->sum(x);
   // The whole buffer, not just the shard the norm reads: the state the step then holds is the
   // one a NaN from the backward pass would leave.
-  if (ps_ && faults_.poison(step_) && inside(x, ps_->grads())) real_->fill(ps_->grads(), NAN);
+  if (state_ && faults_.poison(step_) && inside(x, state_->grads)) real_->fill(state_->grads, NAN);
   return real_->sum_squares(x);
 }
 
 void FaultyBackend::synchronize() {
   // After the update, its ZeRO all-gather and the bf16 refresh: the compute copy is set too, as
   // the refresh would have rounded +inf masters to it.
-  if (ps_ && faults_.diverge(step_)) {
-    real_->fill(ps_->params(), INFINITY);
-    if (ps_->compute_params().data != ps_->params().data)
-      real_->fill(ps_->compute_params(), INFINITY);
+  if (state_ && faults_.diverge(step_)) {
+    real_->fill(state_->masters, INFINITY);
+    if (state_->compute.data != state_->masters.data) real_->fill(state_->compute, INFINITY);
   }
   real_->synchronize();
 }

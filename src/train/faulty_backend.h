@@ -16,9 +16,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "data_parallel.h"
 #include "faults.h"
 #include "trainrun/backend/backend.h"
 #include "trainrun/model/params.h"
@@ -30,9 +32,9 @@ class FaultyBackend final : public Backend {
   // `faults` must outlive this backend.
   FaultyBackend(std::unique_ptr<Backend> real, Faults& faults);
 
-  // The model's parameters: the gradients nan poisons, the weights inf overwrites. Until then
-  // nothing is injected.
-  void watch(const ParamStore& ps) { ps_ = &ps; }
+  // The rank's training state: the gradients nan poisons, the weights inf overwrites. Until
+  // then nothing is injected.
+  void watch(const StateBuffers& state) { state_ = state; }
   // The Nth step (from 1, as faults name steps) begins.
   void begin_step(int64_t nth) { step_ = nth; }
   Backend& real() const { return *real_; }
@@ -168,7 +170,7 @@ class FaultyBackend final : public Backend {
   };
   std::unique_ptr<Backend> real_;
   Faults& faults_;
-  const ParamStore* ps_ = nullptr;
+  std::optional<StateBuffers> state_;
   int64_t step_ = 0;  // 0: before the first step, which no fault names
   double op_t0_ = 0;
   std::vector<TimedOp> timed_;

@@ -5,19 +5,21 @@
 namespace trainrun {
 
 void ModelState::state_dict(StateDict& out) {
-  const Tensor params = ps_.params();
-  add_flat_state(out, "model", ps_.entries(), write_,
-                 [this, params](int64_t at, int64_t n, float* o) {
-                   be_.copy(Tensor(o, DType::f32, Device::cpu, {n}), params.slice(at, {n}));
+  const HeldPieces w = dp_.weights();
+  add_flat_state(out, "model", ps_.entries(), w.written(),
+                 [this, w](int64_t at, int64_t n, float* o) {
+                   ps_.backend().copy(Tensor(o, DType::f32, Device::cpu, {n}),
+                                      w.local.slice(w.packed(at), {n}));
                  });
 }
 
 void ModelState::load_state_dict(StateSource& in) {
-  const int64_t n = ps_.numel();
+  const HeldPieces w = dp_.weights();
+  const int64_t n = w.local.numel();
   StateBuffer host(static_cast<size_t>(n));  // every element is read below
-  read_flat_state(in, "model", ps_.entries(), Shard{0, n}, host.data());
-  be_.copy(ps_.params(), Tensor(host.data(), DType::f32, Device::cpu, {n}));
-  ps_.refresh_compute();
+  read_flat_state(in, "model", ps_.entries(), w.pieces, host.data());
+  if (n > 0) ps_.backend().copy(w.local, Tensor(host.data(), DType::f32, Device::cpu, {n}));
+  dp_.weights_changed();
 }
 
 }  // namespace trainrun

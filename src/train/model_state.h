@@ -1,13 +1,13 @@
 // ModelState: the model's parameters as checkpointed state (state_dict.h): model/NAME for every
-// parameter, with its global shape. The weights are the same on every data-parallel rank; each
-// writes the flat range it is given (its shard_of share), so the world writes them once, in
-// parallel, and nothing is gathered. A restore reads every tensor whole, from whichever files and
-// layout hold it.
+// parameter, with its global shape. The master weights live where the data-parallel strategy
+// keeps them (all on every rank, or sharded by ZeRO-2/3): each rank writes its share of what it
+// holds (HeldPieces::written), so the world writes every weight once, in parallel, and nothing is
+// gathered. A restore reads what this rank holds, from whichever files and layout hold it.
 //
-// Thread safety: the step loop's thread. Borrows the parameter store and backend.
+// Thread safety: the step loop's thread. Borrows the parameter store and the strategy.
 #pragma once
 
-#include "trainrun/backend/backend.h"
+#include "data_parallel.h"
 #include "trainrun/checkpoint/state_dict.h"
 #include "trainrun/model/params.h"
 
@@ -15,15 +15,14 @@ namespace trainrun {
 
 class ModelState final : public Stateful {
  public:
-  ModelState(ParamStore& ps, Backend& be, Shard write) : ps_(ps), be_(be), write_(write) {}
+  ModelState(ParamStore& ps, DataParallel& dp) : ps_(ps), dp_(dp) {}
   void state_dict(StateDict& out) override;
-  // Also refreshes the compute copy of the weights (a bf16 run's).
+  // Collective (DataParallel::weights_changed): the compute copies follow the restored masters.
   void load_state_dict(StateSource& in) override;
 
  private:
   ParamStore& ps_;
-  Backend& be_;
-  Shard write_;
+  DataParallel& dp_;
 };
 
 }  // namespace trainrun

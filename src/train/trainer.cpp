@@ -230,15 +230,13 @@ void Trainer::setup_model() {
   accum_ = exp_.train.batch_size / (micro_ * world_);
   model_ = build_model(exp_.model, *be_, micro_,
                        exp_.train.precision == Precision::bf16 ? DType::bf16 : DType::f32,
-                       recomputes(exp_.train));
-  faults_.watch(model_->params());
+                       recomputes(exp_.train), DataParallel::storage_for(exp_.distributed.zero));
   targets_per_step_ = model_->targets_per_batch() / micro_ * exp_.train.batch_size;
   loss_sums_ = DeviceBuffer(*be_, sizeof(double) * static_cast<size_t>(accum_));
-  dp_ = DataParallel::make(exp_.distributed.zero != 0, *mesh_, model_->params(), exp_.optimizer,
+  dp_ = DataParallel::make(exp_.distributed.zero, *mesh_, model_->params(), exp_.optimizer,
                            tracer_.get());
-  // The weights are the same on every rank: each writes its shard_of share of them.
-  ParamStore& ps = model_->params();
-  model_state_ = std::make_unique<ModelState>(ps, *be_, shard_of(ps.numel(), world_, rank_));
+  model_state_ = std::make_unique<ModelState>(model_->params(), *dp_);
+  faults_.watch(dp_->buffers());
   grad_ready_ = dp_->grad_ready_hook();
 }
 
@@ -292,13 +290,11 @@ void Trainer::start() {
       // Every rank reads the published weights: a folder that does not fit fails them alike.
       std::vector<float> host(static_cast<size_t>(ps.numel()), 0.0f);  // padding stays 0
       load_hf(exp_.model.init_from, exp_.model, ps.entries(), host.data());
-      be_->copy(ps.params(), Tensor(host.data(), DType::f32, Device::cpu, {ps.numel()}));
+      dp_->load_weights(host.data());
       if (rank_ == 0) spdlog::info("weights from {} (model.init_from)", exp_.model.init_from);
-    } else if (rank_ == 0) {
-      ps.initialize(exp_.seed);
+    } else {
+      dp_->initialize_weights(exp_.seed);
     }
-    dp_->broadcast_params();
-    model_->params().refresh_compute();  // bf16: every rank rounds rank 0's masters
   }
   // A relaunched job that had no checkpoint yet keeps the supervisor's restart event (step 0).
   const bool relaunched = restarts_.by_supervisor && restarts_.count > 0;
@@ -320,6 +316,7 @@ StepResult Trainer::train_step(int64_t step, double lr) {
   const double t_start = now();
   // No zeroing pass: each gradient's first write of the step overwrites it (ParamStore).
   model_->params().begin_grads();
+  dp_->begin_step();
   const double loss_sum = accumulate_gradients(at, t);
   StepStats stats;
   {
@@ -487,8 +484,7 @@ void Trainer::finish(int64_t step, double loss, int exit_code, double t_run) {
   comm_->barrier();
   // Every rank must end with the same weights; the logs let a test (or a person) check it.
   finish_profile(*tracer_, *comm_, exp_.run_dir, !opts_.profile.empty(), console_);
-  spdlog::info("rank {} parameter checksum {:016x} at step {}", rank_, model_->params().checksum(),
-               step);
+  spdlog::info("rank {} parameter checksum {:016x} at step {}", rank_, dp_->checksum(), step);
   log_peak_memory();
   if (exit_code == kExitOk)
     reporter_->summary(step, now() - t_run, loss, batches_->train().entropy_rate());

@@ -148,15 +148,28 @@ class Stateful {
 
 // The state of a flat buffer of named tensors (ParamStore's layout: `params` at their offsets),
 // under `prefix` ("model", "optimizer/m"): declares every tensor and adds the boxes of the flat
-// elements `range`, filled by copy(begin, n, out), which copies flat elements [begin, begin + n).
+// elements `ranges` (ascending, disjoint), filled by copy(begin, n, out), which copies flat
+// elements [begin, begin + n).
 void add_flat_state(StateDict& out, const std::string& prefix,
-                    const std::vector<ParamEntry>& params, Shard range,
+                    const std::vector<ParamEntry>& params, const std::vector<Shard>& ranges,
                     const std::function<void(int64_t begin, int64_t n, float* out)>& copy);
-// The inverse: reads the flat elements `range` of the tensors under `prefix` into `out`
-// (range.size() floats; out[0] is element range.begin). Throws CheckpointError naming the
-// tensor when the checkpoint lacks one or holds it with another shape, or holds a tensor under
-// `prefix` that `params` does not have (a checkpoint of another model).
+// The inverse: reads the flat elements `ranges` (ascending, disjoint) of the tensors under
+// `prefix` into `out`, packed in order (out[0] is element ranges[0].begin). Throws
+// CheckpointError naming the tensor when the checkpoint lacks one or holds it with another
+// shape, or holds a tensor under `prefix` that `params` does not have (a checkpoint of another
+// model).
 void read_flat_state(StateSource& in, const std::string& prefix,
-                     const std::vector<ParamEntry>& params, Shard range, float* out);
+                     const std::vector<ParamEntry>& params, const std::vector<Shard>& ranges,
+                     float* out);
+// The same for one range.
+inline void add_flat_state(StateDict& out, const std::string& prefix,
+                           const std::vector<ParamEntry>& params, Shard range,
+                           const std::function<void(int64_t begin, int64_t n, float* out)>& copy) {
+  add_flat_state(out, prefix, params, std::vector<Shard>{range}, copy);
+}
+inline void read_flat_state(StateSource& in, const std::string& prefix,
+                            const std::vector<ParamEntry>& params, Shard range, float* out) {
+  read_flat_state(in, prefix, params, std::vector<Shard>{range}, out);
+}
 
 }  // namespace trainrun

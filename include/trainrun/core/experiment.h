@@ -173,7 +173,7 @@ struct LoggingConfig {
 struct DistributedConfig {
   int nproc = 1;  // ranks per node
   int nodes = 1;
-  int zero = 0;          // 0 | 1
+  int zero = 0;          // 0 | 1 | 2 | 3 (ZeRO stage)
   int dp_replicate = 1;  // the device mesh's replica groups (device_mesh.h); divides the ranks
   std::string hostfile;
   bool oversubscribe = false;

@@ -37,6 +37,9 @@ class Rng {
  public:
   explicit Rng(uint64_t seed) : state_(seed) {}
   uint64_t next() { return splitmix64(state_++); }
+  // Skips n draws of next() (the stream is a counter): normal() takes two, so a rank that
+  // initialises only its shard of a tensor skips 2 x the elements before it.
+  void skip(uint64_t n) { state_ += n; }
   double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
   double normal() {  // Box-Muller: portable, unlike std::normal_distribution
     double u1 = uniform(), u2 = uniform();

@@ -52,8 +52,11 @@ class Model {
 
 // Builds, allocates and binds a model for micro-batches of `batch` sequences. `recompute`
 // (train.activation_checkpointing=full): a transformer keeps only each block's input and first
-// norm output, and recomputes the rest of the block's forward in its backward.
+// norm output, and recomputes the rest of the block's forward in its backward. `storage`
+// external (ZeRO-2/3): the parameters' memory is bound unit by unit by the data-parallel
+// strategy (params.h).
 std::unique_ptr<Model> build_model(const ModelConfig& cfg, Backend& be, int batch,
-                                   DType dtype = DType::f32, bool recompute = false);
+                                   DType dtype = DType::f32, bool recompute = false,
+                                   ParamStorage storage = ParamStorage::flat);
 
 }  // namespace trainrun

@@ -57,9 +57,11 @@ struct ModelSpec {
   // One line for `trainrun report`: "gpt 2 layers d_model 64 heads 4 seq_len 64 vocab 64".
   std::string (*describe)(const ModelConfig& cfg);
   // Builds, allocates and binds a model for micro-batches of `batch` sequences; `recompute`:
-  // train.activation_checkpointing=full (only for a family with blocks: the config rules say).
+  // train.activation_checkpointing=full (only for a family with blocks: the config rules say);
+  // `storage`: external for ZeRO-2/3, which owns the parameters' memory (params.h; only for a
+  // family with units, as the config rules say).
   std::unique_ptr<Model> (*build)(const ModelConfig& cfg, Backend& be, int batch, DType dtype,
-                                  bool recompute);
+                                  bool recompute, ParamStorage storage);
   // The measuring pass alone: declares every parameter and binds both arenas once, allocating
   // nothing, so it is cheap even for a model that would not fit this machine.
   ModelShape (*measure)(const ModelConfig& cfg, int batch, DType dtype, bool recompute);

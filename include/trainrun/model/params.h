@@ -10,6 +10,15 @@
 // optimizer step and its ZeRO all-gather, a checkpoint load, a broadcast) must call it before
 // the next forward. Parameter gradients grad(i) are f32 views: the backend takes them beside
 // bf16 activations (Backend::f32_param_grads_with_bf16).
+//
+// Units (FSDP's flat parameters): the model groups its parameters into units, runs of parameters
+// declared together (the embeddings, each transformer block, the final norm and head), and
+// brackets each unit's use with acquire/release. With ParamStorage::flat every unit lives in the
+// flat buffers and the brackets cost nothing. With ParamStorage::external the store allocates no
+// parameter or gradient memory: a data-parallel strategy that shards them (ZeRO-2/3,
+// train/sharded_data_parallel.h) is the UnitResidency, gathers a unit's parameters when it is
+// acquired, binds them here (bind_unit), and reduces and unbinds its gradients when it is
+// released. param(i) and grad(i) resolve through the unit's binding, so no module knows the layout.
 #pragma once
 
 #include <cstdint>
@@ -19,10 +28,38 @@
 
 #include "trainrun/backend/backend.h"
 #include "trainrun/core/param_entry.h"
+#include "trainrun/core/shard.h"
 
 namespace trainrun {
 
 enum class Init { normal, zeros, ones };
+
+// A run of parameters [first, last), elements [begin, end) of the flat layout.
+struct ParamUnit {
+  std::string name;  // "embed", "blocks.3", "head"; "model" when the model declares none
+  int first = 0, last = 0;
+  int64_t begin = 0, end = 0;
+  int64_t numel() const { return end - begin; }
+};
+
+enum class Pass { forward, backward };
+
+// Told when the model needs a unit's parameters and when it is done with them. Forward acquires
+// units in increasing order and backward in decreasing order; a unit may be acquired before the
+// one before it is released (a block's last residual add runs fused into the next block's
+// norm), and a unit may be acquired again while held (a tied head reads the embeddings). Each
+// acquire is matched by one release of the same pass. Between a unit's acquire and release its
+// parameters are bound, and in the backward pass its gradients too; the backward release means
+// the unit's gradients of this micro-batch are final.
+class UnitResidency {
+ public:
+  virtual ~UnitResidency() = default;
+  virtual void acquire(int unit, Pass pass) = 0;
+  virtual void release(int unit, Pass pass) = 0;
+};
+
+// Who owns the parameters' memory: the store (flat buffers) or a UnitResidency (bind_unit).
+enum class ParamStorage { flat, external };
 
 struct ParamInfo {
   std::string name;
@@ -36,7 +73,9 @@ struct ParamInfo {
 
 class ParamStore {
  public:
-  explicit ParamStore(Backend& be, DType dtype = DType::f32) : be_(be), dtype_(dtype) {}
+  explicit ParamStore(Backend& be, DType dtype = DType::f32,
+                      ParamStorage storage = ParamStorage::flat)
+      : be_(be), dtype_(dtype), storage_(storage) {}
   ~ParamStore();
   ParamStore(const ParamStore&) = delete;
   ParamStore& operator=(const ParamStore&) = delete;
@@ -44,16 +83,38 @@ class ParamStore {
   // Declaration phase: returns the parameter's index. Names must be unique.
   int declare(const std::string& name, std::vector<int64_t> shape, Init init, float std,
               bool decay);
-  // Allocates params and grads (grads zeroed); views handed out before this are invalid.
+  // Parameters declared from now on form a new unit (an empty current unit is renamed).
+  void begin_unit(const std::string& name);
+  // Flat storage: allocates params and grads (grads zeroed) and binds every unit to them; views
+  // handed out before this are invalid. External storage: allocates nothing, binds nothing.
   void allocate();
   // Deterministic initialisation: each parameter draws from its own stream hash(seed, name), so
-  // the result does not depend on declaration order or thread count.
+  // the result does not depend on declaration order or thread count. Flat storage only.
   void initialize(uint64_t seed);
+  // The same values for the flat elements `pieces` (ascending, disjoint) only, packed in order
+  // into `out` (master dtype): what a rank that holds a shard of the weights initialises.
+  void initialize(uint64_t seed, const std::vector<Shard>& pieces, Tensor out) const;
 
+  // Throw std::logic_error when the parameter's unit has no binding (external storage, outside
+  // its acquire/release).
   Tensor param(int i) const;  // the compute copy's view (the master's unless bf16)
   Tensor grad(int i) const;   // master dtype
+  // The flat buffers (flat storage only: external storage throws std::logic_error).
   Tensor params() const { return flat(params_, master_dtype()); }  // the masters
   Tensor grads() const { return flat(grads_, master_dtype()); }
+  ParamStorage storage() const { return storage_; }
+  const std::vector<ParamUnit>& units() const { return units_; }
+  // External storage: where unit u's parameters (compute dtype) and gradients (master dtype)
+  // are, each pointing at the unit's first element; nullptr unbinds.
+  void bind_unit(int u, void* params, void* grads);
+  // The model's brackets (see UnitResidency); no-ops without a residency.
+  void set_residency(UnitResidency* r) { residency_ = r; }
+  void acquire(int u, Pass pass) {
+    if (residency_) residency_->acquire(u, pass);
+  }
+  void release(int u, Pass pass) {
+    if (residency_) residency_->release(u, pass);
+  }
   // The flat compute copy: params() itself unless dtype() is bf16.
   Tensor compute_params() const;
   // Rounds the master weights into the compute copy; a no-op unless dtype() is bf16.
@@ -78,6 +139,8 @@ class ParamStore {
   // the optimizer). Without begin_grads() every gradient counts as written: ops accumulate into
   // whatever the caller zeroed, as before.
   void begin_grads();
+  // begin_grads() for unit u's parameters alone (a fresh gradient buffer bound for it).
+  void begin_grads(int u);
   GradWrite grad_write(int i);
   void zero_stale(int64_t begin, int64_t end);
   const std::vector<ParamInfo>& infos() const { return infos_; }
@@ -86,11 +149,17 @@ class ParamStore {
 
  private:
   Tensor flat(void* p, DType dt) const;
-  Tensor view(void* base, DType dt, int i) const;
+  Tensor view(const std::vector<char*>& unit_base, DType dt, int i, const char* what) const;
 
   Backend& be_;
   DType dtype_;
+  ParamStorage storage_;
   std::vector<ParamInfo> infos_;
+  std::vector<ParamUnit> units_;
+  std::vector<int> unit_of_;                     // per parameter
+  std::vector<char*> unit_params_, unit_grads_;  // per unit: its bound element 0, or null
+  UnitResidency* residency_ = nullptr;
+  bool allocated_ = false;
   std::unordered_set<std::string> names_;  // declared names: one lookup per declare, not a scan
   int64_t total_ = 0;
   void* params_ = nullptr;
@@ -98,6 +167,10 @@ class ParamStore {
   void* compute_ = nullptr;     // bf16 only
   std::vector<uint8_t> stale_;  // per parameter: gradient not yet written since begin_grads()
 };
+
+// The parameter checksum's hash (ParamStore::checksum) continued over `t`'s f32 elements in
+// order: a sharded store hashes its units one by one, in flat order, to the same value.
+uint64_t checksum_continue(uint64_t h, Backend& be, Tensor t);
 
 // Activation memory planned once: modules take() their buffers in bind(); the first pass only
 // measures, then the arena allocates once and a second pass hands out real views.

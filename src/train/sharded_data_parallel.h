@@ -1,0 +1,38 @@
+// ZeRO-2 and ZeRO-3 (FSDP): data parallelism whose gradients, and with ZeRO-3 whose parameters,
+// live sharded, so a rank's memory for them falls with the dp_shard group's size.
+//
+// Layout: each unit of the model (params.h: the embeddings, every block, the head) is sharded on
+// its own over the dp_shard group, shard_of(unit size) per rank, as FSDP shards each flat
+// parameter. Every rank holds a slice of every unit (its pieces), so each unit's all-gather and
+// reduce-scatter is balanced whatever the unit sizes, and nothing needs to divide: slices may
+// differ by one element. A rank keeps, packed in unit order, the f32 master weights of its
+// pieces, their gradients (summed over the group and the step's micro-batches) and AdamW's
+// moments; with dp_replicate > 1 (hybrid sharding, HSDP) the replica groups hold the same pieces
+// and sum their gradients once per step, one allreduce of the pieces.
+//
+// The model's acquire/release brackets (UnitResidency) drive the collectives:
+//   forward acquire   ZeRO-3: all-gather the unit's weights (compute dtype) into a working buffer
+//   forward release   ZeRO-3: free it (resharded after the forward)
+//   backward acquire  ZeRO-3: gather it again; both: bind a gradient buffer for the unit
+//   backward release  reduce-scatter the unit's gradients, add this rank's piece to its gradient
+//                     shard, free the buffer: no whole gradient buffer ever exists
+// ZeRO-2 keeps every weight gathered in one compute buffer, all-gathered unit by unit after each
+// update. Working buffers come from a pool keyed by size (the blocks share theirs), so after the
+// first step nothing is allocated: the pool holds the peak working set, two units while the
+// forward fuses a block's last add into the next block's norm.
+//
+// Collectives: as DataParallel; the brackets are collective over the dp_shard group (every rank
+// runs the same model, so they come in the same order). Thread safety: the step loop's thread.
+#pragma once
+
+#include <memory>
+
+#include "data_parallel.h"
+
+namespace trainrun {
+
+// zero: 2 or 3; ps built with ParamStorage::external.
+std::unique_ptr<DataParallel> make_sharded(int zero, const DeviceMesh& mesh, ParamStore& ps,
+                                           const OptimizerConfig& cfg, Tracer* tracer);
+
+}  // namespace trainrun

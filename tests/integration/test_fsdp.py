@@ -1,0 +1,151 @@
+"""ZeRO-2 and ZeRO-3 (FSDP): gradients, and with ZeRO-3 parameters, sharded unit by unit over
+the dp_shard ranks. They train as ZeRO-0 and ZeRO-1 do (the losses to 1e-6, and with one
+micro-batch per step the very weights ZeRO-1 ends with, since both sum the same gradients in the
+same reduce-scatter), GPT and Llama, with hybrid sharding, uneven shards, bf16 and activation
+checkpointing; their checkpoints resume on any other layout and a killed rank restarts; a model
+without units to shard is a config error."""
+import pytest
+
+from checkpoint_layout import manifest
+from conftest import REPO, TINY, checksums, ckpt, losses, metrics, run, sets
+
+QS = str(REPO / "configs/quickstart.yaml")
+STEPS = 50
+BASE = [*TINY, "model.n_layer=2", f"train.steps={STEPS}", "optimizer.warmup_steps=5",
+        "distributed.oversubscribe=true", "checkpoint.every=0"]
+FAMILIES = {"gpt": [], "llama": ["model.type=llama", "model.n_kv_head=1"]}
+
+
+def train(rd, *extra, env=None, check=0):
+    run([QS, *sets(*BASE, *extra), "--run-dir", str(rd)], env=env, check=check, timeout=300)
+    return losses(rd)
+
+
+def one_checksum(rd, ranks):
+    sums = checksums(rd)
+    assert len(sums) == ranks, sums
+    assert len(set(sums.values())) == 1, f"the ranks ended with different weights: {sums}"
+    return next(iter(sums.values()))
+
+
+def assert_close(got, want, rel):
+    assert sorted(got) == sorted(want)
+    for step, w in want.items():
+        assert got[step] == pytest.approx(w, rel=rel), f"step {step}"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_zero_2_and_3_train_as_zero_0_and_1(tmp_path, family):
+    four = [*FAMILIES[family], "distributed.nproc=4"]
+    got, sums = {}, {}
+    for zero in (0, 1, 2, 3):
+        rd = tmp_path / f"z{zero}"
+        got[zero] = train(rd, *four, f"distributed.zero={zero}")
+        sums[zero] = one_checksum(rd, 4)
+    for zero in (2, 3):
+        assert_close(got[zero], got[0], 1e-6)
+        # One micro-batch per step: the same reduce-scatter sums as ZeRO-1, bit for bit.
+        assert sums[zero] == sums[1], f"zero {zero}"
+    log = (tmp_path / "z3" / "logs" / "rank-2.log").read_text()
+    assert "ZeRO stage 3" in log
+
+
+def test_gradient_accumulation_and_hybrid_sharding(tmp_path):
+    # Two micro-batches per step: each is reduce-scattered as its backward ends and summed into
+    # the shard. dp_replicate 2 x dp_shard 2: the shards' gradients are then summed across the
+    # replica groups.
+    acc = ["distributed.nproc=4", "train.micro_batch_size=1"]
+    want = train(tmp_path / "z0", *acc)
+    for extra in (["distributed.zero=2"], ["distributed.zero=3"],
+                  ["distributed.zero=3", "distributed.dp_replicate=2"],
+                  ["distributed.zero=2", "distributed.dp_replicate=2"]):
+        rd = tmp_path / "_".join(e.split(".")[1] for e in extra)
+        assert_close(train(rd, *acc, *extra), want, 1e-6)
+        one_checksum(rd, 4)
+
+
+def test_uneven_shards(tmp_path):
+    # 3 ranks and d_model 57: no unit divides by 3, so the shards differ by one element.
+    odd = ["model.d_model=57", "model.n_head=3", "train.batch_size=6", "distributed.nproc=3"]
+    want = train(tmp_path / "z0", *odd)
+    rd = tmp_path / "z3"
+    assert_close(train(rd, *odd, "distributed.zero=3"), want, 1e-6)
+    one_checksum(rd, 3)
+
+
+def test_bf16_gathers_bf16_weights_from_f32_masters(tmp_path):
+    bf16 = ["train.precision=bf16", "distributed.nproc=2"]
+    want = train(tmp_path / "z1", *bf16, "distributed.zero=1")
+    rd = tmp_path / "z3"
+    got = train(rd, *bf16, "distributed.zero=3")
+    # The same f32 sums and the same rounding of the same masters: ZeRO-1's run exactly.
+    assert got == want
+    assert one_checksum(rd, 2) == one_checksum(tmp_path / "z1", 2)
+
+
+def test_activation_checkpointing_under_zero_3_changes_no_bit(tmp_path):
+    z3 = ["distributed.nproc=2", "distributed.zero=3", "model.dropout=0.1"]
+    want = train(tmp_path / "none", *z3)
+    got = train(tmp_path / "full", *z3, "train.activation_checkpointing=full")
+    assert got == want
+    assert one_checksum(tmp_path / "full", 2) == one_checksum(tmp_path / "none", 2)
+
+
+@pytest.fixture(scope="module")
+def zero3_run(tmp_path_factory):
+    rd = tmp_path_factory.mktemp("z3") / "run"
+    want = train(rd, "distributed.nproc=4", "distributed.zero=3", "checkpoint.every=10")
+    return rd, want
+
+
+def test_a_zero_3_checkpoint_is_sharded_and_inspectable(zero3_run):
+    rd, _ = zero3_run
+    table = manifest(ckpt(rd, STEPS))
+    sizes = [f["elements"] for f in table["files"]]
+    # Each rank writes its slice of every unit: a quarter of the state each.
+    assert len(sizes) == 4 and max(sizes) - min(sizes) <= 3 * 8, sizes
+    p = run(["inspect", str(ckpt(rd, STEPS))], check=0)
+    assert "verdict: OK" in p.stdout
+
+
+@pytest.mark.parametrize("then", [["distributed.nproc=1", "distributed.zero=0"],
+                                  ["distributed.nproc=2", "distributed.zero=2"],
+                                  ["distributed.nproc=4", "distributed.zero=3",
+                                   "distributed.dp_replicate=2"]])
+def test_a_zero_3_checkpoint_resumes_on_another_layout(tmp_path, zero3_run, then):
+    _, want = zero3_run
+    rd = tmp_path / "r"
+    p = run([QS, *sets(*BASE, "distributed.nproc=4", "distributed.zero=3", "checkpoint.every=10"),
+             "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": "exit:step=25:code=9"}, timeout=300)
+    assert p.returncode != 0
+    p = run(["--resume", str(rd), *sets(*then)], check=0, timeout=300)
+    assert "resumed from" in p.stderr and "at step 20" in p.stderr
+    assert_close(losses(rd), want, 1e-5)
+
+
+def test_a_killed_rank_under_zero_3_restarts_from_the_newest_checkpoint(tmp_path, zero3_run):
+    _, want = zero3_run
+    rd = tmp_path / "r"
+    p = run([QS, *sets(*BASE, "distributed.nproc=4", "distributed.zero=3", "checkpoint.every=10",
+                       "fault_tolerance.max_restarts=1", "fault_tolerance.restart_backoff=0"),
+             "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": "kill:rank=2:step=33"}, check=0,
+            timeout=300)
+    restarts = [r for r in metrics(rd, "event") if r.get("event") == "restart"]
+    assert len(restarts) == 1 and restarts[0]["step"] == 30, p.stderr[-3000:]
+    assert losses(rd) == want  # the same layout again: bit for bit
+    one_checksum(rd, 4)
+
+
+def test_zero_2_or_3_without_units_to_shard_is_a_config_error(tmp_path):
+    p = run([QS, *sets(*BASE, "model.type=mlp", "distributed.zero=3"),
+             "--run-dir", str(tmp_path / "r")], check=2)
+    assert "distributed.zero=3 shards parameters unit by unit" in p.stderr
+    assert "use distributed.zero=1" in p.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_dry_run_names_the_stage(tmp_path):
+    p = run([QS, *sets(*BASE, "distributed.nproc=4", "distributed.zero=3",
+                       "distributed.dp_replicate=2"), "--dry-run",
+             "--run-dir", str(tmp_path / "r")], check=0)
+    assert "# device mesh: dp_replicate 2 x dp_shard 2 (4 ranks), distributed.zero=3" in p.stdout
