@@ -1,9 +1,14 @@
 #include "sharded_data_parallel.h"
 
+#include <deque>
 #include <map>
+#include <optional>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
+
+#include "comm_stream.h"
 
 namespace trainrun {
 
@@ -60,7 +65,8 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
         pool_(ps.backend()),
         units_(ps.units()),
         master_(be_, bytes(ps.master_dtype(), opt_.numel())),
-        grads_(be_, bytes(ps.master_dtype(), opt_.numel())) {
+        grads_(be_, bytes(ps.master_dtype(), opt_.numel())),
+        stream_(tracer) {
     int64_t at = 0;
     for (const Shard& p : opt_.pieces()) {
       packed_.push_back(at);
@@ -69,6 +75,7 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
     if (ps.dtype() != ps.master_dtype())
       compute_ = DeviceBuffer(be_, bytes(ps.dtype(), opt_.numel()));
     held_.assign(units_.size(), 0);
+    gathering_.assign(units_.size(), std::nullopt);
     params_.assign(units_.size(), nullptr);
     grad_bufs_.assign(units_.size(), nullptr);
     if (!shard_params_) {
@@ -84,12 +91,20 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
   }
   ~ShardedDataParallel() override { ps_.set_residency(nullptr); }
 
-  // The model's brackets.
+  // The model's brackets. ZeRO-3 prefetches: acquiring a unit queues the gather of the next one
+  // in the pass's order (forward up, backward down), which then runs while this one computes.
   void acquire(int u, Pass pass) override {
     const auto k = static_cast<size_t>(u);
-    if (shard_params_ && held_[k]++ == 0) {
-      params_[k] = pool_.take(bytes(ps_.dtype(), units_[k].numel()));
-      gather(u, params_[k], "all_gather unit");
+    if (shard_params_) {
+      if (held_[k]++ == 0) {
+        if (!gathering_[k]) start_gather(u);
+        const double t0 = now();
+        waited_ += stream_.wait(*gathering_[k]);
+        gathering_[k].reset();
+        // The step loop's side of the gather: from here its weights are needed.
+        if (tracer_) tracer_->span(span("need", u).c_str(), "comm_wait", t0, now());
+      }
+      prefetch(pass == Pass::forward ? u + 1 : u - 1);
     }
     if (pass == Pass::backward) {
       grad_bufs_[k] = pool_.take(bytes(ps_.master_dtype(), units_[k].numel()));
@@ -101,8 +116,7 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
   void release(int u, Pass pass) override {
     const auto k = static_cast<size_t>(u);
     if (pass == Pass::backward) {
-      reduce(u);
-      pool_.give(grad_bufs_[k]);
+      start_reduce(u);
       grad_bufs_[k] = nullptr;
     }
     if (shard_params_ && --held_[k] == 0) {
@@ -118,11 +132,10 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
   }
   GradReadyFn grad_ready_hook() override { return {}; }  // the brackets reduce
   void reduce_grads(StepTimes& t) override {
+    finish_reduces(0);
     if (replicas_.size() > 1 && opt_.numel() > 0)
-      comm("allreduce shard", [&] { replicas_.allreduce_sum(local_grads()); });
-    t.comm_wait += comm_seconds_;  // every collective here blocks: none is hidden
-    t.comm_total += comm_seconds_;
-    comm_seconds_ = 0;
+      run("allreduce shard", [this, g = local_grads()] { replicas_.allreduce_sum(g); });
+    account(t);
   }
 
   HeldPieces weights() const override {
@@ -136,8 +149,10 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
     for (size_t u = 0; u < units_.size(); ++u) {
       const int64_t n = units_[u].numel();
       void* buf = pool_.take(bytes(ps_.master_dtype(), n));
-      gather_masters(static_cast<int>(u), buf);
-      h = checksum_continue(h, be_, Tensor(buf, ps_.master_dtype(), be_.device(), {n}));
+      const Tensor whole(buf, ps_.master_dtype(), be_.device(), {n});
+      gather_into(static_cast<int>(u), whole, local_params());
+      waited_ += stream_.wait(stream_.last());
+      h = checksum_continue(h, be_, whole);
       pool_.give(buf);
     }
     return h;
@@ -149,14 +164,21 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
   Tensor local_params() const override { return packed(master_, ps_.master_dtype()); }
   Tensor local_grads() const override { return packed(grads_, ps_.master_dtype()); }
   void gather_params(StepTimes& t) override {
-    const double before = comm_seconds_;
     refresh();
-    t.comm_wait += comm_seconds_ - before;
-    t.comm_total += comm_seconds_ - before;
-    comm_seconds_ = before;
+    account(t);
   }
 
  private:
+  // A unit's gradients on their way to this rank's shard: done when the ticket is.
+  struct Reduce {
+    int unit;
+    CommStream::Ticket ticket;
+    void* buf;
+  };
+  // Reduce-scatters in flight at most, each holding its unit's gradient buffer: enough to
+  // overlap the next units' backward, bounded so no whole gradient buffer builds up.
+  static constexpr size_t kReducesInFlight = 2;
+
   static size_t bytes(DType dt, int64_t n) { return static_cast<size_t>(n) * dtype_size(dt); }
   Tensor packed(const DeviceBuffer& b, DType dt) const {
     return Tensor(b.data(), dt, be_.device(), {opt_.numel()});
@@ -170,55 +192,98 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
     const auto k = static_cast<size_t>(u);
     return {opt_.pieces()[k].begin - units_[k].begin, opt_.pieces()[k].end - units_[k].begin};
   }
+  std::string span(const char* what, int u) const {
+    return std::string(what) + " " + units_[static_cast<size_t>(u)].name;
+  }
 
+  // A collective through the stream, waited for.
   template <class F>
-  void comm(const char* span, F&& collective) {
-    const double t0 = now();
-    collective();
-    const double t1 = now();
-    trace(span, t0, t1);
-    comm_seconds_ += t1 - t0;
+  void run(const char* name, F&& collective) {
+    waited_ += stream_.wait(stream_.submit(name, std::forward<F>(collective)));
+  }
+  // The step's communication: what the loop waited for, and what the stream spent.
+  void account(StepTimes& t) {
+    t.comm_wait += std::exchange(waited_, 0.0);
+    t.comm_total += stream_.take_busy_seconds();
   }
 
-  // Unit u's whole weights into `dst` (compute dtype) from every rank's pieces.
-  void gather(int u, void* dst, const char* span) {
+  // Queues unit u's whole weights into `whole` from every rank's `pieces` (this rank's copy is
+  // made now, the rest on the stream).
+  void gather_into(int u, const Tensor& whole, const Tensor& pieces) {
     const Shard p = part(u);
-    const Tensor whole(dst, ps_.dtype(), be_.device(), {units_[static_cast<size_t>(u)].numel()});
     if (p.size() > 0)
       be_.copy(whole.slice(p.begin, {p.size()}),
-               compute_pieces().slice(packed_[static_cast<size_t>(u)], {p.size()}));
-    if (group_.size() > 1) comm(span, [&] { group_.all_gather(whole); });
+               pieces.slice(packed_[static_cast<size_t>(u)], {p.size()}));
+    if (group_.size() > 1)
+      stream_.submit(span("all_gather", u), [this, whole] { group_.all_gather(whole); });
   }
-  // The same from the f32 masters (the checksum).
-  void gather_masters(int u, void* dst) {
-    const Shard p = part(u);
-    const Tensor whole(dst, ps_.master_dtype(), be_.device(),
-                       {units_[static_cast<size_t>(u)].numel()});
-    if (p.size() > 0)
-      be_.copy(whole.slice(p.begin, {p.size()}),
-               local_params().slice(packed_[static_cast<size_t>(u)], {p.size()}));
-    if (group_.size() > 1) group_.all_gather(whole);
+  // ZeRO-3: a working buffer for unit u, its gather queued.
+  void start_gather(int u) {
+    const auto k = static_cast<size_t>(u);
+    params_[k] = pool_.take(bytes(ps_.dtype(), units_[k].numel()));
+    gather_into(u, Tensor(params_[k], ps_.dtype(), be_.device(), {units_[k].numel()}),
+                compute_pieces());
+    gathering_[k] = stream_.last();
   }
-  // Unit u's gradients of this micro-batch: summed over the group into this rank's piece,
-  // which adds them to the step's gradient shard.
-  void reduce(int u) {
+  void prefetch(int u) {
+    if (u < 0 || u >= static_cast<int>(units_.size())) return;
+    const auto k = static_cast<size_t>(u);
+    if (held_[k] == 0 && !gathering_[k]) start_gather(u);
+  }
+  // Gathers queued ahead of an acquire that has not come, dropped: their weights are stale
+  // once the masters change.
+  void drop_prefetched() {
+    for (size_t k = 0; k < units_.size(); ++k) {
+      if (!gathering_[k]) continue;
+      waited_ += stream_.wait(*gathering_[k]);
+      gathering_[k].reset();
+      pool_.give(params_[k]);
+      params_[k] = nullptr;
+    }
+  }
+
+  // Unit u's gradients of this micro-batch: their reduce-scatter over the group queued; the
+  // piece it leaves here is added to the step's gradient shard when it is done.
+  void start_reduce(int u) {
     const auto k = static_cast<size_t>(u);
     const ParamUnit& unit = units_[k];
     ps_.zero_stale(unit.begin, unit.end);
     const Tensor g(grad_bufs_[k], ps_.master_dtype(), be_.device(), {unit.numel()});
-    if (group_.size() > 1) comm("reduce_scatter unit", [&] { group_.reduce_scatter_sum(g); });
-    const Shard p = part(u);
-    if (p.size() == 0) return;
-    const Tensor mine = local_grads().slice(packed_[k], {p.size()});
-    be_.add(mine, mine, g.slice(p.begin, {p.size()}));
+    if (group_.size() > 1)
+      stream_.submit(span("reduce_scatter", u), [this, g] { group_.reduce_scatter_sum(g); });
+    reduces_.push_back({u, stream_.last(), grad_bufs_[k]});
+    finish_reduces(kReducesInFlight);
   }
+  // Completes reduce-scatters, oldest first (a unit's micro-batches add in order): those done
+  // already, and then enough to leave at most `in_flight`.
+  void finish_reduces(size_t in_flight) {
+    while (!reduces_.empty() &&
+           (reduces_.size() > in_flight || stream_.done(reduces_.front().ticket))) {
+      const Reduce r = reduces_.front();
+      reduces_.pop_front();
+      waited_ += stream_.wait(r.ticket);
+      const Shard p = part(r.unit);
+      if (p.size() > 0) {
+        const Tensor g(r.buf, ps_.master_dtype(), be_.device(),
+                       {units_[static_cast<size_t>(r.unit)].numel()});
+        const Tensor mine = local_grads().slice(packed_[static_cast<size_t>(r.unit)], {p.size()});
+        be_.add(mine, mine, g.slice(p.begin, {p.size()}));
+      }
+      pool_.give(r.buf);
+    }
+  }
+
   // After the masters changed: the compute pieces rounded from them, and ZeRO-2's gathered
   // weights all-gathered again.
   void refresh() {
+    drop_prefetched();
     if (compute_.data() && opt_.numel() > 0) be_.copy(compute_pieces(), local_params());
-    if (!shard_params_)
-      for (size_t u = 0; u < units_.size(); ++u)
-        gather(static_cast<int>(u), params_[u], "all_gather params");
+    if (shard_params_) return;
+    for (size_t u = 0; u < units_.size(); ++u)
+      gather_into(static_cast<int>(u),
+                  Tensor(params_[u], ps_.dtype(), be_.device(), {units_[u].numel()}),
+                  compute_pieces());
+    waited_ += stream_.wait(stream_.last());
   }
 
   const bool shard_params_;  // ZeRO-3; ZeRO-2 keeps them gathered
@@ -227,13 +292,18 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
   Backend& be_;
   BufferPool pool_;
   const std::vector<ParamUnit> units_;
-  std::vector<int64_t> packed_;            // unit u's piece in the packed buffers
-  DeviceBuffer master_, grads_;            // this rank's pieces: f32 masters and summed gradients
-  DeviceBuffer compute_;                   // their compute-dtype copy (bf16 runs only)
-  DeviceBuffer gathered_;                  // ZeRO-2: every unit's weights
-  std::vector<int> held_;                  // ZeRO-3: acquires not yet released, per unit
+  std::vector<int64_t> packed_;  // unit u's piece in the packed buffers
+  DeviceBuffer master_, grads_;  // this rank's pieces: f32 masters and summed gradients
+  DeviceBuffer compute_;         // their compute-dtype copy (bf16 runs only)
+  DeviceBuffer gathered_;        // ZeRO-2: every unit's weights
+  std::vector<int> held_;        // ZeRO-3: acquires not yet released, per unit
+  // ZeRO-3: per unit, the gather into params_ queued and not yet waited for (a prefetch).
+  std::vector<std::optional<CommStream::Ticket>> gathering_;
   std::vector<void*> params_, grad_bufs_;  // per unit: bound weights and gradients, or null
-  double comm_seconds_ = 0;                // in collectives since the last reduce_grads
+  std::deque<Reduce> reduces_;             // in flight, oldest first
+  double waited_ = 0;                      // seconds the step loop waited for the stream
+  // Last: destroyed first, it runs what was queued while the buffers above still exist.
+  CommStream stream_;
 };
 
 }  // namespace

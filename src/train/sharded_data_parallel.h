@@ -18,11 +18,23 @@
 //                     shard, free the buffer: no whole gradient buffer ever exists
 // ZeRO-2 keeps every weight gathered in one compute buffer, all-gathered unit by unit after each
 // update. Working buffers come from a pool keyed by size (the blocks share theirs), so after the
-// first step nothing is allocated: the pool holds the peak working set, two units while the
-// forward fuses a block's last add into the next block's norm.
+// first step nothing is allocated: the pool holds the peak working set.
+//
+// Overlap: every collective runs on a CommStream (comm_stream.h), in the order the brackets
+// queue them. Acquiring a unit queues the all-gather of the next one in the pass's order (the
+// forward's next block, the backward's previous one), so it runs while this unit computes; a
+// released unit's reduce-scatter runs while the next unit's backward computes, and its piece is
+// added to the shard once done (at most two in flight, so gradient buffers do not build up).
+// The working set is then three units in the forward (the block computing, the next one whose
+// first norm its last residual add runs fused into, and the one after, being gathered) and two
+// units' weights and up to three units' gradients in the backward.
 //
 // Collectives: as DataParallel; the brackets are collective over the dp_shard group (every rank
-// runs the same model, so they come in the same order). Thread safety: the step loop's thread.
+// runs the same model, so they come in the same order). The stream is idle whenever a forward
+// pass, reduce_grads or update returns (the last unit a forward acquires has no next one to
+// prefetch), so the step loop's own collectives (the stats and evaluation, on the world, which
+// may be the dp_shard group itself) never run beside it. Thread safety: the step
+// loop's thread, and the stream's.
 #pragma once
 
 #include <memory>
