@@ -20,6 +20,7 @@
 #include "trainrun/core/shard.h"
 #include "trainrun/model/flops.h"
 #include "trainrun/model/model.h"
+#include "trainrun/model/model_spec.h"
 #include "trainrun/obs/metrics.h"
 #include "trainrun/obs/stragglers.h"
 #include "trainrun/obs/trace.h"
@@ -239,7 +240,6 @@ TEST_CASE("plan: memory, ZeRO-1 shards and communication") {
   int64_t largest = 0;
   for (int r = 0; r < 5; ++r) largest = std::max(largest, (r + 1) * n / 5 - r * n / 5);
   CHECK(largest == (n + 4) / 5);
-  CHECK(p.bytes_optimizer_zero1 == 8.0 * static_cast<double>(largest));
   CHECK(p.bytes_optimizer == 8.0 * static_cast<double>(n));
   CHECK(p.bytes_params == 4.0 * static_cast<double>(n));
   CHECK(p.bytes_grads == 4.0 * static_cast<double>(n));
@@ -250,11 +250,13 @@ TEST_CASE("plan: memory, ZeRO-1 shards and communication") {
   const Plan z = make_plan(e, fake_peak("cpu (test)"));
   // ZeRO-1 on the CPU: the moments' shard, and Open MPI's reduce-scatter temporary in the
   // workspace ((W-1)/W of the fp32 gradient).
+  CHECK(z.bytes_optimizer == 8.0 * static_cast<double>(largest));
   CHECK(z.bytes_workspace ==
         doctest::Approx(p.bytes_workspace + 4.0 * static_cast<double>(n) * 4 / 5));
-  CHECK(z.bytes_total ==
-        doctest::Approx(p.bytes_total - p.bytes_optimizer + p.bytes_optimizer_zero1 -
-                        p.bytes_workspace + z.bytes_workspace));
+  CHECK(z.bytes_total == doctest::Approx(p.bytes_total - p.bytes_optimizer + z.bytes_optimizer -
+                                         p.bytes_workspace + z.bytes_workspace));
+  CHECK(z.bytes_total_by_zero[0] == doctest::Approx(p.bytes_total));
+  CHECK(z.bytes_total_by_zero[1] == doctest::Approx(z.bytes_total));
   // Each rank snapshots its shard_of share for a checkpoint, 12 bytes per parameter of it, with
   // or without checkpoint.sharded (which no longer means anything).
   e.checkpoint.sharded = true;
@@ -1058,28 +1060,49 @@ TEST_CASE("plan: a run that does not fit is told the changes that fit, each comp
   const Plan p = make_plan(e, fake_peak("H100 SXM", memory));
   CHECK_FALSE(p.fits);
   CHECK(warned(p, "these fit: set train.activation_checkpointing=full"));
-  CHECK_FALSE(warned(p, "set distributed.zero=1 ("));
+  CHECK_FALSE(warned(p, "set distributed.zero=3 ("));
   CHECK_FALSE(warned(p, "more ranks"));
   Experiment zero = e;
-  zero.distributed.zero = 1;
+  zero.distributed.zero = 3;
   CHECK(make_plan(zero, roomy).bytes_total > memory);  // the advice left it out rightly
 
-  // A model whose parameters and gradients alone exceed the device: no rank count helps, and
-  // the plan says so instead of "use more ranks".
+  // A model whose state alone exceeds 8 devices: ZeRO-3 over enough ranks shards it, and the
+  // plan names how many, which fit.
   Experiment huge = gpt(96, 12288, 96, 2048, 50304, 8);
   huge.device = DeviceChoice::cuda;
   huge.distributed.nproc = 8;
   const Plan h = make_plan(huge, fake_peak("H100 SXM", 80e9));
   CHECK_FALSE(h.fits);
-  CHECK(warned(h, "nothing fits at any rank count"));
+  std::string huge_advice;
+  for (const auto& w : h.warnings)
+    if (w.find("per rank but") != std::string::npos) huge_advice = w;
+  CAPTURE(huge_advice);
+  const auto huge_at = huge_advice.find("ZeRO-3 over ");
+  REQUIRE(huge_at != std::string::npos);
+  const int huge_ranks = std::stoi(huge_advice.substr(huge_at + 12));
+  CHECK(huge_ranks > 8);
+  huge.distributed.zero = 3;
+  huge.train.micro_batch_size = 1;
+  huge.train.activation_checkpointing = ActivationCheckpointing::full;
+  huge.distributed.nproc = huge_ranks;
+  CHECK(make_plan(huge, fake_peak("H100 SXM", 80e9)).fits);
+  huge.distributed.nproc = huge_ranks - 1;  // the smallest count: one fewer does not fit
+  CHECK_FALSE(make_plan(huge, fake_peak("H100 SXM", 80e9)).fits);
 
-  // One that fits with ZeRO-1 over enough ranks: the plan names a count, and that count fits.
+  // Activations that do not fit at micro-batch 1 even recomputed: no rank count helps, and the
+  // plan says so instead of "use more ranks".
+  Experiment long_seq = gpt(4, 4096, 32, 65536, 50304, 8);
+  long_seq.device = DeviceChoice::cuda;
+  long_seq.distributed.nproc = 8;
+  CHECK(warned(make_plan(long_seq, fake_peak("H100 SXM", 4e9)), "nothing fits at any rank count"));
+
+  // One that fits with ZeRO-3 over enough ranks: the plan names a count, and that count fits.
   Experiment mid = gpt(24, 2048, 16, 256, 50304, 64);
   mid.device = DeviceChoice::cuda;
   mid.distributed.nproc = 2;
   const double mid_need = make_plan(mid, roomy).bytes_total;
   Experiment mid_zero = mid;
-  mid_zero.distributed.zero = 1;
+  mid_zero.distributed.zero = 3;
   mid_zero.train.micro_batch_size = 1;
   mid_zero.train.activation_checkpointing = ActivationCheckpointing::full;
   const double at_two = make_plan(mid_zero, roomy).bytes_total;
@@ -1091,11 +1114,89 @@ TEST_CASE("plan: a run that does not fit is told the changes that fit, each comp
   for (const auto& w : m.warnings)
     if (w.find("per rank but") != std::string::npos) advice = w;
   CAPTURE(advice);
-  const auto at = advice.find("ZeRO-1 over ");
+  const auto at = advice.find("ZeRO-3 over ");
   REQUIRE(at != std::string::npos);
   const int ranks = std::stoi(advice.substr(at + 12));
   CHECK(ranks > 2);
   mid_zero.distributed.nproc = ranks;
   mid_zero.train.batch_size = 64 * ranks;  // the same micro-batch of 1 on every rank
   CHECK(make_plan(mid_zero, fake_peak("H100 SXM", tight)).fits);
+}
+
+TEST_CASE("plan: ZeRO-2 and ZeRO-3 memory per rank, from the units the model declares") {
+  // Llama 4 layers, untied: units embed (V x C), 4 blocks, head (norm + V x C). 4 ranks, bf16
+  // on a GPU (the compute copy is bf16; masters, gradients and moments f32).
+  Experiment e = llama(4, 256, 4, 2, 128, 4096, 16, false);
+  e.device = DeviceChoice::cuda;
+  e.train.precision = Precision::bf16;
+  e.distributed.nproc = 4;
+  const ModelShape shape = model_spec(ModelType::llama).measure(e.model, 4, DType::bf16, false);
+  REQUIRE(shape.unit_params.size() == 6);
+  const double n = static_cast<double>(shape.params);
+  const double E = static_cast<double>(shape.unit_params.front());
+  const double H = static_cast<double>(shape.unit_params.back());
+  const double B = static_cast<double>(shape.unit_params[1]);
+  CHECK(E == 4096.0 * 256);
+  CHECK(H == 4096.0 * 256 + 256);
+  const double share = n / 4 + 6;  // a slice of each unit, one element more at most
+  const double units = 3 * B + E + H;
+  Plan p[4];
+  for (int z = 0; z < 4; ++z) {
+    Experiment x = e;
+    x.distributed.zero = z;
+    p[z] = make_plan(x, fake_peak("H100 SXM"));
+    CAPTURE(z);
+    CHECK(p[z].bytes_total ==
+          doctest::Approx(p[z].bytes_params + p[z].bytes_grads + p[z].bytes_optimizer +
+                          p[z].bytes_gathered + p[z].bytes_activations + p[z].bytes_workspace));
+  }
+  for (int z = 0; z < 4; ++z)
+    for (int k = 0; k < 4; ++k)
+      CHECK(p[z].bytes_total_by_zero[k] == doctest::Approx(p[k].bytes_total));
+  CHECK(p[0].bytes_params == 6 * n);  // f32 masters and the bf16 copy
+  CHECK(p[1].bytes_optimizer == 8 * std::ceil(n / 4));
+  // ZeRO-2: every weight gathered in bf16, the masters (and their bf16 rounding), gradients and
+  // moments as slices; the gradient buffers of the units in use.
+  CHECK(p[2].bytes_params == doctest::Approx(2 * n + 6 * share));
+  CHECK(p[2].bytes_grads == doctest::Approx(4 * share));
+  CHECK(p[2].bytes_optimizer == doctest::Approx(8 * share));
+  CHECK(p[2].bytes_gathered == doctest::Approx(4 * units));
+  // ZeRO-3: nothing whole; the units in use gathered (bf16) with their gradient buffers (f32).
+  CHECK(p[3].bytes_params == doctest::Approx(6 * share));
+  CHECK(p[3].bytes_gathered == doctest::Approx(2 * units + 4 * units));
+  CHECK(p[0].bytes_total > p[1].bytes_total);
+  CHECK(p[1].bytes_total > p[2].bytes_total);
+  CHECK(p[2].bytes_total > p[3].bytes_total);
+  // The traffic: ZeRO-3 gathers the bf16 weights twice and reduce-scatters the f32 gradients
+  // once per micro-batch.
+  CHECK(p[3].comm_bytes_per_step == doctest::Approx(0.75 * p[3].accum * (2 * 2 * n + 4 * n)));
+  CHECK(p[3].buckets == 6);
+}
+
+TEST_CASE("plan: Llama-3-70B on 64 H200 fits with the layout the plan names, not with ZeRO-0") {
+  Experiment e = llama(80, 8192, 64, 8, 8192, 128256, 64, false);
+  e.model.ffn_hidden = 28672;
+  e.device = DeviceChoice::cuda;
+  e.train.precision = Precision::bf16;
+  e.train.micro_batch_size = 1;
+  e.distributed.nproc = 8;
+  e.distributed.nodes = 8;
+  const DevicePeak h200 = device_peak(e, "H200");
+  const Plan p = make_plan(e, h200);
+  CHECK_FALSE(p.fits);
+  std::string advice;
+  for (const auto& w : p.warnings)
+    if (w.find("per rank but") != std::string::npos) advice = w;
+  CAPTURE(advice);
+  REQUIRE(advice.find("these fit: ") != std::string::npos);
+  // ZeRO-1 alone is the issue's 858 GiB; the fix the plan names is ZeRO-3 with recomputation.
+  CHECK(p.bytes_total_by_zero[1] / 1073741824.0 == doctest::Approx(858).epsilon(0.01));
+  CHECK(advice.find("set distributed.zero=3 and train.activation_checkpointing=full (") !=
+        std::string::npos);
+  Experiment fixed = e;
+  fixed.distributed.zero = 3;
+  fixed.train.activation_checkpointing = ActivationCheckpointing::full;
+  const Plan f = make_plan(fixed, h200);
+  CHECK(f.fits);
+  CHECK(f.bytes_total < h200.memory);
 }

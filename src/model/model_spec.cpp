@@ -52,6 +52,7 @@ ModelShape shape_of(const ParamStore& ps, size_t activation_bytes) {
       s.params_by_module.emplace_back(std::move(module), 0);
     s.params_by_module.back().second += p.numel;
   }
+  for (const ParamUnit& u : ps.units()) s.unit_params.push_back(u.numel());
   return s;
 }
 

@@ -109,8 +109,69 @@ ModelShape measure(const Experiment& exp, bool gpu) {
                recomputes(exp.train));
 }
 
+// The units ZeRO-3 gathers one at a time: the largest block's size and the two ends'.
+struct UnitSizes {
+  double block = 0, embed = 0, head = 0, largest = 0;
+  double count = 0;
+};
+
+UnitSizes unit_sizes(const ModelShape& shape) {
+  UnitSizes u;
+  const std::vector<int64_t>& p = shape.unit_params;
+  u.count = static_cast<double>(p.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    const auto n = static_cast<double>(p[i]);
+    u.largest = std::max(u.largest, n);
+    if (i == 0)
+      u.embed = n;
+    else if (i + 1 == p.size())
+      u.head = n;
+    else
+      u.block = std::max(u.block, n);
+  }
+  return u;
+}
+
+// What one rank holds of the training state at ZeRO stage `zero` over `shard_ranks` ranks
+// (sharded_data_parallel.h for stages 2 and 3). `share`: this rank's slice of every unit, one
+// element more per unit at most than an even split.
+MemoryPlan state_memory(int zero, double n, int shard_ranks, bool bf16, const UnitSizes& u) {
+  MemoryPlan m;
+  const double share = n / shard_ranks + (shard_ranks > 1 ? u.count : 0);
+  const double cs = bf16 ? 2 : 4;  // a compute weight's bytes
+  const double bf16_copy = bf16 ? 2 : 0;
+  // The working buffers of the units in use, as the pool holds them at its peak: 3 blocks
+  // (the one computing, the next one its fused norm reads, the one after being prefetched;
+  // in the backward one computing, one prefetched, and up to two more gradient buffers still
+  // reducing), the embeddings and the head (a tied head holds the embeddings through the pass).
+  // fp32 weights and gradients are one size, so they share buffers (5 block-sized at the
+  // backward's peak); bf16 weights are half the size and have their own.
+  const double units = 3 * u.block + u.embed + u.head;
+  switch (zero) {
+    case 0:
+    case 1:
+      m.params = (4 + bf16_copy) * n;
+      m.grads = 4 * n;
+      // ZeRO-1: each rank keeps the moments of its shard; shards differ by one element.
+      m.optimizer = zero ? 8 * std::ceil(n / shard_ranks) : 8 * n;
+      break;
+    case 2:  // every weight gathered (compute dtype), the masters and gradients sharded
+      m.params = cs * n + (4 + bf16_copy) * share;
+      m.grads = 4 * share;
+      m.optimizer = 8 * share;
+      m.gathered = 4 * units;  // gradient buffers only
+      break;
+    default:  // 3: everything sharded, the units in use gathered
+      m.params = (4 + bf16_copy) * share;
+      m.grads = 4 * share;
+      m.optimizer = 8 * share;
+      m.gathered = bf16 ? 2 * units + 4 * units : 4 * (5 * u.block + 2 * u.embed + 2 * u.head);
+      break;
+  }
+  return m;
+}
+
 MemoryPlan memory_of(const Experiment& exp, bool gpu, const ModelShape& shape) {
-  MemoryPlan mem;
   const ModelConfig& m = exp.model;
   const bool bf16 = gpu && exp.train.precision == Precision::bf16;
   const int world = std::max(1, exp.world_size());
@@ -120,16 +181,8 @@ MemoryPlan memory_of(const Experiment& exp, bool gpu, const ModelShape& shape) {
                            : 1;
   const int shard_ranks = world / replicas;
   const int micro_batch = micro_batch_of(exp);
-  const int64_t params = shape.params;
-  const double n = static_cast<double>(params);
-  // fp32 master weights, gradients and both AdamW moments (4 bytes each); bf16 on a GPU adds a
-  // bf16 copy of the weights, and the activations are bf16.
-  mem.params = 4 * n + (bf16 ? 2 * n : 0);
-  mem.grads = 4 * n;
-  mem.optimizer = 8 * n;
-  // ZeRO-1: each rank keeps the moments of its shard; shards differ by at most one element.
-  mem.optimizer_zero1 = 8 * static_cast<double>((params + shard_ranks - 1) / shard_ranks);
-  mem.activations = static_cast<double>(shape.activation_bytes);
+  const double n = static_cast<double>(shape.params);
+  const UnitSizes units = unit_sizes(shape);
   // Workspace. GPU: the cuBLASLt workspace (32 MiB) plus about 512 MiB for the CUDA context and
   // library handles. CPU: the host copy of weights and both moments that a checkpoint takes
   // (12 bytes per parameter of the rank's share), the token buffers, and the process itself: code,
@@ -137,24 +190,31 @@ MemoryPlan memory_of(const Experiment& exp, bool gpu, const ModelShape& shape) {
   // (bench/RESULTS.md 23).
   const double token_buffers = 2.0 * 4 * micro_batch * m.seq_len;
   constexpr double kCpuProcess = 56.0 * 1048576;
-  // The snapshot is the largest rank's: each rank snapshots its own shard_of share.
-  const double snapshot =
-      world > 1 ? 12 * static_cast<double>((params + world - 1) / world) : 12 * n;
-  const bool zero = exp.distributed.zero != 0 && world > 1;
-  // ZeRO-1 over MPI: Open MPI's in-place MPI_Reduce_scatter holds a temporary of up to the whole
-  // gradient (measured: 0, 46 and 61 MiB of a 73 MiB gradient at 2, 4 and 8 ranks), counted as
-  // (world - 1) / world of it from 3 ranks on; at 2 ranks its algorithm needs none (counting
-  // half the gradient there put the plan 8% above the peak, at the test's 10% edge). NCCL
-  // reduces in place.
-  const double reduce_scatter =
-      zero && shard_ranks > 2 ? 4 * n * (shard_ranks - 1) / shard_ranks : 0;
-  // Hybrid sharding: the allreduce of a shard across the replica groups holds a temporary of
-  // the shard (Open MPI's ring; measured 54 MiB above the plan without it, for a 36 MiB shard).
-  const double replica_allreduce = zero && replicas > 1 ? 4 * n / shard_ranks : 0;
-  mem.workspace = gpu ? 544.0 * 1048576
-                      : snapshot + token_buffers + kCpuProcess + reduce_scatter + replica_allreduce;
-  mem.total = mem.params + mem.grads + (zero ? mem.optimizer_zero1 : mem.optimizer) +
-              mem.activations + mem.workspace;
+  // The snapshot is the largest rank's: each rank snapshots its own share.
+  const double snapshot = world > 1 ? 12 * std::ceil(n / world) : 12 * n;
+  auto at_stage = [&](int zero) {
+    MemoryPlan mem = state_memory(world > 1 || zero >= 2 ? zero : 0, n, shard_ranks, bf16, units);
+    mem.activations = static_cast<double>(shape.activation_bytes);
+    // Open MPI's in-place MPI_Reduce_scatter holds a temporary of up to the buffer reduced
+    // (measured: 0, 46 and 61 MiB of a 73 MiB gradient at 2, 4 and 8 ranks), counted as
+    // (world - 1) / world of it from 3 ranks on; at 2 ranks its algorithm needs none (counting
+    // half the gradient there put the plan 8% above the peak, at the test's 10% edge). ZeRO-1
+    // reduces the whole gradient at once, ZeRO-2/3 a unit at a time. NCCL reduces in place.
+    const double reduced = zero == 1 ? n : zero >= 2 ? units.largest : 0;
+    const double reduce_scatter =
+        world > 1 && shard_ranks > 2 ? 4 * reduced * (shard_ranks - 1) / shard_ranks : 0;
+    // Hybrid sharding: the allreduce of a shard across the replica groups holds a temporary of
+    // the shard (Open MPI's ring; measured 54 MiB above the plan without it, for a 36 MiB shard).
+    const double replica_allreduce = zero >= 1 && replicas > 1 ? 4 * n / shard_ranks : 0;
+    mem.workspace =
+        gpu ? 544.0 * 1048576
+            : snapshot + token_buffers + kCpuProcess + reduce_scatter + replica_allreduce;
+    mem.total =
+        mem.params + mem.grads + mem.optimizer + mem.gathered + mem.activations + mem.workspace;
+    return mem;
+  };
+  MemoryPlan mem = at_stage(exp.distributed.zero);
+  for (int z = 0; z < 4; ++z) mem.total_by_zero[z] = at_stage(z).total;
   return mem;
 }
 
@@ -162,10 +222,11 @@ double bytes_per_rank(const Experiment& exp, bool gpu) {
   return memory_of(exp, gpu, measure(exp, gpu)).total;
 }
 
-// What makes a run that does not fit fit, each change checked by computing its memory: ZeRO-1,
-// activation checkpointing, both, and the largest micro-batch that fits with them; when none
-// does, how many ranks ZeRO-1 would need, or that no rank count helps (what every rank holds
-// whole does not shrink with more of them).
+// What makes a run that does not fit fit, each change checked by computing its memory: the
+// highest ZeRO stage the model takes (3, or 1 for a model without units to shard), activation
+// checkpointing, both, and the largest micro-batch that fits with them; when none does, how many
+// ranks per replica group that stage needs (its state shrinks with them), or that no rank count
+// helps (what every rank holds whole, activations and the units in use, does not shrink).
 std::string fit_advice(const Experiment& exp, bool gpu, double memory) {
   std::vector<std::string> fixes;
   auto consider = [&](const Experiment& e, const std::string& what) {
@@ -173,16 +234,19 @@ std::string fit_advice(const Experiment& exp, bool gpu, double memory) {
     if (need <= memory) fixes.push_back(fmt::format("{} ({} per rank)", what, gib(need)));
   };
   const int world = std::max(1, exp.world_size());
-  const bool can_zero = exp.distributed.zero == 0 && world > 1;
+  const int best_zero = exp.model.type == ModelType::mlp ? 1 : 3;
+  const bool can_zero = exp.distributed.zero < best_zero && world > 1;
   const bool can_recompute = !recomputes(exp.train) && exp.model.type != ModelType::mlp;
   Experiment zero = exp, recompute = exp, both = exp;
-  zero.distributed.zero = both.distributed.zero = can_zero ? 1 : exp.distributed.zero;
+  zero.distributed.zero = both.distributed.zero = can_zero ? best_zero : exp.distributed.zero;
   if (can_recompute)
     recompute.train.activation_checkpointing = both.train.activation_checkpointing =
         ActivationCheckpointing::full;
-  if (can_zero) consider(zero, "set distributed.zero=1");
+  if (can_zero) consider(zero, fmt::format("set distributed.zero={}", best_zero));
   if (can_recompute) consider(recompute, "set train.activation_checkpointing=full");
-  if (can_zero && can_recompute) consider(both, "set both");
+  if (can_zero && can_recompute)
+    consider(both, fmt::format("set distributed.zero={} and train.activation_checkpointing=full",
+                               best_zero));
   // The largest micro-batch that fits, with every change above that applies.
   const int per_rank = std::max(1, exp.train.batch_size / world);
   for (int micro = micro_batch_of(exp) - 1; micro >= 1; --micro) {
@@ -191,7 +255,10 @@ std::string fit_advice(const Experiment& exp, bool gpu, double memory) {
     e.train.micro_batch_size = micro;
     if (bytes_per_rank(e, gpu) > memory) continue;
     consider(e, fmt::format("set train.micro_batch_size={}{}", micro,
-                            can_zero || can_recompute ? " with both" : ""));
+                            can_zero && can_recompute ? " with both"
+                            : can_zero      ? fmt::format(" with distributed.zero={}", best_zero)
+                            : can_recompute ? " with train.activation_checkpointing=full"
+                                            : ""));
     break;
   }
   if (!fixes.empty()) {
@@ -199,27 +266,36 @@ std::string fit_advice(const Experiment& exp, bool gpu, double memory) {
     for (size_t i = 0; i < fixes.size(); ++i) out += (i ? "; " : "") + fixes[i];
     return out;
   }
-  // Nothing above fits. ZeRO-1 divides only the AdamW moments, by a replica group's ranks.
+  // Nothing above fits at this rank count: the smallest replica group that does, searched (the
+  // memory falls as the group grows), with micro-batch 1 and every change above.
   Experiment one = both;
   one.train.micro_batch_size = 1;
-  one.distributed.zero = 1;
+  one.distributed.zero = best_zero;
+  one.distributed.nodes = 1;
+  one.distributed.dp_replicate = 1;
   const ModelShape shape = measure(one, gpu);
-  const MemoryPlan m = memory_of(one, gpu, shape);
-  const double replicated = m.total - m.optimizer_zero1;
-  if (replicated < memory) {
-    const double ranks = std::ceil(8.0 * static_cast<double>(shape.params) / (memory - replicated));
+  auto need_at = [&](int ranks) {
+    one.distributed.nproc = ranks;
+    return memory_of(one, gpu, shape).total;
+  };
+  constexpr int kMaxRanks = 1 << 20;
+  if (need_at(kMaxRanks) > memory)
     return fmt::format(
-        "nothing fits at {} ranks, not even micro-batch 1 with ZeRO-1 and activation "
-        "checkpointing; ZeRO-1 over {:.0f} ranks per replica group (distributed.nproc x "
-        "distributed.nodes / distributed.dp_replicate) would fit",
-        world, std::max(ranks, 2.0));
+        "nothing fits at any rank count: activations at micro-batch 1{}, the units in use and "
+        "workspace take {} on every rank however many share the rest; use a smaller model, a "
+        "shorter model.seq_len or a device with more memory",
+        can_recompute || recomputes(exp.train) ? " with activation checkpointing" : "",
+        gib(need_at(kMaxRanks)));
+  int lo = world, hi = kMaxRanks;  // lo does not fit, hi does
+  while (hi - lo > 1) {
+    const int mid = lo + (hi - lo) / 2;
+    (need_at(mid) <= memory ? hi : lo) = mid;
   }
   return fmt::format(
-      "nothing fits at any rank count: parameters, gradients, activations at micro-batch 1 and "
-      "workspace take {} on every rank whatever their number (sharding parameters and "
-      "gradients, ZeRO-3, is not implemented yet); use a smaller model or a device with more "
-      "memory",
-      gib(replicated));
+      "nothing fits at {} ranks, not even micro-batch 1 with ZeRO-{}{}; ZeRO-{} over {} ranks "
+      "per replica group (distributed.nproc x distributed.nodes / distributed.dp_replicate) "
+      "would fit",
+      world, best_zero, can_recompute ? " and activation checkpointing" : "", best_zero, hi);
 }
 
 }  // namespace
@@ -238,6 +314,7 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
   if (p.world % std::max(1, exp.distributed.dp_replicate) == 0)
     p.dp_replicate = std::max(1, exp.distributed.dp_replicate);
   p.dp_shard = p.world / p.dp_replicate;
+  p.zero = exp.distributed.zero;
   p.micro_batch = micro_batch_of(exp);
   p.accum = std::max(1, exp.train.batch_size / (p.micro_batch * p.world));
   p.peak = peak;
@@ -254,17 +331,27 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
   p.bytes_params = mem.params;
   p.bytes_grads = mem.grads;
   p.bytes_optimizer = mem.optimizer;
-  p.bytes_optimizer_zero1 = mem.optimizer_zero1;
+  p.bytes_gathered = mem.gathered;
+  std::copy(std::begin(mem.total_by_zero), std::end(mem.total_by_zero), p.bytes_total_by_zero);
   p.bytes_activations = mem.activations;
   p.bytes_workspace = mem.workspace;
   p.bytes_total = mem.total;
   const int64_t largest_shard = (p.params + p.world - 1) / p.world;
-  const bool zero = exp.distributed.zero != 0 && p.world > 1;
+  const int stage = p.world > 1 ? exp.distributed.zero : 0;
+  const bool zero = stage != 0;
+  const UnitSizes units = unit_sizes(shape);
+  // The weights' bytes an all-gather moves: ZeRO-2/3 gather the compute copy (bf16 on a GPU).
+  const double weight_bytes = (gpu && exp.train.precision == Precision::bf16 ? 2 : 4) * n;
 
   // Communication per rank per step: ring allreduce of the fp32 gradients moves 2(W-1)/W of
-  // them; ZeRO-1's reduce-scatter plus all-gather moves the same.
+  // them; ZeRO-1's reduce-scatter plus all-gather moves the same. ZeRO-2 reduce-scatters the
+  // gradients after each micro-batch and gathers the weights once; ZeRO-3 gathers the weights
+  // twice per micro-batch (forward and backward) and reduce-scatters the gradients once.
   const double grad_bytes = 4 * n;
-  p.comm_bytes_per_step = p.world > 1 ? 2.0 * (p.world - 1) / p.world * grad_bytes : 0;
+  const double ring = p.world > 1 ? (p.world - 1.0) / p.world : 0;
+  p.comm_bytes_per_step = stage == 3   ? ring * p.accum * (2 * weight_bytes + grad_bytes)
+                          : stage == 2 ? ring * (p.accum * grad_bytes + weight_bytes)
+                                       : 2 * ring * grad_bytes;
 
   // Step time: on a GPU, the kernel roofline of the model's own ops (kernel_roofline.h); on the
   // CPU, compute at the measured sgemm peak (or its memory traffic, whichever is slower). Plus
@@ -300,30 +387,63 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
   }
   // The collectives (collectives.h): one allreduce per gradient bucket, or ZeRO-1's
   // reduce-scatter and all-gather of the whole gradient.
-  p.buckets = zero ? 1 : static_cast<int>((p.params + kGradBucketElems - 1) / kGradBucketElems);
+  const int unit_count = std::max(1, static_cast<int>(units.count));
+  p.buckets = stage >= 2 ? unit_count
+              : zero     ? 1
+                         : static_cast<int>((p.params + kGradBucketElems - 1) / kGradBucketElems);
+  // A reduce-scatter or all-gather of `bytes`, one collective per unit, `times` over.
+  auto halves = [&](double bytes, int world, double times, CollectiveTime* sum) {
+    const CollectiveTime t = half_allreduce_time(bytes, world, unit_count, peak.net);
+    sum->seconds += times * t.seconds;
+    sum->bandwidth_seconds += times * t.bandwidth_seconds;
+    sum->latency_seconds += times * t.latency_seconds;
+    sum->algorithm = t.algorithm;
+    sum->link = t.link;
+  };
   auto collectives = [&](int world) {
     if (!zero) return allreduce_time(grad_bytes, world, p.buckets, peak.net);
-    CollectiveTime t = half_allreduce_time(grad_bytes, world, 1, peak.net);
-    t.seconds *= 2, t.bandwidth_seconds *= 2, t.latency_seconds *= 2;
+    CollectiveTime t;
+    if (stage == 1) {
+      t = half_allreduce_time(grad_bytes, world, 1, peak.net);
+      t.seconds *= 2, t.bandwidth_seconds *= 2, t.latency_seconds *= 2;
+    } else {
+      halves(grad_bytes, world, p.accum, &t);
+      halves(weight_bytes, world, stage == 3 ? 2.0 * p.accum : 1.0, &t);
+    }
     return t;
   };
   // Gradient buckets go out during backward (2/3 of compute), except those final only at its
-  // end (all of them for a model that reports none earlier); ZeRO-1's come after it.
+  // end (all of them for a model that reports none earlier); ZeRO-1's come after it. ZeRO-2's
+  // reduce-scatters run behind each backward, its all-gather after the update. ZeRO-3's
+  // collectives all run behind the compute (prefetched gathers, reduce-scatters behind the
+  // backward) except each pass's first gather, of the embeddings and of the head.
   const double last = static_cast<double>(shape.last_ready_params) / n;
-  auto exposed_of = [&](double comm) {
-    return zero ? comm : std::max(comm * last, comm - busy * 2.0 / 3.0 / p.accum);
+  auto exposed_of = [&](double comm, int world) {
+    if (stage == 1) return comm;
+    if (stage == 2) {
+      CollectiveTime gather;
+      halves(weight_bytes, world, 1.0, &gather);
+      return gather.seconds + std::max(0.0, comm - gather.seconds - busy * 2.0 / 3.0);
+    }
+    if (stage == 3) {
+      CollectiveTime first;
+      halves(weight_bytes * (units.embed + units.head) / std::max(n, 1.0), world,
+             static_cast<double>(p.accum), &first);
+      return std::max(first.seconds, comm - busy);
+    }
+    return std::max(comm * last, comm - busy * 2.0 / 3.0 / p.accum);
   };
   p.collectives = collectives(p.world);
   p.allreduce_seconds_per_step = p.collectives.seconds;
-  p.allreduce_exposed_seconds_per_step = exposed_of(p.collectives.seconds);
+  p.allreduce_exposed_seconds_per_step = exposed_of(p.collectives.seconds, p.world);
   for (const int w : {8, 64, 512, 4096}) {
     const CollectiveTime t = collectives(w);
-    p.at_scale.push_back({w, t, exposed_of(t.seconds)});
+    p.at_scale.push_back({w, t, exposed_of(t.seconds, w)});
   }
   const double exposed = p.allreduce_exposed_seconds_per_step;
   const double shard = zero ? static_cast<double>(largest_shard) : n;
   // AdamW reads weight, grad, m, v and writes weight, m, v: 28 bytes per parameter (on a GPU
-  // the optimizer's kernels, ZeRO-1's over its shard).
+  // the optimizer's kernels, ZeRO's over its shard).
   const double optimizer =
       gpu ? optimizer_kernels * shard / n : 28 * shard / std::max(peak.mem_bw, 1.0);
   p.predicted_step_seconds = busy + exposed + optimizer;

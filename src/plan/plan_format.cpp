@@ -86,15 +86,21 @@ std::string plan_text(const Plan& p) {
   if (p.world > 1)
     line("device mesh", fmt::format("dp_replicate {} x dp_shard {} (ZeRO shards over dp_shard)",
                                     p.dp_replicate, p.dp_shard));
-  s += "memory per rank:\n";
+  s += fmt::format("memory per rank (ZeRO-{}):\n", p.zero);
   line("parameters", human_bytes(p.bytes_params));
   line("gradients", human_bytes(p.bytes_grads));
-  line("AdamW moments", fmt::format("{} ({} with ZeRO-1)", human_bytes(p.bytes_optimizer),
-                                    human_bytes(p.bytes_optimizer_zero1)));
+  line("AdamW moments", human_bytes(p.bytes_optimizer));
+  if (p.bytes_gathered > 0)
+    line("units in use",
+         fmt::format("{} (gathered weights, gradient buffers)", human_bytes(p.bytes_gathered)));
   line("activations", fmt::format("{} per micro-batch", human_bytes(p.bytes_activations)));
   line("workspace", human_bytes(p.bytes_workspace));
   line("total", fmt::format("{} of {} available{}", human_bytes(p.bytes_total),
                             human_bytes(p.peak.memory), p.fits ? "" : "  DOES NOT FIT"));
+  line("total by ZeRO stage",
+       fmt::format("0: {} | 1: {} | 2: {} | 3: {}", human_bytes(p.bytes_total_by_zero[0]),
+                   human_bytes(p.bytes_total_by_zero[1]), human_bytes(p.bytes_total_by_zero[2]),
+                   human_bytes(p.bytes_total_by_zero[3])));
   s += "communication per step:\n";
   line("bytes per rank", human_bytes(p.comm_bytes_per_step));
   line("allreduce time", p.world > 1
@@ -209,11 +215,12 @@ std::string plan_json(const Plan& p) {
                     kernels.empty() ? "" : ",", json_string(k.op), k.launches, json_number(k.flops),
                     json_number(k.bytes), json_number(k.seconds));
   return fmt::format(
-      "{{\"world\":{},\"mesh\":{{\"dp_replicate\":{},\"dp_shard\":{}}},\"micro_batch\":{},"
+      "{{\"world\":{},\"mesh\":{{\"dp_replicate\":{},\"dp_shard\":{}}},\"zero\":{},\"micro_batch\":"
+      "{},"
       "\"accum\":{},\"params\":{},\"params_by_module\":{{{}}},"
       "\"flops_per_token\":{},\"flops_per_step\":{},"
-      "\"bytes\":{{\"params\":{},\"grads\":{},\"optimizer\":{},\"optimizer_zero1\":{},"
-      "\"activations\":{},\"workspace\":{},\"total\":{}}},"
+      "\"bytes\":{{\"params\":{},\"grads\":{},\"optimizer\":{},\"gathered\":{},"
+      "\"activations\":{},\"workspace\":{},\"total\":{},\"total_by_zero\":[{},{},{},{}]}},"
       "\"comm_bytes_per_step\":{},\"allreduce_seconds_per_step\":{},"
       "\"allreduce_exposed_seconds_per_step\":{},\"buckets\":{},\"collectives\":{},"
       "\"at_scale\":[{}],\"interconnect\":{},\"predicted_step_seconds\":{},"
@@ -222,11 +229,12 @@ std::string plan_json(const Plan& p) {
       "\"device\":{{\"name\":{},\"flops\":{},\"mem_bw\":{},\"memory\":{},\"link_bw\":{},"
       "\"host_bw\":{},\"disk_bw\":{},\"disk_source\":{},\"source\":{}}},"
       "\"warnings\":[{}],\"fits\":{}}}",
-      p.world, p.dp_replicate, p.dp_shard, p.micro_batch, p.accum, p.params, modules,
+      p.world, p.dp_replicate, p.dp_shard, p.zero, p.micro_batch, p.accum, p.params, modules,
       json_number(p.flops_per_token), json_number(p.flops_per_step), json_number(p.bytes_params),
-      json_number(p.bytes_grads), json_number(p.bytes_optimizer),
-      json_number(p.bytes_optimizer_zero1), json_number(p.bytes_activations),
-      json_number(p.bytes_workspace), json_number(p.bytes_total),
+      json_number(p.bytes_grads), json_number(p.bytes_optimizer), json_number(p.bytes_gathered),
+      json_number(p.bytes_activations), json_number(p.bytes_workspace), json_number(p.bytes_total),
+      json_number(p.bytes_total_by_zero[0]), json_number(p.bytes_total_by_zero[1]),
+      json_number(p.bytes_total_by_zero[2]), json_number(p.bytes_total_by_zero[3]),
       json_number(p.comm_bytes_per_step), json_number(p.allreduce_seconds_per_step),
       json_number(p.allreduce_exposed_seconds_per_step), p.buckets, collective_json(p.collectives),
       at_scale, net, json_number(p.predicted_step_seconds),

@@ -27,12 +27,11 @@ void check_memory(const Experiment& exp) {
   if (m.total <= available) return;
   throw ConfigError(fmt::format(
       "this run needs {:.2f} GiB per rank (parameters {:.2f}, gradients {:.2f}, optimizer "
-      "{:.2f}, activations {:.2f}, workspace {:.2f}) but {} has {:.2f} GiB per rank; shrink "
-      "train.micro_batch_size or the model, add ranks with distributed.zero=1, or see "
-      "`trainrun plan`",
-      m.total / kGiB, m.params / kGiB, m.grads / kGiB,
-      (exp.distributed.zero ? m.optimizer_zero1 : m.optimizer) / kGiB, m.activations / kGiB,
-      m.workspace / kGiB, where, available / kGiB));
+      "{:.2f}, units in use {:.2f}, activations {:.2f}, workspace {:.2f}) but {} has {:.2f} GiB "
+      "per rank; shrink train.micro_batch_size or the model, shard the state with "
+      "distributed.zero=3 (1 for an mlp), or see `trainrun plan`",
+      m.total / kGiB, m.params / kGiB, m.grads / kGiB, m.optimizer / kGiB, m.gathered / kGiB,
+      m.activations / kGiB, m.workspace / kGiB, where, available / kGiB));
 }
 
 }  // namespace trainrun

@@ -206,3 +206,30 @@ def test_zero_3_gathers_the_next_unit_while_this_one_computes(tmp_path, device):
         assert {q["name"] for q in ahead} >= {"all_gather blocks.2", "all_gather blocks.3"} \
             if phase == "forward" else {"all_gather blocks.1", "all_gather blocks.0"}, \
             (phase, sorted({q["name"] for q in ahead}))
+
+
+def test_memory_per_rank_falls_with_the_stage_as_the_plan_says(tmp_path):
+    """Twelve blocks and a small vocabulary: the state the stages shard dominates the process."""
+    import re
+    import statistics
+    big = ["model.n_layer=12", "model.d_model=256", "model.n_head=4", "model.seq_len=32",
+           "model.vocab_size=512", "train.batch_size=4", "train.steps=3", "distributed.nproc=4"]
+    means, planned = {}, {}
+    for zero in (0, 1, 2, 3):
+        rd = tmp_path / f"z{zero}"
+        train(rd, *big, f"distributed.zero={zero}")
+        peaks = []
+        for log in sorted((rd / "logs").glob("rank-*.log")):
+            m = re.search(r"peak resident memory (\d+) MiB, the plan (\d+) MiB", log.read_text())
+            assert m, log
+            peak, plan = int(m.group(1)), int(m.group(2))
+            assert abs(peak - plan) <= 0.15 * plan, (zero, log.name, peak, plan)
+            peaks.append(peak)
+        means[zero], planned[zero] = statistics.mean(peaks), plan
+    assert means[0] > means[1] > means[2] > means[3], means
+    assert planned[0] > planned[1] > planned[2] > planned[3], planned
+    # `trainrun plan` prints the same figures for every stage at once.
+    p = run(["plan", QS, *sets(*BASE, *big), "--json"], check=0)
+    by_zero = __import__("json").loads(p.stdout)["bytes"]["total_by_zero"]
+    for zero in (0, 1, 2, 3):
+        assert abs(by_zero[zero] / 1048576 - planned[zero]) <= 1, (zero, by_zero, planned)

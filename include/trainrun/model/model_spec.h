@@ -30,6 +30,9 @@ struct ModelShape {
   // Parameters whose gradients are final only when backward ends (reported last through
   // GradReadyFn): their reduction cannot overlap backward. gpt: the embeddings; mlp: all.
   int64_t last_ready_params = 0;
+  // Parameters per unit (params.h), in order: what ZeRO-3 gathers at once. gpt and llama: the
+  // embeddings, each block, the head; mlp: one unit.
+  std::vector<int64_t> unit_params;
 };
 
 // A config the family cannot build, said for config validation: the keys at fault and why,

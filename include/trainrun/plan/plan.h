@@ -47,14 +47,17 @@ struct CheckpointPlan {
 struct Plan {
   int world = 1;
   int dp_replicate = 1, dp_shard = 1;  // the device mesh (device_mesh.h)
+  int zero = 0;                        // distributed.zero
   int micro_batch = 1, accum = 1;
   std::vector<std::pair<std::string, int64_t>> params_by_module;  // "wte", "blocks.0", ...
   int64_t params = 0;
   double flops_per_token = 0, flops_per_step = 0;
-  double bytes_params = 0, bytes_grads = 0, bytes_optimizer = 0, bytes_optimizer_zero1 = 0;
+  // Memory per rank at the configured ZeRO stage (MemoryPlan).
+  double bytes_params = 0, bytes_grads = 0, bytes_optimizer = 0, bytes_gathered = 0;
   double bytes_activations = 0;  // per micro-batch, as the model's arena allocates it
   double bytes_workspace = 0;
-  double bytes_total = 0;  // per rank, with the configured ZeRO setting
+  double bytes_total = 0;
+  double bytes_total_by_zero[4] = {};  // at each ZeRO stage, everything else as configured
   double comm_bytes_per_step = 0;
   double allreduce_seconds_per_step = 0;          // the collectives' time (collectives.h)
   double allreduce_exposed_seconds_per_step = 0;  // of it, what backward does not hide
@@ -89,10 +92,15 @@ struct Plan {
 // Bytes per rank, from the config alone: no device is measured, so it is cheap enough to check
 // before every run. make_plan's memory figures are these.
 struct MemoryPlan {
-  double params = 0, grads = 0, optimizer = 0, optimizer_zero1 = 0;
+  // What one rank holds at the configured ZeRO stage over its dp_shard group: weights (fp32
+  // masters and the bf16 compute copy, whole or this rank's shard), gradients, AdamW moments,
+  // and under ZeRO-2/3 the units' working buffers (gathered weights of the units in use and
+  // prefetched, gradient buffers until reduced).
+  double params = 0, grads = 0, optimizer = 0, gathered = 0;
   double activations = 0;  // per micro-batch
   double workspace = 0;
-  double total = 0;  // with the configured ZeRO setting
+  double total = 0;
+  double total_by_zero[4] = {};  // the same run at ZeRO stage 0, 1, 2, 3
 };
 // gpu: sized for a GPU (bf16 weight copy and activations when train.precision is bf16, CUDA
 // context workspace) rather than the CPU (host checkpoint copy).
