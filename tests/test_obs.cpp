@@ -1171,6 +1171,14 @@ TEST_CASE("plan: ZeRO-2 and ZeRO-3 memory per rank, from the units the model dec
   // once per micro-batch.
   CHECK(p[3].comm_bytes_per_step == doctest::Approx(0.75 * p[3].accum * (2 * 2 * n + 4 * n)));
   CHECK(p[3].buckets == 6);
+  // Weights kept from each unit's forward to its backward: all of them held at the forward's
+  // end, and one gather per micro-batch instead of two.
+  Experiment keep = e;
+  keep.distributed.zero = 3;
+  keep.distributed.reshard_after_forward = false;
+  const Plan k = make_plan(keep, fake_peak("H100 SXM"));
+  CHECK(k.bytes_gathered == doctest::Approx(2 * n + 4 * units));
+  CHECK(k.comm_bytes_per_step == doctest::Approx(0.75 * k.accum * (2 * n + 4 * n)));
 }
 
 TEST_CASE("plan: Llama-3-70B on 64 H200 fits with the layout the plan names, not with ZeRO-0") {

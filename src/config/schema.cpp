@@ -239,6 +239,12 @@ std::vector<Field> make_schema() {
                       "ranks of a group (dp_shard = ranks / dp_replicate) and copied across "
                       "groups (hybrid sharding, HSDP); must divide the ranks",
        .resumable = kResumable, .min = 1, .max = 65536},
+      {KEY(distributed, reshard_after_forward),
+       .description = "ZeRO-3: free each unit's gathered weights after its forward and gather "
+                      "them again for its backward (true), or keep them until its backward "
+                      "(false: a third less traffic, every unit's weights held at the "
+                      "forward's end)",
+       .resumable = kResumable},
       {KEY(distributed, hostfile), .description = "mpirun hostfile for multi-node runs",
        .resumable = kResumable},
       {KEY(distributed, oversubscribe), .description = "Allow more ranks than cores",

@@ -214,6 +214,15 @@ void sharding_needs_units(const Experiment& e, int, Fail& out) {
                      e.distributed.zero));
 }
 
+void resharding_needs_zero_3(const Experiment& e, int, Fail& out) {
+  if (!e.distributed.reshard_after_forward && e.distributed.zero != 3)
+    fail(out, {"distributed.reshard_after_forward", "distributed.zero"},
+         fmt::format("distributed.reshard_after_forward=false keeps ZeRO-3's gathered weights "
+                     "from a unit's forward to its backward, and distributed.zero={} gathers "
+                     "none: set distributed.zero=3, or drop the key",
+                     e.distributed.zero));
+}
+
 void mesh_divides_ranks(const Experiment& e, int world, Fail& out) {
   const int r = e.distributed.dp_replicate;
   if (world < 1 || r < 1 || world % r == 0) return;
@@ -257,6 +266,8 @@ const Rule kRules[] = {
     {"`train.activation_checkpointing` other than none only with a gpt or llama model",
      checkpointing_needs_blocks},
     {"`distributed.zero` 2 or 3 only with a gpt or llama model", sharding_needs_units},
+    {"`distributed.reshard_after_forward: false` only with `distributed.zero: 3`",
+     resharding_needs_zero_3},
     {"`distributed.dp_replicate` divides the ranks (`distributed.nproc` x `distributed.nodes`)",
      mesh_divides_ranks},
     {"`optimizer.min_lr` <= `optimizer.lr` (`optimizer.warmup_steps` may exceed "

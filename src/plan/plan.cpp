@@ -135,7 +135,10 @@ UnitSizes unit_sizes(const ModelShape& shape) {
 // What one rank holds of the training state at ZeRO stage `zero` over `shard_ranks` ranks
 // (sharded_data_parallel.h for stages 2 and 3). `share`: this rank's slice of every unit, one
 // element more per unit at most than an even split.
-MemoryPlan state_memory(int zero, double n, int shard_ranks, bool bf16, const UnitSizes& u) {
+// reshard: distributed.reshard_after_forward (ZeRO-3); without it the forward's end holds every
+// unit's weights.
+MemoryPlan state_memory(int zero, double n, int shard_ranks, bool bf16, bool reshard,
+                        const UnitSizes& u) {
   MemoryPlan m;
   const double share = n / shard_ranks + (shard_ranks > 1 ? u.count : 0);
   const double cs = bf16 ? 2 : 4;  // a compute weight's bytes
@@ -165,7 +168,9 @@ MemoryPlan state_memory(int zero, double n, int shard_ranks, bool bf16, const Un
       m.params = (4 + bf16_copy) * share;
       m.grads = 4 * share;
       m.optimizer = 8 * share;
-      m.gathered = bf16 ? 2 * units + 4 * units : 4 * (5 * u.block + 2 * u.embed + 2 * u.head);
+      m.gathered = !reshard ? cs * n + 4 * units
+                   : bf16   ? 2 * units + 4 * units
+                            : 4 * (5 * u.block + 2 * u.embed + 2 * u.head);
       break;
   }
   return m;
@@ -193,7 +198,8 @@ MemoryPlan memory_of(const Experiment& exp, bool gpu, const ModelShape& shape) {
   // The snapshot is the largest rank's: each rank snapshots its own share.
   const double snapshot = world > 1 ? 12 * std::ceil(n / world) : 12 * n;
   auto at_stage = [&](int zero) {
-    MemoryPlan mem = state_memory(world > 1 || zero >= 2 ? zero : 0, n, shard_ranks, bf16, units);
+    MemoryPlan mem = state_memory(world > 1 || zero >= 2 ? zero : 0, n, shard_ranks, bf16,
+                                  exp.distributed.reshard_after_forward || zero != 3, units);
     mem.activations = static_cast<double>(shape.activation_bytes);
     // Open MPI's in-place MPI_Reduce_scatter holds a temporary of up to the buffer reduced
     // (measured: 0, 46 and 61 MiB of a 73 MiB gradient at 2, 4 and 8 ranks), counted as
@@ -349,7 +355,8 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
   // twice per micro-batch (forward and backward) and reduce-scatters the gradients once.
   const double grad_bytes = 4 * n;
   const double ring = p.world > 1 ? (p.world - 1.0) / p.world : 0;
-  p.comm_bytes_per_step = stage == 3   ? ring * p.accum * (2 * weight_bytes + grad_bytes)
+  const double gathers = exp.distributed.reshard_after_forward ? 2 : 1;
+  p.comm_bytes_per_step = stage == 3   ? ring * p.accum * (gathers * weight_bytes + grad_bytes)
                           : stage == 2 ? ring * (p.accum * grad_bytes + weight_bytes)
                                        : 2 * ring * grad_bytes;
 
@@ -408,7 +415,10 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
       t.seconds *= 2, t.bandwidth_seconds *= 2, t.latency_seconds *= 2;
     } else {
       halves(grad_bytes, world, p.accum, &t);
-      halves(weight_bytes, world, stage == 3 ? 2.0 * p.accum : 1.0, &t);
+      // ZeRO-3 gathers each unit for its forward, and again for its backward unless the
+      // forward's weights are kept (distributed.reshard_after_forward: false).
+      const double gathers = exp.distributed.reshard_after_forward ? 2.0 : 1.0;
+      halves(weight_bytes, world, stage == 3 ? gathers * p.accum : 1.0, &t);
     }
     return t;
   };

@@ -56,9 +56,10 @@ std::vector<Shard> unit_pieces(const ParamStore& ps, const DeviceMesh& mesh) {
 class ShardedDataParallel final : public DataParallel, public UnitResidency {
  public:
   ShardedDataParallel(int zero, const DeviceMesh& mesh, ParamStore& ps, const OptimizerConfig& cfg,
-                      Tracer* tracer)
+                      Tracer* tracer, bool reshard_after_forward)
       : DataParallel(mesh, ps, cfg, unit_pieces(ps, mesh), tracer),
         shard_params_(zero == 3),
+        reshard_after_forward_(reshard_after_forward),
         group_(mesh.device_group(MeshAxis::dp_shard)),
         replicas_(mesh.device_group(MeshAxis::dp_replicate)),
         be_(ps.backend()),
@@ -75,6 +76,7 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
     if (ps.dtype() != ps.master_dtype())
       compute_ = DeviceBuffer(be_, bytes(ps.dtype(), opt_.numel()));
     held_.assign(units_.size(), 0);
+    kept_.assign(units_.size(), 0);
     gathering_.assign(units_.size(), std::nullopt);
     params_.assign(units_.size(), nullptr);
     grad_bufs_.assign(units_.size(), nullptr);
@@ -119,9 +121,17 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
       start_reduce(u);
       grad_bufs_[k] = nullptr;
     }
-    if (shard_params_ && --held_[k] == 0) {
-      pool_.give(params_[k]);
-      params_[k] = nullptr;
+    if (shard_params_) {
+      // Not resharded after the forward: the forward's hold is kept (once) until the backward.
+      if (pass == Pass::forward && !reshard_after_forward_ && !kept_[k]) {
+        kept_[k] = 1;
+      } else {
+        if (pass == Pass::backward && kept_[k]) {
+          kept_[k] = 0;
+          --held_[k];
+        }
+        unhold(u);
+      }
     }
     ps_.bind_unit(u, params_[k], grad_bufs_[k]);
   }
@@ -230,9 +240,21 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
     const auto k = static_cast<size_t>(u);
     if (held_[k] == 0 && !gathering_[k]) start_gather(u);
   }
-  // Gathers queued ahead of an acquire that has not come, dropped: their weights are stale
-  // once the masters change.
+  void unhold(int u) {
+    const auto k = static_cast<size_t>(u);
+    if (--held_[k] > 0) return;
+    pool_.give(params_[k]);
+    params_[k] = nullptr;
+  }
+  // Gathers queued ahead of an acquire that has not come, and weights kept from a forward
+  // without its backward (an evaluation's), dropped: they are stale once the masters change.
   void drop_prefetched() {
+    for (size_t k = 0; k < units_.size(); ++k)
+      if (kept_[k]) {
+        kept_[k] = 0;
+        unhold(static_cast<int>(k));
+        ps_.bind_unit(static_cast<int>(k), params_[k], grad_bufs_[k]);
+      }
     for (size_t k = 0; k < units_.size(); ++k) {
       if (!gathering_[k]) continue;
       waited_ += stream_.wait(*gathering_[k]);
@@ -287,8 +309,9 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
   }
 
   const bool shard_params_;  // ZeRO-3; ZeRO-2 keeps them gathered
-  Communicator& group_;      // dp_shard: where units are gathered and reduced
-  Communicator& replicas_;   // dp_replicate: the groups that hold the same pieces
+  const bool reshard_after_forward_;
+  Communicator& group_;     // dp_shard: where units are gathered and reduced
+  Communicator& replicas_;  // dp_replicate: the groups that hold the same pieces
   Backend& be_;
   BufferPool pool_;
   const std::vector<ParamUnit> units_;
@@ -297,6 +320,7 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
   DeviceBuffer compute_;         // their compute-dtype copy (bf16 runs only)
   DeviceBuffer gathered_;        // ZeRO-2: every unit's weights
   std::vector<int> held_;        // ZeRO-3: acquires not yet released, per unit
+  std::vector<char> kept_;       // ZeRO-3: a forward's hold kept for the backward, per unit
   // ZeRO-3: per unit, the gather into params_ queued and not yet waited for (a prefetch).
   std::vector<std::optional<CommStream::Ticket>> gathering_;
   std::vector<void*> params_, grad_bufs_;  // per unit: bound weights and gradients, or null
@@ -309,9 +333,10 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
 }  // namespace
 
 std::unique_ptr<DataParallel> make_sharded(int zero, const DeviceMesh& mesh, ParamStore& ps,
-                                           const OptimizerConfig& cfg, Tracer* tracer) {
+                                           const OptimizerConfig& cfg, Tracer* tracer,
+                                           bool reshard_after_forward) {
   if (zero != 2 && zero != 3) throw std::logic_error("make_sharded: zero is 2 or 3");
-  return std::make_unique<ShardedDataParallel>(zero, mesh, ps, cfg, tracer);
+  return std::make_unique<ShardedDataParallel>(zero, mesh, ps, cfg, tracer, reshard_after_forward);
 }
 
 }  // namespace trainrun

@@ -43,8 +43,11 @@
 
 namespace trainrun {
 
-// zero: 2 or 3; ps built with ParamStorage::external.
+// zero: 2 or 3; ps built with ParamStorage::external. reshard_after_forward false (ZeRO-3):
+// a unit's weights gathered for its forward stay until its backward, which then gathers
+// nothing; the forward's end holds every unit's weights.
 std::unique_ptr<DataParallel> make_sharded(int zero, const DeviceMesh& mesh, ParamStore& ps,
-                                           const OptimizerConfig& cfg, Tracer* tracer);
+                                           const OptimizerConfig& cfg, Tracer* tracer,
+                                           bool reshard_after_forward);
 
 }  // namespace trainrun

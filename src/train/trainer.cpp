@@ -234,7 +234,7 @@ void Trainer::setup_model() {
   targets_per_step_ = model_->targets_per_batch() / micro_ * exp_.train.batch_size;
   loss_sums_ = DeviceBuffer(*be_, sizeof(double) * static_cast<size_t>(accum_));
   dp_ = DataParallel::make(exp_.distributed.zero, *mesh_, model_->params(), exp_.optimizer,
-                           tracer_.get());
+                           tracer_.get(), exp_.distributed.reshard_after_forward);
   model_state_ = std::make_unique<ModelState>(model_->params(), *dp_);
   faults_.watch(dp_->buffers());
   grad_ready_ = dp_->grad_ready_hook();

@@ -233,3 +233,29 @@ def test_memory_per_rank_falls_with_the_stage_as_the_plan_says(tmp_path):
     by_zero = __import__("json").loads(p.stdout)["bytes"]["total_by_zero"]
     for zero in (0, 1, 2, 3):
         assert abs(by_zero[zero] / 1048576 - planned[zero]) <= 1, (zero, by_zero, planned)
+
+
+def test_weights_kept_from_forward_to_backward_without_resharding(tmp_path):
+    import json
+    z3 = ["distributed.nproc=2", "distributed.zero=3", "model.n_layer=3", "train.steps=8",
+          "train.eval_every=4"]
+    want = train(tmp_path / "reshard", *z3)
+    rd = tmp_path / "keep"
+    run([QS, *sets(*BASE, *z3, "distributed.reshard_after_forward=false"), "--profile", "2:4",
+         "--run-dir", str(rd)], check=0, timeout=300)
+    assert losses(rd) == want
+    assert one_checksum(rd, 2) == one_checksum(tmp_path / "reshard", 2)
+    spans = [e for e in json.loads((rd / "trace" / "rank-0.json").read_text())["traceEvents"]
+             if e.get("ph") == "X"]
+    backward = [s for s in spans if s["cat"] == "phase" and s["name"] == "backward"]
+    gathers = [s for s in spans if s["cat"] == "comm" and s["name"].startswith("all_gather")]
+    inside = [g for g in gathers if any(b["ts"] <= g["ts"] <= b["ts"] + b["dur"]
+                                        for b in backward)]
+    assert backward and gathers and not inside, [g["name"] for g in inside]
+
+
+def test_resharding_options_need_zero_3(tmp_path):
+    p = run([QS, *sets(*BASE, "distributed.zero=2", "distributed.reshard_after_forward=false"),
+             "--run-dir", str(tmp_path / "r")], check=2)
+    assert "distributed.reshard_after_forward=false keeps ZeRO-3's gathered weights" in p.stderr
+    assert "set distributed.zero=3" in p.stderr
