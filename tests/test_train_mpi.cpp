@@ -107,6 +107,55 @@ Result train(bool zero, const DeviceMesh& mesh) {
   return r;
 }
 
+// The same two steps under ZeRO-2 or ZeRO-3: the same parameters in two units ("w" and "b"),
+// held by the strategy (ParamStorage::external); each step's backward is the model's brackets:
+// a unit acquired, its gradients written (the same values as train() writes), released.
+Result train_sharded(int zero, const DeviceMesh& mesh) {
+  Communicator& comm = mesh.host();
+  auto be = make_cpu_backend();
+  ParamStore ps(*be, DType::f32, ParamStorage::external);
+  ps.begin_unit("w");
+  ps.declare("w", {5, 7}, Init::normal, 0.5f, true);
+  ps.begin_unit("b");
+  ps.declare("b", {2}, Init::zeros, 0.0f, false);
+  ps.allocate();
+  OptimizerConfig cfg;
+  cfg.grad_clip = 0;
+  auto dp = DataParallel::make(zero, mesh, ps, cfg, nullptr);
+  dp->initialize_weights(11);
+  Result r;
+  for (int64_t step = 1; step <= 2; ++step) {
+    StepTimes t;
+    dp->begin_step();
+    ps.begin_grads();
+    for (int u = 1; u >= 0; --u) {
+      ps.acquire(u, Pass::backward);
+      for (int i = ps.units()[u].first; i < ps.units()[u].last; ++i) {
+        const ParamInfo& p = ps.infos()[static_cast<size_t>(i)];
+        float* g = ps.grad(i).as<float>();
+        ps.grad_write(i);  // written here, as an op would
+        for (int64_t k = 0; k < p.numel; ++k)
+          g[k] = 0.01f * static_cast<float>(((p.offset + k) % 5) - 2 + comm.rank() + step);
+      }
+      ps.release(u, Pass::backward);
+    }
+    dp->reduce_grads(t);
+    r.stats = dp->reduce_stats(1.0 + comm.rank(), comm.rank() == 1, t);
+    dp->update(1e-2, step, r.stats.grad_norm, t);
+  }
+  // The weights as a forward sees them, unit by unit.
+  for (int u = 0; u < 2; ++u) {
+    ps.acquire(u, Pass::forward);
+    for (int i = ps.units()[u].first; i < ps.units()[u].last; ++i) {
+      const std::vector<float> w = host(ps.param(i));
+      r.params.insert(r.params.end(), w.begin(), w.end());
+    }
+    ps.release(u, Pass::forward);
+  }
+  r.saved_m = testing::saved_flat(*dp, "optimizer/m");
+  return r;
+}
+
 // Every group holds the ranks its coordinates say, and its collectives reach them alone.
 void check_mesh(Communicator& world, int dp_replicate) {
   const int rank = world.rank();
@@ -189,6 +238,27 @@ int main() {
   bool same = true;
   for (size_t i = 0; i < all.size(); ++i) same &= all[i] == ddp.params[i % ddp.params.size()];
   check(same, rank, "every rank ends with the same parameters");
+
+  // ZeRO-2 and ZeRO-3 over the same meshes: the same parameters as ZeRO-1 (the same sums of the
+  // same gradients, reduce-scattered unit by unit), every rank alike.
+  for (int z : {2, 3}) {
+    const std::string name = "ZeRO-" + std::to_string(z);
+    const Result flat_z = train_sharded(z, flat), hybrid_z = train_sharded(z, hybrid);
+    check(close(flat_z.params, zero.params), rank, name + " parameters equal ZeRO-1's");
+    check(close(hybrid_z.params, zero.params), rank,
+          "hybrid " + name + " parameters equal ZeRO-1's");
+    check(std::fabs(flat_z.stats.grad_norm - std::sqrt(sq)) <= 1e-6 * std::sqrt(sq) &&
+              std::fabs(hybrid_z.stats.grad_norm - std::sqrt(sq)) <= 1e-6 * std::sqrt(sq),
+          rank, name + ": the global gradient norm counts every element once");
+    check(flat_z.stats.loss == mean_loss && flat_z.stats.stop, rank, name + ": loss and stop");
+    std::vector<float> every(flat_z.params.size() * static_cast<size_t>(comm->size()));
+    comm->all_gather_bytes(flat_z.params.data(), flat_z.params.size() * sizeof(float),
+                           every.data());
+    bool alike = true;
+    for (size_t i = 0; i < every.size(); ++i)
+      alike &= every[i] == flat_z.params[i % flat_z.params.size()];
+    check(alike, rank, name + ": every rank sees the same weights");
+  }
 
   double counts[2] = {static_cast<double>(g_passed), static_cast<double>(g_failed)};
   comm->allreduce_sum(Tensor(counts, DType::f64, Device::cpu, {2}));

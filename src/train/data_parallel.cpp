@@ -102,6 +102,9 @@ std::vector<std::pair<std::string, Tensor>> DataParallel::moment_tensors() const
 }
 
 void DataParallel::state_dict(StateDict& out) {
+  out.put("parallel/zero", int64_t{stage()});
+  out.put("parallel/dp_replicate", int64_t{mesh_.shape().dp_replicate});
+  out.put("parallel/dp_shard", int64_t{mesh_.shape().dp_shard});
   const std::vector<ParamEntry> params = ps_.entries();
   for (const auto& [prefix, moments] : moment_tensors()) {
     const HeldPieces held{opt_.pieces(), moments, copies(), copy_index()};
@@ -151,6 +154,7 @@ class Ddp final : public DataParallel {
  protected:
   int copies() const override { return host_.size(); }
   int copy_index() const override { return host_.rank(); }
+  int stage() const override { return 0; }
   Tensor local_params() const override { return ps_.params(); }
   Tensor local_grads() const override { return ps_.grads(); }
   void gather_params(StepTimes&) override {}
@@ -183,6 +187,7 @@ class Zero1 final : public DataParallel {
  protected:
   int copies() const override { return mesh_.shape().dp_replicate; }
   int copy_index() const override { return mesh_.coord(MeshAxis::dp_replicate); }
+  int stage() const override { return 1; }
   Tensor local_params() const override { return mine(ps_.params()); }
   Tensor local_grads() const override { return mine(ps_.grads()); }
   void gather_params(StepTimes& t) override {

@@ -25,6 +25,7 @@
 // they must outlive it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -101,6 +102,9 @@ class DataParallel : public Stateful {
   virtual uint64_t checksum();
   // Before a step's first micro-batch.
   virtual void begin_step() {}
+  // Told when the step loop starts (true) and stops (false) waiting for a collective inside a
+  // model pass (ZeRO-2/3's): the watchdog's wait_in_collective.
+  void on_collective_wait(std::function<void(bool waiting)> f) { wait_fn_ = std::move(f); }
   virtual StateBuffers buffers() const { return {ps_.params(), ps_.grads(), ps_.compute_params()}; }
   // For the backward pass of a step's last micro-batch, which reports every range of the
   // gradient buffer as it becomes final: starts reducing them at once. Empty when the reduction
@@ -117,7 +121,9 @@ class DataParallel : public Stateful {
   void update(double lr, int64_t step, double grad_norm, StepTimes& t);
 
   // Not collective. The ranks that hold the same moments each write their share of them
-  // (HeldPieces::written).
+  // (HeldPieces::written). The layout is recorded as values parallel/zero, parallel/dp_replicate
+  // and parallel/dp_shard, for `trainrun inspect`; a restore does not need them (any layout
+  // reads any other's).
   void state_dict(StateDict& out) override;
   // Not collective: reads the moments of this rank's pieces (whatever layout wrote them).
   void load_state_dict(StateSource& in) override;
@@ -130,6 +136,7 @@ class DataParallel : public Stateful {
   // (identical full copies), the replica groups otherwise.
   virtual int copies() const = 0;
   virtual int copy_index() const = 0;
+  virtual int stage() const = 0;  // distributed.zero
   // The optimizer's pieces' weights and gradients, packed.
   virtual Tensor local_params() const = 0;
   virtual Tensor local_grads() const = 0;
@@ -148,6 +155,7 @@ class DataParallel : public Stateful {
   Communicator& device_;  // the world, device tensors
   ParamStore& ps_;
   Tracer* tracer_;
+  std::function<void(bool)> wait_fn_;  // may be empty
   double grad_clip_;
   AdamW opt_;
 };

@@ -101,7 +101,7 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
       if (held_[k]++ == 0) {
         if (!gathering_[k]) start_gather(u);
         const double t0 = now();
-        waited_ += stream_.wait(*gathering_[k]);
+        waited_ += wait_for(*gathering_[k]);
         gathering_[k].reset();
         // The step loop's side of the gather: from here its weights are needed.
         if (tracer_) tracer_->span(span("need", u).c_str(), "comm_wait", t0, now());
@@ -161,7 +161,7 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
       void* buf = pool_.take(bytes(ps_.master_dtype(), n));
       const Tensor whole(buf, ps_.master_dtype(), be_.device(), {n});
       gather_into(static_cast<int>(u), whole, local_params());
-      waited_ += stream_.wait(stream_.last());
+      waited_ += wait_for(stream_.last());
       h = checksum_continue(h, be_, whole);
       pool_.give(buf);
     }
@@ -171,6 +171,7 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
  protected:
   int copies() const override { return mesh_.shape().dp_replicate; }
   int copy_index() const override { return mesh_.coord(MeshAxis::dp_replicate); }
+  int stage() const override { return shard_params_ ? 3 : 2; }
   Tensor local_params() const override { return packed(master_, ps_.master_dtype()); }
   Tensor local_grads() const override { return packed(grads_, ps_.master_dtype()); }
   void gather_params(StepTimes& t) override {
@@ -206,10 +207,19 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
     return std::string(what) + " " + units_[static_cast<size_t>(u)].name;
   }
 
+  // Blocks until ticket t is done; a wait that blocks is a wait in a collective for the
+  // watchdog (on_collective_wait).
+  double wait_for(CommStream::Ticket t) {
+    if (stream_.done(t) || !wait_fn_) return stream_.wait(t);
+    wait_fn_(true);
+    const double s = stream_.wait(t);
+    wait_fn_(false);
+    return s;
+  }
   // A collective through the stream, waited for.
   template <class F>
   void run(const char* name, F&& collective) {
-    waited_ += stream_.wait(stream_.submit(name, std::forward<F>(collective)));
+    waited_ += wait_for(stream_.submit(name, std::forward<F>(collective)));
   }
   // The step's communication: what the loop waited for, and what the stream spent.
   void account(StepTimes& t) {
@@ -257,7 +267,7 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
       }
     for (size_t k = 0; k < units_.size(); ++k) {
       if (!gathering_[k]) continue;
-      waited_ += stream_.wait(*gathering_[k]);
+      waited_ += wait_for(*gathering_[k]);
       gathering_[k].reset();
       pool_.give(params_[k]);
       params_[k] = nullptr;
@@ -283,7 +293,7 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
            (reduces_.size() > in_flight || stream_.done(reduces_.front().ticket))) {
       const Reduce r = reduces_.front();
       reduces_.pop_front();
-      waited_ += stream_.wait(r.ticket);
+      waited_ += wait_for(r.ticket);
       const Shard p = part(r.unit);
       if (p.size() > 0) {
         const Tensor g(r.buf, ps_.master_dtype(), be_.device(),
@@ -305,7 +315,7 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
       gather_into(static_cast<int>(u),
                   Tensor(params_[u], ps_.dtype(), be_.device(), {units_[u].numel()}),
                   compute_pieces());
-    waited_ += stream_.wait(stream_.last());
+    waited_ += wait_for(stream_.last());
   }
 
   const bool shard_params_;  // ZeRO-3; ZeRO-2 keeps them gathered

@@ -235,6 +235,9 @@ void Trainer::setup_model() {
   loss_sums_ = DeviceBuffer(*be_, sizeof(double) * static_cast<size_t>(accum_));
   dp_ = DataParallel::make(exp_.distributed.zero, *mesh_, model_->params(), exp_.optimizer,
                            tracer_.get(), exp_.distributed.reshard_after_forward);
+  if (watchdog_)
+    dp_->on_collective_wait(
+        [w = watchdog_.get()](bool waiting) { w->wait_in_collective(waiting); });
   model_state_ = std::make_unique<ModelState>(model_->params(), *dp_);
   faults_.watch(dp_->buffers());
   grad_ready_ = dp_->grad_ready_hook();

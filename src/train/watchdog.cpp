@@ -58,6 +58,16 @@ void Watchdog::enter(Phase phase, int64_t step) {
   note_phase(phase_name(phase), step);  // for this rank's failure record, should it fail
 }
 
+void Watchdog::wait_in_collective(bool waiting) {
+  const int64_t step = step_.load(std::memory_order_relaxed);
+  if (waiting) {
+    resume_ = phase();
+    enter(Phase::comm, step);
+  } else {
+    enter(resume_, step);
+  }
+}
+
 void Watchdog::step_done(double seconds) {
   const double e = step_ema_.load();
   step_ema_.store(e == 0 ? seconds : 0.9 * e + 0.1 * seconds);

@@ -28,6 +28,10 @@ class Watchdog {
 
   // The step loop enters `phase` of `step` (collective(phase): waiting for the other ranks).
   void enter(Phase phase, int64_t step);
+  // A collective inside a phase (ZeRO-3's all-gathers in the forward and backward): while the
+  // rank waits in it, its heartbeat says it is waiting in a collective (Phase::comm), so a stall
+  // names the ranks that never arrived; when the wait ends, the phase it was in resumes.
+  void wait_in_collective(bool waiting);
   void step_done(double seconds);
   // The phase last entered: what this rank's heartbeat says.
   Phase phase() const { return phase_.load(std::memory_order_relaxed); }
@@ -42,6 +46,7 @@ class Watchdog {
   std::string run_dir_;
   double fixed_timeout_;
   std::atomic<Phase> phase_{Phase::startup};
+  Phase resume_ = Phase::startup;  // the step loop's: the phase a collective's wait interrupted
   std::atomic<int64_t> step_{0};
   std::atomic<double> since_{0};
   std::atomic<double> step_ema_{0};

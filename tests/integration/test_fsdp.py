@@ -106,6 +106,8 @@ def test_a_zero_3_checkpoint_is_sharded_and_inspectable(zero3_run):
     assert len(sizes) == 4 and max(sizes) - min(sizes) <= 3 * 8, sizes
     p = run(["inspect", str(ckpt(rd, STEPS))], check=0)
     assert "verdict: OK" in p.stdout
+    for line in ("parallel/zero: 3", "parallel/dp_replicate: 1", "parallel/dp_shard: 4"):
+        assert line in p.stdout, p.stdout[:2000]
 
 
 @pytest.mark.parametrize("then", [["distributed.nproc=1", "distributed.zero=0"],
@@ -134,6 +136,22 @@ def test_a_killed_rank_under_zero_3_restarts_from_the_newest_checkpoint(tmp_path
     assert len(restarts) == 1 and restarts[0]["step"] == 30, p.stderr[-3000:]
     assert losses(rd) == want  # the same layout again: bit for bit
     one_checksum(rd, 4)
+
+
+def test_a_rank_stalled_under_zero_3_is_named_by_the_watchdog(tmp_path, zero3_run):
+    # Rank 1 stalls before step 33: the others wait in their first all-gather of the step, on
+    # the communication stream, and the watchdog names the rank that never arrived.
+    _, want = zero3_run
+    rd = tmp_path / "r"
+    p = run([QS, *sets(*BASE, "distributed.nproc=4", "distributed.zero=3", "checkpoint.every=10",
+                       "fault_tolerance.max_restarts=1", "fault_tolerance.restart_backoff=0",
+                       "fault_tolerance.step_timeout=3"),
+             "--run-dir", str(rd)], env={"TRAINRUN_FAULTS": "stall:rank=1:step=33"}, check=0,
+            timeout=300)
+    assert "ranks that did not arrive: 1 on" in p.stderr, p.stderr[-3000:]
+    restarts = [r for r in metrics(rd, "event") if r.get("event") == "restart"]
+    assert len(restarts) == 1 and restarts[0]["step"] == 30
+    assert losses(rd) == want
 
 
 def test_zero_2_or_3_without_units_to_shard_is_a_config_error(tmp_path):
