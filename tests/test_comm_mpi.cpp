@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "trainrun/comm/comm.h"
+#include "trainrun/core/bf16.h"
 
 using namespace trainrun;
 
@@ -95,6 +96,35 @@ void test_reduce_scatter(Communicator& c) {
     check(ok, "reduce_scatter_sum n=" + std::to_string(n));
     check(iok, "ireduce_scatter_sum n=" + std::to_string(n));
   }
+}
+
+// bf16 (ZeRO-2/3's distributed.reduce_dtype): small integers, exact in bf16, sum exactly; a
+// sum that bf16 cannot hold comes back rounded to nearest even; and a bf16 all-gather moves bits.
+void test_bf16(Communicator& c) {
+  const int64_t n = 37;
+  const Shard s = shard_of(n, c.size(), c.rank());
+  std::vector<uint16_t> a(n);
+  for (int64_t i = 0; i < n; ++i) a[i] = bf16_from_f32(static_cast<float>(i % 5 + c.rank()));
+  c.reduce_scatter_sum(Tensor(a.data(), DType::bf16, Device::cpu, {n}));
+  bool ok = true;
+  for (int64_t i = s.begin; i < s.end; ++i) {
+    float want = 0;
+    for (int r = 0; r < c.size(); ++r) want += static_cast<float>(i % 5 + r);
+    ok &= bf16_to_f32(a[i]) == want;
+  }
+  check(ok, "bf16 reduce_scatter_sum of exact values");
+  // 256 + 1 per rank: 256 + 1 rounds to 256 in bf16 (8 bits of mantissa), at every step.
+  std::vector<uint16_t> r(static_cast<size_t>(c.size()),
+                          bf16_from_f32(c.rank() == 0 ? 256.0f : 1.0f));
+  c.reduce_scatter_sum(Tensor(r.data(), DType::bf16, Device::cpu, {c.size()}));
+  check(bf16_to_f32(r[static_cast<size_t>(c.rank())]) == 256.0f,
+        "bf16 reduce_scatter_sum rounds to bf16 as it sums");
+  std::vector<uint16_t> g(static_cast<size_t>(n), 0);
+  for (int64_t i = s.begin; i < s.end; ++i) g[i] = static_cast<uint16_t>(0x3f80 + i);
+  c.all_gather(Tensor(g.data(), DType::bf16, Device::cpu, {n}));
+  bool moved = true;
+  for (int64_t i = 0; i < n; ++i) moved &= g[i] == static_cast<uint16_t>(0x3f80 + i);
+  check(moved, "bf16 all_gather moves every rank's bits");
 }
 
 void test_all_gather(Communicator& c) {
@@ -244,6 +274,7 @@ int main() {
   test_allreduce<double>(*comm, "f64");
   test_iallreduce(*comm);
   test_reduce_scatter(*comm);
+  test_bf16(*comm);
   test_all_gather(*comm);
   test_broadcast(*comm);
   test_all_gather_doubles(*comm);

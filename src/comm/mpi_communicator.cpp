@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "trainrun/comm/comm.h"
+#include "trainrun/core/bf16.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/thread_annotations.h"
 
@@ -70,7 +71,8 @@ void mpi_release() {
 }
 
 // Collectives that only move data (all-gathers, broadcasts) also take bf16, as 16-bit words:
-// ZeRO-3 gathers a bf16 run's compute weights. Reductions need a type MPI can add.
+// ZeRO-3 gathers a bf16 run's compute weights; so do reduce-scatters, with bf16_sum as their
+// operation (ZeRO-2/3's bf16 gradients). The other reductions need a type MPI can add.
 enum class Moves : bool { values, bits };
 
 MPI_Datatype mpi_type(const Tensor& x, const char* op, Moves moves = Moves::values) {
@@ -92,6 +94,25 @@ MPI_Datatype mpi_type(const Tensor& x, const char* op, Moves moves = Moves::valu
                                               op, dtype_name(x.dtype),
                                               moves == Moves::bits ? ", or bf16" : ""));
   }
+}
+
+// bf16 sums for reduce-scatters of bf16 gradients (distributed.reduce_dtype): each pair widened
+// to f32, added, rounded back (nearest even), as NCCL's ring rounds at every hop.
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = bf16_from_f32(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+}
+
+// The sum of x's dtype: MPI's own, or bf16_sum (created once, after MPI is initialised).
+MPI_Op sum_op(const Tensor& x) {
+  if (x.dtype != DType::bf16) return MPI_SUM;
+  static const MPI_Op op = [] {
+    MPI_Op o;
+    MPI_Op_create(&bf16_sum, /*commute=*/1, &o);
+    return o;
+  }();
+  return op;
 }
 
 int mpi_count(int64_t n, const char* op) {
@@ -212,16 +233,16 @@ class MpiCommunicator final : public Communicator {
   // In place: MPI leaves this rank's summed block at the start of x; move it to its own range.
   // No scratch buffer, so any number of these may be in flight on distinct buffers at once.
   void reduce_scatter_sum(Tensor x) override {
-    MPI_Datatype t = mpi_type(x, "reduce_scatter");
+    MPI_Datatype t = mpi_type(x, "reduce_scatter", Moves::bits);
     const Layout& l = layout(x.numel(), "reduce_scatter");
-    MPI_Reduce_scatter(MPI_IN_PLACE, x.data, l.counts.data(), t, MPI_SUM, comm_);
+    MPI_Reduce_scatter(MPI_IN_PLACE, x.data, l.counts.data(), t, sum_op(x), comm_);
     move_block_home(x);
   }
   std::unique_ptr<Request> ireduce_scatter_sum(Tensor x) override {
-    MPI_Datatype t = mpi_type(x, "ireduce_scatter");
+    MPI_Datatype t = mpi_type(x, "ireduce_scatter", Moves::bits);
     const Layout& l = layout(x.numel(), "ireduce_scatter");
     MPI_Request r;
-    MPI_Ireduce_scatter(MPI_IN_PLACE, x.data, l.counts.data(), t, MPI_SUM, comm_, &r);
+    MPI_Ireduce_scatter(MPI_IN_PLACE, x.data, l.counts.data(), t, sum_op(x), comm_, &r);
     return std::make_unique<MpiRequest>(r, [this, x] { move_block_home(x); });
   }
   void all_gather(Tensor x) override {

@@ -245,6 +245,11 @@ std::vector<Field> make_schema() {
                       "(false: a third less traffic, every unit's weights held at the "
                       "forward's end)",
        .resumable = kResumable},
+      {KEY(distributed, reduce_dtype),
+       .description = "ZeRO-2/3: the dtype gradients are reduce-scattered in (bf16: half the "
+                      "traffic, sums rounded to bf16; each rank's slice then adds into its fp32 "
+                      "gradient shard)",
+       .resumable = kResumable},
       {KEY(distributed, hostfile), .description = "mpirun hostfile for multi-node runs",
        .resumable = kResumable},
       {KEY(distributed, oversubscribe), .description = "Allow more ranks than cores",

@@ -223,6 +223,15 @@ void resharding_needs_zero_3(const Experiment& e, int, Fail& out) {
                      e.distributed.zero));
 }
 
+void reduce_dtype_needs_zero_2(const Experiment& e, int, Fail& out) {
+  if (e.distributed.reduce_dtype != Precision::fp32 && e.distributed.zero < 2)
+    fail(out, {"distributed.reduce_dtype", "distributed.zero"},
+         fmt::format("distributed.reduce_dtype=bf16 sets the dtype of ZeRO-2/3's reduce-scatters, "
+                     "and distributed.zero={} runs none: set distributed.zero=2 or 3, or drop the "
+                     "key",
+                     e.distributed.zero));
+}
+
 void mesh_divides_ranks(const Experiment& e, int world, Fail& out) {
   const int r = e.distributed.dp_replicate;
   if (world < 1 || r < 1 || world % r == 0) return;
@@ -268,6 +277,8 @@ const Rule kRules[] = {
     {"`distributed.zero` 2 or 3 only with a gpt or llama model", sharding_needs_units},
     {"`distributed.reshard_after_forward: false` only with `distributed.zero: 3`",
      resharding_needs_zero_3},
+    {"`distributed.reduce_dtype: bf16` only with `distributed.zero` 2 or 3",
+     reduce_dtype_needs_zero_2},
     {"`distributed.dp_replicate` divides the ranks (`distributed.nproc` x `distributed.nodes`)",
      mesh_divides_ranks},
     {"`optimizer.min_lr` <= `optimizer.lr` (`optimizer.warmup_steps` may exceed "

@@ -353,7 +353,9 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
   // them; ZeRO-1's reduce-scatter plus all-gather moves the same. ZeRO-2 reduce-scatters the
   // gradients after each micro-batch and gathers the weights once; ZeRO-3 gathers the weights
   // twice per micro-batch (forward and backward) and reduce-scatters the gradients once.
-  const double grad_bytes = 4 * n;
+  // ZeRO-2/3 reduce-scatter bf16 gradients with distributed.reduce_dtype: bf16.
+  const double grad_bytes =
+      (stage >= 2 && exp.distributed.reduce_dtype == Precision::bf16 ? 2 : 4) * n;
   const double ring = p.world > 1 ? (p.world - 1.0) / p.world : 0;
   const double gathers = exp.distributed.reshard_after_forward ? 2 : 1;
   p.comm_bytes_per_step = stage == 3   ? ring * p.accum * (gathers * weight_bytes + grad_bytes)

@@ -209,10 +209,11 @@ class Zero1 final : public DataParallel {
 
 std::unique_ptr<DataParallel> DataParallel::make(int zero, const DeviceMesh& mesh, ParamStore& ps,
                                                  const OptimizerConfig& cfg, Tracer* tracer,
-                                                 bool reshard_after_forward) {
+                                                 bool reshard_after_forward, bool reduce_bf16) {
   if (ps.storage() != storage_for(zero))
     throw std::logic_error("DataParallel::make: the model's parameter storage is not the stage's");
-  if (zero >= 2) return make_sharded(zero, mesh, ps, cfg, tracer, reshard_after_forward);
+  if (zero >= 2)
+    return make_sharded(zero, mesh, ps, cfg, tracer, reshard_after_forward, reduce_bf16);
   if (zero == 1) return std::make_unique<Zero1>(mesh, ps, cfg, tracer);
   return std::make_unique<Ddp>(mesh, ps, cfg, tracer);
 }

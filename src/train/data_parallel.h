@@ -73,10 +73,12 @@ struct HeldPieces {
 class DataParallel : public Stateful {
  public:
   // distributed.zero: 0 DDP, 1 ZeRO-1, 2 and 3 sharded_data_parallel.h. ps must have been built
-  // with storage_for(zero). reshard_after_forward: distributed.reshard_after_forward (ZeRO-3).
+  // with storage_for(zero). reshard_after_forward: distributed.reshard_after_forward (ZeRO-3);
+  // reduce_bf16: distributed.reduce_dtype bf16 (ZeRO-2/3).
   static std::unique_ptr<DataParallel> make(int zero, const DeviceMesh& mesh, ParamStore& ps,
                                             const OptimizerConfig& cfg, Tracer* tracer,
-                                            bool reshard_after_forward = true);
+                                            bool reshard_after_forward = true,
+                                            bool reduce_bf16 = false);
   static ParamStorage storage_for(int zero) {
     return zero >= 2 ? ParamStorage::external : ParamStorage::flat;
   }

@@ -56,10 +56,11 @@ std::vector<Shard> unit_pieces(const ParamStore& ps, const DeviceMesh& mesh) {
 class ShardedDataParallel final : public DataParallel, public UnitResidency {
  public:
   ShardedDataParallel(int zero, const DeviceMesh& mesh, ParamStore& ps, const OptimizerConfig& cfg,
-                      Tracer* tracer, bool reshard_after_forward)
+                      Tracer* tracer, bool reshard_after_forward, DType reduce_dtype)
       : DataParallel(mesh, ps, cfg, unit_pieces(ps, mesh), tracer),
         shard_params_(zero == 3),
         reshard_after_forward_(reshard_after_forward),
+        reduce_dtype_(reduce_dtype),
         group_(mesh.device_group(MeshAxis::dp_shard)),
         replicas_(mesh.device_group(MeshAxis::dp_replicate)),
         be_(ps.backend()),
@@ -180,7 +181,8 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
   }
 
  private:
-  // A unit's gradients on their way to this rank's shard: done when the ticket is.
+  // A unit's gradients on their way to this rank's shard (in reduce_dtype_): done when the
+  // ticket is.
   struct Reduce {
     int unit;
     CommStream::Ticket ticket;
@@ -280,10 +282,19 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
     const auto k = static_cast<size_t>(u);
     const ParamUnit& unit = units_[k];
     ps_.zero_stale(unit.begin, unit.end);
-    const Tensor g(grad_bufs_[k], ps_.master_dtype(), be_.device(), {unit.numel()});
+    void* buf = grad_bufs_[k];
+    Tensor g(buf, ps_.master_dtype(), be_.device(), {unit.numel()});
+    if (reduce_dtype_ != ps_.master_dtype()) {
+      // Reduced in bf16: rounded into a buffer of half the size, the f32 one free at once.
+      buf = pool_.take(bytes(reduce_dtype_, unit.numel()));
+      const Tensor low(buf, reduce_dtype_, be_.device(), {unit.numel()});
+      be_.copy(low, g);
+      pool_.give(grad_bufs_[k]);
+      g = low;
+    }
     if (group_.size() > 1)
       stream_.submit(span("reduce_scatter", u), [this, g] { group_.reduce_scatter_sum(g); });
-    reduces_.push_back({u, stream_.last(), grad_bufs_[k]});
+    reduces_.push_back({u, stream_.last(), buf});
     finish_reduces(kReducesInFlight);
   }
   // Completes reduce-scatters, oldest first (a unit's micro-batches add in order): those done
@@ -296,10 +307,19 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
       waited_ += wait_for(r.ticket);
       const Shard p = part(r.unit);
       if (p.size() > 0) {
-        const Tensor g(r.buf, ps_.master_dtype(), be_.device(),
+        const Tensor g(r.buf, reduce_dtype_, be_.device(),
                        {units_[static_cast<size_t>(r.unit)].numel()});
         const Tensor mine = local_grads().slice(packed_[static_cast<size_t>(r.unit)], {p.size()});
-        be_.add(mine, mine, g.slice(p.begin, {p.size()}));
+        Tensor slice = g.slice(p.begin, {p.size()});
+        void* wide = nullptr;
+        if (reduce_dtype_ != ps_.master_dtype()) {  // widened to f32 before the add
+          wide = pool_.take(bytes(ps_.master_dtype(), p.size()));
+          const Tensor w(wide, ps_.master_dtype(), be_.device(), {p.size()});
+          be_.copy(w, slice);
+          slice = w;
+        }
+        be_.add(mine, mine, slice);
+        if (wide) pool_.give(wide);
       }
       pool_.give(r.buf);
     }
@@ -320,8 +340,9 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
 
   const bool shard_params_;  // ZeRO-3; ZeRO-2 keeps them gathered
   const bool reshard_after_forward_;
-  Communicator& group_;     // dp_shard: where units are gathered and reduced
-  Communicator& replicas_;  // dp_replicate: the groups that hold the same pieces
+  const DType reduce_dtype_;  // the gradients' in their reduce-scatters
+  Communicator& group_;       // dp_shard: where units are gathered and reduced
+  Communicator& replicas_;    // dp_replicate: the groups that hold the same pieces
   Backend& be_;
   BufferPool pool_;
   const std::vector<ParamUnit> units_;
@@ -344,9 +365,10 @@ class ShardedDataParallel final : public DataParallel, public UnitResidency {
 
 std::unique_ptr<DataParallel> make_sharded(int zero, const DeviceMesh& mesh, ParamStore& ps,
                                            const OptimizerConfig& cfg, Tracer* tracer,
-                                           bool reshard_after_forward) {
+                                           bool reshard_after_forward, bool reduce_bf16) {
   if (zero != 2 && zero != 3) throw std::logic_error("make_sharded: zero is 2 or 3");
-  return std::make_unique<ShardedDataParallel>(zero, mesh, ps, cfg, tracer, reshard_after_forward);
+  return std::make_unique<ShardedDataParallel>(zero, mesh, ps, cfg, tracer, reshard_after_forward,
+                                               reduce_bf16 ? DType::bf16 : ps.master_dtype());
 }
 
 }  // namespace trainrun

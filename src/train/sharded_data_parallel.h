@@ -45,9 +45,10 @@ namespace trainrun {
 
 // zero: 2 or 3; ps built with ParamStorage::external. reshard_after_forward false (ZeRO-3):
 // a unit's weights gathered for its forward stay until its backward, which then gathers
-// nothing; the forward's end holds every unit's weights.
+// nothing; the forward's end holds every unit's weights. reduce_bf16: the gradients are
+// rounded to bf16 for their reduce-scatter (distributed.reduce_dtype), half the traffic.
 std::unique_ptr<DataParallel> make_sharded(int zero, const DeviceMesh& mesh, ParamStore& ps,
                                            const OptimizerConfig& cfg, Tracer* tracer,
-                                           bool reshard_after_forward);
+                                           bool reshard_after_forward, bool reduce_bf16);
 
 }  // namespace trainrun

@@ -234,7 +234,8 @@ void Trainer::setup_model() {
   targets_per_step_ = model_->targets_per_batch() / micro_ * exp_.train.batch_size;
   loss_sums_ = DeviceBuffer(*be_, sizeof(double) * static_cast<size_t>(accum_));
   dp_ = DataParallel::make(exp_.distributed.zero, *mesh_, model_->params(), exp_.optimizer,
-                           tracer_.get(), exp_.distributed.reshard_after_forward);
+                           tracer_.get(), exp_.distributed.reshard_after_forward,
+                           exp_.distributed.reduce_dtype == Precision::bf16);
   if (watchdog_)
     dp_->on_collective_wait(
         [w = watchdog_.get()](bool waiting) { w->wait_in_collective(waiting); });

@@ -39,7 +39,8 @@ class Communicator {
   virtual void allreduce_avg(Tensor x) = 0;  // in place
   virtual std::unique_ptr<Request> iallreduce_sum(Tensor x) = 0;
   // x holds n elements; afterwards this rank's shard_of(n) range holds the sum over ranks
-  // (other ranges are left unspecified).
+  // (other ranges are left unspecified). f32, f64, and bf16 (summed in f32, rounded to bf16 at
+  // each step of the reduction).
   virtual void reduce_scatter_sum(Tensor x) = 0;
   virtual std::unique_ptr<Request> ireduce_scatter_sum(Tensor x) = 0;
   // x holds n elements; each rank contributes its shard_of(n) range, all ranks get all of it.

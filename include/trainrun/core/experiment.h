@@ -178,6 +178,9 @@ struct DistributedConfig {
   // ZeRO-3: free a unit's gathered weights after its forward (and gather them again for its
   // backward), or keep them until its backward (less traffic, more memory).
   bool reshard_after_forward = true;
+  // ZeRO-2/3: the dtype the gradients are reduce-scattered in (bf16 halves the traffic; each
+  // rank's slice is added to its f32 gradient shard).
+  Precision reduce_dtype = Precision::fp32;
   std::string hostfile;
   bool oversubscribe = false;
 };
