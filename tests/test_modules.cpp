@@ -308,20 +308,24 @@ TEST_CASE("gradcheck: TransformerBlock and LlamaBlock (GQA), with and without dr
   const ModuleCase block_case{.rows = B * T, .in_cols = C, .out_cols = C, .overwrites = true};
   for (float p : {0.0f, 0.3f}) {
     CAPTURE(p);
-    // Activation checkpointing's path too: the backward after a recomputation.
-    for (const bool recompute : {false, true}) {
-      CAPTURE(recompute);
+    // Activation checkpointing's paths too: the backward after a recomputation of the whole
+    // forward (full) or of the pointwise outputs alone (selective, which binds them apart).
+    for (const auto mode : {ActivationCheckpointing::none, ActivationCheckpointing::full,
+                            ActivationCheckpointing::selective}) {
+      CAPTURE(enum_name(mode));
       Fixture fx;
       TransformerBlock blk(fx.ps, "blk", C, 2, 2);
       fx.allocate_params();
       fx.bind([&] {
         blk.bind_kept(fx.acts, B * T);
-        blk.bind(fx.acts, fx.scratch, B, T, &kOneDocument);
+        blk.bind({fx.acts, fx.acts, mode == ActivationCheckpointing::selective}, fx.scratch, B, T,
+                 &kOneDocument);
       });
       gradcheck_module(
           fx, block_case, [&](Tensor out, Tensor in) { blk.forward(out, in, p, 7); },
           [&](Tensor din, Tensor dout, Tensor in) {
-            if (recompute) blk.recompute(in, p, 7, /*normed=*/false);
+            if (mode == ActivationCheckpointing::full) blk.recompute(in, p, 7, /*normed=*/false);
+            if (mode == ActivationCheckpointing::selective) blk.recompute_pointwise(in);
             fx.be->copy(din, dout);
             blk.backward(din, in, p, 7);
           });
@@ -353,9 +357,10 @@ TEST_CASE("gradcheck: TransformerBlock and LlamaBlock (GQA), with and without dr
 }
 
 namespace {
-void check_model(const ModelConfig& cfg, int batch, bool recompute = false) {
+void check_model(const ModelConfig& cfg, int batch,
+                 ActivationCheckpointing checkpointing = ActivationCheckpointing::none) {
   auto be = make_cpu_backend();
-  auto model = build_model(cfg, *be, batch, DType::f64, recompute);
+  auto model = build_model(cfg, *be, batch, DType::f64, checkpointing);
   Rng rng(5);
   ParamStore& ps = model->params();
   randomize(ps.params(), rng, 0.3);
@@ -553,12 +558,15 @@ TEST_CASE("ModelSpec: the measuring pass is what the build allocates, fp32 and b
     for (int batch : {1, 3}) {
       for (DType dt : {DType::f32, DType::bf16}) {
         // With activation checkpointing too (its measure and build share the bind).
-        const bool recompute = cfg.type != ModelType::mlp && batch == 3;
+        const auto recompute = cfg.type == ModelType::mlp ? ActivationCheckpointing::none
+                               : batch == 3               ? ActivationCheckpointing::full
+                               : dt == DType::bf16        ? ActivationCheckpointing::selective
+                                                          : ActivationCheckpointing::none;
         CAPTURE(enum_name(cfg.type));
         CAPTURE(cfg.d_model);
         CAPTURE(batch);
         CAPTURE(dtype_name(dt));
-        CAPTURE(recompute);
+        CAPTURE(enum_name(recompute));
         const ModelSpec& spec = model_spec(cfg.type);
         const ModelShape shape = spec.measure(cfg, batch, dt, recompute);
         auto model = spec.build(cfg, *be, batch, dt, recompute, ParamStorage::flat);
@@ -585,14 +593,16 @@ TEST_CASE("ModelSpec: the measuring pass is what the build allocates, fp32 and b
     }
   }
   const ModelShape gpt =
-      model_spec(ModelType::gpt).measure(gpt_config(2, 16, 2, 8, 32), 1, DType::f32, false);
+      model_spec(ModelType::gpt)
+          .measure(gpt_config(2, 16, 2, 8, 32), 1, DType::f32, ActivationCheckpointing::none);
   std::vector<std::string> names;
   for (const auto& [name, n] : gpt.params_by_module) names.push_back(name);
   CHECK(names == std::vector<std::string>{"wte", "wpe", "blocks.0", "blocks.1", "ln_f"});
   // bf16 halves every float buffer; the token ids stay int32.
   const ModelConfig big = gpt_config(2, 64, 4, 32, 64);
-  const auto f32 = model_spec(ModelType::gpt).measure(big, 4, DType::f32, false).activation_bytes;
-  const auto bf16 = model_spec(ModelType::gpt).measure(big, 4, DType::bf16, false).activation_bytes;
+  const auto none = ActivationCheckpointing::none;
+  const auto f32 = model_spec(ModelType::gpt).measure(big, 4, DType::f32, none).activation_bytes;
+  const auto bf16 = model_spec(ModelType::gpt).measure(big, 4, DType::bf16, none).activation_bytes;
   CHECK(bf16 < f32);
   CHECK(bf16 > f32 * 45 / 100);
 }
@@ -624,7 +634,8 @@ TEST_CASE("ModelSpec: parameter counts match the closed forms") {
       expected += in * V + V;
     }
     CHECK(parameter_count(cfg) == expected);
-    CHECK(model_spec(cfg.type).measure(cfg, 2, DType::f32, false).params == expected);
+    CHECK(model_spec(cfg.type).measure(cfg, 2, DType::f32, ActivationCheckpointing::none).params ==
+          expected);
   }
 }
 
@@ -647,17 +658,20 @@ TEST_CASE("ModelSpec: last_ready_params is what backward reports final last") {
     CAPTURE(enum_name(cfg.type));
     CAPTURE(cfg.d_model);
     const ModelSpec& spec = model_spec(cfg.type);
-    auto model = spec.build(cfg, *be, 2, DType::f32, false, ParamStorage::flat);
+    auto model =
+        spec.build(cfg, *be, 2, DType::f32, ActivationCheckpointing::none, ParamStorage::flat);
     model->params().initialize(5);
     set_fixed_batch(*model, cfg);
     model->forward(true, 1);
     int64_t last = -1;
     model->backward(1.0f, 1, [&](int64_t begin, int64_t end) { last = end - begin; });
-    CHECK(last == spec.measure(cfg, 2, DType::f32, false).last_ready_params);
+    CHECK(last ==
+          spec.measure(cfg, 2, DType::f32, ActivationCheckpointing::none).last_ready_params);
   }
   const ModelConfig gpt = gpt_config(2, 16, 2, 8, 32);
-  CHECK(model_spec(ModelType::gpt).measure(gpt, 1, DType::f32, false).last_ready_params ==
-        (32 + 8) * 16);  // wte and wpe
+  CHECK(model_spec(ModelType::gpt)
+            .measure(gpt, 1, DType::f32, ActivationCheckpointing::none)
+            .last_ready_params == (32 + 8) * 16);  // wte and wpe
 }
 
 TEST_CASE(
@@ -666,7 +680,8 @@ TEST_CASE(
   for (const ModelConfig& cfg : spec_zoo()) {
     CAPTURE(enum_name(cfg.type));
     CAPTURE(cfg.d_model);
-    auto model = model_spec(cfg.type).build(cfg, *be, 2, DType::f32, false, ParamStorage::flat);
+    auto model = model_spec(cfg.type).build(cfg, *be, 2, DType::f32, ActivationCheckpointing::none,
+                                            ParamStorage::flat);
     ParamStore& ps = model->params();
     ps.initialize(5);
     set_fixed_batch(*model, cfg);
@@ -712,7 +727,8 @@ TEST_CASE("Llama: parameter counts by hand, names and modules in forward order")
   CHECK(parameter_count(llama_config(1, 96, 4, 4, 8, 10, true)) ==
         960 + (192 + 3 * 96 * 96 + 96 * 96 + 3 * 256 * 96) + 96);
   const ModelShape s = model_spec(ModelType::llama)
-                           .measure(llama_config(2, 16, 4, 2, 8, 32, false), 1, DType::f32, false);
+                           .measure(llama_config(2, 16, 4, 2, 8, 32, false), 1, DType::f32,
+                                    ActivationCheckpointing::none);
   std::vector<std::string> modules;
   for (const auto& [name, n] : s.params_by_module) modules.push_back(name);
   CHECK(modules == std::vector<std::string>{"wte", "blocks.0", "blocks.1", "norm_f", "lm_head"});
@@ -791,7 +807,7 @@ TEST_CASE("ModelSpec: every family states its rules, bounds and description") {
     // measuring pass declares (in double, before any int64 arithmetic could overflow).
     std::vector<TensorBound> bounds;
     spec.tensor_bounds(cfg, 2, bounds);
-    const ModelShape shape = spec.measure(cfg, 2, DType::f32, false);
+    const ModelShape shape = spec.measure(cfg, 2, DType::f32, ActivationCheckpointing::none);
     double largest_block = 0;
     for (const auto& [module, n] : shape.params_by_module)
       if (module.rfind("blocks.", 0) == 0 || module.rfind("hidden", 0) == 0 ||
@@ -900,10 +916,11 @@ struct StepGrads {
   std::vector<float> grads;
   size_t activation_bytes = 0;
 };
-StepGrads step_grads(const ModelConfig& cfg, bool recompute, const std::vector<int32_t>* docs) {
+StepGrads step_grads(const ModelConfig& cfg, ActivationCheckpointing checkpointing,
+                     const std::vector<int32_t>* docs) {
   auto be = make_cpu_backend();
   const int batch = 2;
-  auto model = build_model(cfg, *be, batch, DType::f32, recompute);
+  auto model = build_model(cfg, *be, batch, DType::f32, checkpointing);
   model->params().initialize(21);
   const size_t n = static_cast<size_t>(batch * cfg.seq_len);
   std::vector<int32_t> x(n), y(n);
@@ -929,8 +946,11 @@ StepGrads step_grads(const ModelConfig& cfg, bool recompute, const std::vector<i
 
 TEST_CASE("activation checkpointing: the gradients are checked, and bit-identical to none") {
   // f64 finite differences through the recomputed blocks (dropout 0: a smooth loss).
-  check_model(gpt_config(3, 8, 2, 5, 11), 2, /*recompute=*/true);
-  check_model(llama_config(3, 8, 2, 1, 5, 11, false, 16), 2, /*recompute=*/true);
+  for (const auto mode : {ActivationCheckpointing::full, ActivationCheckpointing::selective}) {
+    CAPTURE(enum_name(mode));
+    check_model(gpt_config(3, 8, 2, 5, 11), 2, mode);
+    check_model(llama_config(3, 8, 2, 1, 5, 11, false, 16), 2, mode);
+  }
   // fp32, with dropout (the recomputation must draw the same masks) and document masking.
   ModelConfig gpt = gpt_config(4, 16, 2, 8, 19), llama = llama_config(4, 16, 4, 2, 8, 19, false);
   gpt.dropout = llama.dropout = 0.2;
@@ -941,13 +961,19 @@ TEST_CASE("activation checkpointing: the gradients are checked, and bit-identica
                                           static_cast<const std::vector<int32_t>*>(&docs)}) {
       CAPTURE(enum_name(cfg.type));
       CAPTURE(d != nullptr);
-      const StepGrads none = step_grads(cfg, false, d), full = step_grads(cfg, true, d);
-      CHECK(full.loss_sum == none.loss_sum);
-      REQUIRE(full.grads.size() == none.grads.size());
-      CHECK(std::memcmp(full.grads.data(), none.grads.data(), full.grads.size() * sizeof(float)) ==
-            0);
-      // The blocks' activations but their kept part are shared: less memory.
-      CHECK(full.activation_bytes < none.activation_bytes);
+      const StepGrads none = step_grads(cfg, ActivationCheckpointing::none, d);
+      const StepGrads full = step_grads(cfg, ActivationCheckpointing::full, d);
+      const StepGrads selective = step_grads(cfg, ActivationCheckpointing::selective, d);
+      for (const StepGrads* g : {&full, &selective}) {
+        CHECK(g->loss_sum == none.loss_sum);
+        REQUIRE(g->grads.size() == none.grads.size());
+        CHECK(std::memcmp(g->grads.data(), none.grads.data(), g->grads.size() * sizeof(float)) ==
+              0);
+      }
+      // The blocks' activations but their kept part are shared: less memory, and selective
+      // keeps more than full (the GEMMs' and attention's outputs).
+      CHECK(full.activation_bytes < selective.activation_bytes);
+      CHECK(selective.activation_bytes < none.activation_bytes);
     }
   }
 }

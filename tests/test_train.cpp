@@ -783,7 +783,8 @@ std::pair<std::vector<double>, uint64_t> train_tiny(int zero, bool reshard = tru
   cfg.seq_len = 8;
   cfg.vocab_size = 13;
   cfg.dropout = 0.1;
-  auto model = build_model(cfg, *be, 2, DType::f32, false, DataParallel::storage_for(zero));
+  auto model = build_model(cfg, *be, 2, DType::f32, ActivationCheckpointing::none,
+                           DataParallel::storage_for(zero));
   OptimizerConfig oc;
   auto dp = DataParallel::make(zero, mesh, model->params(), oc, nullptr, reshard);
   dp->initialize_weights(7);

@@ -165,8 +165,10 @@ std::vector<Field> make_schema() {
        .resumable = kResumable},
       {KEY(train, activation_checkpointing),
        .description = "full: keep each transformer block's input (and its first norm's output) "
-                      "and recompute the rest of its forward during its backward: activation "
-                      "memory for more compute, the same numbers (gpt, llama)",
+                      "and recompute the rest of its forward during its backward; selective: "
+                      "keep the GEMMs' and attention's outputs and recompute only the pointwise "
+                      "ops (norms, the MLP's activation, residual adds). Activation memory for "
+                      "more compute, the same numbers (gpt, llama)",
        .resumable = kResumable},
       {KEY(train, omp_spincount),
        .description = "Spins an idle OpenMP thread waits before sleeping (GOMP_SPINCOUNT; an "

@@ -4,11 +4,13 @@
 // reverse over one gradient buffer, which each block turns in place from its output's gradient
 // into its input's, and reports each block's parameters final as soon as they are. Block is a
 // PreNormBlock instance (pre_norm_block.h).
-// Activation checkpointing (recompute): each block keeps only what its bind_kept binds (its
+// Activation checkpointing: with `full` each block keeps only what its bind_kept binds (its
 // first norm's output and statistics; its input is the stream's xs[l]); the rest of its
 // activations live in one region every block shares, which block l's backward fills again by
 // recomputing block l's forward from what it kept, with the same dropout seeds, so the numbers
-// are those of the run without it.
+// are those of the run without it. With `selective` a block keeps its GEMMs' and attention's
+// outputs too, and only its pointwise outputs live in the shared region (ActivationArenas),
+// recomputed from the kept ones (PreNormBlock::recompute_pointwise): no GEMM runs twice.
 // Units (params.h): each block is a unit of its own, acquired for its forward and its backward;
 // block l's forward also reads the unit after it (block l+1's first norm, or the final norm's),
 // which the stack acquires before block l runs and the caller releases after the stream.
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "trainrun/core/experiment.h"
 #include "trainrun/core/rng.h"
 #include "trainrun/model/model.h"
 
@@ -48,23 +51,30 @@ class BlockStack {
     dres_[0] = scratch.take(dt, {rows, dim});
     dres_[1] = scratch.take(dt, {rows, dim});
   }
-  // The blocks: gradient scratch shared from scratch's mark now on; activations each their own,
-  // or with `recompute` only the kept ones, the rest in a region the blocks share.
-  // doc_start: the model's document starts (CausalSelfAttention::bind).
-  void bind_blocks(Arena& acts, Arena& scratch, int64_t batch, int64_t seq, const Tensor* doc_start,
-                   bool recompute) {
-    recompute_ = recompute;
+  // The blocks: gradient scratch shared from scratch's mark now on; activations each their own
+  // in `acts`, or with checkpointing only what `mode` keeps, the rest in `shared` (restarted:
+  // one region every block binds from its start). doc_start: the model's document starts
+  // (CausalSelfAttention::bind).
+  void bind_blocks(Arena& acts, Arena& shared, Arena& scratch, int64_t batch, int64_t seq,
+                   const Tensor* doc_start, ActivationCheckpointing mode) {
+    mode_ = mode;
     const int64_t rows = batch * seq;
-    if (recompute)
-      for (auto& b : blocks_) b->bind_kept(acts, rows);
-    const size_t shared = scratch.mark(), shared_acts = acts.mark();
+    const size_t shared_scratch = scratch.mark();
     for (auto& b : blocks_) {
-      scratch.rewind(shared);
-      if (recompute)
-        acts.rewind(shared_acts);
-      else
-        b->bind_kept(acts, rows);
-      b->bind(acts, scratch, batch, seq, doc_start);
+      b->bind_kept(acts, rows);
+      scratch.rewind(shared_scratch);
+      shared.restart();
+      switch (mode) {
+        case ActivationCheckpointing::none:
+          b->bind({acts, acts}, scratch, batch, seq, doc_start);
+          break;
+        case ActivationCheckpointing::full:
+          b->bind({shared, shared}, scratch, batch, seq, doc_start);
+          break;
+        case ActivationCheckpointing::selective:
+          b->bind({acts, shared, /*recomputed=*/true}, scratch, batch, seq, doc_start);
+          break;
+      }
     }
   }
 
@@ -111,8 +121,7 @@ class BlockStack {
         ps_.acquire(units_[l], Pass::backward);
         // The last block's activations are still the forward's: nothing ran in the shared
         // region since.
-        if (recompute_ && l + 1 < blocks_.size())
-          blocks_[l]->recompute(xs_[l], p, hash_combine(seed, 100 + l), /*normed=*/l > 0);
+        if (l + 1 < blocks_.size()) recompute(l, p, seed);
         blocks_[l]->backward(dres_[0], xs_[l], p, hash_combine(seed, 100 + l));  // in place
         ps_.release(units_[l], Pass::backward);
       }
@@ -125,13 +134,27 @@ class BlockStack {
   }
 
  private:
+  // Block l's activations for its backward, again in the shared region (mode_ says which).
+  void recompute(size_t l, float p, uint64_t seed) const {
+    switch (mode_) {
+      case ActivationCheckpointing::none:
+        break;
+      case ActivationCheckpointing::full:
+        blocks_[l]->recompute(xs_[l], p, hash_combine(seed, 100 + l), /*normed=*/l > 0);
+        break;
+      case ActivationCheckpointing::selective:
+        blocks_[l]->recompute_pointwise(xs_[l]);
+        break;
+    }
+  }
+
   ParamStore& ps_;
   std::vector<std::string> names_;  // "blocks.L": the blocks' profiler ranges and unit names
   std::vector<int> units_;          // block l's unit in ps_
   std::vector<std::unique_ptr<Block>> blocks_;
   std::vector<Tensor> xs_;
   Tensor dres_[2];
-  bool recompute_ = false;
+  ActivationCheckpointing mode_ = ActivationCheckpointing::none;
 };
 
 }  // namespace trainrun

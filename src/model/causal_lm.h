@@ -83,11 +83,11 @@ inline ParamStore& in_unit(ParamStore& ps, const char* name) {
 template <class Family>
 class CausalLm final : public Model {
  public:
-  CausalLm(const ModelConfig& cfg, Backend& be, int batch, DType dt, Bind mode, bool recompute,
-           ParamStorage storage)
+  CausalLm(const ModelConfig& cfg, Backend& be, int batch, DType dt, Bind mode,
+           ActivationCheckpointing checkpointing, ParamStorage storage)
       : cfg_(cfg),
         batch_(batch),
-        recompute_(recompute),
+        checkpointing_(checkpointing),
         ps_(be, dt, storage),
         wte_(in_unit(ps_, "embed"), "wte", cfg.vocab_size, cfg.d_model, 0.02f),
         positions_(ps_, cfg),
@@ -97,6 +97,7 @@ class CausalLm final : public Model {
         norm_(in_unit(ps_, "head"), Family::kNormName, cfg.d_model),
         head_unit_(static_cast<int>(ps_.units().size()) - 1),
         acts_(be),
+        shared_acts_(be),
         scratch_(be) {
     if (Family::untied(cfg))
       lm_head_.emplace(ps_, "lm_head", cfg.d_model, cfg.vocab_size, false, 0.02f);
@@ -104,6 +105,7 @@ class CausalLm final : public Model {
     bind();  // the measuring pass
     if (mode == Bind::measure_only) return;
     acts_.allocate();
+    shared_acts_.allocate();
     scratch_.allocate();
     bind();  // the real views
     positions_.fill(be, rows(), cfg.seq_len);
@@ -172,7 +174,9 @@ class CausalLm final : public Model {
   int64_t targets_per_batch() const override { return rows(); }
   Tensor logits() const override { return logits_; }
   ParamStore& params() override { return ps_; }
-  size_t activation_bytes() const override { return acts_.bytes() + scratch_.bytes(); }
+  size_t activation_bytes() const override {
+    return acts_.bytes() + shared_acts_.bytes() + scratch_.bytes();
+  }
   int batch() const override { return batch_; }
   int seq_len() const override { return cfg_.seq_len; }
   // The embeddings' parameters: their gradients are final last (see backward).
@@ -198,12 +202,12 @@ class CausalLm final : public Model {
     loss_.bind(acts_, N, ps_.stats_dtype());
     dnorm_ = scratch_.take(dt, {N, C});
     top_end_ = scratch_.mark();  // the stream's gradients and dnorm; then the blocks' shared part
-    stack_.bind_blocks(acts_, scratch_, B, T, &doc_start_, recompute_);
+    stack_.bind_blocks(acts_, shared_acts_, scratch_, B, T, &doc_start_, checkpointing_);
   }
 
   ModelConfig cfg_;
   int batch_;
-  bool recompute_;  // train.activation_checkpointing=full: the blocks recompute (BlockStack)
+  ActivationCheckpointing checkpointing_;  // what the blocks recompute (BlockStack)
   ParamStore ps_;
   Embedding wte_;
   typename Family::Positions positions_;
@@ -213,7 +217,7 @@ class CausalLm final : public Model {
   static constexpr int kEmbedUnit = 0;  // "embed", declared first
   int head_unit_;                       // "head": the final norm and lm_head
   std::optional<Linear> lm_head_;       // absent when the head is tied to wte
-  Arena acts_, scratch_;
+  Arena acts_, shared_acts_, scratch_;  // shared_acts_: what checkpointing recomputes
   Tensor ids_, targets_, norm_out_, logits_, dnorm_;
   ClassifierLoss loss_;
   Tensor doc_buf_;    // [B,T] i32: document starts, when set_documents gave some
@@ -224,13 +228,16 @@ class CausalLm final : public Model {
 // A family's ModelSpec build and measure.
 template <class Family>
 std::unique_ptr<Model> build_causal_lm(const ModelConfig& cfg, Backend& be, int batch, DType dt,
-                                       bool recompute, ParamStorage storage) {
-  return std::make_unique<CausalLm<Family>>(cfg, be, batch, dt, Bind::allocate, recompute, storage);
+                                       ActivationCheckpointing checkpointing,
+                                       ParamStorage storage) {
+  return std::make_unique<CausalLm<Family>>(cfg, be, batch, dt, Bind::allocate, checkpointing,
+                                            storage);
 }
 
 template <class Family>
-ModelShape measure_causal_lm(const ModelConfig& cfg, int batch, DType dt, bool recompute) {
-  CausalLm<Family> m(cfg, measuring_backend(), batch, dt, Bind::measure_only, recompute,
+ModelShape measure_causal_lm(const ModelConfig& cfg, int batch, DType dt,
+                             ActivationCheckpointing checkpointing) {
+  CausalLm<Family> m(cfg, measuring_backend(), batch, dt, Bind::measure_only, checkpointing,
                      ParamStorage::flat);
   ModelShape s = shape_of(m.params(), m.activation_bytes());
   s.last_ready_params = m.embed_params();

@@ -187,7 +187,7 @@ constinit const ModelSpec kMlpSpec = {
           return fmt::format("mlp d_model {} seq_len {} vocab {}", m.d_model, m.seq_len,
                              m.vocab_size);
         },
-    .build = [](const ModelConfig& cfg, Backend& be, int batch, DType dt, bool,
+    .build = [](const ModelConfig& cfg, Backend& be, int batch, DType dt, ActivationCheckpointing,
                 ParamStorage storage) -> std::unique_ptr<Model> {
       // No blocks to recompute and no units to shard: the config rules refuse both.
       if (storage != ParamStorage::flat)
@@ -195,7 +195,7 @@ constinit const ModelSpec kMlpSpec = {
       return std::make_unique<MlpModel>(cfg, be, batch, dt, Bind::allocate);
     },
     .measure =
-        [](const ModelConfig& cfg, int batch, DType dt, bool) {
+        [](const ModelConfig& cfg, int batch, DType dt, ActivationCheckpointing) {
           MlpModel m(cfg, measuring_backend(), batch, dt, Bind::measure_only);
           ModelShape s = shape_of(m.params(), m.activation_bytes());
           s.last_ready_params = s.params;  // backward reports every gradient at its end

@@ -33,8 +33,8 @@ const ModelSpec& model_spec(ModelType type) {
 }
 
 std::unique_ptr<Model> build_model(const ModelConfig& cfg, Backend& be, int batch, DType dtype,
-                                   bool recompute, ParamStorage storage) {
-  return model_spec(cfg.type).build(cfg, be, batch, dtype, recompute, storage);
+                                   ActivationCheckpointing checkpointing, ParamStorage storage) {
+  return model_spec(cfg.type).build(cfg, be, batch, dtype, checkpointing, storage);
 }
 
 Backend& measuring_backend() {

@@ -15,17 +15,17 @@ void PreNormBlock<Norm, Ffn>::bind_kept(Arena& acts, int64_t rows) {
 }
 
 template <class Norm, class Ffn>
-void PreNormBlock<Norm, Ffn>::bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq,
-                                   const Tensor* doc_start) {
+void PreNormBlock<Norm, Ffn>::bind(ActivationArenas acts, Arena& scratch, int64_t batch,
+                                   int64_t seq, const Tensor* doc_start) {
   const int64_t rows = batch * seq, dm = dim_;
   const DType dt = ps_.dtype();
-  p_.norm2.bind(acts, rows);
-  p_.attn.bind(acts, scratch, batch, seq, doc_start);
+  p_.norm2.bind(acts.pointwise, rows);
+  p_.attn.bind(acts.kept, scratch, batch, seq, doc_start);
   p_.ffn.bind(acts, scratch, rows);
-  ao_ = acts.take(dt, {rows, dm});
-  x1_ = acts.take(dt, {rows, dm});
-  n2_ = acts.take(dt, {rows, dm});
-  mo_ = acts.take(dt, {rows, dm});
+  ao_ = acts.kept.take(dt, {rows, dm});
+  x1_ = acts.pointwise.take(dt, {rows, dm});
+  n2_ = acts.pointwise.take(dt, {rows, dm});
+  mo_ = acts.pointwise.take(dt, {rows, dm});
   dmo_ = scratch.take(dt, {rows, dm});
   dn2_ = scratch.take(dt, {rows, dm});
   dao_ = scratch.take(dt, {rows, dm});
@@ -46,6 +46,12 @@ template <class Norm, class Ffn>
 void PreNormBlock<Norm, Ffn>::recompute(Tensor x, float dropout, uint64_t seed, bool normed) const {
   // The output (and mo's dropout, which only the output reads) is not needed by backward.
   branches(x, dropout, seed, normed);
+}
+
+template <class Norm, class Ffn>
+void PreNormBlock<Norm, Ffn>::recompute_pointwise(Tensor x) const {
+  p_.norm2.forward_residual(x1_, n2_, x, ao_);
+  p_.ffn.recompute_pointwise();
 }
 
 template <class Norm, class Ffn>

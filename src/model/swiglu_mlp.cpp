@@ -9,19 +9,23 @@ SwiGluMLP::SwiGluMLP(ParamStore& ps, const std::string& name, int d_model, int h
       gate_up_(ps, name + ".gate_up", d_model, 2 * hidden, false, 0.02f),
       down_(ps, name + ".down", hidden, d_model, false, proj_std) {}
 
-void SwiGluMLP::bind(Arena& acts, Arena& scratch, int64_t rows) {
+void SwiGluMLP::bind(ActivationArenas acts, Arena& scratch, int64_t rows) {
   const DType dt = ps_.dtype();
   const int64_t h = hidden_;
-  g_ = acts.take(dt, {rows, 2 * h});
-  s_ = acts.take(dt, {rows, h});
+  g_ = acts.kept.take(dt, {rows, 2 * h});
+  s_ = acts.pointwise.take(dt, {rows, h});
   dg_ = scratch.take(dt, {rows, 2 * h});
   ds_ = scratch.take(dt, {rows, h});
 }
 
 void SwiGluMLP::forward(Tensor out, Tensor in) const {
   gate_up_.forward(g_, in);
-  ps_.backend().swiglu(s_, g_);
+  recompute_pointwise();
   down_.forward(out, s_);
+}
+
+void SwiGluMLP::recompute_pointwise() const {
+  ps_.backend().swiglu(s_, g_);
 }
 
 // The hidden gradients are this module's own scratch: overwritten, so nothing zeroes them.

@@ -194,7 +194,7 @@ StepKernels step_kernels(const Experiment& exp, int batch) {
   // With activation checkpointing the recorded step holds the recomputed forwards too: their
   // time is in the prediction (their FLOPs are not model FLOPs, so not in MFU).
   const std::unique_ptr<Model> model =
-      build_model(exp.model, rec, batch, dt, recomputes(exp.train));
+      build_model(exp.model, rec, batch, dt, exp.train.activation_checkpointing);
   const auto n = static_cast<size_t>(batch) * static_cast<size_t>(exp.model.seq_len);
   const std::vector<int32_t> ids(n, 0);
   StepKernels out;

@@ -106,7 +106,7 @@ ModelShape measure(const Experiment& exp, bool gpu) {
   const bool bf16 = gpu && exp.train.precision == Precision::bf16;
   return model_spec(exp.model.type)
       .measure(exp.model, micro_batch_of(exp), bf16 ? DType::bf16 : DType::f32,
-               recomputes(exp.train));
+               exp.train.activation_checkpointing);
 }
 
 // The units ZeRO-3 gathers one at a time: the largest block's size and the two ends'.
@@ -230,7 +230,8 @@ double bytes_per_rank(const Experiment& exp, bool gpu) {
 
 // What makes a run that does not fit fit, each change checked by computing its memory: the
 // highest ZeRO stage the model takes (3, or 1 for a model without units to shard), activation
-// checkpointing, both, and the largest micro-batch that fits with them; when none does, how many
+// checkpointing (selective first: it recomputes no GEMM; then full), both, and the largest
+// micro-batch that fits with them; when none does, how many
 // ranks per replica group that stage needs (its state shrinks with them), or that no rank count
 // helps (what every rank holds whole, activations and the units in use, does not shrink).
 std::string fit_advice(const Experiment& exp, bool gpu, double memory) {
@@ -242,13 +243,17 @@ std::string fit_advice(const Experiment& exp, bool gpu, double memory) {
   const int world = std::max(1, exp.world_size());
   const int best_zero = exp.model.type == ModelType::mlp ? 1 : 3;
   const bool can_zero = exp.distributed.zero < best_zero && world > 1;
-  const bool can_recompute = !recomputes(exp.train) && exp.model.type != ModelType::mlp;
-  Experiment zero = exp, recompute = exp, both = exp;
+  const bool can_recompute = exp.train.activation_checkpointing != ActivationCheckpointing::full &&
+                             exp.model.type != ModelType::mlp;
+  Experiment zero = exp, selective = exp, recompute = exp, both = exp;
+  selective.train.activation_checkpointing = ActivationCheckpointing::selective;
   zero.distributed.zero = both.distributed.zero = can_zero ? best_zero : exp.distributed.zero;
   if (can_recompute)
     recompute.train.activation_checkpointing = both.train.activation_checkpointing =
         ActivationCheckpointing::full;
   if (can_zero) consider(zero, fmt::format("set distributed.zero={}", best_zero));
+  if (can_recompute && !recomputes(exp.train))
+    consider(selective, "set train.activation_checkpointing=selective");
   if (can_recompute) consider(recompute, "set train.activation_checkpointing=full");
   if (can_zero && can_recompute)
     consider(both, fmt::format("set distributed.zero={} and train.activation_checkpointing=full",

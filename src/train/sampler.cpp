@@ -48,7 +48,7 @@ std::string sample_text(const std::string& run_dir_or_file, const std::string& p
   Experiment exp = parse_experiment(ck.state.config_yaml, file + ":/config", {});
   auto be = make_cpu_backend();
   const ModelSpec& spec = model_spec(exp.model.type);
-  auto model = spec.build(exp.model, *be, 1, DType::f32, /*recompute=*/false,
+  auto model = spec.build(exp.model, *be, 1, DType::f32, ActivationCheckpointing::none,
                           ParamStorage::flat);  // no backward
   ParamStore& ps = model->params();
   be->copy(ps.params(), Tensor(ck.weights.data(), DType::f32, Device::cpu, {ps.numel()}));

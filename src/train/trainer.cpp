@@ -228,9 +228,9 @@ void Trainer::setup_model() {
   micro_ = exp_.train.micro_batch_size > 0 ? exp_.train.micro_batch_size
                                            : exp_.train.batch_size / world_;
   accum_ = exp_.train.batch_size / (micro_ * world_);
-  model_ = build_model(exp_.model, *be_, micro_,
-                       exp_.train.precision == Precision::bf16 ? DType::bf16 : DType::f32,
-                       recomputes(exp_.train), DataParallel::storage_for(exp_.distributed.zero));
+  model_ = build_model(
+      exp_.model, *be_, micro_, exp_.train.precision == Precision::bf16 ? DType::bf16 : DType::f32,
+      exp_.train.activation_checkpointing, DataParallel::storage_for(exp_.distributed.zero));
   targets_per_step_ = model_->targets_per_batch() / micro_ * exp_.train.batch_size;
   loss_sums_ = DeviceBuffer(*be_, sizeof(double) * static_cast<size_t>(accum_));
   dp_ = DataParallel::make(exp_.distributed.zero, *mesh_, model_->params(), exp_.optimizer,

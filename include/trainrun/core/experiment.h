@@ -38,13 +38,15 @@ struct EnumNames<ActivationKind> {
   static_assert(std::size(names) == 1 + static_cast<size_t>(ActivationKind::relu));
 };
 
-// What a transformer's backward has of each block's forward: everything it saved (none), or
-// only the block's input and its first norm's output, the rest recomputed (full).
-enum class ActivationCheckpointing : uint8_t { none, full };
+// What a transformer's backward has of each block's forward: everything it saved (none); only
+// the block's input and its first norm's output, the rest recomputed (full); or the outputs of
+// its GEMMs and attention (with the softmax statistics), the cheap pointwise ops' outputs
+// recomputed (selective: norms, the MLP's activation, residual adds).
+enum class ActivationCheckpointing : uint8_t { none, full, selective };
 template <>
 struct EnumNames<ActivationCheckpointing> {
-  static constexpr std::string_view names[] = {"none", "full"};
-  static_assert(std::size(names) == 1 + static_cast<size_t>(ActivationCheckpointing::full));
+  static constexpr std::string_view names[] = {"none", "full", "selective"};
+  static_assert(std::size(names) == 1 + static_cast<size_t>(ActivationCheckpointing::selective));
 };
 
 enum class Precision : uint8_t { fp32, bf16 };
@@ -139,7 +141,7 @@ struct TrainConfig {
   int64_t omp_spincount = 3000;
 };
 
-// Whether the model recomputes its blocks' activations in backward (build_model's `recompute`).
+// Whether the model recomputes (some of) its blocks' activations in backward.
 inline bool recomputes(const TrainConfig& t) {
   return t.activation_checkpointing != ActivationCheckpointing::none;
 }

@@ -50,13 +50,14 @@ class Model {
   DeviceBuffer loss_sum_;  // forward(training, seed)'s one f64, allocated on first use
 };
 
-// Builds, allocates and binds a model for micro-batches of `batch` sequences. `recompute`
-// (train.activation_checkpointing=full): a transformer keeps only each block's input and first
-// norm output, and recomputes the rest of the block's forward in its backward. `storage`
+// Builds, allocates and binds a model for micro-batches of `batch` sequences. `checkpointing`
+// (train.activation_checkpointing): what a transformer's blocks keep for their backward and
+// what they recompute in it (block_stack.h, ActivationArenas). `storage`
 // external (ZeRO-2/3): the parameters' memory is bound unit by unit by the data-parallel
 // strategy (params.h).
-std::unique_ptr<Model> build_model(const ModelConfig& cfg, Backend& be, int batch,
-                                   DType dtype = DType::f32, bool recompute = false,
-                                   ParamStorage storage = ParamStorage::flat);
+std::unique_ptr<Model> build_model(
+    const ModelConfig& cfg, Backend& be, int batch, DType dtype = DType::f32,
+    ActivationCheckpointing checkpointing = ActivationCheckpointing::none,
+    ParamStorage storage = ParamStorage::flat);
 
 }  // namespace trainrun

@@ -59,15 +59,17 @@ struct ModelSpec {
   void (*tensor_bounds)(const ModelConfig& cfg, double batch, std::vector<TensorBound>& out);
   // One line for `trainrun report`: "gpt 2 layers d_model 64 heads 4 seq_len 64 vocab 64".
   std::string (*describe)(const ModelConfig& cfg);
-  // Builds, allocates and binds a model for micro-batches of `batch` sequences; `recompute`:
-  // train.activation_checkpointing=full (only for a family with blocks: the config rules say);
+  // Builds, allocates and binds a model for micro-batches of `batch` sequences; `checkpointing`:
+  // train.activation_checkpointing (other than none only for a family with blocks: the config
+  // rules say);
   // `storage`: external for ZeRO-2/3, which owns the parameters' memory (params.h; only for a
   // family with units, as the config rules say).
   std::unique_ptr<Model> (*build)(const ModelConfig& cfg, Backend& be, int batch, DType dtype,
-                                  bool recompute, ParamStorage storage);
+                                  ActivationCheckpointing checkpointing, ParamStorage storage);
   // The measuring pass alone: declares every parameter and binds both arenas once, allocating
   // nothing, so it is cheap even for a model that would not fit this machine.
-  ModelShape (*measure)(const ModelConfig& cfg, int batch, DType dtype, bool recompute);
+  ModelShape (*measure)(const ModelConfig& cfg, int batch, DType dtype,
+                        ActivationCheckpointing checkpointing);
   // Forward FLOPs per predicted token (the FLOPs model of flops.h).
   double (*forward_flops_per_token)(const ModelConfig& cfg);
   // Predicted tokens per sequence of seq_len inputs.

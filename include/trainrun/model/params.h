@@ -200,4 +200,16 @@ class Arena {
   bool measured_ = false;
 };
 
+// Where a transformer block's modules bind their activations: the outputs of GEMMs and attention
+// (and what a backward cannot recompute cheaply) in `kept`; the outputs of pointwise ops (norms,
+// the MLP's activation, residual adds) in `pointwise`. Without checkpointing both are one arena.
+// With train.activation_checkpointing=selective, `pointwise` is a region every block shares and
+// the block's recompute refills it from `kept`; `recomputed` says so, so that a module computes
+// those outputs in its forward exactly as its recomputation will (the same op, the same bits).
+struct ActivationArenas {
+  Arena& kept;
+  Arena& pointwise;
+  bool recomputed = false;
+};
+
 }  // namespace trainrun

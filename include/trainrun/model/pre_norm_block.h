@@ -41,8 +41,14 @@ class PreNormBlock {
   // statistics (the block before wrote them, fused into its last add, and no recomputation
   // could give the same bits). Bound before bind().
   void bind_kept(Arena& acts, int64_t rows);
-  // The other activations; gradient scratch is shared by all blocks (one backward at a time).
-  void bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq, const Tensor* doc_start);
+  // The other activations: the attention's and the projections' outputs kept, the residual
+  // sums, norm2's and the feed-forward's pointwise outputs in acts.pointwise (ActivationArenas).
+  // Gradient scratch is shared by all blocks (one backward at a time).
+  void bind(ActivationArenas acts, Arena& scratch, int64_t batch, int64_t seq,
+            const Tensor* doc_start);
+  void bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq, const Tensor* doc_start) {
+    bind({acts, acts}, scratch, batch, seq, doc_start);
+  }
   // Each residual add runs fused into the norm that reads its sum (Norm::forward_residual):
   // x1's into norm2, and out's into `next` when given (the next block's norm1, or the model's
   // final norm: next.out = next.norm(out)), else a plain add. With `normed`, norm1(x) is
@@ -54,6 +60,10 @@ class PreNormBlock {
   // forward() again from `x` and what bind_kept holds, up to what backward() reads (not the
   // output), with the same arguments: after other blocks used the shared activations.
   void recompute(Tensor x, float dropout, uint64_t seed, bool normed) const;
+  // Selective checkpointing's recomputation: the pointwise outputs backward() reads, from the
+  // kept ones and the block's input x: x1 = x + drop(ao) (ao is kept after its dropout, so no
+  // mask is drawn again), norm2(x1) and the feed-forward's activation.
+  void recompute_pointwise(Tensor x) const;
   // The residual stream's gradient, in place: dstream holds d(loss)/d(out) and becomes
   // d(loss)/d(x). Both residual branches add their input gradients into it, so the stream is
   // never copied. Reuses the shared scratch.
@@ -77,7 +87,7 @@ class PreNormBlock {
   // The two residual branches up to the feed-forward's output (what backward reads).
   void branches(Tensor x, float dropout, uint64_t seed, bool normed) const;
 
-  Tensor n1_, ao_, x1_, n2_, mo_;  // activations (n1_: kept)
+  Tensor n1_, ao_, x1_, n2_, mo_;  // activations (n1_, ao_: kept; x1_, n2_, mo_: pointwise)
   Tensor dmo_, dn2_, dao_, dn1_;   // gradient scratch
 };
 

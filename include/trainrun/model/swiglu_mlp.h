@@ -13,8 +13,12 @@ namespace trainrun {
 class SwiGluMLP {
  public:
   SwiGluMLP(ParamStore& ps, const std::string& name, int d_model, int hidden, float proj_std);
-  void bind(Arena& acts, Arena& scratch, int64_t rows);
+  // gate|up's output is kept, silu(gate) * up is pointwise (ActivationArenas).
+  void bind(ActivationArenas acts, Arena& scratch, int64_t rows);
+  void bind(Arena& acts, Arena& scratch, int64_t rows) { bind({acts, acts}, scratch, rows); }
   void forward(Tensor out, Tensor in) const;
+  // silu(gate) * up again from gate|up's output (selective checkpointing).
+  void recompute_pointwise() const;
   // din += d(loss)/d(in). Uses the bound gradient scratch, which the caller zeroes.
   // din += (or =) d(loss)/d(in), as Linear::backward.
   void backward(Tensor din, Tensor dout, Tensor in, GradWrite write = GradWrite::accumulate) const;
