@@ -89,3 +89,32 @@ def test_on_the_cuda_device_the_plan_is_what_the_gpu_holds(tmp_path, precision):
     assert abs(plan - planned / 2**20) <= 1
     without_context = planned / 2**20 - 512
     assert abs(without_context - used) / used < 0.10, (without_context, used)
+
+
+def test_on_the_cuda_device_memory_falls_with_the_stage_as_the_plan_says(tmp_path):
+    # ZeRO 0-3 on 4 ranks of the CPU-executed device over its NCCL: the device memory each rank
+    # holds after its step (parameters, gradients, AdamW state, ZeRO-3's pooled working units)
+    # against the plan less its CUDA context, as above; eight thin blocks, so the state the
+    # stages shard dominates.
+    sim = pathlib.Path(TRAINRUN).parent / "kernels" / "sim" / "libtrainrun_cudasim.so"
+    assert sim.exists(), f"{sim} was not built"
+    cfg = ["model.n_layer=8", "model.d_model=256", "model.n_head=4", "model.seq_len=16",
+           "model.vocab_size=256", "train.batch_size=4", "train.steps=1", "train.eval_every=0",
+           "checkpoint.every=0", "distributed.nproc=4", "distributed.oversubscribe=true",
+           "device=cuda"]
+    used = {}
+    for zero in (0, 1, 2, 3):
+        rd = tmp_path / f"z{zero}"
+        run([QS, *sets(*cfg, f"distributed.zero={zero}"), "--run-dir", str(rd)], check=0,
+            timeout=600, env={"TRAINRUN_CUDA_PLUGIN": str(sim)})
+        per_rank = []
+        for log in sorted((rd / "logs").glob("rank-*.log")):
+            found = re.findall(r"device memory in use (\d+) MiB, the plan (\d+) MiB",
+                               log.read_text())
+            assert len(found) == 1, log
+            in_use, plan = map(int, found[0])
+            assert abs((plan - 512) - in_use) <= 0.15 * in_use, (zero, log.name, in_use, plan)
+            per_rank.append(in_use)
+        assert len(per_rank) == 4
+        used[zero] = max(per_rank)
+    assert used[0] > used[1] > used[2] > used[3], used
