@@ -21,7 +21,7 @@ import sys
 # analysis, and neither needs the other; train uses the rank's runtime, never the launcher, and
 # the launcher is handed the trainer as a function (run_command's RankMain).
 LEVELS = ["core", "comm", "backend", "model", "optim", "config", "data", "checkpoint", "obs",
-          "runtime", ("plan", "report", "hf"), "preflight", ("launch", "train"), "cluster", "cli"]
+          "runtime", ("plan", "report", "hf"), "preflight", ("launch", "train"), "cluster", "sweep", "cli"]
 ORDER = [c for level in LEVELS for c in (level if isinstance(level, tuple) else (level,))]
 ORDER_TEXT = " < ".join(" | ".join(level) if isinstance(level, tuple) else level
                         for level in LEVELS)

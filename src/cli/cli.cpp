@@ -32,8 +32,10 @@
 #include "trainrun/launch/run_command.h"
 #include "trainrun/plan/plan.h"
 #include "trainrun/preflight/preflight.h"
+#include "trainrun/report/compare.h"
 #include "trainrun/report/report.h"
 #include "trainrun/runtime/omp_threads.h"
+#include "trainrun/sweep/sweep.h"
 #include "trainrun/train/sampler.h"
 #include "trainrun/train/trainer.h"
 
@@ -51,6 +53,7 @@ const char* kDescription =
     "  trainrun CONFIG.yaml --dry-run               print the resolved run, start nothing\n"
     "  trainrun CONFIG.yaml --new                   archive a finished run there, start anew\n"
     "  trainrun CONFIG.yaml --profile A:B           Chrome traces of steps A..B-1\n"
+    "  trainrun sweep CONFIG.yaml --grid K=A,B      one run per point; `trainrun compare DIR`\n"
     "  (every option of a run: `trainrun run --help`)\n\n"
     "Exit codes: 0 ok, 1 internal error, 2 bad usage or config, 3 bad data, 4 no usable\n"
     "checkpoint, 5 device unavailable, 6 launch failure, 7 gave up, 8 the watchdog aborted a\n"
@@ -216,6 +219,67 @@ Command add_report(CLI::App& app) {
             fmt::print("{}", printable(report_text(a->dir)));
             if (a->html) fmt::print("html: {}\n", printable(write_report_html(a->dir)));
             fmt::print("plot: {}\n", printable(write_report_plot(a->dir, a->out)));
+            return kExitOk;
+          }};
+}
+
+Command add_sweep(CLI::App& app) {
+  auto a = std::make_shared<SweepRequest>();
+  auto* sub = app.add_subcommand(
+      "sweep", "train a config over axes of values, each point its own run (docs/sweeps.md)");
+  sub->add_option("config", a->config, "experiment YAML file")->type_name("CONFIG");
+  sub->add_option("--set", a->sets, "override a config key in every point: KEY=VALUE")
+      ->type_name("KEY=VALUE")
+      ->allow_extra_args(false);
+  sub->add_option("--grid", a->grid,
+                  "an axis: KEY=V1,V2,... (values as --set parses them); several form the product")
+      ->type_name("KEY=V1,V2")
+      ->allow_extra_args(false);
+  sub->add_flag("--list", a->list, "zip the --grid axes value by value instead of the product");
+  sub->add_option("--random", a->random,
+                  "a random axis: KEY=loguniform(A,B), uniform(A,B) or choice(V1,V2,...)")
+      ->type_name("KEY=DIST")
+      ->allow_extra_args(false);
+  sub->add_option("--trials", a->trials, "draws of the --random axes (default 1)")
+      ->check(CLI::Range(1, 100000));
+  sub->add_option("--sweep-seed", a->sweep_seed, "seed of the --random draws (default 0)");
+  sub->add_option("--seeds", a->seeds, "the config's seed, seed+1, ...: N seeds of every point")
+      ->check(CLI::Range(1, 100000));
+  sub->add_option("--sweep-dir", a->sweep_dir, "the sweep directory (default runs/NAME-sweep)");
+  sub->add_option("--resume", a->resume,
+                  "run the points of SWEEP_DIR that are not done (preempted and failed ones "
+                  "continue from their checkpoints)")
+      ->type_name("SWEEP_DIR");
+  sub->add_option("--parallel", a->parallel, "points trained side by side (the cores split)")
+      ->check(CLI::Range(1, 1024));
+  sub->add_flag("--dry-run", a->dry_run, "validate and plan every point, print them, run nothing");
+  return {sub, [a] { return run_sweep(*a); }};
+}
+
+Command add_compare(CLI::App& app) {
+  struct Args {
+    std::vector<std::string> paths;
+    CompareOptions opt;
+    bool json = false, csv = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand(
+      "compare", "one table of runs: the config keys that differ, status and final figures");
+  sub->add_option("runs", a->paths, "run directories, sweep directories, or directories of runs")
+      ->required()
+      ->type_name("RUN_OR_SWEEP");
+  sub->add_option("--sort", a->opt.sort,
+                  "best first by a figure: steps, train_loss, best_val_loss, last_val_loss, "
+                  "tokens_per_sec, mfu, seconds");
+  sub->add_flag("--group-seeds", a->opt.group_seeds,
+                "one row per setting: the mean and standard error over its seeds");
+  auto* json = sub->add_flag("--json", a->json, "JSON instead of a table");
+  sub->add_flag("--csv", a->csv, "CSV instead of a table")->excludes(json);
+  return {sub, [a] {
+            a->opt.format = a->json  ? CompareFormat::json
+                            : a->csv ? CompareFormat::csv
+                                     : CompareFormat::table;
+            fmt::print("{}", printable(compare_runs(a->paths, a->opt)));
             return kExitOk;
           }};
 }
@@ -552,9 +616,9 @@ Command add_help(CLI::App& app) {
 
 // `trainrun CONFIG ...` and `trainrun --resume ...` are `trainrun run ...`.
 std::vector<std::string> with_default_command(int argc, char** argv) {
-  static const std::set<std::string> kSubcommands = {"run",   "validate", "plan",    "report",
-                                                     "data",  "sample",   "inspect", "export",
-                                                     "slurm", "k8s",      "help"};
+  static const std::set<std::string> kSubcommands = {
+      "run",    "validate", "plan", "report", "data",    "sample", "inspect",
+      "export", "slurm",    "k8s",  "sweep",  "compare", "help"};
   std::vector<std::string> args(argv, argv + argc);
   if (args.size() > 1 && !kSubcommands.count(args[1]) && args[1] != "--help" && args[1] != "-h" &&
       args[1] != "--version")
@@ -585,11 +649,21 @@ int cli_main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("trainrun ") + TRAINRUN_VERSION);
   app.require_subcommand(1);
   app.footer("Run `trainrun SUBCOMMAND --help` for each command's options.");
-  const std::vector<Command> commands = {
-      add_run(app),          add_validate(app),     add_plan(app),           add_report(app),
-      add_data_prepare(app), add_data_inspect(app), add_data_tokenizer(app), add_sample(app),
-      add_inspect(app),      add_export(app),       add_slurm(app),          add_k8s(app),
-      add_help(app)};
+  const std::vector<Command> commands = {add_run(app),
+                                         add_validate(app),
+                                         add_plan(app),
+                                         add_report(app),
+                                         add_data_prepare(app),
+                                         add_data_inspect(app),
+                                         add_data_tokenizer(app),
+                                         add_sample(app),
+                                         add_inspect(app),
+                                         add_export(app),
+                                         add_slurm(app),
+                                         add_k8s(app),
+                                         add_sweep(app),
+                                         add_compare(app),
+                                         add_help(app)};
 
   const std::vector<std::string> args = with_default_command(argc, argv);
   try {

@@ -34,7 +34,7 @@ def sets(*pairs):
 
 # Commands that never use a run directory.
 NO_RUN_DIR = {"validate", "plan", "inspect", "sample", "export", "report", "data", "k8s", "--help",
-              "-h", "--version"}
+              "-h", "--version", "compare"}
 
 
 def names_its_run_dir(args, cwd=None):
@@ -42,9 +42,12 @@ def names_its_run_dir(args, cwd=None):
     --dry-run, that names none uses the config's default, runs/NAME in the clone, which the
     README's quick start fills: such a test passes in a fresh clone and fails after
     `scripts/quickstart.sh` (exit 73, or a dry run that said so). So every test names one:
-    --run-dir, --set run_dir=..., --resume DIR|FILE, or a scratch cwd for relative paths."""
+    --run-dir, --set run_dir=..., --resume DIR|FILE, a sweep's --sweep-dir, or a scratch cwd for
+    relative paths."""
     args = [str(a) for a in args]
     if cwd is not None or not args or args[0] in NO_RUN_DIR or "--run-dir" in args:
+        return True
+    if args[0] == "sweep" and "--sweep-dir" in args:  # its points' run directories are in it
         return True
     if "--help" in args or "-h" in args:
         return True

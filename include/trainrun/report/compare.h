@@ -1,0 +1,36 @@
+// `trainrun compare RUN_OR_SWEEP...`: one table of runs, with only the config keys that differ
+// between them, each run's status and its figures read from its run directory (metrics.jsonl,
+// config.yaml), as `report` reads them. A sweep directory stands for its points, in order.
+// Runs that are still going are read as they are (status live).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trainrun {
+
+enum class CompareFormat : uint8_t { table, json, csv };
+
+struct CompareOptions {
+  // A figure's name (kCompareMetrics): rows best first by it (losses and time ascending,
+  // throughput, MFU and steps descending); "" keeps the order given.
+  std::string sort;
+  // Runs that differ only in `seed` form one row: each figure's mean and standard error (the
+  // sample standard deviation over sqrt(n)), n shown.
+  bool group_seeds = false;
+  CompareFormat format = CompareFormat::table;
+};
+
+// The figures, in column order: steps done, the last train loss, the best and the last val
+// loss, mean tokens/s and MFU (the first logged step, which holds the warm-up, left out when
+// there are more), and the steps' wall time in seconds.
+inline constexpr const char* kCompareMetrics[] = {
+    "steps", "train_loss", "best_val_loss", "last_val_loss", "tokens_per_sec", "mfu", "seconds"};
+
+// Each path is a run directory, a sweep directory, or a directory whose subdirectories are
+// runs. Throws ConfigError (exit 2) when a path holds no run or --sort names no figure, and
+// Error(kExitRunDir) (exit 73) for a run directory's unreadable file, as `report` does.
+std::string compare_runs(const std::vector<std::string>& paths, const CompareOptions& opt);
+
+}  // namespace trainrun

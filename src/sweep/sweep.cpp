@@ -1,0 +1,313 @@
+#include "trainrun/sweep/sweep.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "sweep_points.h"
+#include "trainrun/config/config.h"
+#include "trainrun/core/errors.h"
+#include "trainrun/launch/launch.h"
+#include "trainrun/preflight/preflight.h"
+#include "trainrun/report/sweep_manifest.h"
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+
+namespace trainrun {
+
+namespace {
+
+// Every point's config, checked as its run will check it (every rule, and whether it fits the
+// device), before anything runs; two points that resolve to one config are refused.
+void validate_points(const SweepManifest& m, const std::vector<const SweepPoint*>& points) {
+  std::map<std::string, std::string> seen;  // resolved config -> the point that has it
+  for (const SweepPoint* p : points) {
+    std::vector<std::string> overrides = m.sets;
+    overrides.insert(overrides.end(), p->overrides.begin(), p->overrides.end());
+    std::string where = p->name;
+    for (const std::string& o : p->overrides) {
+      where += where == p->name ? " (" : ", ";
+      where += o;
+    }
+    if (!p->overrides.empty()) where += ")";
+    try {
+      const Experiment exp = load_experiment(m.config, overrides);
+      check_memory(exp);
+      const auto [it, fresh] = seen.emplace(to_yaml(exp), p->name);
+      if (!fresh)
+        throw ConfigError(
+            fmt::format("it trains the same config as point {}: the axes give "
+                        "two identical points; drop the repeated value",
+                        it->second));
+    } catch (const ConfigError& e) {
+      throw ConfigError(fmt::format("sweep point {}: {}", where, e.what()));
+    }
+  }
+}
+
+// The exclusive lock of a sweep directory, held while the sweep process lives (the kernel drops
+// it however the process ends).
+class SweepLock {
+ public:
+  explicit SweepLock(const fs::path& dir) {
+    const std::string path = (dir / ".sweep.lock").string();
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd_ < 0)
+      throw Error(kExitRunDir, fmt::format("sweep directory {}: cannot create {}: {}", dir.string(),
+                                           path, std::strerror(errno)));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      char buf[128] = {};
+      const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+      ::close(fd_);
+      throw Error(
+          kExitRunDir,
+          fmt::format("sweep directory {} is in use by another sweep process ({}); wait "
+                      "for it, or stop it",
+                      dir.string(), n > 0 ? std::string(buf, static_cast<size_t>(n)) : "?"));
+    }
+    const std::string who = fmt::format("pid {}", ::getpid());
+    if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, who.data(), who.size(), 0) < 0) {
+      // The lock holds without its note; only a message would lack the pid.
+    }
+  }
+  ~SweepLock() { ::close(fd_); }
+  SweepLock(const SweepLock&) = delete;
+  SweepLock& operator=(const SweepLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// A new sweep's directory: missing or empty, else refused (exit 73) with what it holds.
+void check_new_sweep_dir(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return;
+  if (!fs::is_directory(dir, ec))
+    throw Error(kExitRunDir, fmt::format("--sweep-dir {} is not a directory", dir.string()));
+  if (is_sweep_dir(dir.string())) {
+    const SweepManifest m = read_sweep_manifest(dir.string());
+    throw Error(kExitRunDir,
+                fmt::format("sweep directory {} holds a sweep of {} points ({} {}); continue it "
+                            "with `trainrun sweep --resume {}`, or give another --sweep-dir",
+                            dir.string(), m.points.size(), m.config, m.axes, dir.string()));
+  }
+  if (fs::directory_iterator(dir, ec) != fs::directory_iterator())
+    throw Error(kExitRunDir, fmt::format("sweep directory {} holds other files; give a new or "
+                                         "empty --sweep-dir",
+                                         dir.string()));
+}
+
+// One point's run: `trainrun run CONFIG --set ... --run-dir SWEEP/NAME --resume`, which starts
+// the run, or continues it from its newest checkpoint when it has one (a preempted or failed
+// attempt). Its own process group, so that a terminal's Ctrl-C reaches the sweep alone, which
+// passes it on; its output appended to SWEEP/logs/NAME.log.
+pid_t start_point(const SweepManifest& m, const SweepPoint& p, const fs::path& dir,
+                  int omp_threads) {
+  std::vector<std::string> args{self_executable(), "run", m.config};
+  for (const auto* list : {&m.sets, &p.overrides})
+    for (const std::string& kv : *list) args.insert(args.end(), {"--set", kv});
+  args.insert(args.end(), {"--run-dir", (dir / p.name).string(), "--resume"});
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) env.emplace_back(*e);
+  if (omp_threads > 0 && !std::getenv("OMP_NUM_THREADS"))
+    env.push_back(fmt::format("OMP_NUM_THREADS={}", omp_threads));
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  const std::string log = (dir / "logs" / (p.name + ".log")).string();
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(),
+                                   O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW, 0644);
+  posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGCHLD}) sigaddset(&defaults, s);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  pid_t pid = -1;
+  const int rc = posix_spawn(&pid, argv[0], &fa, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0)
+    throw Error(kExitLaunch, fmt::format("sweep point {}: cannot start {}: {}", p.name, argv[0],
+                                         std::strerror(rc)));
+  return pid;
+}
+
+PointStatus status_of_exit(int code) {
+  if (code == 0) return PointStatus::done;
+  if (code == kExitResumeMe || code == kExitInterrupted) return PointStatus::preempted;
+  return PointStatus::failed;
+}
+
+// Runs `todo` (indices into m.points), at most `parallel` at once, keeping the manifest current.
+// Returns the signal that stopped the sweep, or 0.
+int run_points(SweepManifest& m, const std::vector<size_t>& todo, const fs::path& dir,
+               int parallel) {
+  sigset_t stops;
+  sigemptyset(&stops);
+  for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGCHLD}) sigaddset(&stops, s);
+  sigset_t old;
+  pthread_sigmask(SIG_BLOCK, &stops, &old);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int omp_threads = parallel > 1 ? std::max(1, cores / parallel) : 0;
+  std::map<pid_t, size_t> active;
+  std::map<size_t, std::chrono::steady_clock::time_point> started;
+  size_t next = 0, finished = 0;
+  int stop_signal = 0;
+  while (true) {
+    while (stop_signal == 0 && active.size() < static_cast<size_t>(parallel) &&
+           next < todo.size()) {
+      SweepPoint& p = m.points[todo[next]];
+      p.status = PointStatus::running;
+      ++p.attempts;
+      write_sweep_manifest(dir.string(), m);
+      active[start_point(m, p, dir, omp_threads)] = todo[next];
+      started[todo[next]] = std::chrono::steady_clock::now();
+      fmt::print("[{}/{}] {}: started\n", next + 1, todo.size(), p.name);
+      std::fflush(stdout);
+      ++next;
+    }
+    if (active.empty()) break;
+    const timespec wait{0, 200'000'000};
+    const int sig = sigtimedwait(&stops, nullptr, &wait);
+    if (sig > 0 && sig != SIGCHLD && stop_signal == 0) {
+      stop_signal = sig;
+      fmt::print("sweep: {} received: passing it to {} running point(s), starting no more\n",
+                 strsignal(sig), active.size());
+      std::fflush(stdout);
+      for (const auto& [pid, i] : active) ::kill(-pid, sig);
+    }
+    int wstatus = 0;
+    pid_t pid;
+    while ((pid = ::waitpid(-1, &wstatus, WNOHANG)) > 0) {
+      const auto it = active.find(pid);
+      if (it == active.end()) continue;
+      const int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+      SweepPoint& p = m.points[it->second];
+      p.exit_code = code;
+      p.status = status_of_exit(code);
+      write_sweep_manifest(dir.string(), m);
+      const double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started[it->second])
+              .count();
+      fmt::print(
+          "[{} of {} ended] {}: {} (exit {}) after {:.1f} s{}\n", ++finished, todo.size(), p.name,
+          enum_name(p.status), code, secs,
+          code == 0 ? "" : fmt::format("; its output: {}/logs/{}.log", dir.string(), p.name));
+      std::fflush(stdout);
+      active.erase(it);
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return stop_signal;
+}
+
+}  // namespace
+
+int run_sweep(const SweepRequest& r) {
+  SweepManifest m;
+  fs::path dir;
+  if (!r.resume.empty()) {
+    if (!r.config.empty() || !r.sets.empty() || !r.grid.empty() || !r.random.empty() ||
+        r.seeds > 0 || r.list || r.trials > 0 || !r.sweep_dir.empty())
+      throw ConfigError(
+          "sweep --resume SWEEP_DIR continues the sweep its manifest describes: give no CONFIG, "
+          "--set, axes or --sweep-dir with it (start a new sweep for other points)");
+    dir = r.resume;
+    if (!is_sweep_dir(dir.string()))
+      throw Error(kExitRunDir, fmt::format("sweep --resume {}: no sweep there (no {}); start "
+                                           "one with `trainrun sweep CONFIG --grid ...`",
+                                           dir.string(), kSweepManifestFile));
+    m = read_sweep_manifest(dir.string());
+  } else {
+    if (r.config.empty()) throw ConfigError("sweep: give CONFIG.yaml (or --resume SWEEP_DIR)");
+    const Experiment base = load_experiment(r.config, r.sets);
+    sweep::Axes axes{r.grid, r.list, r.random, r.trials, r.sweep_seed, r.seeds};
+    m.config = fs::absolute(r.config).lexically_normal().string();
+    m.sets = r.sets;
+    m.axes = sweep::describe(axes);
+    for (sweep::Point& p : sweep::expand(axes, base.seed))
+      m.points.push_back({std::move(p.name), std::move(p.overrides)});
+    dir = r.sweep_dir.empty() ? fs::path("runs") / (base.name + "-sweep") : fs::path(r.sweep_dir);
+  }
+  std::vector<const SweepPoint*> todo_points;
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < m.points.size(); ++i)
+    if (m.points[i].status != PointStatus::done) {
+      todo.push_back(i);
+      todo_points.push_back(&m.points[i]);
+    }
+  validate_points(m, todo_points);
+  if (r.parallel < 1) throw ConfigError("sweep --parallel: at least 1");
+
+  if (r.dry_run) {
+    fmt::print("sweep {} ({} points, {} to run): {} {}\n", dir.string(), m.points.size(),
+               todo.size(), m.config, m.axes);
+    for (const SweepPoint& p : m.points) {
+      std::string o;
+      for (const std::string& kv : p.overrides) o += " " + kv;
+      fmt::print("  {}  [{}]{}\n", p.name, enum_name(p.status), o);
+    }
+    return kExitOk;
+  }
+  if (r.resume.empty()) check_new_sweep_dir(dir);
+  std::error_code ec;
+  fs::create_directories(dir / "logs", ec);
+  if (ec)
+    throw Error(kExitRunDir, fmt::format("sweep directory {}: cannot create it: {}", dir.string(),
+                                         ec.message()));
+  const SweepLock lock(dir);
+  if (r.resume.empty()) write_sweep_manifest(dir.string(), m);
+  fmt::print("sweep {}: {} of {} points to run, {} at a time\n", dir.string(), todo.size(),
+             m.points.size(), r.parallel);
+  std::fflush(stdout);
+  const int stopped = run_points(m, todo, dir, r.parallel);
+
+  std::map<PointStatus, int> count;
+  int first_failure = 0;
+  for (const SweepPoint& p : m.points) {
+    ++count[p.status];
+    if (p.status == PointStatus::failed && first_failure == 0) first_failure = p.exit_code;
+  }
+  fmt::print(
+      "sweep {}: {} done, {} failed, {} preempted, {} pending; compare them with "
+      "`trainrun compare {}`{}\n",
+      dir.string(), count[PointStatus::done], count[PointStatus::failed],
+      count[PointStatus::preempted], count[PointStatus::pending], dir.string(),
+      count[PointStatus::done] == static_cast<int>(m.points.size())
+          ? ""
+          : fmt::format("; run the rest with `trainrun sweep --resume {}`", dir.string()));
+  if (stopped) return stopped == SIGINT ? kExitInterrupted : kExitResumeMe;
+  return first_failure;
+}
+
+}  // namespace trainrun
