@@ -20,6 +20,7 @@
 #include "trainrun/checkpoint/checkpoint.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/no_follow.h"
+#include "trainrun/obs/tb_hparams.h"
 #include "trainrun/runtime/host.h"
 
 namespace fs = std::filesystem;
@@ -40,7 +41,8 @@ const std::set<std::string> kOwnNames = {kRunDirLockFile,
                                          "job.sbatch",
                                          "report.png",
                                          "config.submitted.yaml",
-                                         "report.html"};
+                                         "report.html",
+                                         tb::kHParamsEventsFile};  // a sweep's (tb_hparams.h)
 
 bool starts_with(const std::string& s, const char* prefix) {
   return s.rfind(prefix, 0) == 0;

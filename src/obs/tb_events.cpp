@@ -19,10 +19,10 @@ constexpr int kSummaryValue = 1;
 namespace value {
 constexpr int kTag = 1, kSimpleValue = 2, kTensor = 8, kMetadata = 9;
 }
-constexpr int kMetadataPluginData = 1, kPluginName = 1;
+constexpr int kMetadataPluginData = 1, kPluginName = 1, kPluginContent = 2;
 namespace tensor {
-constexpr int kDtype = 1, kShape = 2, kStringVal = 8;
-constexpr uint64_t kDtString = 7;  // DataType DT_STRING
+constexpr int kDtype = 1, kShape = 2, kFloatVal = 5, kStringVal = 8;
+constexpr uint64_t kDtFloat = 1, kDtString = 7;  // DataType DT_FLOAT, DT_STRING
 }  // namespace tensor
 constexpr int kSessionStatus = 1;
 constexpr uint64_t kSessionStart = 1;
@@ -145,6 +145,22 @@ std::string text_event(double wall_time, int64_t step, std::string_view tag,
   tensor.varint(tensor::kDtype, tensor::kDtString);
   tensor.message(tensor::kShape, shape);  // no dimensions: a scalar string
   tensor.bytes(tensor::kStringVal, text);
+  v.bytes(value::kTag, tag);
+  v.message(value::kTensor, tensor);
+  v.message(value::kMetadata, metadata);
+  summary.message(kSummaryValue, v);
+  return with_summary(event_header(wall_time, step), summary);
+}
+
+std::string plugin_event(double wall_time, int64_t step, std::string_view tag,
+                         std::string_view plugin_name, std::string_view content) {
+  ProtoWriter plugin, metadata, shape, tensor, v, summary;
+  plugin.bytes(kPluginName, plugin_name);
+  plugin.bytes(kPluginContent, content);
+  metadata.message(kMetadataPluginData, plugin);
+  tensor.varint(tensor::kDtype, tensor::kDtFloat);
+  tensor.message(tensor::kShape, shape);
+  tensor.float32(tensor::kFloatVal, 0.0f);
   v.bytes(value::kTag, tag);
   v.message(value::kTensor, tensor);
   v.message(value::kMetadata, metadata);

@@ -13,6 +13,7 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -21,6 +22,7 @@
 #include "trainrun/config/config.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/launch/launch.h"
+#include "trainrun/obs/tb_hparams.h"
 #include "trainrun/preflight/preflight.h"
 #include "trainrun/report/sweep_manifest.h"
 
@@ -162,6 +164,60 @@ pid_t start_point(const SweepManifest& m, const SweepPoint& p, const fs::path& d
   return pid;
 }
 
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// TensorBoard's HParams records (obs/tb_hparams.h): the experiment at the sweep directory, its
+// axes and the values each takes, and the metrics to show.
+void write_hparams_experiment(const SweepManifest& m, const fs::path& dir) {
+  std::vector<std::string> names;
+  std::vector<std::vector<std::string>> domains;
+  for (const SweepPoint& p : m.points)
+    for (const std::string& kv : p.overrides) {
+      const size_t eq = kv.find('=');
+      const std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
+      const size_t i =
+          static_cast<size_t>(std::find(names.begin(), names.end(), key) - names.begin());
+      if (i == names.size()) names.push_back(key), domains.emplace_back();
+      if (std::find(domains[i].begin(), domains[i].end(), value) == domains[i].end())
+        domains[i].push_back(value);
+    }
+  const double now = unix_now();
+  tb::write_hparams_file(
+      dir.string(),
+      {tb::hparams_experiment_event(
+          now, names, domains,
+          {{"train/loss", true}, {"train/tokens_per_sec", true}, {"eval/val_loss", false}},
+          fmt::format("trainrun sweep {} {}", m.config, m.axes))},
+      now);
+}
+
+// A point's session, in its run directory: its values, and its group (the values but the
+// seed, so TensorBoard groups a setting's seeds); with an end status once it ended.
+void write_hparams_session(const SweepPoint& p, const fs::path& run_dir, double started,
+                           std::optional<tb::SessionStatus> ended) {
+  tb::HParams hparams;
+  std::string group;
+  for (const std::string& kv : p.overrides) {
+    const size_t eq = kv.find('=');
+    hparams.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+    if (kv.rfind("seed=", 0) == 0) continue;
+    if (!group.empty()) group += ',';
+    group += kv;
+  }
+  const double now = unix_now();
+  std::vector<std::string> events{tb::hparams_session_start_event(now, hparams, group, started)};
+  if (ended) events.push_back(tb::hparams_session_end_event(now, *ended, now));
+  tb::write_hparams_file(run_dir.string(), events, now);
+}
+
+tb::SessionStatus session_status(PointStatus s) {
+  return s == PointStatus::done     ? tb::SessionStatus::success
+         : s == PointStatus::failed ? tb::SessionStatus::failure
+                                    : tb::SessionStatus::unknown;
+}
+
 PointStatus status_of_exit(int code) {
   if (code == 0) return PointStatus::done;
   if (code == kExitResumeMe || code == kExitInterrupted) return PointStatus::preempted;
@@ -181,6 +237,7 @@ int run_points(SweepManifest& m, const std::vector<size_t>& todo, const fs::path
   const int omp_threads = parallel > 1 ? std::max(1, cores / parallel) : 0;
   std::map<pid_t, size_t> active;
   std::map<size_t, std::chrono::steady_clock::time_point> started;
+  std::map<size_t, double> started_unix;
   size_t next = 0, finished = 0;
   int stop_signal = 0;
   while (true) {
@@ -190,6 +247,11 @@ int run_points(SweepManifest& m, const std::vector<size_t>& todo, const fs::path
       p.status = PointStatus::running;
       ++p.attempts;
       write_sweep_manifest(dir.string(), m);
+      // The run directory holds the session before the run starts in it: a name it owns.
+      std::error_code ec;
+      fs::create_directories(dir / p.name, ec);
+      started_unix[todo[next]] = unix_now();
+      write_hparams_session(p, dir / p.name, started_unix[todo[next]], std::nullopt);
       active[start_point(m, p, dir, omp_threads)] = todo[next];
       started[todo[next]] = std::chrono::steady_clock::now();
       fmt::print("[{}/{}] {}: started\n", next + 1, todo.size(), p.name);
@@ -216,6 +278,7 @@ int run_points(SweepManifest& m, const std::vector<size_t>& todo, const fs::path
       p.exit_code = code;
       p.status = status_of_exit(code);
       write_sweep_manifest(dir.string(), m);
+      write_hparams_session(p, dir / p.name, started_unix[it->second], session_status(p.status));
       const double secs =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started[it->second])
               .count();
@@ -287,6 +350,7 @@ int run_sweep(const SweepRequest& r) {
                                          ec.message()));
   const SweepLock lock(dir);
   if (r.resume.empty()) write_sweep_manifest(dir.string(), m);
+  write_hparams_experiment(m, dir);
   fmt::print("sweep {}: {} of {} points to run, {} at a time\n", dir.string(), todo.size(),
              m.points.size(), r.parallel);
   std::fflush(stdout);

@@ -80,6 +80,16 @@ def run(args, *, cwd=None, env=None, timeout=300, check=None, wrap=()):
     return p
 
 
+def stop_server(server):
+    """Ends a server a test started (SIGTERM, then SIGKILL after 30 s) and reaps it."""
+    server.terminate()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
 def ckpt(run_dir, step):
     """The checkpoint training writes at `step`: the folder RUN_DIR/checkpoints/step-NNNNNNN
     (MANIFEST and one rank file per rank; tests/integration/checkpoint_layout.py reads them)."""

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import REPO, TINY, TRAINRUN, losses, metrics, run, sets
+from conftest import REPO, TINY, TRAINRUN, losses, metrics, run, sets, stop_server
 
 QS = str(REPO / "configs/quickstart.yaml")
 BASE = [*TINY, "train.steps=4", "train.eval_every=2", "checkpoint.every=2"]
@@ -252,3 +252,53 @@ def test_the_readme_sweep_block_runs_as_written(tmp_path):
     rows = outs[1].splitlines()[2:]
     assert len(rows) == 4 and all(r.split()[2] == "3" for r in rows), outs[1]
     assert "0 of 12 points to run" in outs[2]
+
+
+def test_tensorboard_shows_every_point_in_its_hparams_tab(grid):
+    """The real TensorBoard server (build/test-venv) on the sweep directory: its HParams plugin
+    lists the sweep's axes, and one session group per setting (its two seeds), each session
+    done with the final loss of its run's metrics.jsonl."""
+    import socket
+    import urllib.request
+    d, _ = grid
+    venv = REPO / "build" / "test-venv" / "bin"
+    assert (venv / "tensorboard").exists(), "scripts/setup.sh --test installs tensorboard"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = f"http://127.0.0.1:{port}/data/plugin/hparams"
+    server = subprocess.Popen([str(venv / "tensorboard"), "--logdir", str(d), "--host",
+                               "127.0.0.1", "--port", str(port)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def post(what, body):
+        req = urllib.request.Request(f"{base}/{what}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())
+
+    try:
+        groups, deadline = [], time.time() + 90
+        query = {"experimentName": "", "startIndex": 0, "sliceSize": 100,
+                 "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE",
+                                     "STATUS_RUNNING"], "colParams": [],
+                 "aggregationType": "AGGREGATION_AVG"}
+        while time.time() < deadline and sum(len(g["sessions"]) for g in groups) < 8:
+            assert server.poll() is None, server.communicate()[0]
+            try:
+                groups = post("session_groups", query).get("sessionGroups", [])
+            except OSError:
+                pass
+            time.sleep(0.5)
+        exp = post("experiment", {"experimentName": ""})
+    finally:
+        stop_server(server)
+    assert sorted(h["name"] for h in exp["hparamInfos"]) == ["model.d_model", "optimizer.lr", "seed"]
+    assert sorted(m["name"]["tag"] for m in exp["metricInfos"]) == [
+        "eval/val_loss", "train/loss", "train/tokens_per_sec"]
+    assert len(groups) == 4 and all(len(g["sessions"]) == 2 for g in groups), groups
+    for g in groups:
+        for s in g["sessions"]:
+            assert s["status"] == "STATUS_SUCCESS"
+            loss = {m["name"]["tag"]: m["value"] for m in s["metricValues"]}["train/loss"]
+            assert loss == pytest.approx(metrics(d / s["name"])[-1]["loss"], rel=1e-6)

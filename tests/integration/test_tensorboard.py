@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from conftest import REPO, TINY, TRAINRUN, metrics, run, sets
+from conftest import REPO, TINY, TRAINRUN, metrics, run, sets, stop_server
 
 QS = str(REPO / "configs/quickstart.yaml")
 VENV = REPO / "build" / "test-venv" / "bin"
@@ -167,12 +167,7 @@ def test_tensorboard_server_serves_the_loss_curve(tmp_path, venv):
         assert "eval/val_loss" in tags[runs[0]]
         assert "config" in get_json(f"{base}/data/plugin/text/tags")[runs[0]]  # text, too
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_server(server)
     assert server.returncode is not None
 
 

@@ -7,9 +7,10 @@
 //   Summary { repeated Value value = 1; }
 //   Value { string tag = 1; float simple_value = 2; TensorProto tensor = 8;
 //           SummaryMetadata metadata = 9; }
-//   SummaryMetadata { PluginData plugin_data = 1; }  PluginData { string plugin_name = 1; }
+//   SummaryMetadata { PluginData plugin_data = 1; }
+//   PluginData { string plugin_name = 1; bytes content = 2; }
 //   TensorProto { DataType dtype = 1; TensorShapeProto tensor_shape = 2;
-//                 repeated bytes string_val = 8; }
+//                 repeated float float_val = 5; repeated bytes string_val = 8; }
 //   SessionLog { SessionStatus status = 1; }  (START = 1)
 // A library (libprotobuf) would need the .proto files and generated code for these few fields.
 // Pure functions: thread safe.
@@ -71,6 +72,10 @@ struct Scalar {
 std::string scalars_event(double wall_time, int64_t step, const std::vector<Scalar>& values);
 // A text summary (the text plugin's scalar string tensor; TensorBoard renders it as Markdown).
 std::string text_event(double wall_time, int64_t step, std::string_view tag, std::string_view text);
+// A plugin's summary: `content` (the plugin's own encoded message) in the value's metadata, and a
+// float 0 as its tensor, as TensorBoard's own plugins write theirs (tb_hparams.h).
+std::string plugin_event(double wall_time, int64_t step, std::string_view tag,
+                         std::string_view plugin_name, std::string_view content);
 // The first record of every file: file_version "brain.Event:2".
 std::string file_version_event(double wall_time);
 // SessionLog START at `step`: tells a TensorBoard that already read a file to drop what it holds
