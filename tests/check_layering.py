@@ -75,6 +75,9 @@ def resolve_private(root, path, rel, name):
     for d in dirs:
         if (d / name).is_file():
             return (d / name).resolve()
+        # A header the build generates from NAME.in beside it (meson's configure_file, vcs_tag).
+        if (d / (name + ".in")).is_file():
+            return (d / (name + ".in")).resolve()
     return None
 
 

@@ -28,12 +28,9 @@
 #include "reserved_file.h"
 #include "trainrun/checkpoint/checkpoint.h"
 #include "trainrun/checkpoint/h5_handle.h"
+#include "trainrun/core/build_info.h"
 #include "trainrun/core/durable_file.h"
 #include "trainrun/core/errors.h"
-
-#ifndef TRAINRUN_VERSION
-#define TRAINRUN_VERSION "unknown"
-#endif
 
 namespace trainrun {
 namespace {
@@ -57,7 +54,7 @@ Header header_of(const CheckpointData& d) {
   h.state = d.state;
   h.state.config_yaml.clear();
   h.format_version = kCheckpointFormatVersion;
-  h.trainrun_version = TRAINRUN_VERSION;
+  h.trainrun_version = trainrun_version();
   h.created = iso_now();
   h.flat_size = int64_t(d.weights.size());
   h.param_count = int64_t(d.params.size());

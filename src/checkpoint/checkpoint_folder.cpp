@@ -21,14 +21,11 @@
 #include "h5_io.h"
 #include "non_finite.h"
 #include "reserved_file.h"
+#include "trainrun/core/build_info.h"
 #include "trainrun/core/crc32c.h"
 #include "trainrun/core/durable_file.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/regular_file.h"
-
-#ifndef TRAINRUN_VERSION
-#define TRAINRUN_VERSION "unknown"
-#endif
 
 namespace trainrun {
 namespace {
@@ -244,7 +241,7 @@ void validate_for_write(const RankSnapshot& snap) {
 std::string index_text(const RankSnapshot& snap, const std::vector<uint32_t>& crcs) {
   json j{{"format", kFormat},
          {"format_version", kFolderFormatVersion},
-         {"trainrun_version", TRAINRUN_VERSION},
+         {"trainrun_version", trainrun_version()},
          {"created", iso_now()},
          {"rank", snap.rank},
          {"world_size", snap.summary().world_size},

@@ -21,6 +21,7 @@
 #include "trainrun/checkpoint/checkpoint.h"
 #include "trainrun/cluster/cluster.h"
 #include "trainrun/config/config.h"
+#include "trainrun/core/build_info.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/experiment.h"
 #include "trainrun/data/data.h"
@@ -30,10 +31,12 @@
 #include "trainrun/hf/hf_export.h"
 #include "trainrun/launch/launch.h"
 #include "trainrun/launch/run_command.h"
+#include "trainrun/obs/provenance.h"
 #include "trainrun/plan/plan.h"
 #include "trainrun/preflight/preflight.h"
 #include "trainrun/report/compare.h"
 #include "trainrun/report/report.h"
+#include "trainrun/report/run_index.h"
 #include "trainrun/runtime/omp_threads.h"
 #include "trainrun/sweep/sweep.h"
 #include "trainrun/train/sampler.h"
@@ -281,6 +284,62 @@ Command add_compare(CLI::App& app) {
                                      : CompareFormat::table;
             fmt::print("{}", printable(compare_runs(a->paths, a->opt)));
             return kExitOk;
+          }};
+}
+
+Command add_runs(CLI::App& app) {
+  struct Args {
+    std::string dir = "runs";
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand(
+      "runs", "list the runs in a directory: status, steps, best val loss, last update, sweep");
+  sub->add_option("dir", a->dir, "the directory that holds the runs (default runs/)")
+      ->type_name("DIR");
+  sub->add_flag("--json", a->json, "JSON instead of a table");
+  return {sub, [a] {
+            fmt::print("{}", printable(list_runs(a->dir, a->json)));
+            return kExitOk;
+          }};
+}
+
+// The run's resolved config.yaml as the config of a new run in --run-dir; the run's provenance
+// record says which commit made it, and a different one here is said before anything starts.
+Command add_reproduce(CLI::App& app) {
+  auto a = std::make_shared<RunRequest>();
+  auto* sub = app.add_subcommand(
+      "reproduce", "start a run's experiment again, from its recorded config, in a new directory");
+  sub->add_option("run_dir", a->config, "the run to reproduce")->required()->type_name("RUN_DIR");
+  sub->add_option("--run-dir", a->run_dir, "the new run's directory")->required();
+  sub->add_flag("--dry-run", a->dry_run, "validate and print what would run; write nothing");
+  return {sub, [a] {
+            const std::string from = a->config;
+            a->config = (fs::path(from) / "config.yaml").string();
+            std::error_code ec;
+            if (!fs::is_regular_file(a->config, ec))
+              throw ConfigError(
+                  fmt::format("reproduce {}: no config.yaml there; name a run "
+                              "directory",
+                              from));
+            if (const auto p = read_provenance(from); p && !p->attempts.empty()) {
+              const std::string& made_by = p->attempts.front().source_commit;
+              if (made_by != source_commit())
+                fmt::print(stderr,
+                           "warning: {} was made by trainrun built from {}, this one from {}: "
+                           "the numbers may differ\n",
+                           printable(from), printable(made_by), source_commit());
+            } else {
+              fmt::print(stderr,
+                         "warning: {} has no provenance record: which trainrun made it is "
+                         "unknown\n",
+                         printable(from));
+            }
+            return run_command(*a, [a](const Experiment& exp, const std::string& resume_file) {
+              RunOptions opts;
+              opts.resume_file = resume_file;
+              return run_training(exp, opts);
+            });
           }};
 }
 
@@ -617,8 +676,8 @@ Command add_help(CLI::App& app) {
 // `trainrun CONFIG ...` and `trainrun --resume ...` are `trainrun run ...`.
 std::vector<std::string> with_default_command(int argc, char** argv) {
   static const std::set<std::string> kSubcommands = {
-      "run",    "validate", "plan", "report", "data",    "sample", "inspect",
-      "export", "slurm",    "k8s",  "sweep",  "compare", "help"};
+      "run",   "validate", "plan",  "report",  "data", "sample",    "inspect", "export",
+      "slurm", "k8s",      "sweep", "compare", "runs", "reproduce", "help"};
   std::vector<std::string> args(argv, argv + argc);
   if (args.size() > 1 && !kSubcommands.count(args[1]) && args[1] != "--help" && args[1] != "-h" &&
       args[1] != "--version")
@@ -646,24 +705,15 @@ int run_given(const std::vector<Command>& commands) {
 
 int cli_main(int argc, char** argv) {
   CLI::App app{kDescription, "trainrun"};
-  app.set_version_flag("--version", std::string("trainrun ") + TRAINRUN_VERSION);
+  app.set_version_flag("--version", "trainrun " + trainrun_version());
   app.require_subcommand(1);
   app.footer("Run `trainrun SUBCOMMAND --help` for each command's options.");
-  const std::vector<Command> commands = {add_run(app),
-                                         add_validate(app),
-                                         add_plan(app),
-                                         add_report(app),
-                                         add_data_prepare(app),
-                                         add_data_inspect(app),
-                                         add_data_tokenizer(app),
-                                         add_sample(app),
-                                         add_inspect(app),
-                                         add_export(app),
-                                         add_slurm(app),
-                                         add_k8s(app),
-                                         add_sweep(app),
-                                         add_compare(app),
-                                         add_help(app)};
+  const std::vector<Command> commands = {
+      add_run(app),          add_validate(app),     add_plan(app),           add_report(app),
+      add_data_prepare(app), add_data_inspect(app), add_data_tokenizer(app), add_sample(app),
+      add_inspect(app),      add_export(app),       add_slurm(app),          add_k8s(app),
+      add_sweep(app),        add_compare(app),      add_runs(app),           add_reproduce(app),
+      add_help(app)};
 
   const std::vector<std::string> args = with_default_command(argc, argv);
   try {

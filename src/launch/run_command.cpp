@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "run_dir.h"
+#include "run_provenance.h"
 #include "stop_relay.h"
 #include "trainrun/checkpoint/checkpoint.h"
 #include "trainrun/config/config.h"
@@ -55,6 +56,22 @@ void hold_relayed_signals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
+// `run()`'s exit code, or the code of the Error it throws, ended in `record` either way.
+template <class Run>
+int recorded_attempt(std::optional<AttemptRecord>& record, Run&& run) {
+  try {
+    const int code = run();
+    if (record) record->end(code);
+    return code;
+  } catch (const Error& e) {
+    if (record) record->end(e.code());
+    throw;
+  } catch (const std::exception&) {
+    if (record) record->end(kExitFailure);
+    throw;
+  }
+}
+
 // Runs rank_main, recording how it failed: a thrown error, or a non-zero exit code (gave up,
 // stopped by a signal: the supervisor takes 75/130 from the ranks, not from mpirun).
 int run_recorded(const Experiment& exp, const std::string& resume_file, int rank,
@@ -87,10 +104,16 @@ int run_rank(const RunRequest& request, const ResolvedRun& run, const RankEnv& e
     return kExitOk;
   }
   std::optional<RunDirLock> lock;  // held until the rank is done
-  if (owner) lock = claim_run_dir(exp.run_dir, run.use, request.renew);
-  // Alone and unsupervised, nobody reads a record: the error on the terminal is the report.
-  if (!env.is_rank && !supervised) return rank_main(exp, run.resume_file);
-  return run_recorded(exp, run.resume_file, env.is_rank ? env.rank : 0, rank_main);
+  std::optional<AttemptRecord> attempt;
+  if (owner) {
+    lock = claim_run_dir(exp.run_dir, run.use, request.renew);
+    attempt.emplace(exp);
+  }
+  return recorded_attempt(attempt, [&] {
+    // Alone and unsupervised, nobody reads a record: the error on the terminal is the report.
+    if (!env.is_rank && !supervised) return rank_main(exp, run.resume_file);
+    return run_recorded(exp, run.resume_file, env.is_rank ? env.rank : 0, rank_main);
+  });
 }
 
 // `--resume RUN_DIR` of a run that is going on: say so before reading checkpoints that its
@@ -162,8 +185,13 @@ int run_command(const RunRequest& request, const RankMain& rank_main) {
   }
   if (!supervising) return run_rank(request, run, env, supervised, owner, rank_main);
   std::optional<RunDirLock> lock;  // held for the life of the job, across restarts
-  return supervise(request, exp, run.resume_file,
-                   [&] { lock = claim_run_dir(exp.run_dir, run.use, request.renew); });
+  std::optional<AttemptRecord> attempt;
+  return recorded_attempt(attempt, [&] {
+    return supervise(request, exp, run.resume_file, [&] {
+      lock = claim_run_dir(exp.run_dir, run.use, request.renew);
+      attempt.emplace(exp);
+    });
+  });
 }
 
 }  // namespace trainrun

@@ -20,6 +20,7 @@
 #include "trainrun/checkpoint/checkpoint.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/no_follow.h"
+#include "trainrun/obs/provenance.h"
 #include "trainrun/obs/tb_hparams.h"
 #include "trainrun/runtime/host.h"
 
@@ -42,6 +43,7 @@ const std::set<std::string> kOwnNames = {kRunDirLockFile,
                                          "report.png",
                                          "config.submitted.yaml",
                                          "report.html",
+                                         kProvenanceFile,
                                          tb::kHParamsEventsFile};  // a sweep's (tb_hparams.h)
 
 bool starts_with(const std::string& s, const char* prefix) {

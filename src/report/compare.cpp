@@ -1,8 +1,5 @@
 #include "trainrun/report/compare.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -17,10 +14,12 @@
 #include <fmt/format.h>
 
 #include "report_summary.h"
+#include "text_table.h"
 #include "trainrun/config/config.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/regular_file.h"
 #include "trainrun/obs/metrics.h"
+#include "trainrun/report/run_index.h"
 #include "trainrun/report/sweep_manifest.h"
 
 namespace fs = std::filesystem;
@@ -46,15 +45,6 @@ struct Run {
 bool is_run_dir(const fs::path& p) {
   std::error_code ec;
   return fs::exists(p / "config.yaml", ec) || fs::exists(p / "metrics.jsonl", ec);
-}
-
-// Whether the run's owner holds RUN_DIR/.trainrun.lock (launch/run_dir.h): the run is going.
-bool live(const fs::path& dir) {
-  const int fd = ::open((dir / ".trainrun.lock").c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW);
-  if (fd < 0) return false;
-  const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0;
-  ::close(fd);
-  return held;
 }
 
 void flatten(const YAML::Node& n, const std::string& prefix,
@@ -132,21 +122,11 @@ Figures figures(const fs::path& dir) {
 }
 
 std::string status_of(const fs::path& dir, const Run& run, const SweepPoint* point) {
-  if (live(dir)) return "live";
-  if (point) {
-    switch (point->status) {
-      case PointStatus::failed:
-        return fmt::format("failed ({})", point->exit_code);
-      case PointStatus::running:
-        return "stopped";  // its sweep process is gone
-      default:
-        return std::string(enum_name(point->status));
-    }
-  }
   const auto steps = run.config.find("train.steps");
-  if (std::isnan(run.fig[0])) return "empty";
-  if (steps != run.config.end() && run.fig[0] >= std::stod(steps->second)) return "done";
-  return "stopped";
+  return status_text(
+      run_status(dir.string(), point, std::isnan(run.fig[0]) ? -1 : int64_t(run.fig[0]),
+                 steps == run.config.end() ? -1 : std::stoll(steps->second)),
+      "live");
 }
 
 Run read_run(const fs::path& dir, const SweepPoint* point, const SweepManifest* sweep) {
@@ -242,29 +222,6 @@ std::string csv_field(const std::string& s) {
   return out + "\"";
 }
 
-// Rows of cells as an aligned text table, the header underlined.
-std::string text_table(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width;
-  for (const auto& row : rows)
-    for (size_t c = 0; c < row.size(); ++c) {
-      if (width.size() <= c) width.push_back(0);
-      width[c] = std::max(width[c], row[c].size());
-    }
-  std::string out;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    std::string line;
-    for (size_t c = 0; c < rows[i].size(); ++c)
-      line += fmt::format("{:<{}}", rows[i][c], c + 1 < rows[i].size() ? width[c] + 2 : 0);
-    out += line + "\n";
-    if (i == 0) {
-      size_t total = 0;
-      for (size_t w : width) total += w + 2;
-      out += std::string(total > 2 ? total - 2 : 0, '-') + "\n";
-    }
-  }
-  return out;
-}
-
 std::string csv_table(const std::vector<std::vector<std::string>>& rows) {
   std::string out;
   for (const auto& row : rows) {
@@ -356,7 +313,7 @@ std::string ungrouped(std::vector<Run> runs, const std::vector<std::string>& key
       row.push_back(opt.format == CompareFormat::csv && !std::isfinite(v) ? std::string() : num(v));
     rows.push_back(row);
   }
-  return opt.format == CompareFormat::table ? text_table(rows) : csv_table(rows);
+  return opt.format == CompareFormat::table ? report::text_table(rows) : csv_table(rows);
 }
 
 std::string grouped(const std::vector<Run>& runs, std::vector<std::string> keys,
@@ -411,7 +368,7 @@ std::string grouped(const std::vector<Run>& runs, std::vector<std::string> keys,
     }
     rows.push_back(row);
   }
-  return opt.format == CompareFormat::table ? text_table(rows) : csv_table(rows);
+  return opt.format == CompareFormat::table ? report::text_table(rows) : csv_table(rows);
 }
 
 }  // namespace

@@ -12,9 +12,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 
 #include "trainrun/core/errors.h"
+#include "trainrun/runtime/host.h"
 
 namespace trainrun {
 namespace {
@@ -24,20 +24,6 @@ constexpr const char* kUserVariables[] = {"GOMP_SPINCOUNT", "OMP_WAIT_POLICY"};
 bool set_by_user(const char* name) {
   const char* v = std::getenv(name);
   return v && *v;
-}
-
-// This process's arguments as the kernel holds them (NUL-separated).
-std::vector<std::string> own_arguments() {
-  std::ifstream in("/proc/self/cmdline", std::ios::binary);
-  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::string> args;
-  for (size_t start = 0; start < all.size();) {
-    const size_t end = all.find('\0', start);
-    args.push_back(all.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return args;
 }
 
 // execv("/proc/self/exe") below names the new process "exe": the kernel takes a process's name

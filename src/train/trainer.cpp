@@ -38,6 +38,7 @@
 #include "trainrun/comm/comm.h"
 #include "trainrun/comm/device_mesh.h"
 #include "trainrun/config/config.h"
+#include "trainrun/core/build_info.h"
 #include "trainrun/core/clock.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/no_follow.h"
@@ -259,7 +260,7 @@ void Trainer::setup_reporter() {
 }
 
 void Trainer::log_setup() const {
-  spdlog::info("trainrun {} | run {} | rank {}/{} on {} | {}", TRAINRUN_VERSION, exp_.name, rank_,
+  spdlog::info("trainrun {} | run {} | rank {}/{} on {} | {}", trainrun_version(), exp_.name, rank_,
                world_, comm_->host(), be_->describe());
   if (world_ > 1)
     spdlog::info("mesh {}: this rank at replica {}, shard {} | ZeRO stage {}",

@@ -33,7 +33,7 @@ def sets(*pairs):
 
 
 # Commands that never use a run directory.
-NO_RUN_DIR = {"validate", "plan", "inspect", "sample", "export", "report", "data", "k8s", "--help",
+NO_RUN_DIR = {"validate", "plan", "inspect", "sample", "export", "report", "data", "k8s", "--help", "runs",
               "-h", "--version", "compare"}
 
 
