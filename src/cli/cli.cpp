@@ -263,7 +263,8 @@ Command add_compare(CLI::App& app) {
   struct Args {
     std::vector<std::string> paths;
     CompareOptions opt;
-    bool json = false, csv = false;
+    bool json = false, csv = false, force = false;
+    std::string html;
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand(
@@ -278,11 +279,20 @@ Command add_compare(CLI::App& app) {
                 "one row per setting: the mean and standard error over its seeds");
   auto* json = sub->add_flag("--json", a->json, "JSON instead of a table");
   sub->add_flag("--csv", a->csv, "CSV instead of a table")->excludes(json);
+  sub->add_option("--html", a->html,
+                  "also write one self-contained page: the table and every run's curves")
+      ->type_name("FILE");
+  sub->add_flag("--force", a->force, "replace --html's FILE if it exists");
   return {sub, [a] {
             a->opt.format = a->json  ? CompareFormat::json
                             : a->csv ? CompareFormat::csv
                                      : CompareFormat::table;
+            if (!a->html.empty()) check_outputs({}, {a->html}, a->force, "compare");
             fmt::print("{}", printable(compare_runs(a->paths, a->opt)));
+            if (!a->html.empty()) {
+              write_compare_html(a->paths, a->opt, a->html);
+              fmt::print(stderr, "html: {}\n", printable(a->html));
+            }
             return kExitOk;
           }};
 }

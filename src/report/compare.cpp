@@ -14,9 +14,11 @@
 #include <fmt/format.h>
 
 #include "report_summary.h"
+#include "svg_plot.h"
 #include "text_table.h"
 #include "trainrun/config/config.h"
 #include "trainrun/core/errors.h"
+#include "trainrun/core/no_follow.h"
 #include "trainrun/core/regular_file.h"
 #include "trainrun/obs/metrics.h"
 #include "trainrun/report/run_index.h"
@@ -234,6 +236,39 @@ std::string csv_table(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
+// csv_table's rows back as cells (quoted fields unquoted): the HTML table shows what --csv does.
+std::vector<std::vector<std::string>> split_csv(const std::string& text) {
+  std::vector<std::vector<std::string>> rows(1);
+  std::string cell;
+  bool quoted = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
+        cell += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        cell += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      rows.back().push_back(std::move(cell));
+      cell.clear();
+    } else if (c == '\n') {
+      rows.back().push_back(std::move(cell));
+      cell.clear();
+      rows.emplace_back();
+    } else {
+      cell += c;
+    }
+  }
+  if (rows.back().empty()) rows.pop_back();
+  return rows;
+}
+
 struct Group {
   std::vector<const Run*> runs;
   Figures mean, stderr_;
@@ -371,9 +406,8 @@ std::string grouped(const std::vector<Run>& runs, std::vector<std::string> keys,
   return opt.format == CompareFormat::table ? report::text_table(rows) : csv_table(rows);
 }
 
-}  // namespace
-
-std::string compare_runs(const std::vector<std::string>& paths, const CompareOptions& opt) {
+// The runs the paths name, labelled (a label names a run once).
+std::vector<Run> runs_of(const std::vector<std::string>& paths, const CompareOptions& opt) {
   if (!opt.sort.empty()) metric_index(opt.sort);  // a bad name fails before any reading
   std::vector<Run> runs;
   for (const std::string& p : paths) {
@@ -390,8 +424,83 @@ std::string compare_runs(const std::vector<std::string>& paths, const CompareOpt
   for (const Run& r : runs) ++seen[r.label];
   for (Run& r : runs)
     if (seen[r.label] > 1) r.label = r.dir;
+  return runs;
+}
+
+constexpr const char* kPageStyle = R"CSS(
+body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; background: #fff; }
+h1 { font-size: 22px; margin: 0 0 12px; }
+.plots { display: grid; grid-template-columns: repeat(2, 640px); gap: 12px; margin-top: 16px; }
+svg { background: #fafafa; border: 1px solid #ddd; }
+svg text { font: 11px sans-serif; fill: #333; }
+svg .title { font: bold 13px sans-serif; }
+svg .grid { stroke: #e4e4e4; stroke-width: 1; }
+svg .frame { fill: none; stroke: #999; stroke-width: 1; }
+svg .axis { font: 12px sans-serif; fill: #444; }
+table { border-collapse: collapse; }
+td, th { border-bottom: 1px solid #e4e4e4; padding: 3px 10px; text-align: left; }
+th { background: #f2f2f2; }
+)CSS";
+
+// Run i of n's colour: hues spread evenly, so any number of runs stay apart.
+std::string colour(size_t i, size_t n) {
+  return fmt::format("hsl({},70%,42%)", static_cast<int>(360.0 * i / std::max<size_t>(n, 1)));
+}
+
+}  // namespace
+
+std::string compare_runs(const std::vector<std::string>& paths, const CompareOptions& opt) {
+  std::vector<Run> runs = runs_of(paths, opt);
   const std::vector<std::string> keys = differing_keys(runs);
   return opt.group_seeds ? grouped(runs, keys, opt) : ungrouped(std::move(runs), keys, opt);
+}
+
+void write_compare_html(const std::vector<std::string>& paths, const CompareOptions& opt,
+                        const std::string& out) {
+  const std::vector<Run> runs = runs_of(paths, opt);
+  const std::vector<std::string> keys = differing_keys(runs);
+  CompareOptions table_opt = opt;
+  table_opt.format = CompareFormat::csv;  // cells, escaped below
+  const std::string csv =
+      opt.group_seeds ? grouped(runs, keys, table_opt) : ungrouped(runs, keys, table_opt);
+  std::string table = "<table>\n";
+  bool header = true;
+  for (const auto& row : split_csv(csv)) {
+    table += "<tr>";
+    for (const std::string& cell : row)
+      table += fmt::format("<{0}>{1}</{0}>", header ? "th" : "td", report::html_escape(cell));
+    table += "</tr>\n";
+    header = false;
+  }
+  table += "</table>\n";
+  struct Metric {
+    const char *kind, *key, *title, *y;
+  };
+  const Metric metrics[] = {{"train", "loss", "train loss", "loss (nats per token)"},
+                            {"eval", "val_loss", "val loss", "loss (nats per token)"},
+                            {"train", "lr", "learning rate", "learning rate"},
+                            {"train", "tokens_per_sec", "throughput", "tokens per second"}};
+  std::string plots = "<div class=\"plots\">\n";
+  for (const Metric& m : metrics) {
+    std::vector<report::Series> series;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      std::string name = runs[i].label;
+      for (const std::string& k : keys) name += " " + k + "=" + value_of(runs[i], k);
+      report::Series s{name, colour(i, runs.size()), {}, std::string(m.kind) == "eval"};
+      for (const MetricRow& r : read_metrics_jsonl(runs[i].dir, m.kind))
+        s.points.emplace_back(report::number(r, "step"), report::number(r, m.key));
+      series.push_back(std::move(s));
+    }
+    report::ChartAxes axes;
+    axes.y_title = m.y;
+    plots += report::svg_line_chart(m.title, series, axes, 640, 360);
+  }
+  plots += "</div>\n";
+  replace_file(out, fmt::format("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta "
+                                "charset=\"utf-8\">\n<title>trainrun compare</title>\n<style>{}"
+                                "</style>\n</head>\n<body>\n<h1>{} runs</h1>\n{}{}</body>\n"
+                                "</html>\n",
+                                kPageStyle, runs.size(), table, plots));
 }
 
 }  // namespace trainrun

@@ -145,9 +145,20 @@ std::string html_escape(std::string_view s) {
   return out;
 }
 
+// A legend's width at about 8 px a character, as drawn below.
+double legend_width(const std::vector<Series>& series) {
+  double w = 0;
+  for (const Series& s : series) w += 12.0 + 8.0 * static_cast<double>(s.name.size() + 2);
+  return w;
+}
+
 std::string svg_line_chart(const std::string& title, const std::vector<Series>& series,
                            const ChartAxes& a, int width, int height) {
   Frame f{72, 30, width - 72.0 - 16, height - 30.0 - 48, {}, {}};
+  // A legend too wide for the title row (many series, as `compare` draws) is a column of rows
+  // below the chart, which grows to hold it.
+  const bool rows = series.size() > 1 && legend_width(series) > f.width - 120;
+  if (rows) height += 16 * static_cast<int>(series.size()) + 4;
   for (const Series& s : series)
     for (const auto& [x, y] : s.points)
       if (std::isfinite(x) && std::isfinite(y)) {
@@ -170,7 +181,16 @@ std::string svg_line_chart(const std::string& title, const std::vector<Series>& 
   f.y.hi += pad;
   svg += axes(f, a);
   for (const Series& s : series) svg += line(f, s);
-  if (series.size() > 1) {
+  if (rows) {
+    double y = f.top + f.height + 48 + 12;
+    for (const Series& s : series) {
+      svg += fmt::format(
+          "<text x=\"{0:.1f}\" y=\"{1:.1f}\"><tspan style=\"fill:{2}\">&#9632;</tspan> "
+          "{3}</text>\n",
+          f.left, y, s.color, html_escape(s.name));
+      y += 16;
+    }
+  } else if (series.size() > 1) {
     double x = f.left + f.width;
     for (auto it = series.rbegin(); it != series.rend(); ++it) {
       svg += fmt::format(

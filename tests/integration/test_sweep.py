@@ -302,3 +302,38 @@ def test_tensorboard_shows_every_point_in_its_hparams_tab(grid):
             assert s["status"] == "STATUS_SUCCESS"
             loss = {m["name"]["tag"]: m["value"] for m in s["metricValues"]}["train/loss"]
             assert loss == pytest.approx(metrics(d / s["name"])[-1]["loss"], rel=1e-6)
+
+
+def test_compare_html_overlays_every_runs_curves_with_escaped_names(grid, tmp_path):
+    import html
+    import re
+    d, _ = grid
+    # A run whose directory name is markup: shown as text, never as a tag.
+    odd = tmp_path / 'odd <b>&"name'
+    odd.mkdir()
+    first = manifest(d)["points"][0]["name"]
+    os.symlink(d / first, odd / "r")
+    page = tmp_path / "cmp.html"
+    run(["compare", str(d), str(odd), "--html", str(page)], check=0)
+    text = page.read_text()
+    assert "<script" not in text and "http://" not in text.replace(
+        'xmlns="http://www.w3.org/2000/svg"', "")
+    charts = re.findall(r"<svg.*?</svg>", text, re.S)
+    assert [re.search(r'aria-label="([^"]*)"', c).group(1) for c in charts] == [
+        "train loss", "val loss", "learning rate", "throughput"]
+    names = [pt["name"] for pt in manifest(d)["points"]]
+    for chart in charts:
+        strokes = re.findall(r'<polyline [^>]*stroke="([^"]+)"', chart)
+        assert len(strokes) == 9 and len(set(strokes)) == 9, strokes  # one colour per run
+        legend = [html.unescape(re.sub(r"<[^>]+>", "", t)).strip()
+                  for t in re.findall(r"<text [^>]*><tspan .*?</text>", chart)]
+        assert len(legend) == 9
+        for n in names:
+            assert any(l.startswith(f"■ {n} model.d_model=") for l in legend), (n, legend)
+    assert "<b>" not in text and "&lt;b&gt;" in text
+    # The table: a row per run, as --csv has them.
+    assert text.count("<tr>") == 10
+    # An existing page is replaced only with --force.
+    p = run(["compare", str(d), "--html", str(page)], check=2)
+    assert "--force" in p.stderr
+    run(["compare", str(d), "--html", str(page), "--force"], check=0)

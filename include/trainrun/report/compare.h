@@ -33,4 +33,12 @@ inline constexpr const char* kCompareMetrics[] = {
 // Error(kExitRunDir) (exit 73) for a run directory's unreadable file, as `report` does.
 std::string compare_runs(const std::vector<std::string>& paths, const CompareOptions& opt);
 
+// The same runs as one self-contained HTML page (inline SVG and CSS, no script, nothing
+// fetched): the table, then every run's curves overlaid per metric (train loss, val loss,
+// learning rate, tokens/s), one colour per run, the legend naming each run by its directory and
+// the keys that differ. Every name and value is escaped. Written by replace_file (a link at
+// `out` is replaced, never followed); the caller checks `out` first (data/output_files.h).
+void write_compare_html(const std::vector<std::string>& paths, const CompareOptions& opt,
+                        const std::string& out);
+
 }  // namespace trainrun
