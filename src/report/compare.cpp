@@ -431,12 +431,6 @@ constexpr const char* kPageStyle = R"CSS(
 body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; background: #fff; }
 h1 { font-size: 22px; margin: 0 0 12px; }
 .plots { display: grid; grid-template-columns: repeat(2, 640px); gap: 12px; margin-top: 16px; }
-svg { background: #fafafa; border: 1px solid #ddd; }
-svg text { font: 11px sans-serif; fill: #333; }
-svg .title { font: bold 13px sans-serif; }
-svg .grid { stroke: #e4e4e4; stroke-width: 1; }
-svg .frame { fill: none; stroke: #999; stroke-width: 1; }
-svg .axis { font: 12px sans-serif; fill: #444; }
 table { border-collapse: collapse; }
 td, th { border-bottom: 1px solid #e4e4e4; padding: 3px 10px; text-align: left; }
 th { background: #f2f2f2; }
@@ -497,10 +491,10 @@ void write_compare_html(const std::vector<std::string>& paths, const CompareOpti
   }
   plots += "</div>\n";
   replace_file(out, fmt::format("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta "
-                                "charset=\"utf-8\">\n<title>trainrun compare</title>\n<style>{}"
+                                "charset=\"utf-8\">\n<title>trainrun compare</title>\n<style>{}{}"
                                 "</style>\n</head>\n<body>\n<h1>{} runs</h1>\n{}{}</body>\n"
                                 "</html>\n",
-                                kPageStyle, runs.size(), table, plots));
+                                kPageStyle, report::kSvgChartStyle, runs.size(), table, plots));
 }
 
 }  // namespace trainrun

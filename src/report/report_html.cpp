@@ -25,14 +25,6 @@ h1 { font-size: 22px; margin: 0 0 4px; }
 h2 { font-size: 17px; margin: 24px 0 8px; }
 .sub { color: #555; margin: 0 0 16px; }
 .plots { display: grid; grid-template-columns: repeat(2, 560px); gap: 12px; }
-svg { background: #fafafa; border: 1px solid #ddd; }
-svg text { font: 11px sans-serif; fill: #333; }
-svg .title { font: bold 13px sans-serif; }
-svg .grid { stroke: #e4e4e4; stroke-width: 1; }
-svg .frame { fill: none; stroke: #999; stroke-width: 1; }
-svg .axis { font: 12px sans-serif; fill: #444; }
-svg line.mark { stroke: #888; stroke-width: 1; stroke-dasharray: 4 3; }
-svg text.mark { font: 11px sans-serif; fill: #666; }
 table { border-collapse: collapse; }
 td, th { border-bottom: 1px solid #e4e4e4; padding: 3px 10px; text-align: left; vertical-align: top; }
 th { background: #f2f2f2; }
@@ -114,13 +106,14 @@ std::string page(const std::string& run_dir) {
   std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
   return fmt::format(
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-      "<title>trainrun report: {0}</title>\n<style>{1}</style>\n</head>\n<body>\n"
+      "<title>trainrun report: {0}</title>\n<style>{1}{8}</style>\n</head>\n<body>\n"
       "<h1>run {0}</h1>\n<p class=\"sub\">{2}{3}</p>\n{4}<h2>Summary</h2>\n{5}"
       "<h2>Events</h2>\n{6}<p class=\"sub\">written by trainrun report at {7}</p>\n"
       "</body>\n</html>\n",
       html_escape(summary.name), kStyle, html_escape(run_dir),
       summary.description.empty() ? "" : " | " + html_escape(summary.description),
-      plots(train, evals, events), summary_table(summary), events_table(events), when);
+      plots(train, evals, events), summary_table(summary), events_table(events), when,
+      report::kSvgChartStyle);
 }
 
 }  // namespace

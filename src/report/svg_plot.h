@@ -31,6 +31,18 @@ struct ChartAxes {
 std::string svg_line_chart(const std::string& title, const std::vector<Series>& series,
                            const ChartAxes& axes = {}, int width = 560, int height = 300);
 
+// The CSS the charts' classes need, for the <style> of a page that holds them.
+inline constexpr const char* kSvgChartStyle = R"CSS(
+svg { background: #fafafa; border: 1px solid #ddd; }
+svg text { font: 11px sans-serif; fill: #333; }
+svg .title { font: bold 13px sans-serif; }
+svg .grid { stroke: #e4e4e4; stroke-width: 1; }
+svg .frame { fill: none; stroke: #999; stroke-width: 1; }
+svg .axis { font: 12px sans-serif; fill: #444; }
+svg line.mark { stroke: #888; stroke-width: 1; stroke-dasharray: 4 3; }
+svg text.mark { font: 11px sans-serif; fill: #666; }
+)CSS";
+
 // Text safe inside HTML and SVG elements and attribute values.
 std::string html_escape(std::string_view s);
 
