@@ -248,6 +248,10 @@ Command add_sweep(CLI::App& app) {
   sub->add_option("--sweep-seed", a->sweep_seed, "seed of the --random draws (default 0)");
   sub->add_option("--seeds", a->seeds, "the config's seed, seed+1, ...: N seeds of every point")
       ->check(CLI::Range(1, 100000));
+  sub->add_option("--sweep-file", a->sweep_file,
+                  "axes from a YAML file's `sweep:` (grid, list, random, trials, sweep_seed, "
+                  "seeds, set); the command line's add to them")
+      ->type_name("FILE");
   sub->add_option("--sweep-dir", a->sweep_dir, "the sweep directory (default runs/NAME-sweep)");
   sub->add_option("--resume", a->resume,
                   "run the points of SWEEP_DIR that are not done (preempted and failed ones "

@@ -18,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "sweep_file.h"
 #include "sweep_points.h"
 #include "trainrun/config/config.h"
 #include "trainrun/core/errors.h"
@@ -301,7 +302,7 @@ int run_sweep(const SweepRequest& r) {
   fs::path dir;
   if (!r.resume.empty()) {
     if (!r.config.empty() || !r.sets.empty() || !r.grid.empty() || !r.random.empty() ||
-        r.seeds > 0 || r.list || r.trials > 0 || !r.sweep_dir.empty())
+        r.seeds > 0 || r.list || r.trials > 0 || !r.sweep_dir.empty() || !r.sweep_file.empty())
       throw ConfigError(
           "sweep --resume SWEEP_DIR continues the sweep its manifest describes: give no CONFIG, "
           "--set, axes or --sweep-dir with it (start a new sweep for other points)");
@@ -313,10 +314,12 @@ int run_sweep(const SweepRequest& r) {
     m = read_sweep_manifest(dir.string());
   } else {
     if (r.config.empty()) throw ConfigError("sweep: give CONFIG.yaml (or --resume SWEEP_DIR)");
-    const Experiment base = load_experiment(r.config, r.sets);
-    sweep::Axes axes{r.grid, r.list, r.random, r.trials, r.sweep_seed, r.seeds};
+    sweep::Axes axes{{}, r.grid, r.list, r.random, r.trials, r.sweep_seed, r.seeds};
+    std::vector<std::string> sets = r.sets;
+    if (!r.sweep_file.empty()) sweep::read_sweep_file(r.sweep_file, axes, sets);
+    const Experiment base = load_experiment(r.config, sets);
     m.config = fs::absolute(r.config).lexically_normal().string();
-    m.sets = r.sets;
+    m.sets = sets;
     m.axes = sweep::describe(axes);
     for (sweep::Point& p : sweep::expand(axes, base.seed))
       m.points.push_back({std::move(p.name), std::move(p.overrides)});

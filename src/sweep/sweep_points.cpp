@@ -13,10 +13,7 @@ namespace trainrun::sweep {
 
 namespace {
 
-struct Axis {
-  std::string key;
-  std::vector<std::string> values;
-};
+using Axis = GridAxis;
 
 std::string trim(const std::string& s) {
   const size_t b = s.find_first_not_of(" \t");
@@ -141,6 +138,11 @@ std::string name_part(const std::string& key, const std::string& value, bool ful
 
 std::vector<Point> expand(const Axes& axes, uint64_t base_seed) {
   std::vector<Axis> grid;
+  for (const Axis& a : axes.listed) {
+    if (a.values.empty())
+      throw ConfigError(fmt::format("sweep grid {}: an empty grid; give the values", a.key));
+    grid.push_back(a);
+  }
   for (const std::string& g : axes.grid) grid.push_back(grid_axis(g));
   std::vector<Draw> draws;
   for (const std::string& r : axes.random) draws.push_back(random_axis(r));
@@ -237,6 +239,10 @@ std::vector<Point> expand(const Axes& axes, uint64_t base_seed) {
 
 std::string describe(const Axes& axes) {
   std::string out;
+  for (const Axis& a : axes.listed) {
+    out += " --grid " + a.key + "=";
+    for (size_t i = 0; i < a.values.size(); ++i) out += (i ? "," : "") + a.values[i];
+  }
   for (const std::string& g : axes.grid) out += " --grid " + g;
   if (axes.list) out += " --list";
   for (const std::string& r : axes.random) out += " --random " + r;

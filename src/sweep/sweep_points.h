@@ -19,7 +19,14 @@
 
 namespace trainrun::sweep {
 
+// A grid axis whose values are already apart (a sweep file's YAML list).
+struct GridAxis {
+  std::string key;
+  std::vector<std::string> values;
+};
+
 struct Axes {
+  std::vector<GridAxis> listed;     // a sweep file's grid, before the --grid arguments
   std::vector<std::string> grid;    // --grid arguments
   bool list = false;                // --list
   std::vector<std::string> random;  // --random arguments

@@ -337,3 +337,30 @@ def test_compare_html_overlays_every_runs_curves_with_escaped_names(grid, tmp_pa
     p = run(["compare", str(d), "--html", str(page)], check=2)
     assert "--force" in p.stderr
     run(["compare", str(d), "--html", str(page), "--force"], check=0)
+
+
+def test_axes_from_a_sweep_file_with_the_command_lines_added(tmp_path):
+    f = tmp_path / "sweep.yaml"
+    f.write_text("sweep:\n  grid:\n    optimizer.lr: [1.0e-3, 3.0e-3]\n  seeds: 2\n"
+                 "  set:\n    train.steps: 2\n")
+    d, p = sweep(tmp_path, "--sweep-file", str(f), "--grid", "model.d_model=32,48")
+    points = manifest(d)["points"]
+    assert [pt["overrides"] for pt in points][:3] == [
+        ["optimizer.lr=1.0e-3", "model.d_model=32", "seed=1337"],
+        ["optimizer.lr=1.0e-3", "model.d_model=32", "seed=1338"],
+        ["optimizer.lr=1.0e-3", "model.d_model=48", "seed=1337"]]
+    assert len(points) == 8
+    assert manifest(d)["sets"][-1] != "train.steps=2"  # the file's --set comes first ...
+    assert "train.steps=2" in manifest(d)["sets"]
+    for pt in points:
+        assert len(losses(d / pt["name"])) == 4  # ... so the command line's train.steps=4 wins
+    # Bad files: named with the line, before anything runs.
+    for text, says in [("sweep:\n  gird:\n    seed: [1, 2]\n", ":2:3: sweep.gird: unknown key"),
+                       ("sweep:\n  grid:\n    seed: 1\n", "sweep.grid.seed: want a list"),
+                       ("sweep:\n  seeds: two\n", "sweep.seeds: want a whole number"),
+                       ("grid: {}\n", "want a mapping `sweep:`")]:
+        f.write_text(text)
+        p = run(["sweep", QS, "--sweep-file", str(f), "--sweep-dir", str(tmp_path / "bad")],
+                check=2)
+        assert says in p.stderr, (text, p.stderr)
+        assert not (tmp_path / "bad").exists()

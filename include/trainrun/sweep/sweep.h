@@ -20,6 +20,7 @@ struct SweepRequest {
   int trials = 0;                   // --trials N
   uint64_t sweep_seed = 0;          // --sweep-seed S
   int seeds = 0;                    // --seeds N
+  std::string sweep_file;           // --sweep-file: axes (and --set) from a YAML file
   std::string sweep_dir;            // --sweep-dir ("" = runs/NAME-sweep)
   std::string resume;               // --resume SWEEP_DIR: continue that sweep instead
   int parallel = 1;                 // --parallel K
