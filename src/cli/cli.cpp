@@ -260,6 +260,10 @@ Command add_sweep(CLI::App& app) {
   sub->add_option("--parallel", a->parallel, "points trained side by side (the cores split)")
       ->check(CLI::Range(1, 1024));
   sub->add_flag("--dry-run", a->dry_run, "validate and plan every point, print them, run nothing");
+  sub->add_flag("--slurm", a->slurm,
+                "write SWEEP_DIR/sweep.sbatch, one job array (a task per point, --parallel at "
+                "once) instead of running the points here");
+  sub->add_flag("--submit", a->submit, "with --slurm: submit the job array with sbatch");
   return {sub, [a] { return run_sweep(*a); }};
 }
 

@@ -152,7 +152,11 @@ std::string slurm_script(const Experiment& exp, const SlurmOptions& in) {
   line(fmt::format("# {} s before the time limit Slurm sends USR1; trainrun then saves a",
                    o.signal_seconds));
   line("# checkpoint and exits 75, and this script requeues the job.");
-  sbatch("--job-name=" + sbatch_value(exp.name, "the experiment name"));
+  sbatch("--job-name=" +
+         sbatch_value(o.job_name.empty() ? exp.name : o.job_name, "the experiment name"));
+  if (!o.array.empty())
+    sbatch(fmt::format("--array=0-{}{}", o.array.size() - 1,
+                       o.array_throttle > 0 ? fmt::format("%{}", o.array_throttle) : ""));
   sbatch(fmt::format("--nodes={}", o.nodes));
   sbatch(fmt::format("--ntasks-per-node={}", o.ntasks_per_node));
   if (o.gpus_per_node > 0) sbatch(fmt::format("--gpus-per-node={}", o.gpus_per_node));
@@ -162,7 +166,8 @@ std::string slurm_script(const Experiment& exp, const SlurmOptions& in) {
   if (!o.account.empty()) sbatch("--account=" + sbatch_value(o.account, "slurm --account"));
   sbatch("--requeue");
   sbatch(fmt::format("--signal=B:USR1@{}", o.signal_seconds));
-  sbatch("--output=" + sbatch_value(run_dir + "/slurm-%j.out", "the run directory"));
+  sbatch("--output=" +
+         sbatch_value(o.output.empty() ? run_dir + "/slurm-%j.out" : o.output, "--output"));
   sbatch("--open-mode=append");
   // Relative data paths in the config mean what they meant where `trainrun slurm` ran.
   sbatch("--chdir=" + sbatch_value(fs::current_path().string(), "the working directory"));
@@ -207,14 +212,28 @@ std::string slurm_script(const Experiment& exp, const SlurmOptions& in) {
     line("fi");
     cmd = {"mpirun", "-np", std::to_string(world), "--bind-to", "none"};
   }
-  for (const auto& a : {o.trainrun_bin, std::string("run"), o.config_path, std::string("--resume"),
-                        std::string("--run-dir"), run_dir})
+  for (const auto& a : {o.trainrun_bin, std::string("run"), o.config_path, std::string("--resume")})
     cmd.push_back(a);
+  if (o.array.empty()) cmd.insert(cmd.end(), {"--run-dir", run_dir});
   for (const auto& kv : sets) cmd.insert(cmd.end(), {"--set", kv});
   std::string words;
   for (const auto& w : cmd) {
     if (!words.empty()) words += ' ';
     words += shell_quote(w);
+  }
+  if (!o.array.empty()) {
+    line("# This array task's point: its run directory and its own values, after the shared ones.");
+    line("case \"${SLURM_ARRAY_TASK_ID:-}\" in");
+    for (size_t i = 0; i < o.array.size(); ++i) {
+      std::string point = "--run-dir " + shell_quote(o.array[i].run_dir);
+      for (const auto& kv : o.array[i].sets) point += " --set " + shell_quote(kv);
+      line(fmt::format("  {}) point=({}) ;;", i, point));
+    }
+    line(
+        "  *) echo \"trainrun: SLURM_ARRAY_TASK_ID=${SLURM_ARRAY_TASK_ID:-unset} is no point of "
+        "this sweep\" >&2; exit 2 ;;");
+    line("esac");
+    words += " \"${point[@]}\"";
   }
   line("step=(" + words + ")");
   line("");
@@ -278,13 +297,7 @@ std::string slurm_submit(const Experiment& exp_in, SlurmOptions opts) {
   // sbatch itself. Only then are the files written.
   const std::string script_text = slurm_script(exp, opts);
   const std::string config_text = to_yaml(exp);
-  bool found = false;
-  const auto probe = cluster_detail::run_capture({"sbatch", "--version"}, &found);
-  if (!found)
-    throw LaunchError(fmt::format(
-        "cannot run sbatch ({}): install slurm-client or run on a login node; nothing was "
-        "written (`trainrun slurm` without --submit prints the script)",
-        probe.err));
+  require_sbatch("`trainrun slurm` without --submit prints the script");
 
   std::error_code ec;
   fs::create_directories(exp.run_dir, ec);
@@ -300,25 +313,38 @@ std::string slurm_submit(const Experiment& exp_in, SlurmOptions opts) {
   };
   write(config, config_text);
   write(script, script_text);
+  return sbatch_submit(script.string());
+}
 
-  const auto r = cluster_detail::run_capture({"sbatch", "--parsable", script.string()}, &found);
+void require_sbatch(const std::string& instead) {
+  bool found = false;
+  const auto probe = cluster_detail::run_capture({"sbatch", "--version"}, &found);
   if (!found)
-    throw LaunchError(
-        fmt::format("cannot run sbatch ({}); the script is in {}", r.err, script.string()));
+    throw LaunchError(fmt::format(
+        "cannot run sbatch ({}): install slurm-client or run on a login node; nothing was "
+        "written ({})",
+        probe.err, instead));
+}
+
+std::string sbatch_submit(const std::string& script) {
+  bool found = false;
+  const auto r = cluster_detail::run_capture({"sbatch", "--parsable", script}, &found);
+  if (!found)
+    throw LaunchError(fmt::format("cannot run sbatch ({}); the script is in {}", r.err, script));
   auto trim = [](std::string t) {
     const auto b = t.find_first_not_of(" \t\r\n");
     const auto e = t.find_last_not_of(" \t\r\n");
     return b == std::string::npos ? std::string() : t.substr(b, e - b + 1);
   };
   if (r.exit_code != 0)
-    throw LaunchError(fmt::format("sbatch {} failed (exit {}): {}", script.string(), r.exit_code,
+    throw LaunchError(fmt::format("sbatch {} failed (exit {}): {}", script, r.exit_code,
                                   trim(r.err.empty() ? r.out : r.err)));
   // --parsable prints "JOBID" or "JOBID;CLUSTER".
   std::string id = trim(r.out);
   id = id.substr(0, id.find(';'));
   if (id.empty() || id.find_first_not_of("0123456789") != std::string::npos)
-    throw LaunchError(fmt::format("sbatch {} printed no job id: '{}' {}", script.string(),
-                                  trim(r.out), trim(r.err)));
+    throw LaunchError(
+        fmt::format("sbatch {} printed no job id: '{}' {}", script, trim(r.out), trim(r.err)));
   return id;
 }
 

@@ -92,6 +92,11 @@ std::string num(double v, const char* f) {
 RunStatus run_status(const std::string& run_dir, const SweepPoint* point, int64_t steps_done,
                      int64_t train_steps) {
   if (locked(run_dir)) return {RunStatus::running, -1};
+  // The run's own record first: a sweep's manifest says only what that sweep process saw (a
+  // point a Slurm array task trained is still pending there).
+  const auto p = read_provenance(run_dir);
+  const ProvenanceAttempt* last = p && !p->attempts.empty() ? &p->attempts.back() : nullptr;
+  if (last && last->exit_code) return from_exit(*last->exit_code);
   if (point) {
     switch (point->status) {
       case PointStatus::done:
@@ -106,10 +111,7 @@ RunStatus run_status(const std::string& run_dir, const SweepPoint* point, int64_
         break;  // its sweep process is gone: what the run says
     }
   }
-  if (const auto p = read_provenance(run_dir); p && !p->attempts.empty()) {
-    const ProvenanceAttempt& last = p->attempts.back();
-    return last.exit_code ? from_exit(*last.exit_code) : RunStatus{RunStatus::stopped, -1};
-  }
+  if (last) return {RunStatus::stopped, -1};  // its owner was killed
   if (steps_done < 0) return {RunStatus::empty, -1};
   if (train_steps > 0 && steps_done >= train_steps) return {RunStatus::done, 0};
   return {RunStatus::stopped, -1};

@@ -20,9 +20,12 @@
 
 #include "sweep_file.h"
 #include "sweep_points.h"
+#include "trainrun/cluster/cluster.h"
 #include "trainrun/config/config.h"
 #include "trainrun/core/errors.h"
+#include "trainrun/core/no_follow.h"
 #include "trainrun/launch/launch.h"
+#include "trainrun/obs/provenance.h"
 #include "trainrun/obs/tb_hparams.h"
 #include "trainrun/preflight/preflight.h"
 #include "trainrun/report/sweep_manifest.h"
@@ -37,7 +40,9 @@ namespace {
 
 // Every point's config, checked as its run will check it (every rule, and whether it fits the
 // device), before anything runs; two points that resolve to one config are refused.
-void validate_points(const SweepManifest& m, const std::vector<const SweepPoint*>& points) {
+std::vector<Experiment> validate_points(const SweepManifest& m,
+                                        const std::vector<const SweepPoint*>& points) {
+  std::vector<Experiment> out;
   std::map<std::string, std::string> seen;  // resolved config -> the point that has it
   for (const SweepPoint* p : points) {
     std::vector<std::string> overrides = m.sets;
@@ -57,10 +62,41 @@ void validate_points(const SweepManifest& m, const std::vector<const SweepPoint*
             fmt::format("it trains the same config as point {}: the axes give "
                         "two identical points; drop the repeated value",
                         it->second));
+      out.push_back(exp);
     } catch (const ConfigError& e) {
       throw ConfigError(fmt::format("sweep point {}: {}", where, e.what()));
     }
   }
+  return out;
+}
+
+// `--slurm`: one sbatch job array, task i training point todo[i] as `trainrun slurm` trains one
+// run (srun, the warning signal, requeue on 75), at most `parallel` at once; written to
+// SWEEP_DIR/sweep.sbatch and with `submit` submitted. Every task shares one shape, so the
+// points must agree on distributed.nodes and nproc. The manifest is not theirs to write: the
+// tasks' runs record how they ended (provenance), and compare, runs and `sweep --resume` read
+// it there.
+SlurmOptions array_options(const SweepManifest& m, const std::vector<size_t>& todo,
+                           const std::vector<Experiment>& exps, const fs::path& dir, int parallel) {
+  for (size_t i = 1; i < exps.size(); ++i)
+    if (exps[i].distributed.nodes != exps[0].distributed.nodes ||
+        exps[i].distributed.nproc != exps[0].distributed.nproc)
+      throw ConfigError(fmt::format(
+          "sweep --slurm: one job array has one shape, but point {} has {} node(s) x {} rank(s) "
+          "and point {} {} x {}; sweep distributed.nodes and nproc in separate sweeps",
+          m.points[todo[0]].name, exps[0].distributed.nodes, exps[0].distributed.nproc,
+          m.points[todo[i]].name, exps[i].distributed.nodes, exps[i].distributed.nproc));
+  const fs::path abs = fs::absolute(dir).lexically_normal();
+  SlurmOptions o;
+  o.trainrun_bin = self_executable();
+  o.config_path = m.config;
+  o.sets = m.sets;
+  o.job_name = abs.filename().string();
+  o.output = (abs / "logs" / "slurm-%A_%a.out").string();
+  o.array_throttle = parallel;
+  for (size_t i : todo)
+    o.array.push_back({(abs / m.points[i].name).string(), m.points[i].overrides});
+  return o;
 }
 
 // The exclusive lock of a sweep directory, held while the sweep process lives (the kernel drops
@@ -225,6 +261,29 @@ PointStatus status_of_exit(int code) {
   return PointStatus::failed;
 }
 
+// The manifest brought up to date from each point's own provenance record: a point another
+// process trained (a Slurm array task, or a sweep process that was killed) ended as its run
+// says. Returns the points it changed. (A point whose run is going on now is not run twice: its
+// run directory's lock refuses a second run, exit 73.)
+std::vector<size_t> reconcile(SweepManifest& m, const fs::path& dir) {
+  std::vector<size_t> changed;
+  for (size_t i = 0; i < m.points.size(); ++i) {
+    SweepPoint& p = m.points[i];
+    if (p.status == PointStatus::done) continue;
+    const fs::path run = dir / p.name;
+    const auto record = read_provenance(run.string());
+    if (!record || record->attempts.empty()) continue;
+    const ProvenanceAttempt& last = record->attempts.back();
+    if (last.exit_code &&
+        (p.status != status_of_exit(*last.exit_code) || p.exit_code != *last.exit_code)) {
+      p.status = status_of_exit(*last.exit_code);
+      p.exit_code = *last.exit_code;
+      changed.push_back(i);
+    }
+  }
+  return changed;
+}
+
 // Runs `todo` (indices into m.points), at most `parallel` at once, keeping the manifest current.
 // Returns the signal that stopped the sweep, or 0.
 int run_points(SweepManifest& m, const std::vector<size_t>& todo, const fs::path& dir,
@@ -325,6 +384,8 @@ int run_sweep(const SweepRequest& r) {
       m.points.push_back({std::move(p.name), std::move(p.overrides)});
     dir = r.sweep_dir.empty() ? fs::path("runs") / (base.name + "-sweep") : fs::path(r.sweep_dir);
   }
+  const std::vector<size_t> reconciled =
+      r.resume.empty() ? std::vector<size_t>{} : reconcile(m, dir);
   std::vector<const SweepPoint*> todo_points;
   std::vector<size_t> todo;
   for (size_t i = 0; i < m.points.size(); ++i)
@@ -332,8 +393,16 @@ int run_sweep(const SweepRequest& r) {
       todo.push_back(i);
       todo_points.push_back(&m.points[i]);
     }
-  validate_points(m, todo_points);
+  const std::vector<Experiment> exps = validate_points(m, todo_points);
   if (r.parallel < 1) throw ConfigError("sweep --parallel: at least 1");
+  if (r.submit && !r.slurm) throw ConfigError("sweep --submit: with --slurm (the job array)");
+  std::string script;
+  if (r.slurm && !todo.empty()) {
+    // Everything that can refuse before anything is written: the script, and sbatch itself.
+    script = slurm_script(exps.front(), array_options(m, todo, exps, dir, r.parallel));
+    if (r.submit && !r.dry_run)
+      require_sbatch("`trainrun sweep --slurm` without --submit writes the script");
+  }
 
   if (r.dry_run) {
     fmt::print("sweep {} ({} points, {} to run): {} {}\n", dir.string(), m.points.size(),
@@ -352,8 +421,30 @@ int run_sweep(const SweepRequest& r) {
     throw Error(kExitRunDir, fmt::format("sweep directory {}: cannot create it: {}", dir.string(),
                                          ec.message()));
   const SweepLock lock(dir);
-  if (r.resume.empty()) write_sweep_manifest(dir.string(), m);
+  write_sweep_manifest(dir.string(), m);
   write_hparams_experiment(m, dir);
+  for (size_t i : reconciled)
+    write_hparams_session(m.points[i], dir / m.points[i].name, unix_now(),
+                          session_status(m.points[i].status));
+  if (r.slurm) {
+    if (todo.empty()) {
+      fmt::print("sweep {}: every point is done\n", dir.string());
+      return kExitOk;
+    }
+    const std::string path = (dir / "sweep.sbatch").string();
+    replace_file(path, script);
+    if (!r.submit) {
+      fmt::print("sweep {}: {} points as one job array in {}; submit it with `sbatch {}`\n",
+                 dir.string(), todo.size(), path, path);
+      return kExitOk;
+    }
+    const std::string job = sbatch_submit(path);
+    fmt::print(
+        "sweep {}: submitted job array {} ({} points, {} at a time); `trainrun compare "
+        "{}` shows them, `trainrun sweep --resume {}` runs what did not finish\n{}\n",
+        dir.string(), job, todo.size(), r.parallel, dir.string(), dir.string(), job);
+    return kExitOk;
+  }
   fmt::print("sweep {}: {} of {} points to run, {} at a time\n", dir.string(), todo.size(),
              m.points.size(), r.parallel);
   std::fflush(stdout);

@@ -364,3 +364,42 @@ def test_axes_from_a_sweep_file_with_the_command_lines_added(tmp_path):
                 check=2)
         assert says in p.stderr, (text, p.stderr)
         assert not (tmp_path / "bad").exists()
+
+
+def test_slurm_writes_one_job_array_whose_tasks_train_their_points(tmp_path):
+    """--slurm writes SWEEP_DIR/sweep.sbatch, one array task per point; each task is run here by
+    bash as Slurm would (SLURM_ARRAY_TASK_ID set, srun a stand-in that starts its command), and
+    the sweep then knows every point is done from the runs' own records. (A real two-node Slurm
+    runs the array in tests/multihost.)"""
+    d, p = sweep(tmp_path, "--grid", "seed=1,2", "--slurm", "--parallel", "2")
+    script = (d / "sweep.sbatch").read_text()
+    assert "#SBATCH --array=0-1%2" in script
+    assert f"#SBATCH --output={d}/logs/slurm-%A_%a.out" in script
+    assert [pt["status"] for pt in manifest(d)["points"]] == ["pending", "pending"]
+    assert not (d / "seed-1").exists()  # nothing ran here
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "srun").write_text('#!/bin/sh\nwhile [ "${1#-}" != "$1" ]; do shift; done\n'
+                                'exec "$@"\n')
+    (stubs / "srun").chmod(0o755)
+    for task in (0, 1):
+        e = dict(os.environ, SLURM_ARRAY_TASK_ID=str(task), SLURM_JOB_ID=str(100 + task),
+                 PATH=f"{stubs}:{os.environ['PATH']}")
+        e.pop("OMP_NUM_THREADS", None)
+        t = subprocess.run(["bash", str(d / "sweep.sbatch")], env=e, capture_output=True,
+                           text=True, timeout=120)
+        assert t.returncode == 0 and "trainrun: finished" in t.stdout, t.stdout + t.stderr
+    assert [r["status"] for r in json.loads(
+        run(["compare", str(d), "--json"], check=0).stdout)["runs"]] == ["done", "done"]
+    assert "0 of 2 points to run" in run(["sweep", "--resume", str(d)], check=0).stdout
+    assert [pt["status"] for pt in manifest(d)["points"]] == ["done", "done"]
+    # A task beyond the array, and points of two shapes, are refused.
+    e = dict(os.environ, SLURM_ARRAY_TASK_ID="2", SLURM_JOB_ID="102",
+             PATH=f"{stubs}:{os.environ['PATH']}")
+    t = subprocess.run(["bash", str(d / "sweep.sbatch")], env=e, capture_output=True, text=True)
+    assert t.returncode == 2 and "no point of this sweep" in t.stderr
+    p = sweep(tmp_path, "--grid", "distributed.nproc=1,2", "--set", "train.batch_size=8",
+              "--slurm", check=2, name="shapes")[1]
+    assert "one job array has one shape" in p.stderr
+    p = sweep(tmp_path, "--grid", "seed=1,2", "--submit", check=2, name="nosl")[1]
+    assert "with --slurm" in p.stderr

@@ -24,6 +24,18 @@ struct SlurmOptions {
   std::string trainrun_bin;       // absolute path of the trainrun binary the job runs
   std::string config_path;        // absolute path of the (resolved) config the job runs
   std::vector<std::string> sets;  // --set overrides the job passes to trainrun
+  // A job array (`trainrun sweep --slurm`): task i trains array[i], its run directory with its
+  // own --set overrides after `sets`, instead of the experiment's run directory; at most
+  // array_throttle tasks at once (0: no bound). Each task checkpoints, requeues and restarts as
+  // a single job does.
+  struct ArrayTask {
+    std::string run_dir;            // absolute
+    std::vector<std::string> sets;  // the point's overrides
+  };
+  std::vector<ArrayTask> array;
+  int array_throttle = 0;
+  std::string job_name;  // "" = the experiment's name
+  std::string output;    // sbatch --output; "" = RUN_DIR/slurm-%j.out (an array: needed)
 };
 
 // The sbatch script text (readable, commented). Throws ConfigError for impossible options.
@@ -32,6 +44,11 @@ std::string slurm_script(const Experiment& exp, const SlurmOptions& opts);
 // Writes RUN_DIR/config.submitted.yaml and RUN_DIR/job.sbatch, runs `sbatch --parsable` on it
 // and returns the job id. Throws LaunchError when sbatch is missing or refuses.
 std::string slurm_submit(const Experiment& exp, SlurmOptions opts);
+// Throws LaunchError when sbatch cannot run here, saying what to do `instead`; before anything
+// is written.
+void require_sbatch(const std::string& instead);
+// `sbatch --parsable SCRIPT`: the job id. Throws LaunchError when sbatch refuses.
+std::string sbatch_submit(const std::string& script);
 
 struct K8sOptions {
   int nodes = 0;  // worker pods; 0: the config's distributed.nodes

@@ -11,10 +11,10 @@
 namespace trainrun {
 
 // A run's state, from the most direct evidence: its owner holding the run directory's lock
-// (running); a sweep's manifest for its point; the last attempt of its provenance record
-// (exit 0 done, 75 or 130 preempted, else failed; no end: its owner was killed, stopped);
-// without either, whether its steps reached train.steps (done, else stopped; nothing logged:
-// empty).
+// (running); the end of the last attempt in its provenance record (exit 0 done, 75 or 130
+// preempted, else failed); a sweep's manifest for its point; an attempt without an end (its
+// owner was killed: stopped); without any of these, whether its steps reached train.steps (done,
+// else stopped; nothing logged: empty).
 struct RunStatus {
   enum Kind { running, done, failed, preempted, pending, stopped, empty } kind = empty;
   int exit_code = -1;  // failed: the code

@@ -25,6 +25,8 @@ struct SweepRequest {
   std::string resume;               // --resume SWEEP_DIR: continue that sweep instead
   int parallel = 1;                 // --parallel K
   bool dry_run = false;             // print the points, start nothing, write nothing
+  bool slurm = false;               // --slurm: write one sbatch job array instead of running
+  bool submit = false;              // --submit: and submit it
 };
 
 // Runs the sweep and returns its exit code: 0 when every point is done; 75 (or 130 on SIGINT)
