@@ -411,3 +411,50 @@ def test_a_slow_rank_across_the_link_is_still_a_straggler(hosts, tmp_path):
     # (Over 40 ms: what counting rank 0's wait would report; a busy machine's 10-20 ms is not.)
     blamed = [e for e in events_so_far(rd, "slow_collectives") if e["least_wait"] > 0.04]
     assert not blamed, blamed
+
+
+def test_slurm_job_array_of_a_sweep_trains_every_point_and_a_preempted_task_resumes(
+        hosts, slurm, tmp_path):
+    """`trainrun sweep --slurm --submit` on the two-node Slurm: one array task per point, both at
+    once; one task preempted (USR1, as before a time limit) checkpoints, requeues and resumes,
+    and every point ends done with the losses of a run never interrupted."""
+    steps = 40
+    extra = [f"train.steps={steps}", "checkpoint.every=5"]
+    sw = tmp_path / "sw"
+    p = on_host1(hosts, ["sweep", QS, *sets(*BASE, *extra), "--grid", "seed=1,2", "--slurm",
+                         "--submit", "--parallel", "2", "--sweep-dir", str(sw)],
+                 env={**slurm, "TRAINRUN_FAULTS": "slow:ms=60"}, timeout=60)
+    assert p.returncode == 0, out(p)
+    job = p.stdout.strip().splitlines()[-1]
+    assert job.isdigit(), out(p)
+
+    def log():
+        return "".join(f.read_text() for f in (sw / "logs").glob("slurm-*.out"))
+
+    def gone():
+        q = in_ns1(hosts, ["squeue", "-h", "-j", job, "-o", "%T"], slurm)
+        return q.returncode == 0 and q.stdout.strip() == "" or "Invalid job id" in q.stderr
+
+    try:
+        assert ic.wait_for(lambda: list(sw.glob("seed-1/checkpoints/step-*/MANIFEST")),
+                           timeout=90), "task 0 wrote no checkpoint within 90 s:\n" + log()[-4000:]
+        in_ns1(hosts, ["scancel", "--full", "-s", "USR1", f"{job}_0"], slurm)
+        assert ic.wait_for(gone, timeout=180), f"array {job} did not end within 180 s"
+    finally:
+        if not gone():
+            in_ns1(hosts, ["scancel", job], slurm)
+    text = log()
+    assert text.count("trainrun: finished") == 2, text[-4000:]
+    assert "requeueing job" in text, text[-4000:]
+    listed = {r["name"]: r for r in json.loads(ic.run(["runs", str(tmp_path), "--json"],
+                                                      check=0).stdout)}
+    assert {n: r["status"] for n, r in listed.items()} == {"seed-1": "done", "seed-2": "done"}
+    first = json.loads((sw / "seed-1" / "provenance.json").read_text())["attempts"]
+    assert [a["exit_code"] for a in first] == [75, 0]
+    assert "resumed from" in (sw / "seed-1" / "logs" / "rank-0.log").read_text()
+    for seed in (1, 2):
+        ref = tmp_path / f"ref{seed}"
+        ic.run([QS, *sets(*BASE, *extra, f"seed={seed}"), "--run-dir", str(ref)], check=0,
+               timeout=120)
+        assert losses(sw / f"seed-{seed}") == losses(ref), seed
+    assert "0 of 2 points to run" in ic.run(["sweep", "--resume", str(sw)], check=0).stdout
