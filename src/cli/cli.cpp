@@ -29,6 +29,7 @@
 #include "trainrun/data/output_files.h"
 #include "trainrun/data/tokenizer.h"
 #include "trainrun/hf/hf_export.h"
+#include "trainrun/hf/hf_import.h"
 #include "trainrun/launch/launch.h"
 #include "trainrun/launch/run_command.h"
 #include "trainrun/obs/provenance.h"
@@ -95,10 +96,18 @@ struct ConfigArgs {
   std::string config;
   std::vector<std::string> sets;
   Experiment load() const { return load_experiment(config, sets); }
+  // plan and validate take a Hugging Face model folder too: its model, synthetic data unless
+  // --set names data (hf_import.h).
+  Experiment load_or_hf() const {
+    return is_hf_model_dir(config) ? hf_experiment(config, sets) : load();
+  }
 };
 
-void add_config_options(CLI::App* sub, ConfigArgs& a) {
-  sub->add_option("config", a.config, "experiment YAML file")->required();
+void add_config_options(CLI::App* sub, ConfigArgs& a, bool hf = false) {
+  sub->add_option("config", a.config,
+                  hf ? "experiment YAML file, or a Hugging Face model folder (its model)"
+                     : "experiment YAML file")
+      ->required();
   sub->add_option("--set", a.sets, "override a config key: KEY=VALUE");
 }
 
@@ -141,9 +150,9 @@ Command add_run(CLI::App& app) {
 Command add_validate(CLI::App& app) {
   auto a = std::make_shared<ConfigArgs>();
   auto* sub = app.add_subcommand("validate", "check a config and print it resolved");
-  add_config_options(sub, *a);
+  add_config_options(sub, *a, /*hf=*/true);
   return {sub, [a] {
-            Experiment exp = a->load();
+            Experiment exp = a->load_or_hf();
             validate_for_world(exp, exp.world_size());
             check_memory(exp);
             check_data(exp);
@@ -168,7 +177,7 @@ Command add_plan(CLI::App& app) {
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand(
       "plan", "what a run will cost before it runs: parameters, FLOPs, memory, time");
-  add_config_options(sub, *a);
+  add_config_options(sub, *a, /*hf=*/true);
   sub->add_flag("--json", a->json, "print JSON (for scripts)");
   sub->add_option("--gpu", a->gpu, "plan for this GPU: A100, H100 or H200 (device cuda)");
   sub->add_option("--disk-bw", a->disk_bw,
@@ -187,7 +196,7 @@ Command add_plan(CLI::App& app) {
       ->type_name("US")
       ->check(finite_number(0, true, "microseconds", "--link-latency 5"));
   return {sub, [a] {
-            Experiment exp = a->load();
+            Experiment exp = a->load_or_hf();
             DevicePeak peak = device_peak(exp, a->gpu);
             set_link(peak, exp.distributed.nodes > 1, a->link_bw * 1e6,
                      a->link_latency < 0 ? -1 : a->link_latency * 1e-6);
@@ -515,7 +524,8 @@ Command add_sample(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand("sample", "generate text from a run's newest checkpoint");
-  sub->add_option("run", a->run, "run directory or checkpoint file")->required();
+  sub->add_option("run", a->run, "run directory, checkpoint, or a Hugging Face model folder")
+      ->required();
   sub->add_option("--prompt", a->prompt, "text to continue");
   sub->add_option("--tokenizer", a->tokenizer,
                   "tokenizer.json to encode the prompt and decode with (default: the run's)");

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -13,6 +14,7 @@
 
 #include "hf_layout.h"
 #include "trainrun/checkpoint/safetensors.h"
+#include "trainrun/config/config.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/regular_file.h"
 
@@ -102,6 +104,63 @@ std::string hf_config_mismatch(const std::string& dir, const ModelConfig& m) {
   std::string out;
   for (const std::string& p : problems) out += (out.empty() ? "" : "; ") + p;
   return out;
+}
+
+bool is_hf_model_dir(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec) &&
+         std::filesystem::exists(std::filesystem::path(path) / "config.json", ec);
+}
+
+ModelConfig hf_model_config(const std::string& dir, int max_seq_len) {
+  const json c = read_config(dir);
+  const std::string type = c.value("model_type", "");
+  ModelConfig m;
+  m.init_from = dir;
+  auto whole = [&](const char* key) {
+    const double v = num(c, key);
+    if (!(v >= 1 && v <= 1e9 && v == std::floor(v)))
+      throw ConfigError(fmt::format("{}/config.json: {} is {}, not a whole number >= 1", dir, key,
+                                    c.contains(key) ? c[key].dump() : "missing"));
+    return static_cast<int>(v);
+  };
+  if (type == "gpt2") {
+    m.type = ModelType::gpt;
+    m.vocab_size = whole("vocab_size");
+    m.d_model = whole("n_embd");
+    m.n_layer = whole("n_layer");
+    m.n_head = whole("n_head");
+    m.seq_len = std::min(whole("n_positions"), max_seq_len);
+  } else if (type == "llama") {
+    m.type = ModelType::llama;
+    m.vocab_size = whole("vocab_size");
+    m.d_model = whole("hidden_size");
+    m.n_layer = whole("num_hidden_layers");
+    m.n_head = whole("num_attention_heads");
+    m.n_kv_head = c.contains("num_key_value_heads") ? whole("num_key_value_heads") : m.n_head;
+    m.ffn_hidden = whole("intermediate_size");
+    m.rope_theta = c.contains("rope_theta") ? num(c, "rope_theta") : 10000.0;
+    m.tie_embeddings = c.value("tie_word_embeddings", false);
+    m.seq_len = std::min(whole("max_position_embeddings"), max_seq_len);
+  } else {
+    throw ConfigError(fmt::format(
+        "{}/config.json: model_type \"{}\" is not a family trainrun has (gpt2 or llama)", dir,
+        type));
+  }
+  if (const std::string why = hf_config_mismatch(dir, m); !why.empty())
+    throw ConfigError(fmt::format("{}: trainrun cannot compute this model: {}", dir, why));
+  return m;
+}
+
+Experiment hf_experiment(const std::string& dir, const std::vector<std::string>& overrides) {
+  Experiment exp;
+  exp.name = "hf";
+  exp.model = hf_model_config(dir, 8192);
+  const bool data_given = std::any_of(overrides.begin(), overrides.end(), [](const std::string& o) {
+    return o.rfind("data.", 0) == 0;
+  });
+  if (!data_given) exp.data.synthetic = "markov";
+  return parse_experiment(to_yaml(exp), dir + "/config.json", overrides);
 }
 
 void load_hf(const std::string& dir, const ModelConfig& m, const std::vector<ParamEntry>& params,

@@ -13,7 +13,9 @@
 #include "trainrun/config/config.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/rng.h"
+#include "trainrun/core/state_buffer.h"
 #include "trainrun/data/tokenizer.h"
+#include "trainrun/hf/hf_import.h"
 #include "trainrun/model/model.h"
 #include "trainrun/model/model_spec.h"
 #include "trainrun/train/sampler.h"
@@ -31,7 +33,11 @@ std::string sample_text(const std::string& run_dir_or_file, const std::string& p
                     "distribution)",
                     temperature));
   std::string file = run_dir_or_file;
-  if (is_run_directory(run_dir_or_file)) {
+  // A Hugging Face folder holds config.json as a run directory does, but no checkpoints.
+  std::error_code ec;
+  const bool hf = is_hf_model_dir(run_dir_or_file) &&
+                  !fs::exists(fs::path(run_dir_or_file) / "checkpoints", ec);
+  if (!hf && is_run_directory(run_dir_or_file)) {
     std::vector<std::string> warnings;
     auto latest = latest_good_checkpoint(run_dir_or_file, &warnings);
     // A newer checkpoint that was skipped (damaged, unfinished) is said, so a sample from an
@@ -44,19 +50,44 @@ std::string sample_text(const std::string& run_dir_or_file, const std::string& p
                       run_dir_or_file));
     file = *latest;
   }
-  CheckpointData ck = read_checkpoint(file);
-  Experiment exp = parse_experiment(ck.state.config_yaml, file + ":/config", {});
+  // The model and its weights: a checkpoint's, or a Hugging Face folder's (its context at most
+  // kHfContext tokens: every new token runs the whole context again).
+  constexpr int kHfContext = 1024;
+  Experiment exp;
+  StateBuffer weights;
+  if (hf) {
+    exp.model = hf_model_config(run_dir_or_file, kHfContext);
+  } else {
+    CheckpointData ck = read_checkpoint(file);
+    exp = parse_experiment(ck.state.config_yaml, file + ":/config", {});
+    weights = std::move(ck.weights);
+  }
   auto be = make_cpu_backend();
   const ModelSpec& spec = model_spec(exp.model.type);
   auto model = spec.build(exp.model, *be, 1, DType::f32, ActivationCheckpointing::none,
                           ParamStorage::flat);  // no backward
   ParamStore& ps = model->params();
-  be->copy(ps.params(), Tensor(ck.weights.data(), DType::f32, Device::cpu, {ps.numel()}));
+  if (hf) {
+    weights.resize(static_cast<size_t>(ps.numel()));
+    load_hf(run_dir_or_file, exp.model, ps.entries(), weights.data());
+  }
+  be->copy(ps.params(), Tensor(weights.data(), DType::f32, Device::cpu, {ps.numel()}));
 
   const int T = exp.model.seq_len, V = exp.model.vocab_size;
   // The tokenizer asked for, else the run's (data.tokenizer, else its shards' manifest), else
-  // bytes; one the manifest contradicts is refused there (DataError).
+  // bytes; one the manifest contradicts is refused there (DataError). A Hugging Face folder's is
+  // its tokenizer.json; without one only a vocabulary of bytes can be read.
   if (!tokenizer.empty()) exp.data.tokenizer = tokenizer;
+  if (hf && tokenizer.empty()) {
+    const fs::path own = fs::path(run_dir_or_file) / "tokenizer.json";
+    if (fs::exists(own, ec))
+      exp.data.tokenizer = own.string();
+    else if (V != 256)
+      throw ConfigError(fmt::format(
+          "sample {}: the model has a vocabulary of {} and the folder no tokenizer.json: give its "
+          "tokenizer with --tokenizer FILE (only a vocabulary of 256 reads as bytes)",
+          run_dir_or_file, V));
+  }
   std::unique_ptr<Tokenizer> tok = data_tokenizer(exp.data);
   if (!tok && !tokenizer.empty()) {
     // A run on text or synthetic data has no shards to check the tokenizer against (it was

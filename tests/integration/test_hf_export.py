@@ -283,3 +283,47 @@ def test_a_config_json_that_is_a_fifo_is_refused_not_waited_on(tmp_path):
     p = run([QS, *sets(*BASE, f"model.init_from={hf}"), "--run-dir", str(tmp_path / "r")],
             check=2, timeout=60)
     assert "config.json is a FIFO, not a regular file" in p.stderr
+
+
+@pytest.mark.parametrize("family", ["gpt", "llama"])
+def test_plan_validate_and_sample_take_a_hugging_face_folder(tmp_path, family):
+    """`plan DIR` and `validate DIR` read the folder's model; `sample DIR` generates from its
+    weights exactly as from the run that exported them (greedy: the same tokens), bytes for a
+    vocabulary of 256."""
+    extra = [*(LLAMA if family == "llama" else []), "model.vocab_size=256"]
+    rd, _ = trained(tmp_path, extra)
+    hf = tmp_path / "hf"
+    run(["export", str(rd), "--format", "hf", "--out", str(hf)], check=0)
+    want = json.loads(run(["plan", QS, *sets(*BASE, *extra), "--gpu", "H100", "--json"],
+                          check=0).stdout)
+    got = json.loads(run(["plan", str(hf), "--gpu", "H100", "--json"], check=0).stdout)
+    assert got["params"] == want["params"] and got["params_by_module"] == want["params_by_module"]
+    resolved = run(["validate", str(hf)], check=0).stdout
+    assert f"init_from: {hf}" in resolved and f"type: {family}" in resolved
+    greedy = ["--prompt", "the ", "--tokens", "24", "--temperature", "0"]
+    assert run(["sample", str(hf), *greedy], check=0).stdout == \
+        run(["sample", str(rd), *greedy], check=0).stdout
+
+
+def test_sample_of_a_hugging_face_folder_uses_its_tokenizer_or_asks_for_one(tmp_path):
+    from conftest import english_text
+    tok = tmp_path / "tok.json"
+    run(["data", "tokenizer", "train", english_text(tmp_path), "--vocab-size", "300", "--out",
+         str(tok)], check=0)
+    rd, _ = trained(tmp_path, ["model.vocab_size=300"])
+    hf = tmp_path / "hf"
+    run(["export", str(rd), "--format", "hf", "--out", str(hf)], check=0)
+    greedy = ["--prompt", "the king ", "--tokens", "12", "--temperature", "0"]
+    p = run(["sample", str(hf), *greedy], check=2)
+    assert "--tokenizer FILE" in p.stderr and "vocabulary of 300" in p.stderr
+    with_flag = run(["sample", str(hf), *greedy, "--tokenizer", str(tok)], check=0).stdout
+    import shutil
+    shutil.copy(tok, hf / "tokenizer.json")
+    assert run(["sample", str(hf), *greedy], check=0).stdout == with_flag
+    assert with_flag == run(["sample", str(rd), *greedy, "--tokenizer", str(tok)], check=0).stdout
+    # Another architecture is named.
+    other = tmp_path / "bert"
+    other.mkdir()
+    (other / "config.json").write_text('{"model_type": "bert"}')
+    p = run(["plan", str(other)], check=2)
+    assert 'model_type "bert" is not a family trainrun has' in p.stderr

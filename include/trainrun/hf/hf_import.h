@@ -19,6 +19,21 @@ namespace trainrun {
 // The problems of `dir`'s config.json against `m` ("" when it describes `m`). Reads no weights.
 std::string hf_config_mismatch(const std::string& dir, const ModelConfig& m);
 
+// Whether `path` is a Hugging Face model folder: a directory holding config.json.
+bool is_hf_model_dir(const std::string& path);
+
+// The model `dir`'s config.json describes, in trainrun's keys, with model.init_from = dir:
+// gpt2 (n_embd, n_layer, n_head, vocab_size) or llama (hidden_size, num_hidden_layers,
+// num_attention_heads, num_key_value_heads, intermediate_size, rope_theta, tie_word_embeddings).
+// seq_len: its n_positions or max_position_embeddings, at most `max_seq_len` (a published
+// Llama's 131072 positions would be a context nobody samples or plans by default). Throws
+// ConfigError (exit 2) for another architecture, or what trainrun cannot compute (as init_from).
+ModelConfig hf_model_config(const std::string& dir, int max_seq_len);
+
+// `trainrun plan DIR`: an experiment of that model (seq_len at most 8192), synthetic data unless
+// `overrides` name data.*, then `overrides`, validated as a config is.
+Experiment hf_experiment(const std::string& dir, const std::vector<std::string>& overrides);
+
 // Fills `weights` (laid out by `params`, as ParamStore's flat buffer: params[i] at its offset)
 // from the model in `dir`. Throws ConfigError (exit 2) for a config.json that does not match or
 // a missing, extra or misshapen tensor, CheckpointError for a file that cannot be read.
