@@ -4,6 +4,7 @@
 #include "trainrun/cli/cli.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
@@ -521,6 +522,7 @@ Command add_sample(CLI::App& app) {
     int tokens = 200;
     double temperature = 0.8;
     uint64_t seed = 1;
+    bool ids = false;
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand("sample", "generate text from a run's newest checkpoint");
@@ -538,7 +540,14 @@ Command add_sample(CLI::App& app) {
   sub->add_option("--seed", a->seed, "sampling seed")
       ->capture_default_str()
       ->check(finite_number(0, true, "an integer", "--seed 1"));
+  sub->add_flag("--ids", a->ids, "print the generated token ids, one line, instead of the text");
   return {sub, [a] {
+            if (a->ids) {
+              fmt::print("{}\n", fmt::join(sample_ids(a->run, a->prompt, a->tokens, a->temperature,
+                                                      a->seed, a->tokenizer),
+                                           " "));
+              return kExitOk;
+            }
             const std::string text =
                 sample_text(a->run, a->prompt, a->tokens, a->temperature, a->seed, a->tokenizer);
             fmt::print("{}{}\n", a->prompt, text);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <vector>
 
 #include "trainrun/backend/backend.h"
@@ -24,8 +25,15 @@ namespace fs = std::filesystem;
 
 namespace trainrun {
 
-std::string sample_text(const std::string& run_dir_or_file, const std::string& prompt, int tokens,
-                        double temperature, uint64_t seed, const std::string& tokenizer) {
+namespace {
+
+struct Sampled {
+  std::vector<int32_t> ids;
+  std::unique_ptr<Tokenizer> tok;  // what decodes them; null: bytes
+};
+
+Sampled generate(const std::string& run_dir_or_file, const std::string& prompt, int tokens,
+                 double temperature, uint64_t seed, const std::string& tokenizer) {
   // NaN compares false with everything: it would sample garbage instead of failing.
   if (!std::isfinite(temperature) || temperature < 0)
     throw ConfigError(
@@ -149,7 +157,21 @@ std::string sample_text(const std::string& run_dir_or_file, const std::string& p
     ctx.push_back(next);
     out.push_back(next);
   }
-  return ids_text(tok.get(), out);
+  return {std::move(out), std::move(tok)};
+}
+
+}  // namespace
+
+std::string sample_text(const std::string& run_dir_or_file, const std::string& prompt, int tokens,
+                        double temperature, uint64_t seed, const std::string& tokenizer) {
+  const Sampled s = generate(run_dir_or_file, prompt, tokens, temperature, seed, tokenizer);
+  return ids_text(s.tok.get(), s.ids);
+}
+
+std::vector<int32_t> sample_ids(const std::string& run_dir_or_file, const std::string& prompt,
+                                int tokens, double temperature, uint64_t seed,
+                                const std::string& tokenizer) {
+  return generate(run_dir_or_file, prompt, tokens, temperature, seed, tokenizer).ids;
 }
 
 }  // namespace trainrun

@@ -52,7 +52,11 @@ def read_model(d):
 
 
 def hf_gpt2_loss(w, c, x, y):
-    """GPT2LMHeadModel's forward (modeling_gpt2.py), eval mode."""
+    return nm.cross_entropy(hf_gpt2_logits(w, c, x), y)
+
+
+def hf_gpt2_logits(w, c, x):
+    """GPT2LMHeadModel's forward (modeling_gpt2.py), eval mode: [B, T, V]."""
     T = x.shape[1]
     nh, eps = c["n_head"], c["layer_norm_epsilon"]
     h = w["transformer.wte.weight"][x] + w["transformer.wpe.weight"][np.arange(T)]
@@ -69,11 +73,15 @@ def hf_gpt2_loss(w, c, x, y):
         h = h + f @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
     h = nm.layernorm(h, w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], eps)
     assert c["tie_word_embeddings"]
-    return nm.cross_entropy(h @ w["transformer.wte.weight"].T, y)
+    return h @ w["transformer.wte.weight"].T
 
 
 def hf_llama_loss(w, c, x, y):
-    """LlamaForCausalLM's forward (modeling_llama.py), eval mode."""
+    return nm.cross_entropy(hf_llama_logits(w, c, x), y)
+
+
+def hf_llama_logits(w, c, x):
+    """LlamaForCausalLM's forward (modeling_llama.py), eval mode: [B, T, V]."""
     B, T = x.shape
     H, K, d = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
     inv_freq = 1.0 / (c["rope_theta"] ** (np.arange(0, d, 2) / d))
@@ -106,7 +114,7 @@ def hf_llama_loss(w, c, x, y):
         h = h + (nm.silu(g) * u) @ w[p + "mlp.down_proj.weight"].T
     h = rms(h, w["model.norm.weight"])
     head = w["model.embed_tokens.weight"] if c["tie_word_embeddings"] else w["lm_head.weight"]
-    return nm.cross_entropy(h @ head.T, y)
+    return h @ head.T
 
 
 def trained(tmp_path, extra):
@@ -327,3 +335,70 @@ def test_sample_of_a_hugging_face_folder_uses_its_tokenizer_or_asks_for_one(tmp_
     (other / "config.json").write_text('{"model_type": "bert"}')
     p = run(["plan", str(other)], check=2)
     assert 'model_type "bert" is not a family trainrun has' in p.stderr
+
+
+def outside_model(d, family, rng):
+    """A small model made here, not by trainrun (random weights, transformers' names and
+    config fields), as `save_pretrained` would leave it: config.json and model.safetensors."""
+    V, C, L, H, T = 256, 32, 2, 4, 64
+    n = lambda *shape, std=0.2: rng.normal(0, std, shape)  # noqa: E731
+    w = {}
+    if family == "gpt":
+        c = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": V,
+             "n_embd": C, "n_layer": L, "n_head": H, "n_positions": T, "n_inner": None,
+             "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
+             "tie_word_embeddings": True}
+        w["transformer.wte.weight"], w["transformer.wpe.weight"] = n(V, C, std=0.5), n(T, C)
+        for i in range(L):
+            p = f"transformer.h.{i}."
+            for ln in ("ln_1", "ln_2"):
+                w[p + ln + ".weight"], w[p + ln + ".bias"] = 1 + n(C, std=0.1), n(C, std=0.1)
+            w[p + "attn.c_attn.weight"], w[p + "attn.c_attn.bias"] = n(C, 3 * C), n(3 * C)
+            w[p + "attn.c_proj.weight"], w[p + "attn.c_proj.bias"] = n(C, C), n(C)
+            w[p + "mlp.c_fc.weight"], w[p + "mlp.c_fc.bias"] = n(C, 4 * C), n(4 * C)
+            w[p + "mlp.c_proj.weight"], w[p + "mlp.c_proj.bias"] = n(4 * C, C), n(C)
+        w["transformer.ln_f.weight"], w["transformer.ln_f.bias"] = 1 + n(C, std=0.1), n(C)
+    else:
+        K, F, d_head = 2, 48, C // H
+        c = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": V,
+             "hidden_size": C, "num_hidden_layers": L, "num_attention_heads": H,
+             "num_key_value_heads": K, "intermediate_size": F, "rope_theta": 5000.0,
+             "rms_norm_eps": 1e-5, "max_position_embeddings": T, "head_dim": d_head,
+             "hidden_act": "silu", "tie_word_embeddings": False}
+        w["model.embed_tokens.weight"], w["lm_head.weight"] = n(V, C, std=0.5), n(V, C, std=0.5)
+        for i in range(L):
+            p = f"model.layers.{i}."
+            w[p + "input_layernorm.weight"] = 1 + n(C, std=0.1)
+            w[p + "post_attention_layernorm.weight"] = 1 + n(C, std=0.1)
+            w[p + "self_attn.q_proj.weight"] = n(H * d_head, C)
+            w[p + "self_attn.k_proj.weight"] = n(K * d_head, C)
+            w[p + "self_attn.v_proj.weight"] = n(K * d_head, C)
+            w[p + "self_attn.o_proj.weight"] = n(C, C)
+            w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"] = n(F, C), n(F, C)
+            w[p + "mlp.down_proj.weight"] = n(C, F)
+        w["model.norm.weight"] = 1 + n(C, std=0.1)
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(c))
+    write_safetensors(d / "model.safetensors", w)
+    return {k: v.astype(np.float32).astype(np.float64) for k, v in w.items()}, c
+
+
+@pytest.mark.parametrize("family", ["gpt", "llama"])
+def test_a_model_made_outside_trainrun_decodes_greedily_as_its_reference_does(tmp_path, family):
+    """50 greedy tokens of `trainrun sample` on a model trainrun never saw, each the argmax of
+    the reference forward (numpy, transformers' modeling code) over the same context: the logit
+    trainrun chose is the reference's largest to 1e-4 (a near tie may go either way)."""
+    w, c = outside_model(tmp_path / "m", family, np.random.default_rng(11))
+    prompt = "Hello"
+    got = [int(t) for t in run(["sample", str(tmp_path / "m"), "--prompt", prompt, "--tokens",
+                                "50", "--temperature", "0", "--ids"], check=0).stdout.split()]
+    assert len(got) == 50
+    logits_of = hf_gpt2_logits if family == "gpt" else hf_llama_logits
+    ctx, exact = list(prompt.encode()), 0
+    for t in got:
+        logits = logits_of(w, c, np.array([ctx]))[0, -1]
+        assert logits[t] >= logits.max() - 1e-4, (len(ctx), t, int(logits.argmax()))
+        exact += t == int(logits.argmax())
+        ctx.append(t)
+    assert exact >= 48
+    assert len(set(got)) > 3  # the weights say something: not one token over and over

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace trainrun {
 
@@ -11,5 +12,11 @@ namespace trainrun {
 // else bytes, where an id past 255 prints as <id>).
 std::string sample_text(const std::string& run_dir_or_file, const std::string& prompt, int tokens,
                         double temperature, uint64_t seed, const std::string& tokenizer = "");
+
+// The same generation's token ids, undecoded (`sample --ids`: for scripts, and to compare with
+// another implementation token by token).
+std::vector<int32_t> sample_ids(const std::string& run_dir_or_file, const std::string& prompt,
+                                int tokens, double temperature, uint64_t seed,
+                                const std::string& tokenizer = "");
 
 }  // namespace trainrun
