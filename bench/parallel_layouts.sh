@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # What the memory layouts of issue 45 cost in time on this machine (2 cores), side by side in one
 # run, alternating three rounds (step times drift by tens of percent between runs here):
-#   activation checkpointing: a 6-layer GPT (d_model 256) at seq_len 256, 1 rank, none against full:
+#   activation checkpointing: a 6-layer GPT (d_model 256) at seq_len 256, 1 rank, none against
+#     selective and full:
 #     median step time, the plan's and the measured peak memory (the reference is none: the same
 #     model and tokens, bit-identical losses);
 #   the device mesh: a 19 M-parameter GPT on 4 ranks (oversubscribed: 2 cores), ZeRO-1 flat
 #     (dp_shard 4) against hybrid (dp_replicate 2 x dp_shard 2): median step time and the
 #     exposed communication per step (t_comm_exposed).
 #
-#   bench/parallel_layouts.sh      (about 2 minutes)
+#   bench/parallel_layouts.sh      (about 3 minutes)
 # shellcheck source=bench/lib.sh
 source "$(dirname "$0")/lib.sh"
 ensure_built trainrun
@@ -20,14 +21,14 @@ MESH=(--set model.n_layer=6 --set model.d_model=512 --set model.n_head=8 --set t
       --set distributed.nproc=4 --set distributed.oversubscribe=true --set distributed.zero=1)
 load_line
 for round in 1 2 3; do
-  for ac in none full; do
+  for ac in none selective full; do
     train "ac-$ac-$round" "$QS" "${AC[@]}" --set "train.activation_checkpointing=$ac"
   done
   for r in 1 2; do
     train "mesh-r$r-$round" "$QS" "${MESH[@]}" --set "distributed.dp_replicate=$r"
   done
 done
-for ac in none full; do
+for ac in none selective full; do
   "$TRAINRUN" plan "$QS" "${AC[@]}" --set "train.activation_checkpointing=$ac" --json \
     >"$RUNS/ac-$ac.plan.json"
 done
@@ -51,7 +52,7 @@ print("| activation checkpointing | step ms, rounds 1 2 3 | median | plan activa
       "plan total | peak RSS |")
 print("| --- | --- | ---: | ---: | ---: | ---: |")
 base = None
-for ac in ("none", "full"):
+for ac in ("none", "selective", "full"):
     ms = [median_ms(runs / f"ac-{ac}-{r}") for r in (1, 2, 3)]
     plan = json.load(open(runs / f"ac-{ac}.plan.json"))["bytes"]
     med = statistics.median(ms)

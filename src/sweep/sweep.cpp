@@ -284,17 +284,23 @@ std::vector<size_t> reconcile(SweepManifest& m, const fs::path& dir) {
   return changed;
 }
 
-// Runs `todo` (indices into m.points), at most `parallel` at once, keeping the manifest current.
+// Runs `todo` (indices into m.points; exps[k] is todo[k]'s experiment), at most `parallel` at
+// once, keeping the manifest current.
 // Returns the signal that stopped the sweep, or 0.
-int run_points(SweepManifest& m, const std::vector<size_t>& todo, const fs::path& dir,
-               int parallel) {
+int run_points(SweepManifest& m, const std::vector<size_t>& todo,
+               const std::vector<Experiment>& exps, const fs::path& dir, int parallel) {
   sigset_t stops;
   sigemptyset(&stops);
   for (int s : {SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGCHLD}) sigaddset(&stops, s);
   sigset_t old;
   pthread_sigmask(SIG_BLOCK, &stops, &old);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int omp_threads = parallel > 1 ? std::max(1, cores / parallel) : 0;
+  // Side by side, each point's ranks get their share of the cores (a lone point: trainrun's
+  // own default, cores over its ranks).
+  auto omp_threads = [&](size_t k) {
+    return parallel > 1 ? std::max(1, cores / (parallel * std::max(1, exps[k].distributed.nproc)))
+                        : 0;
+  };
   std::map<pid_t, size_t> active;
   std::map<size_t, std::chrono::steady_clock::time_point> started;
   std::map<size_t, double> started_unix;
@@ -312,7 +318,7 @@ int run_points(SweepManifest& m, const std::vector<size_t>& todo, const fs::path
       fs::create_directories(dir / p.name, ec);
       started_unix[todo[next]] = unix_now();
       write_hparams_session(p, dir / p.name, started_unix[todo[next]], std::nullopt);
-      active[start_point(m, p, dir, omp_threads)] = todo[next];
+      active[start_point(m, p, dir, omp_threads(next))] = todo[next];
       started[todo[next]] = std::chrono::steady_clock::now();
       fmt::print("[{}/{}] {}: started\n", next + 1, todo.size(), p.name);
       std::fflush(stdout);
@@ -448,7 +454,7 @@ int run_sweep(const SweepRequest& r) {
   fmt::print("sweep {}: {} of {} points to run, {} at a time\n", dir.string(), todo.size(),
              m.points.size(), r.parallel);
   std::fflush(stdout);
-  const int stopped = run_points(m, todo, dir, r.parallel);
+  const int stopped = run_points(m, todo, exps, dir, r.parallel);
 
   std::map<PointStatus, int> count;
   int first_failure = 0;
