@@ -44,11 +44,6 @@ struct Run {
   Figures fig;
 };
 
-bool is_run_dir(const fs::path& p) {
-  std::error_code ec;
-  return fs::exists(p / "config.yaml", ec) || fs::exists(p / "metrics.jsonl", ec);
-}
-
 void flatten(const YAML::Node& n, const std::string& prefix,
              std::map<std::string, std::string>& out) {
   if (n.IsMap()) {
@@ -96,7 +91,10 @@ double mean_after_warmup(const std::vector<MetricRow>& rows, const char* key) {
   return n ? sum / n : kNaN;
 }
 
-Figures figures(const fs::path& dir) {
+}  // namespace
+
+Figures run_figures(const std::string& run_dir) {
+  const fs::path dir(run_dir);
   Figures f;
   f.fill(kNaN);
   const auto train = read_metrics_jsonl(dir.string(), "train");
@@ -123,6 +121,8 @@ Figures figures(const fs::path& dir) {
   return f;
 }
 
+namespace {
+
 std::string status_of(const fs::path& dir, const Run& run, const SweepPoint* point) {
   const auto steps = run.config.find("train.steps");
   return status_text(
@@ -143,7 +143,7 @@ Run read_run(const fs::path& dir, const SweepPoint* point, const SweepManifest* 
         if (const size_t eq = kv.find('='); eq != std::string::npos)
           r.config[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
-  r.fig = figures(dir);
+  r.fig = run_figures(dir.string());
   r.status = status_of(dir, r, point);
   if (point) r.exit_code = point->exit_code;
   return r;
@@ -155,7 +155,7 @@ void collect(const fs::path& path, std::vector<Run>& out, bool top) {
     for (const SweepPoint& p : m.points) out.push_back(read_run(path / p.name, &p, &m));
     return;
   }
-  if (is_run_dir(path)) {
+  if (is_run_dir(path.string())) {
     out.push_back(read_run(path, nullptr, nullptr));
     return;
   }

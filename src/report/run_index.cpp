@@ -20,6 +20,7 @@
 #include "trainrun/core/experiment.h"
 #include "trainrun/obs/metrics.h"
 #include "trainrun/obs/provenance.h"
+#include "trainrun/report/compare.h"
 
 namespace fs = std::filesystem;
 
@@ -64,13 +65,9 @@ Listed listed(const fs::path& dir, const std::string& sweep, const SweepPoint* p
   l.name = dir.filename().string();
   l.path = dir.string();
   l.sweep = sweep;
-  const auto train = read_metrics_jsonl(l.path, "train");
-  const auto evals = read_metrics_jsonl(l.path, "eval");
-  if (!train.empty()) l.steps = report::number(train.back(), "step");
-  for (const MetricRow& r : evals) {
-    const double v = report::number(r, "val_loss");
-    if (std::isfinite(v)) l.best_val = std::isnan(l.best_val) ? v : std::min(l.best_val, v);
-  }
+  const auto fig = run_figures(l.path);  // kCompareMetrics: steps, train loss, best val, ...
+  l.steps = fig[0];
+  l.best_val = fig[2];
   int64_t train_steps = -1;
   if (fs::exists(dir / "config.yaml")) train_steps = report::read_config(l.path).steps;
   l.status = run_status(l.path, point, std::isnan(l.steps) ? -1 : int64_t(l.steps), train_steps);
@@ -78,16 +75,17 @@ Listed listed(const fs::path& dir, const std::string& sweep, const SweepPoint* p
   return l;
 }
 
-bool is_run_dir(const fs::path& p) {
-  std::error_code ec;
-  return fs::exists(p / "config.yaml", ec) || fs::exists(p / "metrics.jsonl", ec);
-}
-
 std::string num(double v, const char* f) {
   return std::isfinite(v) ? fmt::format(fmt::runtime(f), v) : "-";
 }
 
 }  // namespace
+
+bool is_run_dir(const std::string& dir) {
+  std::error_code ec;
+  return fs::exists(fs::path(dir) / "config.yaml", ec) ||
+         fs::exists(fs::path(dir) / "metrics.jsonl", ec);
+}
 
 RunStatus run_status(const std::string& run_dir, const SweepPoint* point, int64_t steps_done,
                      int64_t train_steps) {
@@ -154,7 +152,7 @@ std::string list_runs(const std::string& dir, bool json) {
       const SweepManifest m = read_sweep_manifest(e.string());
       for (const SweepPoint& p : m.points)
         rows.push_back(listed(e / p.name, e.filename().string(), &p));
-    } else if (is_run_dir(e)) {
+    } else if (is_run_dir(e.string())) {
       rows.push_back(listed(e, "", nullptr));
     }
   }

@@ -4,6 +4,7 @@
 // Runs that are still going are read as they are (status live).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,6 +28,9 @@ struct CompareOptions {
 // there are more), and the steps' wall time in seconds.
 inline constexpr const char* kCompareMetrics[] = {
     "steps", "train_loss", "best_val_loss", "last_val_loss", "tokens_per_sec", "mfu", "seconds"};
+
+// A run's figures from its metrics.jsonl, in kCompareMetrics' order (NaN where it has none).
+std::array<double, std::size(kCompareMetrics)> run_figures(const std::string& run_dir);
 
 // Each path is a run directory, a sweep directory, or a directory whose subdirectories are
 // runs. Throws ConfigError (exit 2) when a path holds no run or --sort names no figure, and

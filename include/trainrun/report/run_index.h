@@ -10,6 +10,9 @@
 
 namespace trainrun {
 
+// Whether `dir` holds a run (its config.yaml or metrics.jsonl), as compare and runs count one.
+bool is_run_dir(const std::string& dir);
+
 // A run's state, from the most direct evidence: its owner holding the run directory's lock
 // (running); the end of the last attempt in its provenance record (exit 0 done, 75 or 130
 // preempted, else failed); a sweep's manifest for its point; an attempt without an end (its
