@@ -228,3 +228,26 @@ TEST_CASE("run_launch: a stop before any rank started ends mpirun and what it st
     CHECK(process_gone(child));
   }
 }
+
+TEST_CASE("run_launch: a stop after every rank finished, unseen by the bound, leaves 0") {
+  // A short run can start, finish (its ranks remove their heartbeats) and be signalled between
+  // two looks of the bound. mpirun then ends by itself with 0 inside its grace: the run is done.
+  TempDir dir;
+  const int status = in_child([&] {
+    LaunchPlan plan;
+    plan.run_dir = dir.str();
+    plan.launch_timeout = 600;
+    fs::create_directories(dir / "logs");
+    plan.argv = {
+        "/bin/sh", "-c",
+        "trap '' TERM INT USR1 USR2 HUP; echo $$ > " + dir / "child" + "; sleep 1; exit 0"};
+    std::thread([&] {
+      read_pid(dir / "child");
+      kill(getpid(), SIGTERM);
+    }).detach();
+    MpirunFailure f;
+    std::_Exit(run_launch(plan, &f));
+  });
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}

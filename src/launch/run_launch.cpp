@@ -274,7 +274,12 @@ int run_launch(const LaunchPlan& plan, MpirunFailure* failure) {
       deadline.enforce(pid);
     });
     StopRelay::set_child(0, SIGTERM);
-    if (start.ended()) {  // mpirun started no rank: its own code means nothing
+    // mpirun that ended by itself with 0 ran every rank to its end: a stop that came after
+    // they finished, between two looks for a heartbeat (a rank removes its own at its end),
+    // found nothing left to stop, and the run is done.
+    const bool finished =
+        !start.killed() && !start.timed_out() && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (start.ended() && !finished) {  // mpirun started no rank: its own code means nothing
       close(err_pipe[0]);
       if (failure) {
         failure->text = start.why();

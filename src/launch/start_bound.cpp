@@ -32,7 +32,10 @@ void StartBound::enforce(pid_t pid) {
   const double t = now();
   if (kill_at_ < 0) {
     if (started_) return;
-    if (t - last_look_ >= 0.25) {  // a directory scan 4 times a second, until the first beat
+    // A directory scan 4 times a second until the first beat, and at once when a stop comes:
+    // a short run can start, finish and be signalled between two scans, and a stop must not
+    // be taken for one before any rank started.
+    if (t - last_look_ >= 0.25 || StopRelay::requested() != 0) {
       last_look_ = t;
       started_ = any_heartbeat(run_dir_);
       if (started_) return;

@@ -41,6 +41,8 @@ class StartBound {
   int code() const { return code_; }
   const std::string& why() const { return why_; }
   bool timed_out() const { return timed_out_; }
+  // Whether it killed mpirun's process tree (rather than mpirun ending within its grace).
+  bool killed() const { return killed_; }
 
  private:
   void decide(pid_t pid, double t);
