@@ -569,7 +569,7 @@ TEST_CASE("ModelSpec: the measuring pass is what the build allocates, fp32 and b
         CAPTURE(enum_name(recompute));
         const ModelSpec& spec = model_spec(cfg.type);
         const ModelShape shape = spec.measure(cfg, batch, dt, recompute);
-        auto model = spec.build(cfg, *be, batch, dt, recompute, ParamStorage::flat);
+        auto model = spec.build(cfg, *be, batch, dt, recompute, ParamStorage::flat, {});
         CHECK(shape.params == model->params().numel());
         CHECK(shape.activation_bytes == static_cast<int64_t>(model->activation_bytes()));
         // Modules in declaration order; each parameter sits under the module it is counted in.
@@ -659,7 +659,7 @@ TEST_CASE("ModelSpec: last_ready_params is what backward reports final last") {
     CAPTURE(cfg.d_model);
     const ModelSpec& spec = model_spec(cfg.type);
     auto model =
-        spec.build(cfg, *be, 2, DType::f32, ActivationCheckpointing::none, ParamStorage::flat);
+        spec.build(cfg, *be, 2, DType::f32, ActivationCheckpointing::none, ParamStorage::flat, {});
     model->params().initialize(5);
     set_fixed_batch(*model, cfg);
     model->forward(true, 1);
@@ -681,7 +681,7 @@ TEST_CASE(
     CAPTURE(enum_name(cfg.type));
     CAPTURE(cfg.d_model);
     auto model = model_spec(cfg.type).build(cfg, *be, 2, DType::f32, ActivationCheckpointing::none,
-                                            ParamStorage::flat);
+                                            ParamStorage::flat, {});
     ParamStore& ps = model->params();
     ps.initialize(5);
     set_fixed_batch(*model, cfg);

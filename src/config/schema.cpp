@@ -241,6 +241,16 @@ std::vector<Field> make_schema() {
                       "ranks of a group (dp_shard = ranks / dp_replicate) and copied across "
                       "groups (hybrid sharding, HSDP); must divide the ranks",
        .resumable = kResumable, .min = 1, .max = 65536},
+      {KEY(distributed, tp),
+       .description = "Tensor parallel: the ranks each transformer layer is split over "
+                      "(Megatron's column and row split: attention by heads, the MLP by its "
+                      "hidden width), the device mesh's innermost axis; divides the ranks of a "
+                      "node, n_head, n_kv_head and the MLP's hidden width",
+       .resumable = kResumable, .min = 1, .max = 4096},
+      {KEY(distributed, tp_across_nodes),
+       .description = "Allow distributed.tp to exceed the ranks of a node (its collectives, "
+                      "two per layer each way, then cross the network)",
+       .resumable = kResumable},
       {KEY(distributed, reshard_after_forward),
        .description = "ZeRO-3: free each unit's gathered weights after its forward and gather "
                       "them again for its backward (true), or keep them until its backward "

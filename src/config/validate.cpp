@@ -175,8 +175,15 @@ void sizes_fit(const Experiment& e, int, Fail& out) {
   }
 }
 
-void batch_splits_over_ranks(const Experiment& e, int world, Fail& out) {
+// The data-parallel ranks: the tensor-parallel ranks of one share its batches.
+int dp_ranks(const Experiment& e, int world) {
+  const int tp = e.distributed.tp;
+  return tp > 1 && world % tp == 0 ? world / tp : world;
+}
+
+void batch_splits_over_ranks(const Experiment& e, int ranks, Fail& out) {
   const auto& t = e.train;
+  const int world = dp_ranks(e, ranks);
   if (world < 1) return;  // nproc or nodes out of range: reported on their own
   if (t.batch_size % world != 0) {
     fail(out, {"train.batch_size", "distributed.nproc", "distributed.nodes"},
@@ -232,17 +239,82 @@ void reduce_dtype_needs_zero_2(const Experiment& e, int, Fail& out) {
                      e.distributed.zero));
 }
 
-void mesh_divides_ranks(const Experiment& e, int world, Fail& out) {
+// "1, 2, 4": the divisors of n.
+std::string divisors_of(int64_t n) {
+  std::string s;
+  for (int64_t d = 1; d <= n; ++d)
+    if (n % d == 0) s += fmt::format("{}{}", s.empty() ? "" : ", ", d);
+  return s;
+}
+
+void tp_fits_the_mesh(const Experiment& e, int world, Fail& out) {
+  const auto& d = e.distributed;
+  if (d.tp <= 1 || world < 1) return;
+  if (e.model.type == ModelType::mlp) {
+    fail(out, {"distributed.tp", "model.type"},
+         fmt::format("distributed.tp={} splits the attention heads and the MLP of transformer "
+                     "blocks, and model.type=mlp has none: use distributed.tp=1 (and "
+                     "distributed.zero to shard its state)",
+                     d.tp));
+    return;
+  }
+  if (world % d.tp != 0) {
+    fail(out, {"distributed.tp", "distributed.nproc", "distributed.nodes"},
+         fmt::format("distributed.tp={} does not divide the {} ranks: use one of {}", d.tp, world,
+                     divisors_of(world)));
+    return;
+  }
+  if (!d.tp_across_nodes && d.nproc % d.tp != 0)
+    fail(out, {"distributed.tp", "distributed.nproc", "distributed.tp_across_nodes"},
+         fmt::format("distributed.tp={} does not divide the {} ranks of a node "
+                     "(distributed.nproc): tensor parallelism runs collectives inside every "
+                     "layer, which a network between nodes slows many times over; use one of "
+                     "{}, or set distributed.tp_across_nodes: true to split layers across nodes "
+                     "anyway",
+                     d.tp, d.nproc, divisors_of(d.nproc)));
+}
+
+// "4 or 8": the values nearest `v` (below and above) that `tp` divides.
+std::string nearest_multiples(int64_t v, int tp) {
+  const int64_t below = v / tp * tp, above = below + tp;
+  return below > 0 ? fmt::format("{} or {}", below, above) : fmt::format("{}", above);
+}
+
+void tp_divides_the_layers(const Experiment& e, int, Fail& out) {
+  const int tp = e.distributed.tp;
+  const ModelConfig& m = e.model;
+  if (tp <= 1 || m.type == ModelType::mlp) return;
+  const int kv = m.n_kv_head > 0 ? m.n_kv_head : m.n_head;
+  if (m.n_head % tp != 0)
+    fail(out, {"model.n_head", "distributed.tp"},
+         fmt::format("model.n_head={} is not divisible by distributed.tp={}: each rank computes "
+                     "n_head / tp whole heads; use n_head {} (with d_model divisible by it), "
+                     "or tp one of {}",
+                     m.n_head, tp, nearest_multiples(m.n_head, tp), divisors_of(m.n_head)));
+  else if (kv % tp != 0)
+    fail(out, {"model.n_kv_head", "distributed.tp"},
+         fmt::format("model.n_kv_head={} is not divisible by distributed.tp={}: each rank keeps "
+                     "n_kv_head / tp key/value heads with their query heads; use n_kv_head {} "
+                     "(dividing n_head), or tp one of {}",
+                     kv, tp, nearest_multiples(kv, tp), divisors_of(kv)));
+  const int64_t ffn = m.type == ModelType::llama ? llama_ffn_hidden(m) : int64_t{4} * m.d_model;
+  if (ffn % tp != 0)
+    fail(out, {m.type == ModelType::llama ? "model.ffn_hidden" : "model.d_model", "distributed.tp"},
+         fmt::format("the MLP's hidden width {} is not divisible by distributed.tp={}: each rank "
+                     "computes hidden / tp of it; use {} {}",
+                     ffn, tp, m.type == ModelType::llama ? "model.ffn_hidden" : "a width",
+                     nearest_multiples(ffn, tp)));
+}
+
+void mesh_divides_ranks(const Experiment& e, int ranks, Fail& out) {
   const int r = e.distributed.dp_replicate;
+  const int world = dp_ranks(e, ranks);
   if (world < 1 || r < 1 || world % r == 0) return;
-  std::string divisors;
-  for (int d = 1; d <= world; ++d)
-    if (world % d == 0) divisors += fmt::format("{}{}", divisors.empty() ? "" : ", ", d);
   fail(out, {"distributed.dp_replicate", "distributed.nproc", "distributed.nodes"},
-       fmt::format("distributed.dp_replicate={} does not divide the {} ranks: the device mesh is "
-                   "dp_replicate groups of ranks / dp_replicate; use one of {} (the nodes, to "
-                   "shard inside each node)",
-                   r, world, divisors));
+       fmt::format("distributed.dp_replicate={} does not divide the {} data-parallel ranks "
+                   "(ranks / distributed.tp): the device mesh is dp_replicate groups of them; use "
+                   "one of {} (the nodes, to shard inside each node)",
+                   r, world, divisors_of(world)));
 }
 
 void lr_decays_down(const Experiment& e, int, Fail& out) {
@@ -269,8 +341,9 @@ const Rule kRules[] = {
     {"`model.n_kv_head`, `model.rope_theta`, `model.ffn_hidden` and `model.tie_embeddings: "
      "false` only with `model.type: llama`",
      llama_keys_only_for_llama},
-    {"`train.batch_size` divisible by the ranks (`distributed.nproc` x `distributed.nodes`), "
-     "and by `train.micro_batch_size` x ranks when that is above 0",
+    {"`train.batch_size` divisible by the data-parallel ranks (`distributed.nproc` x "
+     "`distributed.nodes` / `distributed.tp`), and by `train.micro_batch_size` x those ranks "
+     "when that is above 0",
      batch_splits_over_ranks},
     {"`train.activation_checkpointing` other than none only with a gpt or llama model",
      checkpointing_needs_blocks},
@@ -279,7 +352,14 @@ const Rule kRules[] = {
      resharding_needs_zero_3},
     {"`distributed.reduce_dtype: bf16` only with `distributed.zero` 2 or 3",
      reduce_dtype_needs_zero_2},
-    {"`distributed.dp_replicate` divides the ranks (`distributed.nproc` x `distributed.nodes`)",
+    {"`distributed.tp` only with a gpt or llama model; it divides the ranks, and the ranks of a "
+     "node (`distributed.nproc`) unless `distributed.tp_across_nodes: true`",
+     tp_fits_the_mesh},
+    {"`distributed.tp` divides `model.n_head`, `model.n_kv_head` and the MLP's hidden width "
+     "(4 `model.d_model`, or llama's `model.ffn_hidden`)",
+     tp_divides_the_layers},
+    {"`distributed.dp_replicate` divides the data-parallel ranks (`distributed.nproc` x "
+     "`distributed.nodes` / `distributed.tp`)",
      mesh_divides_ranks},
     {"`optimizer.min_lr` <= `optimizer.lr` (`optimizer.warmup_steps` may exceed "
      "`train.steps`)",

@@ -197,9 +197,10 @@ int supervise(const RunRequest& request, const Experiment& exp, std::string resu
   for (int attempt = 0;; ++attempt) {
     const LaunchPlan plan = attempt_plan(request, exp, resume_file, attempt);
     if (request.dry_run) {
-      // validate_for_world checked that dp_replicate divides the ranks.
+      // validate_for_world checked that tp and dp_replicate divide the ranks.
       fmt::print("# device mesh: {} ({} ranks), distributed.zero={}\n{}\n",
-                 MeshShape::of(exp.world_size(), exp.distributed.dp_replicate).describe(),
+                 MeshShape::of(exp.world_size(), exp.distributed.dp_replicate, exp.distributed.tp)
+                     .describe(),
                  exp.world_size(), exp.distributed.zero, render_command(plan));
       return kExitOk;
     }

@@ -17,18 +17,30 @@ CausalSelfAttention::CausalSelfAttention(ParamStore& ps, const std::string& name
       n_head_(n_head),
       opt_(resolved(opt, n_head)),
       qkv_width_((n_head + 2 * opt_.n_kv_head) * (d_model / n_head)),
-      qkv_(ps, name + ".qkv", d_model, qkv_width_, opt.bias, 0.02f),
-      proj_(ps, name + ".proj", d_model, d_model, opt.bias, proj_std) {}
+      qkv_(ps, name + ".qkv", d_model, qkv_width_, opt.bias, 0.02f, true,
+           {TpMode::column,
+            {int64_t{n_head} * (d_model / n_head), int64_t{opt_.n_kv_head} * (d_model / n_head),
+             int64_t{opt_.n_kv_head} * (d_model / n_head)}}),
+      proj_(ps, name + ".proj", d_model, d_model, opt.bias, proj_std, true, {TpMode::row}) {
+  // Column-parallel qkv by whole heads (grouped-query attention keeps each kv head with its
+  // query heads: the config requires tp to divide n_head and n_kv_head), the heads' attention
+  // local, the output projection row-parallel.
+  const int tp = ps.tp().size;
+  n_head_ /= tp;
+  opt_.n_kv_head /= tp;
+  qkv_width_ = qkv_.out_features();
+  width_ = proj_.in_features();
+}
 
 void CausalSelfAttention::bind(Arena& acts, Arena& scratch, int64_t batch, int64_t seq,
                                const Tensor* doc_start) {
   DType dt = ps_.dtype();
   doc_start_ = doc_start;
   qkv_out_ = acts.take(dt, {batch, seq, qkv_width_});
-  y_ = acts.take(dt, {batch, seq, d_model_});
+  y_ = acts.take(dt, {batch, seq, width_});
   lse_ = acts.take(ps_.stats_dtype(), {batch, n_head_, seq});
   dqkv_ = scratch.take(dt, {batch, seq, qkv_width_});
-  dy_ = scratch.take(dt, {batch, seq, d_model_});
+  dy_ = scratch.take(dt, {batch, seq, width_});
 }
 
 void CausalSelfAttention::forward(Tensor out, Tensor in) const {
@@ -37,13 +49,13 @@ void CausalSelfAttention::forward(Tensor out, Tensor in) const {
   // In place: backward needs only the rotated q and k (the qkv projection's input is `in`).
   if (opt_.rope) be.rope(qkv_out_, qkv_out_, n_head_, opt_.n_kv_head, opt_.rope_theta, *doc_start_);
   be.attention(y_, lse_, qkv_out_, n_head_, opt_.n_kv_head, *doc_start_);
-  proj_.forward(out, y_.reshape({y_.rows(), d_model_}));
+  proj_.forward(out, y_.reshape({y_.rows(), width_}));
 }
 
 void CausalSelfAttention::backward(Tensor din, Tensor dout, Tensor in, GradWrite write) const {
   Backend& be = ps_.backend();
   const int64_t rows = y_.rows();
-  proj_.backward(dy_.reshape({rows, d_model_}), dout, y_.reshape({rows, d_model_}),
+  proj_.backward(dy_.reshape({rows, width_}), dout, y_.reshape({rows, width_}),
                  GradWrite::overwrite);
   // attention_backward overwrites dqkv_ (every element has one writer); rope_backward turns the
   // q and k gradients back in place, so no buffer is zeroed and none is spare.

@@ -84,11 +84,11 @@ template <class Family>
 class CausalLm final : public Model {
  public:
   CausalLm(const ModelConfig& cfg, Backend& be, int batch, DType dt, Bind mode,
-           ActivationCheckpointing checkpointing, ParamStorage storage)
+           ActivationCheckpointing checkpointing, ParamStorage storage, TensorParallel tp = {})
       : cfg_(cfg),
         batch_(batch),
         checkpointing_(checkpointing),
-        ps_(be, dt, storage),
+        ps_(be, dt, storage, tp),
         wte_(in_unit(ps_, "embed"), "wte", cfg.vocab_size, cfg.d_model, 0.02f),
         positions_(ps_, cfg),
         embed_end_(ps_.numel()),
@@ -228,10 +228,10 @@ class CausalLm final : public Model {
 // A family's ModelSpec build and measure.
 template <class Family>
 std::unique_ptr<Model> build_causal_lm(const ModelConfig& cfg, Backend& be, int batch, DType dt,
-                                       ActivationCheckpointing checkpointing,
-                                       ParamStorage storage) {
+                                       ActivationCheckpointing checkpointing, ParamStorage storage,
+                                       TensorParallel tp) {
   return std::make_unique<CausalLm<Family>>(cfg, be, batch, dt, Bind::allocate, checkpointing,
-                                            storage);
+                                            storage, tp);
 }
 
 template <class Family>

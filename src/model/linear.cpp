@@ -5,18 +5,35 @@
 namespace trainrun {
 
 Linear::Linear(ParamStore& ps, const std::string& name, int in, int out, bool bias, float init_std,
-               bool decay)
-    : ps_(ps), in_(in), out_(out) {
-  w_ = ps.declare(name + ".weight", {out, in}, Init::normal, init_std, decay);
-  if (bias) b_ = ps.declare(name + ".bias", {out}, Init::zeros, 0.0f, false);
+               bool decay, LinearTp tp)
+    : ps_(ps), in_(in), out_(out), mode_(ps.tp().size > 1 ? tp.mode : TpMode::none) {
+  const TpSplit weight = tp.mode == TpMode::column ? TpSplit::rows(tp.blocks)
+                         : tp.mode == TpMode::row  ? TpSplit::cols()
+                                                   : TpSplit{};
+  w_ = ps.declare(name + ".weight", {out, in}, Init::normal, init_std, decay, weight);
+  if (bias)
+    b_ = ps.declare(name + ".bias", {out}, Init::zeros, 0.0f, false,
+                    tp.mode == TpMode::column ? TpSplit::rows(tp.blocks) : TpSplit{});
+  const std::vector<int64_t>& local = ps.infos()[static_cast<size_t>(w_)].shape;
+  out_ = static_cast<int>(local[0]);
+  in_ = static_cast<int>(local[1]);
+}
+
+Tensor Linear::bias_here() const {
+  // A row-parallel layer's bias is whole on every rank: the all-reduce must add it once.
+  if (b_ < 0 || (mode_ == TpMode::row && ps_.tp().rank != 0)) return Tensor{};
+  return ps_.param(b_);
 }
 
 void Linear::forward(Tensor out, Tensor in) const {
-  ps_.backend().matmul(out, in, ps_.param(w_), b_ >= 0 ? ps_.param(b_) : Tensor{});
+  ps_.backend().matmul(out, in, ps_.param(w_), bias_here());
+  if (mode_ == TpMode::row) ps_.tp().comm->allreduce_sum(out);
 }
 
 void Linear::forward_gelu(Tensor out, Tensor pre, Tensor in) const {
-  ps_.backend().matmul_gelu(out, pre, in, ps_.param(w_), b_ >= 0 ? ps_.param(b_) : Tensor{});
+  if (mode_ == TpMode::row)
+    throw std::logic_error("Linear::forward_gelu: a row-parallel layer's output is partial");
+  ps_.backend().matmul_gelu(out, pre, in, ps_.param(w_), bias_here());
 }
 
 GradWrite Linear::param_write() const {
@@ -27,8 +44,12 @@ GradWrite Linear::param_write() const {
 }
 
 void Linear::backward(Tensor din, Tensor dout, Tensor in, GradWrite write) const {
+  const bool sum_din = mode_ == TpMode::column && !din.empty();
+  if (sum_din && write != GradWrite::overwrite)
+    throw std::logic_error("Linear::backward: a column-parallel layer overwrites its din");
   ps_.backend().matmul_backward(din, ps_.grad(w_), b_ >= 0 ? ps_.grad(b_) : Tensor{}, dout, in,
                                 ps_.param(w_), write, param_write());
+  if (sum_din) ps_.tp().comm->allreduce_sum(din);
 }
 
 void Linear::backward_gelu(Tensor dpre, Tensor dout, Tensor in, Tensor pre) const {

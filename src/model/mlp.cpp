@@ -5,14 +5,15 @@ namespace trainrun {
 MLP::MLP(ParamStore& ps, const std::string& name, int d_model, float proj_std)
     : ps_(ps),
       d_model_(d_model),
-      fc_(ps, name + ".fc", d_model, 4 * d_model, true, 0.02f),
-      proj_(ps, name + ".proj", 4 * d_model, d_model, true, proj_std) {}
+      fc_(ps, name + ".fc", d_model, 4 * d_model, true, 0.02f, true, {TpMode::column}),
+      proj_(ps, name + ".proj", 4 * d_model, d_model, true, proj_std, true, {TpMode::row}),
+      hidden_(fc_.out_features()) {}
 
 void MLP::bind(ActivationArenas acts, Arena& scratch, int64_t rows) {
   DType dt = ps_.dtype();
-  h_ = acts.kept.take(dt, {rows, 4 * d_model_});
-  a_ = acts.pointwise.take(dt, {rows, 4 * d_model_});
-  dh_ = scratch.take(dt, {rows, 4 * d_model_});
+  h_ = acts.kept.take(dt, {rows, hidden_});
+  a_ = acts.pointwise.take(dt, {rows, hidden_});
+  dh_ = scratch.take(dt, {rows, hidden_});
   fused_ = !acts.recomputed;
 }
 

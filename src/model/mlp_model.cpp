@@ -188,7 +188,7 @@ constinit const ModelSpec kMlpSpec = {
                              m.vocab_size);
         },
     .build = [](const ModelConfig& cfg, Backend& be, int batch, DType dt, ActivationCheckpointing,
-                ParamStorage storage) -> std::unique_ptr<Model> {
+                ParamStorage storage, TensorParallel) -> std::unique_ptr<Model> {
       // No blocks to recompute and no units to shard: the config rules refuse both.
       if (storage != ParamStorage::flat)
         throw std::invalid_argument("mlp: its parameters are not sharded (distributed.zero <= 1)");

@@ -33,8 +33,9 @@ const ModelSpec& model_spec(ModelType type) {
 }
 
 std::unique_ptr<Model> build_model(const ModelConfig& cfg, Backend& be, int batch, DType dtype,
-                                   ActivationCheckpointing checkpointing, ParamStorage storage) {
-  return model_spec(cfg.type).build(cfg, be, batch, dtype, checkpointing, storage);
+                                   ActivationCheckpointing checkpointing, ParamStorage storage,
+                                   TensorParallel tp) {
+  return model_spec(cfg.type).build(cfg, be, batch, dtype, checkpointing, storage, tp);
 }
 
 Backend& measuring_backend() {

@@ -18,13 +18,48 @@ ParamStore::~ParamStore() {
   if (compute_) be_.release(compute_);
 }
 
+namespace {
+
+// This rank's boxes of a tensor of `shape` split `split` over `tp` ranks (TpSplit).
+std::vector<Box> tp_pieces(const std::vector<int64_t>& shape, const TpSplit& split,
+                           const TensorParallel& tp, const std::string& name) {
+  if (split.dim == TpSplit::Dim::none || tp.size == 1) return {};
+  const auto d = static_cast<size_t>(split.dim == TpSplit::Dim::rows ? 0 : 1);
+  if (shape.size() <= d)
+    throw std::logic_error(fmt::format("ParamStore: {} has no dimension {} to split", name, d));
+  std::vector<int64_t> blocks = split.blocks;
+  if (blocks.empty()) blocks = {shape[d]};
+  std::vector<Box> out;
+  int64_t first = 0;
+  for (int64_t rows : blocks) {
+    const Shard s = shard_of(rows, tp.size, tp.rank);
+    Box b = whole(shape);
+    b.offsets[d] = first + s.begin;
+    b.sizes[d] = s.size();
+    out.push_back(std::move(b));
+    first += rows;
+  }
+  if (first != shape[d])
+    throw std::logic_error(fmt::format("ParamStore: {}'s blocks do not add up to its rows", name));
+  return out;
+}
+
+}  // namespace
+
 int ParamStore::declare(const std::string& name, std::vector<int64_t> shape, Init init, float std,
-                        bool decay) {
+                        bool decay, const TpSplit& split) {
   if (allocated_) throw std::logic_error("ParamStore::declare after allocate");
   if (!names_.insert(name).second) throw std::logic_error("duplicate parameter name " + name);
   ParamInfo p;
   p.name = name;
+  p.pieces = tp_pieces(shape, split, tp_, name);
+  p.global_shape = shape;
   p.shape = std::move(shape);
+  if (!p.pieces.empty()) {  // the blocks' boxes, stacked along the split dimension
+    const auto d = static_cast<size_t>(split.dim == TpSplit::Dim::rows ? 0 : 1);
+    p.shape[d] = 0;
+    for (const Box& b : p.pieces) p.shape[d] += b.sizes[d];
+  }
   p.numel = 1;
   for (int64_t d : p.shape) p.numel *= d;
   p.offset = total_;
@@ -116,6 +151,39 @@ void ParamStore::initialize(uint64_t seed) {
   refresh_compute();
 }
 
+namespace {
+
+// Local elements [begin, begin + n) of parameter p (entry: its place) into `out`: the values the
+// whole tensor has at their global positions. One stream per parameter, whole: its element k is
+// the (2k)th and (2k+1)th draws, so a part of it (a ZeRO shard, a tensor-parallel slice) draws
+// what a whole tensor would there.
+void draw(const ParamInfo& p, const ParamEntry& entry, uint64_t seed, int64_t begin, int64_t n,
+          double* out) {
+  if (p.init != Init::normal) {
+    std::fill(out, out + n, p.init == Init::ones ? 1.0 : 0.0);
+    return;
+  }
+  const std::vector<int64_t>& global = entry.global();
+  for (const PlacedBox& b : held_boxes(entry, begin, begin + n)) {
+    // The box's runs along its last dimension are contiguous in the global tensor.
+    const size_t rank = b.box.sizes.size();
+    const int64_t run = rank ? b.box.sizes.back() : 1;
+    Box at{b.box.offsets, std::vector<int64_t>(rank, 1)};
+    for (int64_t r = 0, runs = box_numel(b.box) / std::max<int64_t>(run, 1); r < runs; ++r) {
+      Rng rng(hash_combine(seed, hash_string(p.name)));
+      rng.skip(2 * static_cast<uint64_t>(flat_start(global, at)));
+      double* o = out + (b.local - begin) + r * run;
+      for (int64_t i = 0; i < run; ++i) o[i] = p.init_std * rng.normal();
+      for (size_t d = rank ? rank - 1 : 0; d-- > 0;) {  // the next run: odometer, leading dims
+        if (++at.offsets[d] < b.box.offsets[d] + b.box.sizes[d]) break;
+        at.offsets[d] = b.box.offsets[d];
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void ParamStore::initialize(uint64_t seed, const std::vector<Shard>& pieces, Tensor out) const {
   // Drawn in double on the host, a chunk at a time, converted to the store's dtype and copied
   // to the device: a host copy of the whole model in double and again in float was a transient
@@ -129,25 +197,10 @@ void ParamStore::initialize(uint64_t seed, const std::vector<Shard>& pieces, Ten
       const int64_t lo = std::max(piece.begin, p.offset);
       const int64_t hi = std::min(piece.end, p.offset + p.numel);
       if (lo >= hi) continue;
-      // One stream per parameter, whole: its element k is the (2k)th and (2k+1)th draws.
-      Rng rng(hash_combine(seed, hash_string(p.name)));
-      if (p.init == Init::normal) rng.skip(2 * static_cast<uint64_t>(lo - p.offset));
+      const ParamEntry entry{p.name, p.shape, p.offset, p.global_shape, p.pieces};
       for (int64_t at = lo; at < hi; at += kChunk) {
         const int64_t n = std::min(kChunk, hi - at);
-        for (int64_t i = 0; i < n; ++i) {
-          double& v = value[static_cast<size_t>(i)];
-          switch (p.init) {
-            case Init::zeros:
-              v = 0.0;
-              break;
-            case Init::ones:
-              v = 1.0;
-              break;
-            case Init::normal:
-              v = p.init_std * rng.normal();
-              break;
-          }
-        }
+        draw(p, entry, seed, at - p.offset, n, value.data());
         const Tensor dst = out.slice(packed + at - piece.begin, {n});
         if (dtype_ == DType::f64) {
           be_.copy(dst, Tensor(value.data(), DType::f64, Device::cpu, {n}));
@@ -193,7 +246,9 @@ Tensor ParamStore::grad(int i) const {
 std::vector<ParamEntry> ParamStore::entries() const {
   std::vector<ParamEntry> out;
   out.reserve(infos_.size());
-  for (const auto& p : infos_) out.push_back({p.name, p.shape, p.offset});
+  for (const auto& p : infos_)
+    out.push_back(
+        {p.name, p.shape, p.offset, p.global_shape, p.pieces, p.pieces.empty() && tp_.rank != 0});
   return out;
 }
 

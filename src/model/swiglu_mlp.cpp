@@ -6,8 +6,11 @@ SwiGluMLP::SwiGluMLP(ParamStore& ps, const std::string& name, int d_model, int h
                      float proj_std)
     : ps_(ps),
       hidden_(hidden),
-      gate_up_(ps, name + ".gate_up", d_model, 2 * hidden, false, 0.02f),
-      down_(ps, name + ".down", hidden, d_model, false, proj_std) {}
+      gate_up_(ps, name + ".gate_up", d_model, 2 * hidden, false, 0.02f, true,
+               {TpMode::column, {hidden, hidden}}),
+      down_(ps, name + ".down", hidden, d_model, false, proj_std, true, {TpMode::row}) {
+  hidden_ = down_.in_features();  // this rank's share of gate and of up: hidden / tp
+}
 
 void SwiGluMLP::bind(ActivationArenas acts, Arena& scratch, int64_t rows) {
   const DType dt = ps_.dtype();

@@ -1,5 +1,6 @@
 #include "data_parallel.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <vector>
@@ -32,8 +33,8 @@ int64_t HeldPieces::packed(int64_t at) const {
 DataParallel::DataParallel(const DeviceMesh& mesh, ParamStore& ps, const OptimizerConfig& cfg,
                            std::vector<Shard> pieces, Tracer* tracer)
     : mesh_(mesh),
-      host_(mesh.host()),
-      device_(mesh.device()),
+      host_(mesh.host_group(MeshAxis::dp)),
+      device_(mesh.device_group(MeshAxis::dp)),
       ps_(ps),
       tracer_(tracer),
       grad_clip_(cfg.grad_clip),
@@ -74,14 +75,39 @@ uint64_t DataParallel::checksum() {
   return ps_.checksum();
 }
 
-StepStats DataParallel::reduce_stats(double local_loss, bool stop_requested, StepTimes& t) {
+double DataParallel::local_sum_squares() const {
   const Tensor my_grads = local_grads();
-  double stats[3] = {local_loss, my_grads.numel() > 0 ? ps_.backend().sum_squares(my_grads) : 0.0,
-                     stop_requested ? 1.0 : 0.0};
-  const int world = host_.size();
+  if (my_grads.numel() == 0) return 0.0;
+  Backend& be = ps_.backend();
+  const int tp = ps_.tp().size;
+  if (tp == 1) return be.sum_squares(my_grads);
+  // Every tensor-parallel rank holds the same gradient of a replicated parameter: each counts
+  // 1/tp of it, so the sum over the world counts it once (1/tp is exact for a power of two).
+  double s = 0;
+  int64_t packed = 0;
+  for (const Shard& piece : opt_.pieces()) {
+    for (int i = 0; i < static_cast<int>(ps_.infos().size()); ++i) {
+      const ParamInfo& p = ps_.infos()[static_cast<size_t>(i)];
+      const int64_t lo = std::max(piece.begin, p.offset);
+      const int64_t hi = std::min(piece.end, p.offset + p.numel);
+      if (lo >= hi) continue;
+      const double sq = be.sum_squares(my_grads.slice(packed + lo - piece.begin, {hi - lo}));
+      s += ps_.tp_replicated(i) ? sq / tp : sq;
+    }
+    packed += piece.size();
+  }
+  return s;
+}
+
+StepStats DataParallel::reduce_stats(double local_loss, bool stop_requested, StepTimes& t) {
+  double stats[3] = {local_loss, local_sum_squares(), stop_requested ? 1.0 : 0.0};
+  // Over the world: the loss is the same on every tensor-parallel rank of a data-parallel one,
+  // and the squared norm adds each rank's parts.
+  Communicator& everyone = mesh_.host();
+  const int world = everyone.size();
   if (world > 1) {
     timed("allreduce loss+norm", t,
-          [&] { host_.allreduce_sum(Tensor(stats, DType::f64, Device::cpu, {3})); });
+          [&] { everyone.allreduce_sum(Tensor(stats, DType::f64, Device::cpu, {3})); });
     stats[0] /= world;
     if (copies() > 1) stats[1] /= copies();
   }
@@ -105,6 +131,7 @@ void DataParallel::state_dict(StateDict& out) {
   out.put("parallel/zero", int64_t{stage()});
   out.put("parallel/dp_replicate", int64_t{mesh_.shape().dp_replicate});
   out.put("parallel/dp_shard", int64_t{mesh_.shape().dp_shard});
+  out.put("parallel/tp", int64_t{mesh_.shape().tp});
   const std::vector<ParamEntry> params = ps_.entries();
   for (const auto& [prefix, moments] : moment_tensors()) {
     const HeldPieces held{opt_.pieces(), moments, copies(), copy_index()};

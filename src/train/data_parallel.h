@@ -124,8 +124,8 @@ class DataParallel : public Stateful {
 
   // Not collective. The ranks that hold the same moments each write their share of them
   // (HeldPieces::written). The layout is recorded as values parallel/zero, parallel/dp_replicate
-  // and parallel/dp_shard, for `trainrun inspect`; a restore does not need them (any layout
-  // reads any other's).
+  // parallel/dp_shard and parallel/tp, for `trainrun inspect`; a restore does not need them (any
+  // layout reads any other's).
   void state_dict(StateDict& out) override;
   // Not collective: reads the moments of this rank's pieces (whatever layout wrote them).
   void load_state_dict(StateSource& in) override;
@@ -144,6 +144,9 @@ class DataParallel : public Stateful {
   virtual Tensor local_grads() const = 0;
   // After the optimizer step: every rank's parameters up to date.
   virtual void gather_params(StepTimes& t) = 0;
+  // This rank's share of the squared gradient norm: its local gradients, those of parameters
+  // whole on every tensor-parallel rank counted 1/tp.
+  double local_sum_squares() const;
   // HeldPieces for the whole flat buffers, which every rank holds (DDP, ZeRO-1's weights).
   HeldPieces replicated(Tensor all) const;
   // Runs a blocking collective, charging it to the step's communication times and the trace.
@@ -153,8 +156,8 @@ class DataParallel : public Stateful {
   std::vector<std::pair<std::string, Tensor>> moment_tensors() const;
 
   const DeviceMesh& mesh_;
-  Communicator& host_;    // the world, host values
-  Communicator& device_;  // the world, device tensors
+  Communicator& host_;    // the data-parallel ranks (the world without tp), host values
+  Communicator& device_;  // the same, device tensors
   ParamStore& ps_;
   Tracer* tracer_;
   std::function<void(bool)> wait_fn_;  // may be empty

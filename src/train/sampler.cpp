@@ -73,7 +73,7 @@ Sampled generate(const std::string& run_dir_or_file, const std::string& prompt, 
   auto be = make_cpu_backend();
   const ModelSpec& spec = model_spec(exp.model.type);
   auto model = spec.build(exp.model, *be, 1, DType::f32, ActivationCheckpointing::none,
-                          ParamStorage::flat);  // no backward
+                          ParamStorage::flat, {});  // no backward
   ParamStore& ps = model->params();
   if (hf) {
     weights.resize(static_cast<size_t>(ps.numel()));

@@ -219,19 +219,24 @@ void Trainer::setup_device() {
   be_ = faults_.wrap(choose_backend(exp_, comm_->local_rank()));
   if (exp_.train.precision == Precision::bf16) require_bf16(*be_);
   dcomm_ = make_device_communicator(*be_, *comm_);
-  // validate_for_world checked that dp_replicate divides the ranks.
+  // validate_for_world checked that tp and dp_replicate divide the ranks.
   mesh_ = std::make_unique<DeviceMesh>(
-      *comm_, dcomm_.get(), MeshShape::of(world_, exp_.distributed.dp_replicate),
+      *comm_, dcomm_.get(),
+      MeshShape::of(world_, exp_.distributed.dp_replicate, exp_.distributed.tp),
       [this](Communicator& group) { return make_device_communicator(*be_, group); });
 }
 
 void Trainer::setup_model() {
-  micro_ = exp_.train.micro_batch_size > 0 ? exp_.train.micro_batch_size
-                                           : exp_.train.batch_size / world_;
-  accum_ = exp_.train.batch_size / (micro_ * world_);
+  // The tensor-parallel ranks of a data-parallel one share its micro-batches.
+  const int dp = mesh_->shape().dp();
+  micro_ =
+      exp_.train.micro_batch_size > 0 ? exp_.train.micro_batch_size : exp_.train.batch_size / dp;
+  accum_ = exp_.train.batch_size / (micro_ * dp);
+  const TensorParallel tp{mesh_->shape().tp, mesh_->coord(MeshAxis::tp),
+                          &mesh_->device_group(MeshAxis::tp)};
   model_ = build_model(
       exp_.model, *be_, micro_, exp_.train.precision == Precision::bf16 ? DType::bf16 : DType::f32,
-      exp_.train.activation_checkpointing, DataParallel::storage_for(exp_.distributed.zero));
+      exp_.train.activation_checkpointing, DataParallel::storage_for(exp_.distributed.zero), tp);
   targets_per_step_ = model_->targets_per_batch() / micro_ * exp_.train.batch_size;
   loss_sums_ = DeviceBuffer(*be_, sizeof(double) * static_cast<size_t>(accum_));
   dp_ = DataParallel::make(exp_.distributed.zero, *mesh_, model_->params(), exp_.optimizer,
@@ -246,7 +251,8 @@ void Trainer::setup_model() {
 }
 
 void Trainer::setup_data() {
-  batches_ = std::make_unique<Batches>(exp_, rank_, world_, micro_);
+  batches_ =
+      std::make_unique<Batches>(exp_, mesh_->coord(MeshAxis::dp), mesh_->shape().dp(), micro_);
   evaluator_ =
       std::make_unique<Evaluator>(exp_.train, accum_, *batches_, *model_, *comm_, watchdog_.get());
 }
@@ -263,14 +269,15 @@ void Trainer::log_setup() const {
   spdlog::info("trainrun {} | run {} | rank {}/{} on {} | {}", trainrun_version(), exp_.name, rank_,
                world_, comm_->host(), be_->describe());
   if (world_ > 1)
-    spdlog::info("mesh {}: this rank at replica {}, shard {} | ZeRO stage {}",
+    spdlog::info("mesh {}: this rank at replica {}, shard {}, tp {} | ZeRO stage {}",
                  mesh_->shape().describe(), mesh_->coord(MeshAxis::dp_replicate),
-                 mesh_->coord(MeshAxis::dp_shard), exp_.distributed.zero);
+                 mesh_->coord(MeshAxis::dp_shard), mesh_->coord(MeshAxis::tp),
+                 exp_.distributed.zero);
   spdlog::info(
       "model {}: {} parameters, activations {:.1f} MiB per rank | batch {} = {} ranks x "
       "{} micro x {} accum, seq_len {}",
       exp_.model.type, model_->params().numel(), model_->activation_bytes() / 1048576.0,
-      exp_.train.batch_size, world_, micro_, accum_, exp_.model.seq_len);
+      exp_.train.batch_size, mesh_->shape().dp(), micro_, accum_, exp_.model.seq_len);
   spdlog::info("data train: {}", batches_->train().describe());
   spdlog::info("data val:   {}", batches_->val().describe());
   if (std::isfinite(batches_->train().entropy_rate()))

@@ -20,30 +20,11 @@
 #include <variant>
 #include <vector>
 
+#include "trainrun/core/box.h"
 #include "trainrun/core/param_entry.h"
 #include "trainrun/core/shard.h"
 
 namespace trainrun {
-
-// A box of a global tensor: [offsets[d], offsets[d] + sizes[d]) in every dimension d. The whole
-// tensor is {zeros, shape}. Elements are row-major within the box.
-struct Box {
-  std::vector<int64_t> offsets, sizes;
-  bool operator==(const Box&) const = default;
-};
-
-int64_t box_numel(const Box& b);
-Box whole(const std::vector<int64_t>& shape);
-std::string box_str(const Box& b);  // "[0:4, 8:16]"
-
-// The boxes that make up the row-major flat elements [begin, end) of a tensor of `shape`, in
-// order: each box is one contiguous run of the flattening, and together they are the range. (A
-// flat shard of a buffer, ZeRO's or a data-parallel save's, cuts tensors this way: at most two
-// partial boxes per dimension, and the full ones between.)
-std::vector<Box> boxes_of_flat_range(const std::vector<int64_t>& shape, int64_t begin, int64_t end);
-
-// The row-major flat index, within the tensor of `shape`, of the box's first element.
-int64_t flat_start(const std::vector<int64_t>& shape, const Box& b);
 
 // A named value of a component's state that is not a tensor. Stored exactly (a double bit for
 // bit, a seed as all 64 bits); a reader asks for the type it wants (read_int and friends below).
@@ -149,7 +130,8 @@ class Stateful {
 // The state of a flat buffer of named tensors (ParamStore's layout: `params` at their offsets),
 // under `prefix` ("model", "optimizer/m"): declares every tensor and adds the boxes of the flat
 // elements `ranges` (ascending, disjoint), filled by copy(begin, n, out), which copies flat
-// elements [begin, begin + n).
+// elements [begin, begin + n). A tensor-parallel part is added as the boxes of the global
+// tensor it holds (ParamEntry::pieces); a tp_copy entry is declared and not added.
 void add_flat_state(StateDict& out, const std::string& prefix,
                     const std::vector<ParamEntry>& params, const std::vector<Shard>& ranges,
                     const std::function<void(int64_t begin, int64_t n, float* out)>& copy);

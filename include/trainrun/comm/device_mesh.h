@@ -4,12 +4,16 @@
 //                 HSDP: its collectives cross nodes once per step, on a shard's worth of data);
 //   dp_shard      the ranks one copy of the sharded state is split over (ZeRO's axis: its
 //                 reduce-scatter and all-gather stay inside a group, inside a node when it fits).
-// (The next axis, tp, will be innermost.) A rank's coordinates follow from its rank,
-//   rank = replica * dp_shard + shard,
-// so a dp_shard group is dp_shard consecutive ranks: one node's with mpirun's default placement
-// when dp_shard is the ranks per node. An axis's group is the ranks that differ only in its
-// coordinate; each has a host communicator (MPI) and a device one (NCCL on CUDA, else the host
-// one).
+//   tp            tensor parallel, innermost: the ranks one layer is split over (Megatron's
+//                 column and row split, linear.h), whose collectives run inside every layer, so
+//                 they are consecutive ranks, inside one node.
+// A rank's coordinates follow from its rank,
+//   rank = (replica * dp_shard + shard) * tp + t,
+// so a tp group is tp consecutive ranks and a dp_shard group (with tp = 1) dp_shard consecutive
+// ones: one node's with mpirun's default placement. An axis's group is the ranks that differ
+// only in its coordinate; `dp` (not an axis) is the data-parallel ranks of this rank's tp
+// coordinate, dp_replicate x dp_shard of them, over which the data-parallel strategies reduce.
+// Each group has a host communicator (MPI) and a device one (NCCL on CUDA, else the host one).
 //
 // Thread safety: immutable after construction; the groups are used as communicators are (one
 // collective at a time per communicator).
@@ -26,30 +30,57 @@
 
 namespace trainrun {
 
-enum class MeshAxis { dp_replicate, dp_shard };
+// The groups of a mesh: its three axes and `dp`, every data-parallel rank of a tp coordinate.
+enum class MeshAxis { dp_replicate, dp_shard, tp, dp };
 inline const char* axis_name(MeshAxis a) {
-  return a == MeshAxis::dp_replicate ? "dp_replicate" : "dp_shard";
+  switch (a) {
+    case MeshAxis::dp_replicate:
+      return "dp_replicate";
+    case MeshAxis::dp_shard:
+      return "dp_shard";
+    case MeshAxis::tp:
+      return "tp";
+    case MeshAxis::dp:
+      break;
+  }
+  return "dp";
 }
 
 // The mesh's sizes, known before any rank starts (the launcher, --dry-run and plan use it).
 struct MeshShape {
-  int dp_replicate = 1, dp_shard = 1;
-  int world() const { return dp_replicate * dp_shard; }
-  int size(MeshAxis a) const { return a == MeshAxis::dp_replicate ? dp_replicate : dp_shard; }
-  // `world` ranks with `dp_replicate` replica groups; throws std::invalid_argument when it does
-  // not divide them (the config rules refuse that first, naming the key). Header-only, as the
-  // launcher and the planner use it without communicators.
-  static MeshShape of(int world, int dp_replicate) {
-    if (world < 1 || dp_replicate < 1 || world % dp_replicate != 0)
-      throw std::invalid_argument(fmt::format(
-          "a device mesh of {} ranks cannot have {} replica groups: dp_replicate divides the "
-          "ranks",
-          world, dp_replicate));
-    return MeshShape{dp_replicate, world / dp_replicate};
+  int dp_replicate = 1, dp_shard = 1, tp = 1;
+  int world() const { return dp_replicate * dp_shard * tp; }
+  int dp() const { return dp_replicate * dp_shard; }  // the data-parallel ranks
+  int size(MeshAxis a) const {
+    switch (a) {
+      case MeshAxis::dp_replicate:
+        return dp_replicate;
+      case MeshAxis::dp_shard:
+        return dp_shard;
+      case MeshAxis::tp:
+        return tp;
+      case MeshAxis::dp:
+        break;
+    }
+    return dp();
   }
-  // "dp_replicate 2 x dp_shard 4"
+  // `world` ranks split `tp` ways, the rest in `dp_replicate` replica groups; throws
+  // std::invalid_argument when that does not divide them (the config rules refuse that first,
+  // naming the key). Header-only, as the launcher and the planner use it without communicators.
+  static MeshShape of(int world, int dp_replicate, int tp = 1) {
+    if (world < 1 || dp_replicate < 1 || tp < 1 || world % tp != 0 ||
+        (world / tp) % dp_replicate != 0)
+      throw std::invalid_argument(fmt::format(
+          "a device mesh of {} ranks cannot have tp {} and {} replica groups: tp divides the "
+          "ranks and dp_replicate the ranks / tp",
+          world, tp, dp_replicate));
+    return MeshShape{dp_replicate, world / tp / dp_replicate, tp};
+  }
+  // "dp_replicate 2 x dp_shard 4", "dp_replicate 1 x dp_shard 2 x tp 2"
   std::string describe() const {
-    return fmt::format("dp_replicate {} x dp_shard {}", dp_replicate, dp_shard);
+    std::string s = fmt::format("dp_replicate {} x dp_shard {}", dp_replicate, dp_shard);
+    if (tp > 1) s += fmt::format(" x tp {}", tp);
+    return s;
   }
 };
 
@@ -65,6 +96,7 @@ class DeviceMesh {
   DeviceMesh(Communicator& host, Communicator* device, MeshShape shape,
              const DeviceGroupFn& make_device = {});
   // A mesh of one axis: every rank in one dp_shard group (no split; tests, one-rank tools).
+  // Its tp group is each rank alone.
   static DeviceMesh flat(Communicator& host, Communicator* device = nullptr);
   ~DeviceMesh();
   DeviceMesh(DeviceMesh&&) noexcept;
@@ -72,7 +104,7 @@ class DeviceMesh {
   DeviceMesh(const DeviceMesh&) = delete;
 
   const MeshShape& shape() const { return shape_; }
-  // This rank's coordinate along `a`.
+  // This rank's coordinate along `a` (dp: replica * dp_shard + shard).
   int coord(MeshAxis a) const;
   // The world: every rank.
   Communicator& host() const { return host_; }
@@ -89,13 +121,13 @@ class DeviceMesh {
   };
   struct NoGroups {};  // the members set, the groups left to the caller
   DeviceMesh(NoGroups, Communicator& host, Communicator* device, MeshShape shape);
-  Group& group(MeshAxis a) { return a == MeshAxis::dp_replicate ? replicate_ : shard_; }
-  const Group& group(MeshAxis a) const { return a == MeshAxis::dp_replicate ? replicate_ : shard_; }
+  Group& group(MeshAxis a) { return groups_[static_cast<size_t>(a)]; }
+  const Group& group(MeshAxis a) const { return groups_[static_cast<size_t>(a)]; }
 
   Communicator& host_;
   Communicator* device_;
   MeshShape shape_;
-  Group replicate_, shard_;
+  Group groups_[4];  // by MeshAxis
 };
 
 }  // namespace trainrun

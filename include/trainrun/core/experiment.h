@@ -177,6 +177,10 @@ struct DistributedConfig {
   int nodes = 1;
   int zero = 0;          // 0 | 1 | 2 | 3 (ZeRO stage)
   int dp_replicate = 1;  // the device mesh's replica groups (device_mesh.h); divides the ranks
+  // Tensor parallel: the ranks each layer splits over, the mesh's innermost axis (consecutive
+  // ranks, one node's unless tp_across_nodes).
+  int tp = 1;
+  bool tp_across_nodes = false;
   // ZeRO-3: free a unit's gathered weights after its forward (and gather them again for its
   // backward), or keep them until its backward (less traffic, more memory).
   bool reshard_after_forward = true;

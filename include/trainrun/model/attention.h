@@ -20,7 +20,9 @@ struct AttentionOptions {
 class CausalSelfAttention {
  public:
   // Parameters "<name>.qkv" [(n_head + 2 n_kv_head) * head_dim, d_model] (q | k | v) and
-  // "<name>.proj" [d_model, d_model], each with a bias when opt.bias.
+  // "<name>.proj" [d_model, d_model], each with a bias when opt.bias. Under tensor parallelism
+  // (ParamStore::tp()) this rank holds n_head / tp query heads and n_kv_head / tp kv heads:
+  // qkv column-parallel, proj row-parallel (linear.h).
   CausalSelfAttention(ParamStore& ps, const std::string& name, int d_model, int n_head,
                       float proj_std, AttentionOptions opt = {});
   // doc_start: the model's document starts for the batch, read at every call (an empty tensor
@@ -32,9 +34,10 @@ class CausalSelfAttention {
 
  private:
   ParamStore& ps_;
-  int d_model_, n_head_;
+  int d_model_, n_head_;  // n_head_, opt_.n_kv_head and the widths: this rank's heads
   AttentionOptions opt_;
   int qkv_width_;
+  int width_ = 0;  // the heads' output width: d_model / tp
   Linear qkv_, proj_;
   const Tensor* doc_start_ = nullptr;
   Tensor qkv_out_, y_, lse_;  // activations (qkv_out_ after the rotation, when rope)

@@ -22,7 +22,8 @@ class MLP {
  private:
   ParamStore& ps_;
   int d_model_;
-  Linear fc_, proj_;
+  Linear fc_, proj_;   // column- and row-parallel under tensor parallelism (linear.h)
+  int hidden_;         // this rank's hidden width: 4 d_model / tp
   Tensor h_, a_;       // activations: fc's output (the GELU's input) and the GELU's
   Tensor dh_;          // gradient scratch
   bool fused_ = true;  // fc and the GELU as one op; not when the GELU is recomputed alone

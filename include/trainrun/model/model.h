@@ -58,6 +58,6 @@ class Model {
 std::unique_ptr<Model> build_model(
     const ModelConfig& cfg, Backend& be, int batch, DType dtype = DType::f32,
     ActivationCheckpointing checkpointing = ActivationCheckpointing::none,
-    ParamStorage storage = ParamStorage::flat);
+    ParamStorage storage = ParamStorage::flat, TensorParallel tp = {});
 
 }  // namespace trainrun

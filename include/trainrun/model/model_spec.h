@@ -63,9 +63,11 @@ struct ModelSpec {
   // train.activation_checkpointing (other than none only for a family with blocks: the config
   // rules say);
   // `storage`: external for ZeRO-2/3, which owns the parameters' memory (params.h; only for a
-  // family with units, as the config rules say).
+  // family with units, as the config rules say); `tp`: the tensor-parallel group its layers
+  // split over (size 1 unless the family has attention blocks, as the config rules say).
   std::unique_ptr<Model> (*build)(const ModelConfig& cfg, Backend& be, int batch, DType dtype,
-                                  ActivationCheckpointing checkpointing, ParamStorage storage);
+                                  ActivationCheckpointing checkpointing, ParamStorage storage,
+                                  TensorParallel tp);
   // The measuring pass alone: declares every parameter and binds both arenas once, allocating
   // nothing, so it is cheap even for a model that would not fit this machine.
   ModelShape (*measure)(const ModelConfig& cfg, int batch, DType dtype,

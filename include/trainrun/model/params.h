@@ -27,12 +27,33 @@
 #include <vector>
 
 #include "trainrun/backend/backend.h"
+#include "trainrun/comm/comm.h"
 #include "trainrun/core/param_entry.h"
 #include "trainrun/core/shard.h"
 
 namespace trainrun {
 
 enum class Init { normal, zeros, ones };
+
+// The tensor-parallel group the model's layers split over: this rank's place in it and its
+// communicator for device tensors (null when size is 1).
+struct TensorParallel {
+  int size = 1, rank = 0;
+  Communicator* comm = nullptr;
+};
+
+// How a parameter splits over the tensor-parallel ranks: whole on every rank (replicated: norms,
+// embeddings, a row-parallel layer's bias), by rows (dimension 0: a column-parallel layer's
+// weight and bias), or by columns (dimension 1: a row-parallel layer's weight). A split by rows
+// may cut blocks of rows each on its own (a fused q|k|v or gate|up weight: each rank takes its
+// share of every block), so each rank holds whole heads of q, k and v.
+struct TpSplit {
+  enum class Dim { none, rows, cols };
+  Dim dim = Dim::none;
+  std::vector<int64_t> blocks;  // rows: the blocks' row counts (summing to the rows); empty: one
+  static TpSplit rows(std::vector<int64_t> blocks = {}) { return {Dim::rows, std::move(blocks)}; }
+  static TpSplit cols() { return {Dim::cols, {}}; }
+};
 
 // A run of parameters [first, last), elements [begin, end) of the flat layout.
 struct ParamUnit {
@@ -63,8 +84,10 @@ enum class ParamStorage { flat, external };
 
 struct ParamInfo {
   std::string name;
-  std::vector<int64_t> shape;
-  int64_t offset = 0;  // elements into the flat buffers
+  std::vector<int64_t> shape;  // this rank's part (the whole tensor unless split)
+  std::vector<int64_t> global_shape;
+  std::vector<Box> pieces;  // the boxes of the global tensor held, in order; empty: all of it
+  int64_t offset = 0;       // elements into the flat buffers
   int64_t numel = 0;
   Init init = Init::zeros;
   float init_std = 0.0f;
@@ -74,15 +97,20 @@ struct ParamInfo {
 class ParamStore {
  public:
   explicit ParamStore(Backend& be, DType dtype = DType::f32,
-                      ParamStorage storage = ParamStorage::flat)
-      : be_(be), dtype_(dtype), storage_(storage) {}
+                      ParamStorage storage = ParamStorage::flat, TensorParallel tp = {})
+      : be_(be), dtype_(dtype), storage_(storage), tp_(tp) {}
   ~ParamStore();
   ParamStore(const ParamStore&) = delete;
   ParamStore& operator=(const ParamStore&) = delete;
 
-  // Declaration phase: returns the parameter's index. Names must be unique.
-  int declare(const std::string& name, std::vector<int64_t> shape, Init init, float std,
-              bool decay);
+  // Declaration phase: returns the parameter's index. Names must be unique. `shape` is the
+  // global shape; the store holds this rank's part of it under `split`.
+  int declare(const std::string& name, std::vector<int64_t> shape, Init init, float std, bool decay,
+              const TpSplit& split = {});
+  const TensorParallel& tp() const { return tp_; }
+  // Whether parameter i is whole on every tensor-parallel rank (its gradient too: every rank
+  // computes it from the same values), so a norm over the ranks counts it once.
+  bool tp_replicated(int i) const { return infos_[static_cast<size_t>(i)].pieces.empty(); }
   // Parameters declared from now on form a new unit (an empty current unit is renamed).
   void begin_unit(const std::string& name);
   // Flat storage: allocates params and grads (grads zeroed) and binds every unit to them; views
@@ -154,6 +182,7 @@ class ParamStore {
   Backend& be_;
   DType dtype_;
   ParamStorage storage_;
+  TensorParallel tp_;
   std::vector<ParamInfo> infos_;
   std::vector<ParamUnit> units_;
   std::vector<int> unit_of_;                     // per parameter
