@@ -71,8 +71,9 @@ void mpi_release() {
 }
 
 // Collectives that only move data (all-gathers, broadcasts) also take bf16, as 16-bit words:
-// ZeRO-3 gathers a bf16 run's compute weights; so do reduce-scatters, with bf16_sum as their
-// operation (ZeRO-2/3's bf16 gradients). The other reductions need a type MPI can add.
+// ZeRO-3 gathers a bf16 run's compute weights; so do sums, with bf16_sum as their operation
+// (ZeRO-2/3's bf16 gradients, tensor parallelism's bf16 activations). Averages need a type MPI
+// can add.
 enum class Moves : bool { values, bits };
 
 MPI_Datatype mpi_type(const Tensor& x, const char* op, Moves moves = Moves::values) {
@@ -213,10 +214,11 @@ class MpiCommunicator final : public Communicator {
   std::string kind() const override { return "mpi"; }
 
   void allreduce_sum(Tensor x) override {
-    MPI_Datatype t = mpi_type(x, "allreduce");
-    MPI_Allreduce(MPI_IN_PLACE, x.data, mpi_count(x.numel(), "allreduce"), t, MPI_SUM, comm_);
+    MPI_Datatype t = mpi_type(x, "allreduce", Moves::bits);
+    MPI_Allreduce(MPI_IN_PLACE, x.data, mpi_count(x.numel(), "allreduce"), t, sum_op(x), comm_);
   }
   void allreduce_avg(Tensor x) override {
+    mpi_type(x, "allreduce_avg");  // f32 or f64: the division below
     allreduce_sum(x);
     if (x.dtype == DType::f32)
       divide<float>(x, size_);
@@ -224,9 +226,10 @@ class MpiCommunicator final : public Communicator {
       divide<double>(x, size_);
   }
   std::unique_ptr<Request> iallreduce_sum(Tensor x) override {
-    MPI_Datatype t = mpi_type(x, "iallreduce");
+    MPI_Datatype t = mpi_type(x, "iallreduce", Moves::bits);
     MPI_Request r;
-    MPI_Iallreduce(MPI_IN_PLACE, x.data, mpi_count(x.numel(), "iallreduce"), t, MPI_SUM, comm_, &r);
+    MPI_Iallreduce(MPI_IN_PLACE, x.data, mpi_count(x.numel(), "iallreduce"), t, sum_op(x), comm_,
+                   &r);
     return std::make_unique<MpiRequest>(r, nullptr);
   }
 

@@ -180,6 +180,18 @@ def test_hybrid_sharding_over_nccl_groups_matches_one_rank(quickstart, tmp_path,
     assert "mesh dp_replicate 2 x dp_shard 2" in (mesh / "logs" / "rank-2.log").read_text()
 
 
+@pytest.mark.parametrize("model", ["gpt", "llama"])
+def test_tensor_parallel_over_nccl_matches_one_rank(quickstart, tmp_path, sim_env, model):
+    # tp 2: the row-parallel layers' outputs and the column-parallel layers' input gradients
+    # are summed over the tp group's own NCCL communicator (device_mesh.h), on the device.
+    extra = {"gpt": [*GPT, "model.n_head=4"], "llama": LLAMA}[model]
+    one, tp = tmp_path / "one", tmp_path / "tp"
+    train(quickstart, one, "cuda", extra, sim_env)
+    train(quickstart, tp, "cuda", [*extra, "distributed.nproc=2", "distributed.tp=2"], sim_env)
+    assert_close(losses(tp), losses(one), 1e-5)
+    assert "x tp 2: this rank at replica 0, shard 0, tp 1" in (tp / "logs" / "rank-1.log").read_text()
+
+
 @pytest.mark.parametrize("mode", ["full", "selective"])
 @pytest.mark.parametrize("family", ["gpt", "llama"])
 def test_activation_checkpointing_on_the_device_equals_none(quickstart, tmp_path, sim_env, mode,

@@ -35,7 +35,8 @@ class Communicator {
   virtual std::string host() const = 0;
   virtual std::string kind() const = 0;  // "local" | "mpi" | "nccl"
 
-  virtual void allreduce_sum(Tensor x) = 0;  // in place
+  // In place; f32, f64, and bf16 (as reduce_scatter_sum: tensor parallelism's activations).
+  virtual void allreduce_sum(Tensor x) = 0;
   virtual void allreduce_avg(Tensor x) = 0;  // in place
   virtual std::unique_ptr<Request> iallreduce_sum(Tensor x) = 0;
   // x holds n elements; afterwards this rank's shard_of(n) range holds the sum over ranks
