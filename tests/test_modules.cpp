@@ -568,7 +568,7 @@ TEST_CASE("ModelSpec: the measuring pass is what the build allocates, fp32 and b
         CAPTURE(dtype_name(dt));
         CAPTURE(enum_name(recompute));
         const ModelSpec& spec = model_spec(cfg.type);
-        const ModelShape shape = spec.measure(cfg, batch, dt, recompute);
+        const ModelShape shape = spec.measure(cfg, batch, dt, recompute, 1);
         auto model = spec.build(cfg, *be, batch, dt, recompute, ParamStorage::flat, {});
         CHECK(shape.params == model->params().numel());
         CHECK(shape.activation_bytes == static_cast<int64_t>(model->activation_bytes()));
@@ -594,15 +594,16 @@ TEST_CASE("ModelSpec: the measuring pass is what the build allocates, fp32 and b
   }
   const ModelShape gpt =
       model_spec(ModelType::gpt)
-          .measure(gpt_config(2, 16, 2, 8, 32), 1, DType::f32, ActivationCheckpointing::none);
+          .measure(gpt_config(2, 16, 2, 8, 32), 1, DType::f32, ActivationCheckpointing::none, 1);
   std::vector<std::string> names;
   for (const auto& [name, n] : gpt.params_by_module) names.push_back(name);
   CHECK(names == std::vector<std::string>{"wte", "wpe", "blocks.0", "blocks.1", "ln_f"});
   // bf16 halves every float buffer; the token ids stay int32.
   const ModelConfig big = gpt_config(2, 64, 4, 32, 64);
   const auto none = ActivationCheckpointing::none;
-  const auto f32 = model_spec(ModelType::gpt).measure(big, 4, DType::f32, none).activation_bytes;
-  const auto bf16 = model_spec(ModelType::gpt).measure(big, 4, DType::bf16, none).activation_bytes;
+  const auto f32 = model_spec(ModelType::gpt).measure(big, 4, DType::f32, none, 1).activation_bytes;
+  const auto bf16 =
+      model_spec(ModelType::gpt).measure(big, 4, DType::bf16, none, 1).activation_bytes;
   CHECK(bf16 < f32);
   CHECK(bf16 > f32 * 45 / 100);
 }
@@ -634,8 +635,9 @@ TEST_CASE("ModelSpec: parameter counts match the closed forms") {
       expected += in * V + V;
     }
     CHECK(parameter_count(cfg) == expected);
-    CHECK(model_spec(cfg.type).measure(cfg, 2, DType::f32, ActivationCheckpointing::none).params ==
-          expected);
+    CHECK(
+        model_spec(cfg.type).measure(cfg, 2, DType::f32, ActivationCheckpointing::none, 1).params ==
+        expected);
   }
 }
 
@@ -666,11 +668,11 @@ TEST_CASE("ModelSpec: last_ready_params is what backward reports final last") {
     int64_t last = -1;
     model->backward(1.0f, 1, [&](int64_t begin, int64_t end) { last = end - begin; });
     CHECK(last ==
-          spec.measure(cfg, 2, DType::f32, ActivationCheckpointing::none).last_ready_params);
+          spec.measure(cfg, 2, DType::f32, ActivationCheckpointing::none, 1).last_ready_params);
   }
   const ModelConfig gpt = gpt_config(2, 16, 2, 8, 32);
   CHECK(model_spec(ModelType::gpt)
-            .measure(gpt, 1, DType::f32, ActivationCheckpointing::none)
+            .measure(gpt, 1, DType::f32, ActivationCheckpointing::none, 1)
             .last_ready_params == (32 + 8) * 16);  // wte and wpe
 }
 
@@ -728,7 +730,7 @@ TEST_CASE("Llama: parameter counts by hand, names and modules in forward order")
         960 + (192 + 3 * 96 * 96 + 96 * 96 + 3 * 256 * 96) + 96);
   const ModelShape s = model_spec(ModelType::llama)
                            .measure(llama_config(2, 16, 4, 2, 8, 32, false), 1, DType::f32,
-                                    ActivationCheckpointing::none);
+                                    ActivationCheckpointing::none, 1);
   std::vector<std::string> modules;
   for (const auto& [name, n] : s.params_by_module) modules.push_back(name);
   CHECK(modules == std::vector<std::string>{"wte", "blocks.0", "blocks.1", "norm_f", "lm_head"});
@@ -807,7 +809,7 @@ TEST_CASE("ModelSpec: every family states its rules, bounds and description") {
     // measuring pass declares (in double, before any int64 arithmetic could overflow).
     std::vector<TensorBound> bounds;
     spec.tensor_bounds(cfg, 2, bounds);
-    const ModelShape shape = spec.measure(cfg, 2, DType::f32, ActivationCheckpointing::none);
+    const ModelShape shape = spec.measure(cfg, 2, DType::f32, ActivationCheckpointing::none, 1);
     double largest_block = 0;
     for (const auto& [module, n] : shape.params_by_module)
       if (module.rfind("blocks.", 0) == 0 || module.rfind("hidden", 0) == 0 ||

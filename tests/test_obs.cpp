@@ -1130,8 +1130,8 @@ TEST_CASE("plan: ZeRO-2 and ZeRO-3 memory per rank, from the units the model dec
   e.device = DeviceChoice::cuda;
   e.train.precision = Precision::bf16;
   e.distributed.nproc = 4;
-  const ModelShape shape =
-      model_spec(ModelType::llama).measure(e.model, 4, DType::bf16, ActivationCheckpointing::none);
+  const ModelShape shape = model_spec(ModelType::llama)
+                               .measure(e.model, 4, DType::bf16, ActivationCheckpointing::none, 1);
   REQUIRE(shape.unit_params.size() == 6);
   const double n = static_cast<double>(shape.params);
   const double E = static_cast<double>(shape.unit_params.front());

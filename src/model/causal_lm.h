@@ -236,9 +236,10 @@ std::unique_ptr<Model> build_causal_lm(const ModelConfig& cfg, Backend& be, int 
 
 template <class Family>
 ModelShape measure_causal_lm(const ModelConfig& cfg, int batch, DType dt,
-                             ActivationCheckpointing checkpointing) {
+                             ActivationCheckpointing checkpointing, int tp) {
+  // Declaring a split takes the group's size and this rank's place, not its communicator.
   CausalLm<Family> m(cfg, measuring_backend(), batch, dt, Bind::measure_only, checkpointing,
-                     ParamStorage::flat);
+                     ParamStorage::flat, TensorParallel{tp, 0, nullptr});
   ModelShape s = shape_of(m.params(), m.activation_bytes());
   s.last_ready_params = m.embed_params();
   return s;

@@ -6,7 +6,7 @@
 namespace trainrun {
 
 int64_t parameter_count(const ModelConfig& m) {
-  return model_spec(m.type).measure(m, 1, DType::f32, ActivationCheckpointing::none).params;
+  return model_spec(m.type).measure(m, 1, DType::f32, ActivationCheckpointing::none, 1).params;
 }
 
 double forward_flops_per_token(const ModelConfig& m) {

@@ -195,7 +195,7 @@ constinit const ModelSpec kMlpSpec = {
       return std::make_unique<MlpModel>(cfg, be, batch, dt, Bind::allocate);
     },
     .measure =
-        [](const ModelConfig& cfg, int batch, DType dt, ActivationCheckpointing) {
+        [](const ModelConfig& cfg, int batch, DType dt, ActivationCheckpointing, int) {
           MlpModel m(cfg, measuring_backend(), batch, dt, Bind::measure_only);
           ModelShape s = shape_of(m.params(), m.activation_bytes());
           s.last_ready_params = s.params;  // backward reports every gradient at its end

@@ -95,18 +95,29 @@ CheckpointPlan checkpoint_of(const Experiment& exp, const DevicePeak& peak, int6
   return c;
 }
 
-int micro_batch_of(const Experiment& exp) {
-  return exp.train.micro_batch_size > 0
-             ? exp.train.micro_batch_size
-             : std::max(1, exp.train.batch_size / std::max(1, exp.world_size()));
+// distributed.tp when it divides the ranks (the config rules refuse it otherwise).
+int tp_of(const Experiment& exp) {
+  const int tp = std::max(1, exp.distributed.tp);
+  return std::max(1, exp.world_size()) % tp == 0 ? tp : 1;
 }
 
-// The model measured for this run: bf16 on a GPU makes the activations bf16.
-ModelShape measure(const Experiment& exp, bool gpu) {
+// The data-parallel ranks: the tensor-parallel ranks of one share its micro-batches.
+int dp_of(const Experiment& exp) {
+  return std::max(1, exp.world_size()) / tp_of(exp);
+}
+
+int micro_batch_of(const Experiment& exp) {
+  return exp.train.micro_batch_size > 0 ? exp.train.micro_batch_size
+                                        : std::max(1, exp.train.batch_size / dp_of(exp));
+}
+
+// The model measured for this run, as one rank holds it (its tensor-parallel share when
+// `split`, else the whole model): bf16 on a GPU makes the activations bf16.
+ModelShape measure(const Experiment& exp, bool gpu, bool split = true) {
   const bool bf16 = gpu && exp.train.precision == Precision::bf16;
   return model_spec(exp.model.type)
       .measure(exp.model, micro_batch_of(exp), bf16 ? DType::bf16 : DType::f32,
-               exp.train.activation_checkpointing);
+               exp.train.activation_checkpointing, split ? tp_of(exp) : 1);
 }
 
 // The units ZeRO-3 gathers one at a time: the largest block's size and the two ends'.
@@ -179,7 +190,8 @@ MemoryPlan state_memory(int zero, double n, int shard_ranks, bool bf16, bool res
 MemoryPlan memory_of(const Experiment& exp, bool gpu, const ModelShape& shape) {
   const ModelConfig& m = exp.model;
   const bool bf16 = gpu && exp.train.precision == Precision::bf16;
-  const int world = std::max(1, exp.world_size());
+  // The data-parallel ranks (the tensor-parallel ones hold different parts, measured in `shape`).
+  const int world = dp_of(exp);
   // ZeRO shards over one replica group's ranks (dp_shard); the groups hold copies.
   const int replicas = world % std::max(1, exp.distributed.dp_replicate) == 0
                            ? std::max(1, exp.distributed.dp_replicate)
@@ -240,7 +252,7 @@ std::string fit_advice(const Experiment& exp, bool gpu, double memory) {
     const double need = bytes_per_rank(e, gpu);
     if (need <= memory) fixes.push_back(fmt::format("{} ({} per rank)", what, gib(need)));
   };
-  const int world = std::max(1, exp.world_size());
+  const int world = dp_of(exp), tp = tp_of(exp);
   const int best_zero = exp.model.type == ModelType::mlp ? 1 : 3;
   const bool can_zero = exp.distributed.zero < best_zero && world > 1;
   const bool can_recompute = exp.train.activation_checkpointing != ActivationCheckpointing::full &&
@@ -285,11 +297,11 @@ std::string fit_advice(const Experiment& exp, bool gpu, double memory) {
   one.distributed.nodes = 1;
   one.distributed.dp_replicate = 1;
   const ModelShape shape = measure(one, gpu);
-  auto need_at = [&](int ranks) {
-    one.distributed.nproc = ranks;
+  auto need_at = [&](int ranks) {  // data-parallel ranks, each with the run's tp
+    one.distributed.nproc = ranks * tp;
     return memory_of(one, gpu, shape).total;
   };
-  constexpr int kMaxRanks = 1 << 20;
+  const int kMaxRanks = (1 << 20) / tp;
   if (need_at(kMaxRanks) > memory)
     return fmt::format(
         "nothing fits at any rank count: activations at micro-batch 1{}, the units in use and "
@@ -304,9 +316,10 @@ std::string fit_advice(const Experiment& exp, bool gpu, double memory) {
   }
   return fmt::format(
       "nothing fits at {} ranks, not even micro-batch 1 with ZeRO-{}{}; ZeRO-{} over {} ranks "
-      "per replica group (distributed.nproc x distributed.nodes / distributed.dp_replicate) "
+      "per replica group (distributed.nproc x distributed.nodes / distributed.dp_replicate{}) "
       "would fit",
-      world, best_zero, can_recompute ? " and activation checkpointing" : "", best_zero, hi);
+      world * tp, best_zero, can_recompute ? " and activation checkpointing" : "", best_zero, hi,
+      tp > 1 ? " / distributed.tp" : "");
 }
 
 }  // namespace
@@ -320,19 +333,24 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
   const ModelConfig& m = exp.model;
   const ModelSpec& spec = model_spec(m.type);
   const bool gpu = on_gpu(peak);
+  // What one rank holds (its tensor-parallel share) and the whole model.
   const ModelShape shape = measure(exp, gpu);
   p.world = std::max(1, exp.world_size());
-  if (p.world % std::max(1, exp.distributed.dp_replicate) == 0)
+  p.tp = tp_of(exp);
+  const ModelShape model = p.tp > 1 ? measure(exp, gpu, false) : shape;
+  const int dp = dp_of(exp);  // the data-parallel ranks, over which the gradients are reduced
+  if (dp % std::max(1, exp.distributed.dp_replicate) == 0)
     p.dp_replicate = std::max(1, exp.distributed.dp_replicate);
-  p.dp_shard = p.world / p.dp_replicate;
+  p.dp_shard = dp / p.dp_replicate;
   p.zero = exp.distributed.zero;
   p.micro_batch = micro_batch_of(exp);
-  p.accum = std::max(1, exp.train.batch_size / (p.micro_batch * p.world));
+  p.accum = std::max(1, exp.train.batch_size / (p.micro_batch * dp));
   p.peak = peak;
 
-  p.params_by_module = shape.params_by_module;
-  p.params = shape.params;
-  const double n = static_cast<double>(p.params);
+  p.params_by_module = model.params_by_module;
+  p.params = model.params;
+  // The parameters one rank holds: what its data-parallel collectives and optimizer move.
+  const double n = static_cast<double>(shape.params);
   const double tokens_per_step =
       static_cast<double>(targets_per_sequence(m)) * exp.train.batch_size;
   p.flops_per_token = train_flops_per_token(m);
@@ -347,8 +365,8 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
   p.bytes_activations = mem.activations;
   p.bytes_workspace = mem.workspace;
   p.bytes_total = mem.total;
-  const int64_t largest_shard = (p.params + p.world - 1) / p.world;
-  const int stage = p.world > 1 ? exp.distributed.zero : 0;
+  const int64_t largest_shard = (shape.params + dp - 1) / dp;
+  const int stage = dp > 1 ? exp.distributed.zero : 0;
   const bool zero = stage != 0;
   const UnitSizes units = unit_sizes(shape);
   // The weights' bytes an all-gather moves: ZeRO-2/3 gather the compute copy (bf16 on a GPU).
@@ -361,7 +379,7 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
   // ZeRO-2/3 reduce-scatter bf16 gradients with distributed.reduce_dtype: bf16.
   const double grad_bytes =
       (stage >= 2 && exp.distributed.reduce_dtype == Precision::bf16 ? 2 : 4) * n;
-  const double ring = p.world > 1 ? (p.world - 1.0) / p.world : 0;
+  const double ring = dp > 1 ? (dp - 1.0) / dp : 0;
   const double gathers = exp.distributed.reshard_after_forward ? 2 : 1;
   p.comm_bytes_per_step = stage == 3   ? ring * p.accum * (gathers * weight_bytes + grad_bytes)
                           : stage == 2 ? ring * (p.accum * grad_bytes + weight_bytes)
@@ -371,6 +389,11 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
   // CPU, compute at the measured sgemm peak (or its memory traffic, whichever is slower). Plus
   // the communication that backward cannot hide, plus the optimizer.
   const double flops_per_rank = p.flops_per_step / p.world;
+  // Under tensor parallelism a rank computes 1/tp of the blocks and all of the embeddings and
+  // the head, which every tp rank holds whole: its share of a data-parallel rank's work.
+  const double head_flops = 6.0 * m.d_model * m.vocab_size;  // per token: forward and backward
+  const double head_share = std::min(1.0, head_flops / std::max(p.flops_per_token, 1.0));
+  const double tp_work = (1 - head_share) / p.tp + head_share;
   double busy = 0, optimizer_kernels = 0;
   if (gpu) {
     const StepKernels sk = step_kernels(exp, p.micro_batch);
@@ -388,13 +411,13 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
         *total += s;
       }
     };
-    tally(sk.micro_batch, p.accum, &busy);
+    tally(sk.micro_batch, p.accum * tp_work, &busy);
     // ZeRO-1: each rank updates only its shard.
     tally(sk.optimizer, 1.0, &optimizer_kernels);
     std::sort(p.kernels.begin(), p.kernels.end(),
               [](const Plan::Kernels& a, const Plan::Kernels& b) { return a.seconds > b.seconds; });
   } else {
-    const double compute = flops_per_rank / std::max(peak.flops, 1.0);
+    const double compute = p.flops_per_step / dp * tp_work / std::max(peak.flops, 1.0);
     // Each activation byte is written once and read about twice (forward, backward).
     const double traffic = 3 * p.bytes_activations * p.accum / std::max(peak.mem_bw, 1.0);
     busy = std::max(compute, traffic);
@@ -450,14 +473,30 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
     }
     return std::max(comm * last, comm - busy * 2.0 / 3.0 / p.accum);
   };
-  p.collectives = collectives(p.world);
+  p.collectives = collectives(dp);
   p.allreduce_seconds_per_step = p.collectives.seconds;
-  p.allreduce_exposed_seconds_per_step = exposed_of(p.collectives.seconds, p.world);
+  p.allreduce_exposed_seconds_per_step = exposed_of(p.collectives.seconds, dp);
   for (const int w : {8, 64, 512, 4096}) {
     const CollectiveTime t = collectives(w);
     p.at_scale.push_back({w, t, exposed_of(t.seconds, w)});
   }
-  const double exposed = p.allreduce_exposed_seconds_per_step;
+  // Tensor parallelism's all-reduces (linear.h): per block and micro-batch, the row-parallel
+  // outputs of attention and the MLP in forward, the column-parallel input gradients in backward,
+  // and the forward's again when full checkpointing recomputes it; each of the micro-batch's
+  // rows x d_model activations. They sit between the ops that need them: all exposed.
+  if (p.tp > 1) {
+    const double act_bytes = gpu && exp.train.precision == Precision::bf16 ? 2 : 4;
+    const double rows = static_cast<double>(p.micro_batch) * m.seq_len;
+    const bool full = exp.train.activation_checkpointing == ActivationCheckpointing::full;
+    p.tp_allreduces_per_micro_batch = m.n_layer * (full ? 6 : 4);
+    p.tp_allreduce_bytes = rows * m.d_model * act_bytes;
+    const CollectiveTime one = allreduce_time(p.tp_allreduce_bytes, p.tp, 1, peak.net);
+    p.tp_collective = one;
+    const double count = static_cast<double>(p.tp_allreduces_per_micro_batch) * p.accum;
+    p.tp_seconds_per_step = one.seconds * count;
+    p.tp_bytes_per_step = 2.0 * (p.tp - 1) / p.tp * p.tp_allreduce_bytes * count;
+  }
+  const double exposed = p.allreduce_exposed_seconds_per_step + p.tp_seconds_per_step;
   const double shard = zero ? static_cast<double>(largest_shard) : n;
   // AdamW reads weight, grad, m, v and writes weight, m, v: 28 bytes per parameter (on a GPU
   // the optimizer's kernels, ZeRO's over its shard).

@@ -82,10 +82,14 @@ std::string plan_text(const Plan& p) {
   s += "compute:\n";
   line("FLOPs per token", human_count(p.flops_per_token));
   line("FLOPs per step", human_count(p.flops_per_step));
-  line("batch", fmt::format("{} ranks x {} micro x {} accum", p.world, p.micro_batch, p.accum));
+  line("batch",
+       fmt::format("{} ranks x {} micro x {} accum", p.world / p.tp, p.micro_batch, p.accum) +
+           (p.tp > 1 ? fmt::format(" (each micro-batch split over tp {})", p.tp) : ""));
   if (p.world > 1)
-    line("device mesh", fmt::format("dp_replicate {} x dp_shard {} (ZeRO shards over dp_shard)",
-                                    p.dp_replicate, p.dp_shard));
+    line("device mesh",
+         fmt::format("dp_replicate {} x dp_shard {}{} (ZeRO shards over dp_shard{})",
+                     p.dp_replicate, p.dp_shard, p.tp > 1 ? fmt::format(" x tp {}", p.tp) : "",
+                     p.tp > 1 ? "; each layer splits over tp" : ""));
   s += fmt::format("memory per rank (ZeRO-{}):\n", p.zero);
   line("parameters", human_bytes(p.bytes_params));
   line("gradients", human_bytes(p.bytes_grads));
@@ -103,12 +107,19 @@ std::string plan_text(const Plan& p) {
                    human_bytes(p.bytes_total_by_zero[3])));
   s += "communication per step:\n";
   line("bytes per rank", human_bytes(p.comm_bytes_per_step));
-  line("allreduce time", p.world > 1
+  line("allreduce time", p.world / p.tp > 1
                              ? fmt::format("{} ({} not hidden by backward)",
                                            human_seconds(p.allreduce_seconds_per_step),
                                            human_seconds(p.allreduce_exposed_seconds_per_step))
                              : "none (1 rank)");
-  if (p.world > 1) line("model", collective_text(p.collectives, p.buckets));
+  if (p.world / p.tp > 1) line("model", collective_text(p.collectives, p.buckets));
+  if (p.tp > 1) {
+    line("tp allreduces",
+         fmt::format("{} per micro-batch of {} each (activations), {} per step, {} (exposed)",
+                     p.tp_allreduces_per_micro_batch, human_bytes(p.tp_allreduce_bytes),
+                     human_bytes(p.tp_bytes_per_step), human_seconds(p.tp_seconds_per_step)));
+    line("tp model", collective_text(p.tp_collective, 1));
+  }
   const Interconnect& n = p.peak.net;
   s += fmt::format(
       "collectives at scale (the same gradients, {} rank{} a node; {} {} and {} per hop "
@@ -215,7 +226,8 @@ std::string plan_json(const Plan& p) {
                     kernels.empty() ? "" : ",", json_string(k.op), k.launches, json_number(k.flops),
                     json_number(k.bytes), json_number(k.seconds));
   return fmt::format(
-      "{{\"world\":{},\"mesh\":{{\"dp_replicate\":{},\"dp_shard\":{}}},\"zero\":{},\"micro_batch\":"
+      "{{\"world\":{},\"mesh\":{{\"dp_replicate\":{},\"dp_shard\":{},\"tp\":{}}},\"zero\":{},"
+      "\"micro_batch\":"
       "{},"
       "\"accum\":{},\"params\":{},\"params_by_module\":{{{}}},"
       "\"flops_per_token\":{},\"flops_per_step\":{},"
@@ -223,13 +235,15 @@ std::string plan_json(const Plan& p) {
       "\"activations\":{},\"workspace\":{},\"total\":{},\"total_by_zero\":[{},{},{},{}]}},"
       "\"comm_bytes_per_step\":{},\"allreduce_seconds_per_step\":{},"
       "\"allreduce_exposed_seconds_per_step\":{},\"buckets\":{},\"collectives\":{},"
+      "\"tp_collectives\":{{\"per_micro_batch\":{},\"bytes_each\":{},\"bytes_per_step\":{},"
+      "\"seconds_per_step\":{},\"each\":{}}},"
       "\"at_scale\":[{}],\"interconnect\":{},\"predicted_step_seconds\":{},"
       "\"predicted_tokens_per_second\":{},\"predicted_mfu\":{},\"kernels\":[{}],"
       "\"checkpoint\":{},"
       "\"device\":{{\"name\":{},\"flops\":{},\"mem_bw\":{},\"memory\":{},\"link_bw\":{},"
       "\"host_bw\":{},\"disk_bw\":{},\"disk_source\":{},\"source\":{}}},"
       "\"warnings\":[{}],\"fits\":{}}}",
-      p.world, p.dp_replicate, p.dp_shard, p.zero, p.micro_batch, p.accum, p.params, modules,
+      p.world, p.dp_replicate, p.dp_shard, p.tp, p.zero, p.micro_batch, p.accum, p.params, modules,
       json_number(p.flops_per_token), json_number(p.flops_per_step), json_number(p.bytes_params),
       json_number(p.bytes_grads), json_number(p.bytes_optimizer), json_number(p.bytes_gathered),
       json_number(p.bytes_activations), json_number(p.bytes_workspace), json_number(p.bytes_total),
@@ -237,7 +251,9 @@ std::string plan_json(const Plan& p) {
       json_number(p.bytes_total_by_zero[2]), json_number(p.bytes_total_by_zero[3]),
       json_number(p.comm_bytes_per_step), json_number(p.allreduce_seconds_per_step),
       json_number(p.allreduce_exposed_seconds_per_step), p.buckets, collective_json(p.collectives),
-      at_scale, net, json_number(p.predicted_step_seconds),
+      p.tp_allreduces_per_micro_batch, json_number(p.tp_allreduce_bytes),
+      json_number(p.tp_bytes_per_step), json_number(p.tp_seconds_per_step),
+      collective_json(p.tp_collective), at_scale, net, json_number(p.predicted_step_seconds),
       json_number(p.predicted_tokens_per_second), json_number(p.predicted_mfu), kernels, checkpoint,
       json_string(p.peak.name), json_number(p.peak.flops), json_number(p.peak.mem_bw),
       json_number(p.peak.memory), json_number(p.peak.link_bw), json_number(p.peak.host_bw),

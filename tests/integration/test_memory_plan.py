@@ -1,7 +1,7 @@
 """`trainrun plan`'s bytes per rank against what the ranks really held: every CPU rank logs its
 peak resident set (getrusage) beside the plan's figure when it ends, and the largest rank's peak
 must be within 10% of the plan, at 1, 2 and 8 ranks, with and without ZeRO-1, with hybrid
-sharding, and with activation checkpointing, whose saving must be the plan's within 15%. (Before the plan
+sharding, with tensor parallelism, and with activation checkpointing, whose saving must be the plan's within 15%. (Before the plan
 counted the process itself, and before the final parameter checksum stopped copying the weights,
 the peak was 19% above it.)"""
 import json
@@ -26,6 +26,8 @@ MODEL = ["model.n_layer=6", "model.d_model=512", "model.n_head=8", "model.vocab_
     (8, []),
     (8, ["distributed.zero=1"]),
     (4, ["distributed.zero=1", "distributed.dp_replicate=2"]),  # moments over 2 ranks, not 4
+    (2, ["distributed.tp=2"]),  # each rank half of every block, the embeddings whole
+    (4, ["distributed.tp=2", "distributed.zero=1"]),
 ])
 def test_the_plan_is_within_10_percent_of_the_peak_resident_set(tmp_path, ranks, extra):
     planned, peaks = planned_and_peaks(tmp_path, MODEL, ranks, extra)

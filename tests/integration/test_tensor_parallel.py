@@ -5,6 +5,8 @@ width), composed with every data-parallel layout. A tp run trains as 1 rank does
 tolerance), its checkpoints hold global tensors that resume on any other layout and export
 whole, and a split the model cannot take is a config error naming the key and values that work.
 """
+import json
+
 import pytest
 
 from checkpoint_layout import manifest
@@ -167,3 +169,23 @@ def test_tp_across_nodes_is_allowed_when_asked_and_the_dry_run_names_the_mesh(tm
              "--dry-run", "--run-dir", str(tmp_path / "r")], check=0)
     assert "# device mesh: dp_replicate 1 x dp_shard 2 x tp 2 (4 ranks), distributed.zero=3" \
         in p.stdout
+
+
+def test_the_plan_counts_a_ranks_share_and_the_tp_allreduces(tmp_path):
+    cfg = sets(*BASE, "distributed.nproc=2")
+    one = json.loads(run(["plan", QS, *cfg, "--json"], check=0).stdout)
+    tp = json.loads(run(["plan", QS, *cfg, *sets("distributed.tp=2"), "--json"], check=0).stdout)
+    assert tp["mesh"] == {"dp_replicate": 1, "dp_shard": 1, "tp": 2}
+    assert tp["params"] == one["params"]  # the model's
+    # A rank holds half of every block: less than the whole model, more than half of it.
+    assert one["bytes"]["params"] / 2 < tp["bytes"]["params"] < one["bytes"]["params"]
+    # 2 layers x 4 all-reduces (forward and backward, attention and MLP) per micro-batch, each of
+    # the micro-batch's rows x d_model fp32 activations; the batch of 8 is one micro-batch.
+    c = tp["tp_collectives"]
+    assert c["per_micro_batch"] == 8 and tp["micro_batch"] == 8 and tp["accum"] == 1
+    assert c["bytes_each"] == 8 * 16 * 32 * 4
+    assert c["seconds_per_step"] > 0
+    assert one["tp_collectives"]["per_micro_batch"] == 0
+    text = run(["plan", QS, *cfg, *sets("distributed.tp=2")], check=0).stdout
+    assert "device mesh              dp_replicate 1 x dp_shard 1 x tp 2" in text
+    assert "tp allreduces            8 per micro-batch of 16.0 KiB each" in text

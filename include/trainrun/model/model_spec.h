@@ -69,9 +69,10 @@ struct ModelSpec {
                                   ActivationCheckpointing checkpointing, ParamStorage storage,
                                   TensorParallel tp);
   // The measuring pass alone: declares every parameter and binds both arenas once, allocating
-  // nothing, so it is cheap even for a model that would not fit this machine.
+  // nothing, so it is cheap even for a model that would not fit this machine. `tp` > 1: what
+  // one rank of distributed.tp holds (its share of the split layers, the rest whole).
   ModelShape (*measure)(const ModelConfig& cfg, int batch, DType dtype,
-                        ActivationCheckpointing checkpointing);
+                        ActivationCheckpointing checkpointing, int tp);
   // Forward FLOPs per predicted token (the FLOPs model of flops.h).
   double (*forward_flops_per_token)(const ModelConfig& cfg);
   // Predicted tokens per sequence of seq_len inputs.

@@ -47,6 +47,7 @@ struct CheckpointPlan {
 struct Plan {
   int world = 1;
   int dp_replicate = 1, dp_shard = 1;  // the device mesh (device_mesh.h)
+  int tp = 1;                          // distributed.tp, its innermost axis
   int zero = 0;                        // distributed.zero
   int micro_batch = 1, accum = 1;
   std::vector<std::pair<std::string, int64_t>> params_by_module;  // "wte", "blocks.0", ...
@@ -64,6 +65,11 @@ struct Plan {
   int buckets =
       1;  // collectives per step: gradient buckets (ZeRO-1: 1 reduce-scatter + all-gather)
   CollectiveTime collectives;  // this run's, with its algorithm and terms
+  // Tensor parallelism: all-reduces of activations inside every block (none when tp is 1), the
+  // bytes of each, one's time, and their total per step (all exposed: no overlap yet).
+  int tp_allreduces_per_micro_batch = 0;
+  double tp_allreduce_bytes = 0, tp_bytes_per_step = 0, tp_seconds_per_step = 0;
+  CollectiveTime tp_collective;
   // The same gradients at other world sizes (8, 64, 512, 4096 ranks, ranks_per_node a node),
   // each rank keeping this run's micro-batch: the collectives' time and what is exposed.
   struct AtScale {
