@@ -34,6 +34,7 @@
 #include "trainrun/launch/launch.h"
 #include "trainrun/launch/run_command.h"
 #include "trainrun/obs/provenance.h"
+#include "trainrun/plan/layout_search.h"
 #include "trainrun/plan/plan.h"
 #include "trainrun/preflight/preflight.h"
 #include "trainrun/report/compare.h"
@@ -174,6 +175,8 @@ Command add_plan(CLI::App& app) {
     double disk_bw = 0;        // MB/s; 0 = the assumed rate (device_peaks.cpp)
     double link_bw = 0;        // MB/s; 0 = the table's or the assumed link
     double link_latency = -1;  // microseconds; < 0 = the assumed latency
+    bool search = false;
+    int top = 5;
   };
   auto a = std::make_shared<Args>();
   auto* sub = app.add_subcommand(
@@ -181,6 +184,12 @@ Command add_plan(CLI::App& app) {
   add_config_options(sub, *a, /*hf=*/true);
   sub->add_flag("--json", a->json, "print JSON (for scripts)");
   sub->add_option("--gpu", a->gpu, "plan for this GPU: A100, H100 or H200 (device cuda)");
+  sub->add_flag("--search", a->search,
+                "plan every layout of the config's ranks (distributed.tp, zero, dp_replicate, "
+                "train.activation_checkpointing, micro_batch_size) and list those that fit, "
+                "fastest first");
+  sub->add_option("--top", a->top, "--search: how many layouts to list (0: all; default 5)")
+      ->check(CLI::Range(0, 1000000));
   sub->add_option("--disk-bw", a->disk_bw,
                   "MB/s one rank writes a checkpoint at (default: an assumed rate, printed in "
                   "the plan; measure with build/bench/bench_checkpoint DIR)")
@@ -204,6 +213,11 @@ Command add_plan(CLI::App& app) {
             if (a->disk_bw > 0) {
               peak.disk_bw = a->disk_bw * 1e6;
               peak.disk_source = fmt::format("{:g} MB/s per rank (--disk-bw)", a->disk_bw);
+            }
+            if (a->search) {
+              const LayoutSearch s = search_layouts(exp, peak);
+              fmt::print("{}", a->json ? layouts_json(s, a->top) : layouts_text(s, a->top));
+              return kExitOk;
             }
             Plan p = make_plan(exp, peak);
             fmt::print("{}", a->json ? plan_json(p) : plan_text(p));

@@ -328,7 +328,7 @@ MemoryPlan plan_memory(const Experiment& exp, bool gpu) {
   return memory_of(exp, gpu, measure(exp, gpu));
 }
 
-Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
+Plan make_plan(const Experiment& exp, const DevicePeak& peak, bool advise) {
   Plan p;
   const ModelConfig& m = exp.model;
   const ModelSpec& spec = model_spec(m.type);
@@ -523,9 +523,9 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak) {
                     micro_tokens));
   if (p.bytes_total > peak.memory) {
     p.fits = false;
-    p.warnings.push_back(fmt::format("needs {} per rank but {} has {}: {}", gib(p.bytes_total),
+    p.warnings.push_back(fmt::format("needs {} per rank but {} has {}{}", gib(p.bytes_total),
                                      peak.name, gib(peak.memory),
-                                     fit_advice(exp, gpu, peak.memory)));
+                                     advise ? ": " + fit_advice(exp, gpu, peak.memory) : ""));
   }
   const CheckpointPlan& c = p.checkpoint;
   if (c.every > 0 && c.fraction > kCheckpointBudget) {

@@ -189,3 +189,32 @@ def test_the_plan_counts_a_ranks_share_and_the_tp_allreduces(tmp_path):
     text = run(["plan", QS, *cfg, *sets("distributed.tp=2")], check=0).stdout
     assert "device mesh              dp_replicate 1 x dp_shard 1 x tp 2" in text
     assert "tp allreduces            8 per micro-batch of 16.0 KiB each" in text
+
+
+def test_the_layout_search_lists_what_fits_fastest_first_as_plan_plans_each(tmp_path):
+    # An 8 B-parameter GPT on 8 H100s: ZeRO-0 (the config as given) needs 160 GiB per rank.
+    big = ["device=cuda", "train.precision=bf16", "distributed.nproc=8", "model.d_model=4096",
+           "model.n_layer=40", "model.n_head=32", "model.vocab_size=50304",
+           "model.seq_len=2048", "train.batch_size=16"]
+    plan = lambda *extra: json.loads(run(["plan", QS, *sets(*big, *extra), "--gpu", "H100",
+                                          "--json"], check=0).stdout)
+    assert not plan()["fits"]
+    s = json.loads(run(["plan", QS, *sets(*big), "--gpu", "H100", "--search", "--top", "0",
+                        "--json"], check=0).stdout)
+    assert s["world"] == 8 and 0 < s["fit"] < s["tried"] and len(s["layouts"]) == s["fit"]
+    steps = [x["step_seconds"] for x in s["layouts"]]
+    assert steps == sorted(steps)
+    assert {x["tp"] for x in s["layouts"]} == {1, 2, 4, 8}
+    assert not any(x["zero"] == 0 and x["tp"] == 1 for x in s["layouts"])
+    for x in s["layouts"][:3] + [next(x for x in s["layouts"] if x["tp"] == 8)]:
+        p = plan(f"distributed.tp={x['tp']}", f"distributed.zero={x['zero']}",
+                 f"distributed.dp_replicate={x['dp_replicate']}",
+                 f"train.activation_checkpointing={x['activation_checkpointing']}",
+                 f"train.micro_batch_size={x['micro_batch']}")
+        assert p["fits"] and p["predicted_step_seconds"] == pytest.approx(x["step_seconds"])
+        assert p["bytes"]["total"] == pytest.approx(x["bytes_per_rank"])
+    text = run(["plan", QS, *sets(*big), "--gpu", "H100", "--search", "--top", "2"],
+               check=0).stdout
+    assert text.startswith("layout search: 8 ranks on H100 SXM: ")
+    assert len([line for line in text.splitlines() if line.startswith("    ")]) == 3  # head + 2
+    assert "the fastest: --set distributed.tp=" in text

@@ -121,7 +121,8 @@ void set_link(DevicePeak& peak, bool multi_node, double bw, double latency);
 // (A100, H100, H200; `gpu` names one, empty = H100). The checkpoint write rate is an assumption
 // (device_peaks.cpp says why): `trainrun plan --disk-bw` replaces it.
 DevicePeak device_peak(const Experiment& exp, const std::string& gpu = "");
-Plan make_plan(const Experiment& exp, const DevicePeak& peak);
+// advise: a run that does not fit says what would (a search of its own: layout_search.h skips it).
+Plan make_plan(const Experiment& exp, const DevicePeak& peak, bool advise = true);
 // MemAvailable of this machine (/proc/meminfo), bytes.
 double mem_available_bytes();
 std::string plan_text(const Plan& plan);
