@@ -33,6 +33,7 @@
 #include "run_end.h"
 #include "step_phase.h"
 #include "step_reporter.h"
+#include "traced_communicator.h"
 #include "train_progress.h"
 #include "trainrun/backend/backend.h"
 #include "trainrun/comm/comm.h"
@@ -93,9 +94,10 @@ class Trainer {
 
   Experiment exp_;
   RunOptions opts_;
-  std::unique_ptr<Communicator> comm_;   // host values: losses, norms, barriers, timings
-  std::unique_ptr<Communicator> dcomm_;  // device tensors: NCCL on CUDA; null = comm_
-  std::unique_ptr<DeviceMesh> mesh_;     // the ranks' named axes and their groups
+  std::unique_ptr<Communicator> comm_;     // host values: losses, norms, barriers, timings
+  std::unique_ptr<Communicator> dcomm_;    // device tensors: NCCL on CUDA; null = comm_
+  std::unique_ptr<DeviceMesh> mesh_;       // the ranks' named axes and their groups
+  std::unique_ptr<Communicator> tp_comm_;  // the tp group's, traced (tp > 1)
   int rank_ = 0, world_ = 1;
   bool console_ = false, tty_ = false;
   FaultInjector faults_;  // TRAINRUN_FAULTS: inert unless a test names a fault for this rank
@@ -232,8 +234,10 @@ void Trainer::setup_model() {
   micro_ =
       exp_.train.micro_batch_size > 0 ? exp_.train.micro_batch_size : exp_.train.batch_size / dp;
   accum_ = exp_.train.batch_size / (micro_ * dp);
-  const TensorParallel tp{mesh_->shape().tp, mesh_->coord(MeshAxis::tp),
-                          &mesh_->device_group(MeshAxis::tp)};
+  if (mesh_->shape().tp > 1)
+    tp_comm_ =
+        std::make_unique<TracedCommunicator>(mesh_->device_group(MeshAxis::tp), *tracer_, "tp ");
+  const TensorParallel tp{mesh_->shape().tp, mesh_->coord(MeshAxis::tp), tp_comm_.get()};
   model_ = build_model(
       exp_.model, *be_, micro_, exp_.train.precision == Precision::bf16 ? DType::bf16 : DType::f32,
       exp_.train.activation_checkpointing, DataParallel::storage_for(exp_.distributed.zero), tp);
