@@ -17,12 +17,15 @@
 // kernels bit for bit (the gradient uses lse rounded to the stats type, as the backward reads it).
 //
 // A target outside [0, V) yields a NaN loss (and a NaN row gradient) rather than a wild read, and
-// its row is flagged (launch.h) so the backend raises the same DataError as the CPU.
+// its row is flagged (launch.h) so the backend raises the same DataError as the CPU. kNoId
+// (core/no_id.h: a target another vocabulary-parallel rank holds) is no target: the loss is the
+// lse and the gradient the softmax.
 #include <cmath>
 
 #include "common.cuh"
 #include "launch.h"
 #include "pack.cuh"
+#include "trainrun/core/no_id.h"
 
 namespace trainrun::cuda {
 namespace {
@@ -89,17 +92,17 @@ __device__ float row_lse(const T* x, int64_t V) {
 template <class T, class S>
 __device__ void write_loss(S* losses, S* lse, const T* x, float l, int64_t n, int64_t tgt,
                            int64_t V, unsigned long long* bad_id) {
-  const bool ok = tgt >= 0 && tgt < V;
+  const bool here = tgt >= 0 && tgt < V, ok = here || tgt == kNoId;
   if (!ok) flag_bad_id(bad_id, n, tgt);
   lse[n] = from_f32<S>(l);
-  losses[n] = from_f32<S>(ok ? l - to_f32(x[tgt]) : NAN);
+  losses[n] = from_f32<S>(here ? l - to_f32(x[tgt]) : ok ? l : NAN);
 }
 
 // The block's threads: d[v] = (exp(x[v] - l) - onehot) * scale over the row (NaN for a bad target),
 // W elements at a time; a thread reads each pack of x before it writes that pack of d.
 template <int NT, int W, class T>
 __device__ void write_gradient(T* d, const T* x, float l, int64_t tgt, int64_t V, float scale) {
-  const bool ok = tgt >= 0 && tgt < V;
+  const bool ok = (tgt >= 0 && tgt < V) || tgt == kNoId;  // kNoId matches no column below
   for (int64_t v = threadIdx.x * W; v < V; v += NT * W) {
     Vec<T, W> r = load_vec<W>(x + v);
     for (int k = 0; k < W; ++k) {
@@ -128,7 +131,7 @@ __global__ void __launch_bounds__(kThreads)
                                   int64_t V, float scale, unsigned long long* bad_id) {
   const int64_t n = blockIdx.x;
   const int64_t tgt = targets[n];
-  if (!(tgt >= 0 && tgt < V) && threadIdx.x == 0) flag_bad_id(bad_id, n, tgt);
+  if (!(tgt >= 0 && tgt < V) && tgt != kNoId && threadIdx.x == 0) flag_bad_id(bad_id, n, tgt);
   write_gradient<kThreads, W>(dlogits + n * V, logits + n * V, to_f32(lse[n]), tgt, V, scale);
 }
 

@@ -1,7 +1,8 @@
 // Embedding lookup and its gradient.
 // Forward: one thread per output element (row n, column c), coalesced along c. An id outside
 // [0, V) writes a NaN row instead of reading out of bounds, and its position is flagged
-// (launch.h) so the backend raises the same DataError as the CPU.
+// (launch.h) so the backend raises the same DataError as the CPU. kNoId (another
+// vocabulary-parallel rank's id, core/no_id.h) is a zero row, and adds nothing in backward.
 // Backward: dtable[ids[n], c] += dout[n, c] with fp32 atomicAdd into an f32 table gradient (dout
 // f32, or bf16 under mixed precision). Rows that share a
 // token add in an unspecified order, so the result can differ in the last bits from run to run
@@ -11,16 +12,19 @@
 
 #include "common.cuh"
 #include "launch.h"
+#include "trainrun/core/no_id.h"
 
 namespace trainrun::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 
-// True when id is a row of the table; otherwise the row's first column flags position n.
+// True when id is a row of the table; otherwise (unless it is kNoId) the row's first column
+// flags position n.
 __device__ __forceinline__ bool valid_id(int64_t id, int64_t V, int64_t n, int64_t c,
                                          unsigned long long* bad_id) {
   if (id >= 0 && id < V) return true;
+  if (id == kNoId) return false;
   if (c == 0) flag_bad_id(bad_id, n, id);
   return false;
 }
@@ -33,7 +37,8 @@ __global__ void embedding_forward_kernel(T* out, const int32_t* ids, const T* ta
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t n = i / C, c = i % C;
     const int64_t id = ids[n];
-    out[i] = valid_id(id, V, n, c, bad_id) ? table[id * C + c] : from_f32<T>(NAN);
+    out[i] =
+        valid_id(id, V, n, c, bad_id) ? table[id * C + c] : from_f32<T>(id == kNoId ? 0.0f : NAN);
   }
 }
 

@@ -20,6 +20,7 @@
 #include "temp_dir.h"
 #include "trainrun/backend/backend.h"
 #include "trainrun/core/errors.h"
+#include "trainrun/core/no_id.h"
 
 using namespace trainrun::testing;
 
@@ -591,10 +592,17 @@ TEST_CASE("bad shapes, dtypes, devices and ids throw with a clear message") {
   CHECK_THROWS_AS(
       B.cross_entropy(view(losses, {4}), view(lse4, {4}), view(a, {4, 6}), view(bad, {4})),
       DataError);
-  bad[2] = -1;
+  bad[2] = -2;
   CHECK_THROWS_AS(
       B.cross_entropy(view(losses, {4}), view(lse4, {4}), view(a, {4, 6}), view(bad, {4})),
       DataError);
+  // kNoId (another vocabulary-parallel rank's target) is no target: the loss is the row's lse.
+  bad[2] = kNoId;
+  std::vector<float> logits(24);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = 0.25f * static_cast<float>(i % 7);
+  B.cross_entropy(view(losses, {4}), view(lse4, {4}), view(logits, {4, 6}), view(bad, {4}));
+  CHECK(losses[2] == lse4[2]);
+  CHECK(losses[1] == doctest::Approx(lse4[1] - logits[6 + 1]));
   CHECK_THROWS_AS(
       B.cross_entropy(view(losses, {3, 1}), view(lse4, {4}), view(a, {4, 6}), view(ids, {4})),
       std::invalid_argument);

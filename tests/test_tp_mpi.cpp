@@ -13,8 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "../src/model/classifier_loss.h"
 #include "trainrun/backend/backend.h"
 #include "trainrun/comm/comm.h"
+#include "trainrun/core/no_id.h"
+#include "trainrun/core/shard.h"
 #include "trainrun/model/attention.h"
 #include "trainrun/model/block.h"
 #include "trainrun/model/llama_block.h"
@@ -175,6 +178,59 @@ void check_module(Communicator& comm, const std::string& name, int64_t rows, int
   }
 }
 
+// The vocabulary-parallel cross-entropy (classifier_loss.h) against the whole one: each rank
+// holds shard_of(V) of the logits' columns and its targets (kNoId for another rank's); the loss
+// sum, every row's lse and every rank's columns of the gradient equal one rank's.
+void check_vocab_parallel_loss(Communicator& comm, int64_t N, int64_t V) {
+  const int rank = comm.rank();
+  const std::string name =
+      "vocabulary-parallel cross-entropy N=" + std::to_string(N) + " V=" + std::to_string(V);
+  const auto be = make_cpu_backend();
+  std::mt19937_64 g(11);
+  std::uniform_real_distribution<double> u(-4, 4);
+  std::vector<double> whole(static_cast<size_t>(N * V));
+  for (double& x : whole) x = u(g);
+  std::vector<int32_t> targets(static_cast<size_t>(N));
+  for (int32_t& t : targets) t = static_cast<int32_t>(g() % static_cast<uint64_t>(V));
+  const Shard part = shard_of(V, comm.size(), rank);
+  std::vector<double> mine(static_cast<size_t>(N * part.size()));
+  std::vector<int32_t> my_targets(targets.size());
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t v = 0; v < part.size(); ++v)
+      mine[static_cast<size_t>(n * part.size() + v)] =
+          whole[static_cast<size_t>(n * V + part.begin + v)];
+    const int32_t t = targets[static_cast<size_t>(n)];
+    my_targets[static_cast<size_t>(n)] =
+        t >= part.begin && t < part.end ? static_cast<int32_t>(t - part.begin) : kNoId;
+  }
+  // The loss sum; the gradient (scale 0.5) overwrites the logits.
+  auto run = [&](std::vector<double>& logits, std::vector<int32_t>& tgt, int64_t cols,
+                 TensorParallel tp) {
+    Arena acts(*be);
+    ClassifierLoss loss;
+    for (int pass = 0; pass < 2; ++pass) {
+      acts.restart();
+      loss.bind(acts, N, DType::f64, tp);
+      if (pass == 0) acts.allocate();
+    }
+    double sum = 0;
+    const Tensor x(logits.data(), DType::f64, Device::cpu, {N, cols});
+    const Tensor t(tgt.data(), DType::i32, Device::cpu, {N});
+    loss.forward(*be, x, t, Tensor(&sum, DType::f64, Device::cpu, {1}), 0.0f);
+    loss.backward(*be, x, t, 0.5f);
+    return sum;
+  };
+  const double one = run(whole, targets, V, TensorParallel{});
+  const double tp = run(mine, my_targets, part.size(), TensorParallel{comm.size(), rank, &comm});
+  check(close(tp, one, 1e-12, 1e-12), rank, name + ": the loss sum equals one rank's");
+  bool same = true;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t v = 0; v < part.size(); ++v)
+      same = same && close(mine[static_cast<size_t>(n * part.size() + v)],
+                           whole[static_cast<size_t>(n * V + part.begin + v)], 1e-12, 1e-14);
+  check(same, rank, name + ": this rank's columns of the gradient equal one rank's");
+}
+
 const Tensor kOneDocument;
 
 template <class M>
@@ -252,6 +308,8 @@ int main() {
       return block(std::make_shared<LlamaBlock>(ps, "blk", cfg), ps.backend(), B, T, p);
     });
   }
+  for (const auto& [n, v] : {std::pair<int64_t, int64_t>{1, 37}, {6, 37}, {5, 64}})
+    check_vocab_parallel_loss(*comm, n, v);
   double total = failures;
   comm->allreduce_sum(Tensor(&total, DType::f64, Device::cpu, {1}));
   if (comm->rank() == 0)

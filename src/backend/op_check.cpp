@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "trainrun/core/errors.h"
+#include "trainrun/core/no_id.h"
 
 namespace trainrun {
 
@@ -129,7 +130,8 @@ void OpCheck::ids(const Named& n, int64_t count, int64_t limit) {
   if (n.t.device != Device::cpu) return;
   const int32_t* p = n.t.as<int32_t>();
   for (int64_t i = 0; i < count; ++i)
-    if (p[i] < 0 || p[i] >= limit) throw out_of_range_id(op_, n.name, i, p[i], limit);
+    if ((p[i] < 0 && p[i] != kNoId) || p[i] >= limit)
+      throw out_of_range_id(op_, n.name, i, p[i], limit);
 }
 
 void OpCheck::doc_starts(const Named& n, int64_t B, int64_t T) {

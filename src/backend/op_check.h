@@ -32,6 +32,7 @@ class OpCheck {
   void param_grads(DType dt, std::initializer_list<Named> required,
                    std::initializer_list<Named> optional = {});
   // An i32 tensor of n token ids on the device; when it is host memory, every id in [0, limit).
+  // kNoId (core/no_id.h) is allowed too: the embedding and cross-entropy take it.
   void ids(const Named& ids, int64_t n, int64_t limit);
   // Document starts for [B,T] rows (Backend::attention): empty, or an i32 [B,T] tensor on the
   // device; when it is host memory, every value in [0, t].

@@ -14,8 +14,8 @@ class Backend;
 class Communicator;
 }  // namespace trainrun
 
-// 4: residual norms, op timing, attention and rope overwrite
-constexpr int kTrainrunCudaAbiVersion = 4;
+// 4: residual norms, op timing, attention and rope overwrite; 5: kNoId ids and targets
+constexpr int kTrainrunCudaAbiVersion = 5;
 constexpr size_t kTrainrunNcclIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
 
 extern "C" {

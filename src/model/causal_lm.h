@@ -89,7 +89,8 @@ class CausalLm final : public Model {
         batch_(batch),
         checkpointing_(checkpointing),
         ps_(be, dt, storage, tp),
-        wte_(in_unit(ps_, "embed"), "wte", cfg.vocab_size, cfg.d_model, 0.02f),
+        wte_(in_unit(ps_, "embed"), "wte", cfg.vocab_size, cfg.d_model, 0.02f,
+             /*vocab_parallel=*/true),
         positions_(ps_, cfg),
         embed_end_(ps_.numel()),
         stack_(ps_, cfg.n_layer,
@@ -99,8 +100,13 @@ class CausalLm final : public Model {
         acts_(be),
         shared_acts_(be),
         scratch_(be) {
+    if (ps_.tp().size > 1) {
+      local_ids_.resize(static_cast<size_t>(rows()));
+      local_targets_.resize(local_ids_.size());
+    }
     if (Family::untied(cfg))
-      lm_head_.emplace(ps_, "lm_head", cfg.d_model, cfg.vocab_size, false, 0.02f);
+      lm_head_.emplace(ps_, "lm_head", cfg.d_model, cfg.vocab_size, false, 0.02f, true,
+                       LinearTp{TpMode::column});  // by vocabulary, as wte
     if (mode == Bind::allocate) ps_.allocate();
     bind();  // the measuring pass
     if (mode == Bind::measure_only) return;
@@ -112,7 +118,12 @@ class CausalLm final : public Model {
   }
 
   void set_batch(const int32_t* x, const int32_t* y) override {
-    copy_batch(ps_.backend(), ids_, targets_, x, y);
+    if (ps_.tp().size == 1) return copy_batch(ps_.backend(), ids_, targets_, x, y);
+    // Vocabulary-parallel: this rank's ids and targets (the head splits as wte does).
+    const int64_t n = rows();
+    wte_.local_ids(x, local_ids_.data(), n);
+    wte_.local_ids(y, local_targets_.data(), n);
+    copy_batch(ps_.backend(), ids_, targets_, local_ids_.data(), local_targets_.data());
   }
 
   void set_documents(const int32_t* doc_start) override {
@@ -156,10 +167,13 @@ class CausalLm final : public Model {
     if (!lm_head_) ps_.acquire(kEmbedUnit, Pass::backward);
     loss_.backward(be, logits_, targets_, scale);
     if (lm_head_)
-      lm_head_->backward(dnorm_, logits_, norm_out_);
+      lm_head_->backward(dnorm_, logits_, norm_out_, GradWrite::overwrite);
     else
       be.matmul_backward(dnorm_, wte_.weight_grad(), Tensor{}, logits_, norm_out_, wte_.weight(),
                          GradWrite::accumulate, wte_.weight_grad_write());
+    // Vocabulary-parallel, the tied head's input gradient is this rank's part of the sum (an
+    // lm_head sums its own: a column-parallel Linear).
+    if (!lm_head_ && ps_.tp().size > 1) ps_.tp().comm->allreduce_sum(dnorm_);
     norm_.backward(stack_.output_grad(), dnorm_, stack_.output());
     ps_.release(head_unit_, Pass::backward);
     if (ready) ready(stack_.param_end(embed_end_), ps_.numel());  // the norm and lm_head
@@ -186,7 +200,7 @@ class CausalLm final : public Model {
   int64_t rows() const { return static_cast<int64_t>(batch_) * cfg_.seq_len; }
 
   void bind() {
-    const int64_t B = batch_, T = cfg_.seq_len, C = cfg_.d_model, V = cfg_.vocab_size, N = B * T;
+    const int64_t B = batch_, T = cfg_.seq_len, C = cfg_.d_model, N = B * T;
     const DType dt = ps_.dtype();
     acts_.restart();
     scratch_.restart();
@@ -198,8 +212,8 @@ class CausalLm final : public Model {
     stack_.bind_stream(acts_, scratch_, N, C, dt);
     norm_out_ = acts_.take(dt, {N, C});
     norm_.bind(acts_, N);
-    logits_ = acts_.take(dt, {N, V});
-    loss_.bind(acts_, N, ps_.stats_dtype());
+    logits_ = acts_.take(dt, {N, wte_.rows()});  // this rank's part of the vocabulary
+    loss_.bind(acts_, N, ps_.stats_dtype(), ps_.tp());
     dnorm_ = scratch_.take(dt, {N, C});
     top_end_ = scratch_.mark();  // the stream's gradients and dnorm; then the blocks' shared part
     stack_.bind_blocks(acts_, shared_acts_, scratch_, B, T, &doc_start_, checkpointing_);
@@ -219,6 +233,7 @@ class CausalLm final : public Model {
   std::optional<Linear> lm_head_;       // absent when the head is tied to wte
   Arena acts_, shared_acts_, scratch_;  // shared_acts_: what checkpointing recomputes
   Tensor ids_, targets_, norm_out_, logits_, dnorm_;
+  std::vector<int32_t> local_ids_, local_targets_;  // vocabulary-parallel: set_batch's shifts
   ClassifierLoss loss_;
   Tensor doc_buf_;    // [B,T] i32: document starts, when set_documents gave some
   Tensor doc_start_;  // what the attention reads: doc_buf_, or empty (no document masking)

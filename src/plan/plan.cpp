@@ -389,11 +389,9 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak, bool advise) {
   // CPU, compute at the measured sgemm peak (or its memory traffic, whichever is slower). Plus
   // the communication that backward cannot hide, plus the optimizer.
   const double flops_per_rank = p.flops_per_step / p.world;
-  // Under tensor parallelism a rank computes 1/tp of the blocks and all of the embeddings and
-  // the head, which every tp rank holds whole: its share of a data-parallel rank's work.
-  const double head_flops = 6.0 * m.d_model * m.vocab_size;  // per token: forward and backward
-  const double head_share = std::min(1.0, head_flops / std::max(p.flops_per_token, 1.0));
-  const double tp_work = (1 - head_share) / p.tp + head_share;
+  // Under tensor parallelism a rank computes 1/tp of every GEMM (the blocks' and, vocabulary-
+  // parallel, the head's): its share of a data-parallel rank's work.
+  const double tp_work = 1.0 / p.tp;
   double busy = 0, optimizer_kernels = 0;
   if (gpu) {
     const StepKernels sk = step_kernels(exp, p.micro_batch);
@@ -482,13 +480,15 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak, bool advise) {
   }
   // Tensor parallelism's all-reduces (linear.h): per block and micro-batch, the row-parallel
   // outputs of attention and the MLP in forward, the column-parallel input gradients in backward,
-  // and the forward's again when full checkpointing recomputes it; each of the micro-batch's
-  // rows x d_model activations. They sit between the ops that need them: all exposed.
+  // and the forward's again when full checkpointing recomputes it; and the vocabulary-parallel
+  // embedding's output and the head's input gradient once; each of the micro-batch's rows x
+  // d_model activations (the loss's (tp + 1) x rows statistics, one more, are left out). They sit
+  // between the ops that need them: all exposed.
   if (p.tp > 1) {
     const double act_bytes = gpu && exp.train.precision == Precision::bf16 ? 2 : 4;
     const double rows = static_cast<double>(p.micro_batch) * m.seq_len;
     const bool full = exp.train.activation_checkpointing == ActivationCheckpointing::full;
-    p.tp_allreduces_per_micro_batch = m.n_layer * (full ? 6 : 4);
+    p.tp_allreduces_per_micro_batch = m.n_layer * (full ? 6 : 4) + 2;
     p.tp_allreduce_bytes = rows * m.d_model * act_bytes;
     const CollectiveTime one = allreduce_time(p.tp_allreduce_bytes, p.tp, 1, peak.net);
     p.tp_collective = one;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "op_case.h"
+#include "trainrun/core/no_id.h"
 
 namespace trainrun::backend_ops {
 namespace {
@@ -38,6 +39,12 @@ TensorSpec scratch(const char* name, DType dt, std::vector<int64_t> shape) {
 }
 TensorSpec ids(const char* name, int64_t n, int64_t limit) {
   return {name, DType::i32, {n}, Role::ids, 0, 0, limit, {}};
+}
+// Ids in [0, limit) and kNoId (core/no_id.h): what a vocabulary-parallel rank passes.
+TensorSpec ids_or_none(const char* name, int64_t n, int64_t limit) {
+  TensorSpec s = ids(name, n, limit + 1);
+  s.id_base = kNoId;
+  return s;
 }
 TensorSpec doc_starts(const char* name, int64_t B, int64_t T) {
   return {name, DType::i32, {B, T}, Role::doc_starts, 0, 0, 0, {}};
@@ -713,7 +720,12 @@ void add_embedding(std::vector<OpCase>& out, const Ctx& x) {
       op_call([](Backend& be, const Args& a) { be.embedding(a["out"], a["ids"], a["table"]); });
   f.tol = 0.0;  // a gather
   f.bytes = x.es * 2.0 * N * C + 4.0 * N;
+  // A vocabulary-parallel rank's part: the others' ids are kNoId, zero rows and no gradient.
+  OpCase fp = f;
+  fp.variant += " with kNoId";
+  fp.tensors[1] = ids_or_none("ids", N, V);
   out.push_back(std::move(f));
+  out.push_back(std::move(fp));
 
   OpCase b = x.make(Op::embedding_backward, "", what);
   b.tensors = {grad("dtable", x.gt, {V, C}), input("dout", x.dt, {N, C}), ids("ids", N, V)};
@@ -722,7 +734,11 @@ void add_embedding(std::vector<OpCase>& out, const Ctx& x) {
   b.tol = x.tol(1e-5, 2e-2);  // rows sharing a token add in another order
   b.flops = static_cast<double>(N * C);
   b.bytes = x.es * 3.0 * N * C + 4.0 * N;
+  OpCase bp = b;
+  bp.variant += " with kNoId";
+  bp.tensors[2] = ids_or_none("ids", N, V);
   out.push_back(std::move(b));
+  out.push_back(std::move(bp));
 }
 
 void add_cross_entropy(std::vector<OpCase>& out, const Ctx& x) {
@@ -737,9 +753,30 @@ void add_cross_entropy(std::vector<OpCase>& out, const Ctx& x) {
   f.tol = x.tol(1e-5, 2e-2);
   f.flops = 3.0 * N * V;
   f.bytes = x.es * static_cast<double>(N * V);
+  // A vocabulary-parallel rank's part: targets another rank holds are kNoId (no target term).
+  OpCase fn = f;
+  fn.variant += " with kNoId";
+  fn.tensors[1] = ids_or_none("targets", N, V);
   out.push_back(std::move(f));
+  out.push_back(std::move(fn));
 
   const float scale = 1.0f / static_cast<float>(N);
+  {
+    OpCase bn = x.make(Op::cross_entropy_backward, " with kNoId", what);
+    bn.tensors = {input("logits", x.dt, {N, V}, -4, 4), ids_or_none("targets", N, V),
+                  derived("lse", x.st, {N}), scratch("losses", x.st, {N}),
+                  output("dlogits", x.dt, {N, V})};
+    bn.prepare = [](Backend& be, const Args& a) {
+      be.cross_entropy(a["losses"], a["lse"], a["logits"], a["targets"]);
+    };
+    bn.call = op_call([scale](Backend& be, const Args& a) {
+      be.cross_entropy_backward(a["dlogits"], a["logits"], a["lse"], a["targets"], scale);
+    });
+    bn.tol = x.tol(1e-5, 2e-2);
+    bn.flops = 3.0 * N * V;
+    bn.bytes = x.es * 2.0 * N * V;
+    out.push_back(std::move(bn));
+  }
   for (const bool in_place : {false, true}) {
     OpCase b = x.make(Op::cross_entropy_backward, in_place ? " in place" : "", what);
     b.tensors = {

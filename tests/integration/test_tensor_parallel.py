@@ -125,6 +125,8 @@ def test_a_tp_checkpoint_stores_global_tensors_and_exports_them_whole(tmp_path):
     assert "verdict: OK" in p.stdout and "parallel/tp: 2" in p.stdout
     # The fused q|k|v weight: its q, k and v rows, half of each per rank, whole in the checkpoint.
     assert "model/blocks.0.attn.qkv.weight [96, 32] in 6 slices" in p.stdout, p.stdout
+    assert "model/wte.weight [32, 32] in 2 slices" in p.stdout  # by vocabulary
+    assert "model/wpe.weight [16, 32] in 1 slice" in p.stdout  # whole, written by tp rank 0
     for rd in (one, tp):
         run(["export", str(rd), "--format", "hf", "--out", str(rd / "hf")], check=0)
     a = read_safetensors(one / "hf" / "model.safetensors")
@@ -179,16 +181,17 @@ def test_the_plan_counts_a_ranks_share_and_the_tp_allreduces(tmp_path):
     assert tp["params"] == one["params"]  # the model's
     # A rank holds half of every block: less than the whole model, more than half of it.
     assert one["bytes"]["params"] / 2 < tp["bytes"]["params"] < one["bytes"]["params"]
-    # 2 layers x 4 all-reduces (forward and backward, attention and MLP) per micro-batch, each of
-    # the micro-batch's rows x d_model fp32 activations; the batch of 8 is one micro-batch.
+    # 2 layers x 4 all-reduces (forward and backward, attention and MLP) per micro-batch and the
+    # vocabulary-parallel embedding's and head's 2, each of the micro-batch's rows x d_model fp32
+    # activations; the batch of 8 is one micro-batch.
     c = tp["tp_collectives"]
-    assert c["per_micro_batch"] == 8 and tp["micro_batch"] == 8 and tp["accum"] == 1
+    assert c["per_micro_batch"] == 10 and tp["micro_batch"] == 8 and tp["accum"] == 1
     assert c["bytes_each"] == 8 * 16 * 32 * 4
     assert c["seconds_per_step"] > 0
     assert one["tp_collectives"]["per_micro_batch"] == 0
     text = run(["plan", QS, *cfg, *sets("distributed.tp=2")], check=0).stdout
     assert "device mesh              dp_replicate 1 x dp_shard 1 x tp 2" in text
-    assert "tp allreduces            8 per micro-batch of 16.0 KiB each" in text
+    assert "tp allreduces            10 per micro-batch of 16.0 KiB each" in text
 
 
 def test_the_layout_search_lists_what_fits_fastest_first_as_plan_plans_each(tmp_path):

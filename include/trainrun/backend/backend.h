@@ -306,12 +306,15 @@ class Backend {
                        GradWrite write = GradWrite::accumulate);
 
   // ---- embedding ----
-  // out[N,C] = table[ids[n], :] ; dtable[ids[n], :] += dout[n, :]
+  // out[N,C] = table[ids[n], :] ; dtable[ids[n], :] += dout[n, :]. An id of kNoId
+  // (core/no_id.h: another vocabulary-parallel rank's) gives a zero row and no gradient.
   void embedding(Tensor out, Tensor ids, Tensor table);
   void embedding_backward(Tensor dtable, Tensor dout, Tensor ids);
 
   // ---- loss ----
-  // losses[N] = logsumexp(logits[n]) - logits[n, targets[n]]; lse[N] saved.
+  // losses[N] = logsumexp(logits[n]) - logits[n, targets[n]]; lse[N] saved. A target of kNoId
+  // (core/no_id.h: held by another vocabulary-parallel rank) has no term: the loss is the lse,
+  // and the gradient below has no one-hot.
   void cross_entropy(Tensor losses, Tensor lse, Tensor logits, Tensor targets);
   // dlogits[N,V] = (softmax(logits) - onehot(targets)) * scale. Overwrites (not +=) and may
   // alias logits: the fused form never holds a second [N,V] tensor.

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels.h"
+#include "trainrun/core/no_id.h"
 #include "vec_math.h"
 
 namespace trainrun::cpu {
@@ -24,7 +25,7 @@ void cross_entropy_forward(T* losses, T* lse, const T* logits, const int32_t* ta
     for (int64_t v = 0; v < V; ++v) sum += exp_vec(x[v] - mx);
     const T l = mx + std::log(sum);
     lse[n] = l;
-    losses[n] = l - x[targets[n]];
+    losses[n] = targets[n] == kNoId ? l : l - x[targets[n]];
   }
 }
 
