@@ -311,10 +311,12 @@ void mesh_divides_ranks(const Experiment& e, int ranks, Fail& out) {
   const int world = dp_ranks(e, ranks);
   if (world < 1 || r < 1 || world % r == 0) return;
   fail(out, {"distributed.dp_replicate", "distributed.nproc", "distributed.nodes"},
-       fmt::format("distributed.dp_replicate={} does not divide the {} data-parallel ranks "
-                   "(ranks / distributed.tp): the device mesh is dp_replicate groups of them; use "
-                   "one of {} (the nodes, to shard inside each node)",
-                   r, world, divisors_of(world)));
+       fmt::format("distributed.dp_replicate={} does not divide the {} {}: the device mesh is "
+                   "dp_replicate groups of them; use one of {} (the nodes, to shard inside each "
+                   "node)",
+                   r, world,
+                   world == ranks ? "ranks" : "data-parallel ranks (ranks / distributed.tp)",
+                   divisors_of(world)));
 }
 
 void lr_decays_down(const Experiment& e, int, Fail& out) {

@@ -252,6 +252,42 @@ std::vector<ParamEntry> ParamStore::entries() const {
   return out;
 }
 
+std::vector<ParamEntry> ParamStore::whole_entries() const {
+  std::vector<ParamEntry> out;
+  int64_t at = 0;
+  for (const auto& p : infos_) {
+    out.push_back({p.name, p.global_shape, at});
+    int64_t n = 1;
+    for (int64_t d : p.global_shape) n *= d;
+    at += n;
+  }
+  return out;
+}
+
+void ParamStore::take_part(const float* whole, float* local) const {
+  const std::vector<ParamEntry> all = whole_entries(), mine = entries();
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const ParamEntry& e = mine[i];
+    const std::vector<int64_t>& global = e.global();
+    int64_t n = 1;
+    for (int64_t d : e.shape) n *= d;
+    for (const PlacedBox& b : held_boxes(e, 0, n)) {
+      // Each run along the box's last dimension is contiguous in both layouts.
+      const size_t rank = b.box.sizes.size();
+      const int64_t run = rank ? b.box.sizes.back() : 1;
+      Box at{b.box.offsets, std::vector<int64_t>(rank, 1)};
+      for (int64_t r = 0, runs = box_numel(b.box) / std::max<int64_t>(run, 1); r < runs; ++r) {
+        std::copy_n(whole + all[i].offset + flat_start(global, at), run,
+                    local + e.offset + b.local + r * run);
+        for (size_t d = rank ? rank - 1 : 0; d-- > 0;) {
+          if (++at.offsets[d] < b.box.offsets[d] + b.box.sizes[d]) break;
+          at.offsets[d] = b.box.offsets[d];
+        }
+      }
+    }
+  }
+}
+
 Arena::~Arena() {
   if (base_) be_.release(base_);
 }

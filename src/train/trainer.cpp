@@ -304,8 +304,21 @@ void Trainer::start() {
     ParamStore& ps = model_->params();
     if (!exp_.model.init_from.empty()) {
       // Every rank reads the published weights: a folder that does not fit fails them alike.
-      std::vector<float> host(static_cast<size_t>(ps.numel()), 0.0f);  // padding stays 0
-      load_hf(exp_.model.init_from, exp_.model, ps.entries(), host.data());
+      // Under tensor parallelism each rank reads them whole and keeps its part.
+      const std::vector<ParamEntry> whole = ps.whole_entries();
+      int64_t n = 0;
+      for (const ParamEntry& e : whole) {
+        int64_t k = 1;
+        for (int64_t d : e.shape) k *= d;
+        n = e.offset + k;
+      }
+      std::vector<float> host(static_cast<size_t>(n), 0.0f);  // padding stays 0
+      load_hf(exp_.model.init_from, exp_.model, whole, host.data());
+      if (mesh_->shape().tp > 1) {
+        std::vector<float> part(static_cast<size_t>(ps.numel()), 0.0f);
+        ps.take_part(host.data(), part.data());
+        host.swap(part);
+      }
       dp_->load_weights(host.data());
       if (rank_ == 0) spdlog::info("weights from {} (model.init_from)", exp_.model.init_from);
     } else {

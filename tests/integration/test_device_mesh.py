@@ -66,7 +66,7 @@ def test_dry_run_and_plan_show_the_mesh(tmp_path):
     p = run(["plan", QS, *sets(*BASE, *HSDP)], check=0)
     assert "dp_replicate 2 x dp_shard 2" in p.stdout
     p = run(["plan", QS, *sets(*BASE, *HSDP), "--json"], check=0)
-    assert json.loads(p.stdout)["mesh"] == {"dp_replicate": 2, "dp_shard": 2}
+    assert json.loads(p.stdout)["mesh"] == {"dp_replicate": 2, "dp_shard": 2, "tp": 1}
 
 
 def test_a_dp_replicate_that_does_not_divide_the_ranks_is_refused(tmp_path):

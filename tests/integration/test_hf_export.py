@@ -214,9 +214,13 @@ def write_safetensors(path, tensors):
     path.write_bytes(struct.pack("<Q", len(text)) + text + data)
 
 
-@pytest.mark.parametrize("family", ["gpt", "llama"])
-def test_a_run_starts_from_an_exported_model_exactly(tmp_path, family):
+@pytest.mark.parametrize("family,tp", [("gpt", 1), ("llama", 1), ("gpt", 2), ("llama", 2)])
+def test_a_run_starts_from_an_exported_model_exactly(tmp_path, family, tp):
+    # At tp 2 each rank reads the folder whole and keeps its part of every split tensor.
     extra = LLAMA if family == "llama" else []
+    if tp > 1:
+        extra = [*extra, "model.n_head=4", f"distributed.nproc={tp}", f"distributed.tp={tp}",
+                 "distributed.oversubscribe=true"]
     rd, _ = trained(tmp_path, extra)
     hf = tmp_path / "hf"
     run(["export", str(rd), "--format", "hf", "--out", str(hf)], check=0)

@@ -173,6 +173,12 @@ class ParamStore {
   void zero_stale(int64_t begin, int64_t end);
   const std::vector<ParamInfo>& infos() const { return infos_; }
   std::vector<ParamEntry> entries() const;  // for checkpoints
+  // The whole model's entries (every parameter at its global shape, laid out as a store without
+  // tensor parallelism lays them out), for what reads whole tensors (a Hugging Face folder).
+  std::vector<ParamEntry> whole_entries() const;
+  // This rank's part of a buffer laid out as whole_entries(), into `local` (numel() floats, this
+  // store's flat layout).
+  void take_part(const float* whole, float* local) const;
   Backend& backend() const { return be_; }
 
  private:
