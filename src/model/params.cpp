@@ -153,6 +153,23 @@ void ParamStore::initialize(uint64_t seed) {
 
 namespace {
 
+// f(global_at, local_at, n) for each run of `b` along its last dimension: n elements contiguous
+// in both the global tensor (of shape `global`, from flat index global_at) and the local one
+// (from local_at).
+template <class F>
+void for_each_run(const PlacedBox& b, const std::vector<int64_t>& global, F f) {
+  const size_t rank = b.box.sizes.size();
+  const int64_t run = rank ? b.box.sizes.back() : 1;
+  Box at{b.box.offsets, std::vector<int64_t>(rank, 1)};
+  for (int64_t r = 0, runs = box_numel(b.box) / std::max<int64_t>(run, 1); r < runs; ++r) {
+    f(flat_start(global, at), b.local + r * run, run);
+    for (size_t d = rank ? rank - 1 : 0; d-- > 0;) {  // the next run: odometer, leading dims
+      if (++at.offsets[d] < b.box.offsets[d] + b.box.sizes[d]) break;
+      at.offsets[d] = b.box.offsets[d];
+    }
+  }
+}
+
 // Local elements [begin, begin + n) of parameter p (entry: its place) into `out`: the values the
 // whole tensor has at their global positions. One stream per parameter, whole: its element k is
 // the (2k)th and (2k+1)th draws, so a part of it (a ZeRO shard, a tensor-parallel slice) draws
@@ -163,23 +180,13 @@ void draw(const ParamInfo& p, const ParamEntry& entry, uint64_t seed, int64_t be
     std::fill(out, out + n, p.init == Init::ones ? 1.0 : 0.0);
     return;
   }
-  const std::vector<int64_t>& global = entry.global();
-  for (const PlacedBox& b : held_boxes(entry, begin, begin + n)) {
-    // The box's runs along its last dimension are contiguous in the global tensor.
-    const size_t rank = b.box.sizes.size();
-    const int64_t run = rank ? b.box.sizes.back() : 1;
-    Box at{b.box.offsets, std::vector<int64_t>(rank, 1)};
-    for (int64_t r = 0, runs = box_numel(b.box) / std::max<int64_t>(run, 1); r < runs; ++r) {
+  for (const PlacedBox& b : held_boxes(entry, begin, begin + n))
+    for_each_run(b, entry.global(), [&](int64_t global_at, int64_t local_at, int64_t run) {
       Rng rng(hash_combine(seed, hash_string(p.name)));
-      rng.skip(2 * static_cast<uint64_t>(flat_start(global, at)));
-      double* o = out + (b.local - begin) + r * run;
+      rng.skip(2 * static_cast<uint64_t>(global_at));
+      double* o = out + (local_at - begin);
       for (int64_t i = 0; i < run; ++i) o[i] = p.init_std * rng.normal();
-      for (size_t d = rank ? rank - 1 : 0; d-- > 0;) {  // the next run: odometer, leading dims
-        if (++at.offsets[d] < b.box.offsets[d] + b.box.sizes[d]) break;
-        at.offsets[d] = b.box.offsets[d];
-      }
-    }
-  }
+    });
 }
 
 }  // namespace
@@ -271,20 +278,10 @@ void ParamStore::take_part(const float* whole, float* local) const {
     const std::vector<int64_t>& global = e.global();
     int64_t n = 1;
     for (int64_t d : e.shape) n *= d;
-    for (const PlacedBox& b : held_boxes(e, 0, n)) {
-      // Each run along the box's last dimension is contiguous in both layouts.
-      const size_t rank = b.box.sizes.size();
-      const int64_t run = rank ? b.box.sizes.back() : 1;
-      Box at{b.box.offsets, std::vector<int64_t>(rank, 1)};
-      for (int64_t r = 0, runs = box_numel(b.box) / std::max<int64_t>(run, 1); r < runs; ++r) {
-        std::copy_n(whole + all[i].offset + flat_start(global, at), run,
-                    local + e.offset + b.local + r * run);
-        for (size_t d = rank ? rank - 1 : 0; d-- > 0;) {
-          if (++at.offsets[d] < b.box.offsets[d] + b.box.sizes[d]) break;
-          at.offsets[d] = b.box.offsets[d];
-        }
-      }
-    }
+    for (const PlacedBox& b : held_boxes(e, 0, n))
+      for_each_run(b, global, [&](int64_t global_at, int64_t local_at, int64_t run) {
+        std::copy_n(whole + all[i].offset + global_at, run, local + e.offset + local_at);
+      });
   }
 }
 
