@@ -1,6 +1,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -778,4 +779,57 @@ data:
   CHECK(has(error_of("data: {synthetic: markov, shuffle_block: 0}\n"), "data.shuffle_block=0"));
   CHECK(has(error_of("data: {synthetic: markov, order: random}\n"),
             "must be one of auto, windows, epochs"));
+}
+
+TEST_CASE("model.init_from fills the model keys a config leaves out, and only those") {
+  // A stand-in for hf_model_source: the model a folder named "hf" describes.
+  int asked = 0;
+  const ModelSource source = [&](const std::string& dir) -> std::optional<ModelConfig> {
+    ++asked;
+    if (dir != "hf") return std::nullopt;
+    ModelConfig m;
+    m.type = ModelType::llama;
+    m.vocab_size = 320;
+    m.d_model = 96;
+    m.n_layer = 3;
+    m.n_head = 6;
+    m.n_kv_head = 2;
+    m.ffn_hidden = 160;
+    m.rope_theta = 5e5;
+    m.tie_embeddings = false;
+    m.seq_len = 4096;
+    return m;
+  };
+  const std::string yaml = std::string(kMinimal) + "model:\n  init_from: hf\n  n_layer: 2\n";
+  const Experiment e = parse_experiment(yaml, "exp.yaml", {"model.d_model=192"}, source);
+  CHECK(asked == 1);
+  CHECK(e.model.type == ModelType::llama);
+  CHECK(e.model.vocab_size == 320);
+  CHECK(e.model.n_head == 6);
+  CHECK(e.model.n_kv_head == 2);
+  CHECK(e.model.ffn_hidden == 160);
+  CHECK(e.model.rope_theta == 5e5);
+  CHECK_FALSE(e.model.tie_embeddings);
+  CHECK(e.model.n_layer == 2);    // the file's
+  CHECK(e.model.d_model == 192);  // the --set's
+  CHECK(e.model.seq_len == 64);   // never filled: the run's own context
+  // The resolved config states every key, so reading it again fills nothing.
+  const Experiment again = parse_experiment(to_yaml(e), "again.yaml", {}, source);
+  CHECK(to_yaml(again) == to_yaml(e));
+
+  // Without a source, or for a folder it does not describe, the defaults stay.
+  CHECK(parse_experiment(yaml, "exp.yaml", {}).model.type == ModelType::gpt);
+  const std::string other = std::string(kMinimal) + "model:\n  init_from: elsewhere\n";
+  CHECK(parse_experiment(other, "exp.yaml", {}, source).model.vocab_size == 256);
+
+  // A rule a filled key breaks points at the folder's config.json.
+  try {
+    parse_experiment(yaml, "exp.yaml",
+                     {"distributed.tp=4", "distributed.nproc=4", "distributed.oversubscribe=true"},
+                     source);
+    FAIL("tp 4 with the folder's 6 heads was accepted");
+  } catch (const ConfigError& e2) {
+    CHECK(has(e2.what(), "hf/config.json"));
+    CHECK(has(e2.what(), "model.n_head=6 is not divisible by distributed.tp=4"));
+  }
 }

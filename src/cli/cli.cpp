@@ -97,7 +97,7 @@ struct Command {
 struct ConfigArgs {
   std::string config;
   std::vector<std::string> sets;
-  Experiment load() const { return load_experiment(config, sets); }
+  Experiment load() const { return load_experiment(config, sets, hf_model_source); }
   // plan and validate take a Hugging Face model folder too: its model, synthetic data unless
   // --set names data (hf_import.h).
   Experiment load_or_hf() const {

@@ -260,10 +260,36 @@ void check(const Experiment& exp, const Origins& origins, const std::string& fil
   throw ConfigError(message);
 }
 
+// The model keys neither the file nor a --set gave, from the model init_from names
+// (config.h). Each filled key's origin is that model's config.json, so a rule it breaks (tp
+// not dividing its heads) points there.
+void fill_model(Experiment& exp, Origins& origins, const ModelSource& model_source) {
+  if (!model_source || exp.model.init_from.empty()) return;
+  const std::optional<ModelConfig> from = model_source(exp.model.init_from);
+  if (!from) return;
+  const std::string origin = exp.model.init_from + "/config.json";
+  ModelConfig& m = exp.model;
+  auto fill = [&](std::string_view key, auto& mine, const auto& theirs) {
+    if (origins.contains(key)) return;
+    mine = theirs;
+    origins[std::string(key)] = origin;
+  };
+  fill("model.type", m.type, from->type);
+  fill("model.vocab_size", m.vocab_size, from->vocab_size);
+  fill("model.d_model", m.d_model, from->d_model);
+  fill("model.n_layer", m.n_layer, from->n_layer);
+  fill("model.n_head", m.n_head, from->n_head);
+  fill("model.n_kv_head", m.n_kv_head, from->n_kv_head);
+  fill("model.ffn_hidden", m.ffn_hidden, from->ffn_hidden);
+  fill("model.rope_theta", m.rope_theta, from->rope_theta);
+  fill("model.tie_embeddings", m.tie_embeddings, from->tie_embeddings);
+}
+
 }  // namespace
 
 Experiment parse_experiment(const std::string& yaml_text, const std::string& path,
-                            const std::vector<std::string>& overrides) {
+                            const std::vector<std::string>& overrides,
+                            const ModelSource& model_source) {
   std::vector<YAML::Node> documents;
   try {
     documents = YAML::LoadAll(yaml_text);
@@ -284,6 +310,7 @@ Experiment parse_experiment(const std::string& yaml_text, const std::string& pat
   Origins origins;
   FileReader(path, exp, origins).read(root);
   for (const auto& text : overrides) apply(parse_override(text), exp, origins);
+  fill_model(exp, origins, model_source);
   if (exp.run_dir.empty()) exp.run_dir = "runs/" + exp.name;
   check(exp, origins, path);
   return exp;
@@ -361,8 +388,9 @@ std::string read_config_text(const std::string& path) {
 
 }  // namespace
 
-Experiment load_experiment(const std::string& path, const std::vector<std::string>& overrides) {
-  return parse_experiment(read_config_text(path), path, overrides);
+Experiment load_experiment(const std::string& path, const std::vector<std::string>& overrides,
+                           const ModelSource& model_source) {
+  return parse_experiment(read_config_text(path), path, overrides, model_source);
 }
 
 void apply_overrides(Experiment& exp, const std::vector<std::string>& overrides, bool resume) {

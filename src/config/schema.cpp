@@ -98,8 +98,9 @@ std::vector<Field> make_schema() {
        .resumable = kFixed},
       {KEY(model, init_from),
        .description = "A Hugging Face model folder (config.json and safetensors) a fresh run "
-                      "starts from instead of random weights; its config.json must describe "
-                      "the model keys (gpt: GPT-2, llama: Llama; docs/huggingface.md). A resume "
+                      "starts from instead of random weights (gpt: GPT-2, llama: Llama; "
+                      "docs/huggingface.md); the model keys left out are filled from its "
+                      "config.json (all but seq_len), those given must agree with it. A resume "
                       "never reads it again",
        .resumable = kFixed},
 

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -150,6 +151,11 @@ ModelConfig hf_model_config(const std::string& dir, int max_seq_len) {
   if (const std::string why = hf_config_mismatch(dir, m); !why.empty())
     throw ConfigError(fmt::format("{}: trainrun cannot compute this model: {}", dir, why));
   return m;
+}
+
+std::optional<ModelConfig> hf_model_source(const std::string& init_from) {
+  if (!is_hf_model_dir(init_from)) return std::nullopt;
+  return hf_model_config(init_from, INT_MAX);
 }
 
 Experiment hf_experiment(const std::string& dir, const std::vector<std::string>& overrides) {

@@ -11,6 +11,7 @@
 #include "trainrun/config/config.h"
 #include "trainrun/config/schema.h"
 #include "trainrun/core/errors.h"
+#include "trainrun/hf/hf_import.h"
 #include "trainrun/launch/run_command.h"
 
 namespace fs = std::filesystem;
@@ -32,7 +33,7 @@ void absolute_paths(Experiment& exp) {
 }
 
 Experiment from_config(const RunRequest& r) {
-  Experiment exp = load_experiment(r.config, r.sets);
+  Experiment exp = load_experiment(r.config, r.sets, hf_model_source);
   if (!r.run_dir.empty()) exp.run_dir = r.run_dir;
   absolute_paths(exp);
   return exp;

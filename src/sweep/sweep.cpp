@@ -24,6 +24,7 @@
 #include "trainrun/config/config.h"
 #include "trainrun/core/errors.h"
 #include "trainrun/core/no_follow.h"
+#include "trainrun/hf/hf_import.h"
 #include "trainrun/launch/launch.h"
 #include "trainrun/obs/provenance.h"
 #include "trainrun/obs/tb_hparams.h"
@@ -54,7 +55,7 @@ std::vector<Experiment> validate_points(const SweepManifest& m,
     }
     if (!p->overrides.empty()) where += ")";
     try {
-      const Experiment exp = load_experiment(m.config, overrides);
+      const Experiment exp = load_experiment(m.config, overrides, hf_model_source);
       check_memory(exp);
       const auto [it, fresh] = seen.emplace(to_yaml(exp), p->name);
       if (!fresh)
@@ -382,7 +383,7 @@ int run_sweep(const SweepRequest& r) {
     sweep::Axes axes{{}, r.grid, r.list, r.random, r.trials, r.sweep_seed, r.seeds};
     std::vector<std::string> sets = r.sets;
     if (!r.sweep_file.empty()) sweep::read_sweep_file(r.sweep_file, axes, sets);
-    const Experiment base = load_experiment(r.config, sets);
+    const Experiment base = load_experiment(r.config, sets, hf_model_source);
     m.config = fs::absolute(r.config).lexically_normal().string();
     m.sets = sets;
     m.axes = sweep::describe(axes);

@@ -240,6 +240,38 @@ def test_a_run_starts_from_an_exported_model_exactly(tmp_path, family, tp):
     run(["--resume", str(b), *sets("train.steps=3")], check=0)
 
 
+def test_a_config_that_names_only_init_from_takes_the_model_from_the_folder(tmp_path):
+    rd, _ = trained(tmp_path, LLAMA)
+    hf = tmp_path / "hf"
+    run(["export", str(rd), "--format", "hf", "--out", str(hf)], check=0)
+    import yaml
+    cfg = yaml.safe_load(open(QS))
+    cfg["model"] = {"init_from": str(hf), "seq_len": 16}  # no family, no size
+    path = tmp_path / "from_hf.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    not_model = [s for s in [*BASE, *FROZEN] if not s.startswith("model.")]
+    b = tmp_path / "b"
+    run([str(path), *sets(*not_model), "--run-dir", str(b)], check=0)
+    model = yaml.safe_load((b / "config.yaml").read_text())["model"]
+    want = {"type": "llama", "vocab_size": 32, "d_model": 32, "n_layer": 2, "n_head": 4,
+            "n_kv_head": 2, "ffn_hidden": 48, "rope_theta": 5000.0, "tie_embeddings": False,
+            "seq_len": 16}
+    assert {k: model[k] for k in want} == want
+    again = tmp_path / "again"
+    run(["export", str(b), "--format", "hf", "--out", str(again)], check=0)
+    first, second = read_model(hf), read_model(again)
+    assert first.keys() == second.keys()
+    assert all(np.array_equal(first[n], second[n]) for n in first)
+    # A key that is given must agree; a rule a filled key breaks names the folder's config.json.
+    p = run([str(path), *sets(*not_model, "model.n_head=8"), "--run-dir", str(tmp_path / "c")],
+            check=2)
+    assert "num_attention_heads is 4, the experiment's model.n_head 8" in p.stderr
+    p = run([str(path), *sets(*not_model, "distributed.tp=3", "distributed.nproc=3",
+                               "distributed.oversubscribe=true"),
+             "--run-dir", str(tmp_path / "d")], check=2)
+    assert f"{hf}/config.json" in p.stderr and "model.n_head=4 is not divisible" in p.stderr
+
+
 def test_a_model_that_does_not_fit_the_experiment_is_refused(tmp_path):
     rd, _ = trained(tmp_path, LLAMA)
     hf = tmp_path / "hf"

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,11 @@ bool is_hf_model_dir(const std::string& path);
 // Llama's 131072 positions would be a context nobody samples or plans by default). Throws
 // ConfigError (exit 2) for another architecture, or what trainrun cannot compute (as init_from).
 ModelConfig hf_model_config(const std::string& dir, int max_seq_len);
+
+// The config loader's ModelSource (config.h): for an init_from that is a Hugging Face folder,
+// the model its config.json describes (hf_model_config with no bound on seq_len, which the
+// loader never fills); nullopt for anything else, which starting the run then refuses.
+std::optional<ModelConfig> hf_model_source(const std::string& init_from);
 
 // `trainrun plan DIR`: an experiment of that model (seq_len at most 8192), synthetic data unless
 // `overrides` name data.*, then `overrides`, validated as a config is.
