@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from conftest import TINY, TRAINRUN, checksums, losses, run, sets
+from conftest import REPO, TINY, TRAINRUN, checksums, losses, run, sets
 
 SIM = pathlib.Path(TRAINRUN).parent / "kernels" / "sim" / "libtrainrun_cudasim.so"
 
@@ -33,6 +33,25 @@ def train(quickstart, rd, device, extra, env):
                check=0, timeout=600)
 
 
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, sim_env):
+    """reference(device, extra): the run directory of that run, trained once for the module.
+    Several tests compare against the same run (one rank on the device, ZeRO-1 on four); runs
+    are deterministic and the tests only read them, so each is trained once."""
+    quickstart = str(REPO / "configs" / "quickstart.yaml")
+    runs = {}
+
+    def get(device, extra):
+        key = (device, tuple(extra))
+        if key not in runs:
+            rd = tmp_path_factory.mktemp("reference") / "run"
+            train(quickstart, rd, device, extra, sim_env)
+            runs[key] = rd
+        return runs[key]
+
+    return get
+
+
 def assert_close(a, b, rel):
     assert a.keys() == b.keys()
     for step in a:
@@ -40,14 +59,15 @@ def assert_close(a, b, rel):
 
 
 @pytest.mark.parametrize("model", ["gpt", "gpt-d34", "llama"])
-def test_fp32_training_matches_the_cpu(quickstart, tmp_path, sim_env, model):
+def test_fp32_training_matches_the_cpu(quickstart, tmp_path, sim_env, reference, model):
     extra = {"gpt": GPT, "gpt-d34": GPT_ODD, "llama": LLAMA}[model]
     cpu = train(quickstart, tmp_path / "cpu", "cpu", extra, sim_env)
-    sim = train(quickstart, tmp_path / "sim", "cuda", extra, sim_env)
-    assert "cudasim" in sim.stderr  # the device the run used names itself
+    sim = reference("cuda", extra)
+    # the device the run used names itself
+    assert "cudasim" in (sim / "logs" / "rank-0.log").read_text()
     assert "cudasim" not in cpu.stderr
-    assert len(losses(tmp_path / "sim")) == 20
-    assert_close(losses(tmp_path / "sim"), losses(tmp_path / "cpu"), 1e-4)
+    assert len(losses(sim)) == 20
+    assert_close(losses(sim), losses(tmp_path / "cpu"), 1e-4)
 
 
 # head_dim 32: bf16 attention runs on tensor cores (kernels/attention_tc.cu, mma.sync through the
@@ -68,10 +88,9 @@ def test_bf16_training_matches_the_cpu_bf16_reference(quickstart, tmp_path, sim_
     assert_close(losses(tmp_path / "sim"), losses(tmp_path / "cpu"), 2e-2)
 
 
-def test_two_ranks_over_nccl_match_one_rank(quickstart, tmp_path, sim_env):
-    one = tmp_path / "one"
+def test_two_ranks_over_nccl_match_one_rank(quickstart, tmp_path, sim_env, reference):
+    one = reference("cuda", GPT)
     two = tmp_path / "two"
-    train(quickstart, one, "cuda", GPT, sim_env)
     train(quickstart, two, "cuda", [*GPT, "distributed.nproc=2"], sim_env)
     assert_close(losses(two), losses(one), 1e-5)
     assert len(set(checksums(two).values())) == 1  # the ranks agree on the parameters
@@ -166,12 +185,12 @@ def test_the_step_is_annotated_with_balanced_nvtx_ranges(quickstart, tmp_path, s
         assert ranges.get(name, 0) >= 2, (name, ranges)  # once a step at least
 
 
-def test_hybrid_sharding_over_nccl_groups_matches_one_rank(quickstart, tmp_path, sim_env):
+def test_hybrid_sharding_over_nccl_groups_matches_one_rank(quickstart, tmp_path, sim_env,
+                                                          reference):
     # A 2 x 2 device mesh: each group's NCCL communicator is made from its MPI group
     # (device_mesh.h), ZeRO-1 reduce-scatters inside a dp_shard group and allreduces across.
-    one = tmp_path / "one"
+    one = reference("cuda", GPT)
     mesh = tmp_path / "mesh"
-    train(quickstart, one, "cuda", GPT, sim_env)
     train(quickstart, mesh, "cuda",
           [*GPT, "distributed.nproc=4", "distributed.oversubscribe=true", "distributed.zero=1",
            "distributed.dp_replicate=2"], sim_env)
@@ -181,12 +200,12 @@ def test_hybrid_sharding_over_nccl_groups_matches_one_rank(quickstart, tmp_path,
 
 
 @pytest.mark.parametrize("model", ["gpt", "llama"])
-def test_tensor_parallel_over_nccl_matches_one_rank(quickstart, tmp_path, sim_env, model):
+def test_tensor_parallel_over_nccl_matches_one_rank(quickstart, tmp_path, sim_env, reference,
+                                                   model):
     # tp 2: the row-parallel layers' outputs and the column-parallel layers' input gradients
     # are summed over the tp group's own NCCL communicator (device_mesh.h), on the device.
     extra = {"gpt": [*GPT, "model.n_head=4"], "llama": LLAMA}[model]
-    one, tp = tmp_path / "one", tmp_path / "tp"
-    train(quickstart, one, "cuda", extra, sim_env)
+    one, tp = reference("cuda", extra), tmp_path / "tp"
     train(quickstart, tp, "cuda", [*extra, "distributed.nproc=2", "distributed.tp=2"], sim_env)
     assert_close(losses(tp), losses(one), 1e-5)
     assert "x tp 2: this rank at replica 0, shard 0, tp 1" in (tp / "logs" / "rank-1.log").read_text()
@@ -194,15 +213,15 @@ def test_tensor_parallel_over_nccl_matches_one_rank(quickstart, tmp_path, sim_en
 
 @pytest.mark.parametrize("mode", ["full", "selective"])
 @pytest.mark.parametrize("family", ["gpt", "llama"])
-def test_activation_checkpointing_on_the_device_equals_none(quickstart, tmp_path, sim_env, mode,
-                                                            family):
+def test_activation_checkpointing_on_the_device_equals_none(quickstart, tmp_path, sim_env,
+                                                            reference, mode, family):
     # gpt: under selective the MLP's forward runs its GELU apart from the GEMM (the epilogue's
     # GELU reads the accumulator, a recomputation only the stored output), so both agree.
     extra = [*(LLAMA if family == "llama" else GPT), "model.dropout=0.1"]
-    train(quickstart, tmp_path / "none", "cuda", extra, sim_env)
+    none = reference("cuda", extra)
     train(quickstart, tmp_path / mode, "cuda", [*extra, f"train.activation_checkpointing={mode}"],
           sim_env)
-    assert losses(tmp_path / mode) == losses(tmp_path / "none")
+    assert losses(tmp_path / mode) == losses(none)
 
 
 @pytest.mark.parametrize("extra", [["distributed.zero=3", "distributed.dp_replicate=2"],
@@ -210,7 +229,7 @@ def test_activation_checkpointing_on_the_device_equals_none(quickstart, tmp_path
                                    ["distributed.zero=3", "train.precision=bf16"],
                                    ["distributed.zero=3", "train.precision=bf16",
                                     "distributed.reduce_dtype=bf16"]])
-def test_zero_2_and_3_over_nccl_match_zero_1(quickstart, tmp_path, sim_env, extra):
+def test_zero_2_and_3_over_nccl_match_zero_1(quickstart, tmp_path, sim_env, reference, extra):
     # The units' all-gathers (bf16 runs gather the bf16 compute weights) and reduce-scatters on
     # the device's communicators, against ZeRO-1 on the same layout. fp32: one micro-batch per
     # step, so the same sums and the same weights. bf16: the f32 gradients land in a buffer per
@@ -220,13 +239,13 @@ def test_zero_2_and_3_over_nccl_match_zero_1(quickstart, tmp_path, sim_env, extr
     four = [*LLAMA, "distributed.nproc=4", "distributed.oversubscribe=true",
             *[e for e in extra
               if not e.startswith(("distributed.zero", "distributed.reduce_dtype"))]]
-    train(quickstart, tmp_path / "z1", "cuda", [*four, "distributed.zero=1"], sim_env)
+    z1 = reference("cuda", [*four, "distributed.zero=1"])
     train(quickstart, tmp_path / "z", "cuda", [*four, *extra], sim_env)
     assert len(set(checksums(tmp_path / "z").values())) == 1
     if "distributed.reduce_dtype=bf16" in extra:  # sums rounded to bf16 besides
-        assert_close(losses(tmp_path / "z"), losses(tmp_path / "z1"), 2e-2)
+        assert_close(losses(tmp_path / "z"), losses(z1), 2e-2)
     elif "train.precision=bf16" in extra:
-        assert_close(losses(tmp_path / "z"), losses(tmp_path / "z1"), 2e-3)
+        assert_close(losses(tmp_path / "z"), losses(z1), 2e-3)
     else:
-        assert losses(tmp_path / "z") == losses(tmp_path / "z1")
-        assert checksums(tmp_path / "z") == checksums(tmp_path / "z1")
+        assert losses(tmp_path / "z") == losses(z1)
+        assert checksums(tmp_path / "z") == checksums(z1)
