@@ -11,7 +11,9 @@
 #   2. the test command itself, scripts/test.sh, in the clone the quick start filled (its build/
 #      configured by the quick start, its runs/quickstart written), through its install, build
 #      and unit stages (`--until unit`): the stages a build configured by the quick start broke
-#      (it lacked Boost.Context, which only the test command installs, and -Werror). Then every
+#      (it lacked Boost.Context, which only the test command installs; the build there adds
+#      the CPU-executed device to the quick start's, with the quick start's warning flags, not
+#      a second whole build with -Werror: CI's clean clone builds with -Werror). Then every
 #      tool the later stages call must be there, and the dry-run tests run in the filled clone
 #      (a test that used the default run directory once failed there with exit 73).
 #   Left to CI's own clean clone (.ci/run runs the whole test command just before this): the
