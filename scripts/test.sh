@@ -78,9 +78,11 @@ else
   meson setup build-asan "${asan_opts[@]}" >/dev/null
 fi
 # The CPU-executed CUDA device and its fault plugins run under AddressSanitizer here (memcheck).
+# Only the unit suite runs here: the MPI suite's programs (run under mpirun in the release build)
+# are not built.
 ninja -C build-asan $(cd build-asan && ninja -t targets all |
   sed -n 's/^\(tests\/test_[a-z0-9_]*\|kernels\/sim\/libtrainrun_cudasim[a-z_]*\.so\): .*/\1/p' |
-  grep -v comm_mpi | sort -u)
+  grep -v -e comm_mpi -e train_mpi -e tp_mpi -e sim_nccl | sort -u)
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
   meson test -C build-asan --suite unit --print-errorlogs --no-rebuild
 done_after asan
