@@ -10,6 +10,7 @@
 #include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -37,10 +38,22 @@ bool locked(const fs::path& dir) {
   return held;
 }
 
-RunStatus from_exit(int code) {
-  if (code == kExitOk) return {RunStatus::done, code};
-  if (code == kExitResumeMe || code == kExitInterrupted) return {RunStatus::preempted, code};
-  return {RunStatus::failed, code};
+// A run's status from a sweep point's: nullopt for a point whose sweep process is gone while it
+// ran (what the run says decides).
+std::optional<RunStatus> of_point(PointStatus status, int exit_code) {
+  switch (status) {
+    case PointStatus::done:
+      return RunStatus{RunStatus::done, 0};
+    case PointStatus::failed:
+      return RunStatus{RunStatus::failed, exit_code};
+    case PointStatus::preempted:
+      return RunStatus{RunStatus::preempted, exit_code};
+    case PointStatus::pending:
+      return RunStatus{RunStatus::pending, -1};
+    case PointStatus::running:
+      break;
+  }
+  return std::nullopt;
 }
 
 struct Listed {
@@ -94,21 +107,10 @@ RunStatus run_status(const std::string& run_dir, const SweepPoint* point, int64_
   // point a Slurm array task trained is still pending there).
   const auto p = read_provenance(run_dir);
   const ProvenanceAttempt* last = p && !p->attempts.empty() ? &p->attempts.back() : nullptr;
-  if (last && last->exit_code) return from_exit(*last->exit_code);
-  if (point) {
-    switch (point->status) {
-      case PointStatus::done:
-        return {RunStatus::done, 0};
-      case PointStatus::failed:
-        return {RunStatus::failed, point->exit_code};
-      case PointStatus::preempted:
-        return {RunStatus::preempted, point->exit_code};
-      case PointStatus::pending:
-        return {RunStatus::pending, -1};
-      case PointStatus::running:
-        break;  // its sweep process is gone: what the run says
-    }
-  }
+  // status_of_exit is done, failed or preempted: always a status here.
+  if (last && last->exit_code) return *of_point(status_of_exit(*last->exit_code), *last->exit_code);
+  if (point)
+    if (const auto s = of_point(point->status, point->exit_code)) return *s;
   if (last) return {RunStatus::stopped, -1};  // its owner was killed
   if (steps_done < 0) return {RunStatus::empty, -1};
   if (train_steps > 0 && steps_done >= train_steps) return {RunStatus::done, 0};

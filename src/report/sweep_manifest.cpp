@@ -11,6 +11,12 @@
 
 namespace trainrun {
 
+PointStatus status_of_exit(int code) {
+  if (code == kExitOk) return PointStatus::done;
+  if (code == kExitResumeMe || code == kExitInterrupted) return PointStatus::preempted;
+  return PointStatus::failed;
+}
+
 namespace {
 
 std::string manifest_path(const std::string& dir) {

@@ -256,12 +256,6 @@ tb::SessionStatus session_status(PointStatus s) {
                                     : tb::SessionStatus::unknown;
 }
 
-PointStatus status_of_exit(int code) {
-  if (code == 0) return PointStatus::done;
-  if (code == kExitResumeMe || code == kExitInterrupted) return PointStatus::preempted;
-  return PointStatus::failed;
-}
-
 // The manifest brought up to date from each point's own provenance record: a point another
 // process trained (a Slurm array task, or a sweep process that was killed) ended as its run
 // says. Returns the points it changed. (A point whose run is going on now is not run twice: its

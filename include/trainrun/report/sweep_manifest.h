@@ -24,6 +24,11 @@ struct EnumNames<PointStatus> {
   static_assert(std::size(names) == 1 + static_cast<size_t>(PointStatus::preempted));
 };
 
+// The status an attempt's exit code leaves: done for 0, preempted for 75 and 130 (stopped after
+// a checkpoint, continued by a resume), failed for any other. One mapping for a sweep's points
+// and for `trainrun runs` (run_index.h).
+PointStatus status_of_exit(int code);
+
 struct SweepPoint {
   std::string name;                    // its run directory, SWEEP_DIR/NAME
   std::vector<std::string> overrides;  // KEY=VALUE: the point's values of the axes
