@@ -482,19 +482,23 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak, bool advise) {
   // outputs of attention and the MLP in forward, the column-parallel input gradients in backward,
   // and the forward's again when full checkpointing recomputes it; and the vocabulary-parallel
   // embedding's output and the head's input gradient once; each of the micro-batch's rows x
-  // d_model activations (the loss's (tp + 1) x rows statistics, one more, are left out). They sit
-  // between the ops that need them: all exposed.
+  // d_model activations. And the vocabulary-parallel loss's one (classifier_loss.h): the
+  // (tp + 1) x rows float statistics, small, a latency more than bytes. They sit between the ops
+  // that need them: all exposed.
   if (p.tp > 1) {
     const double act_bytes = gpu && exp.train.precision == Precision::bf16 ? 2 : 4;
     const double rows = static_cast<double>(p.micro_batch) * m.seq_len;
     const bool full = exp.train.activation_checkpointing == ActivationCheckpointing::full;
     p.tp_allreduces_per_micro_batch = m.n_layer * (full ? 6 : 4) + 2;
     p.tp_allreduce_bytes = rows * m.d_model * act_bytes;
+    p.tp_loss_allreduce_bytes = (p.tp + 1) * rows * 4;
     const CollectiveTime one = allreduce_time(p.tp_allreduce_bytes, p.tp, 1, peak.net);
+    const CollectiveTime loss = allreduce_time(p.tp_loss_allreduce_bytes, p.tp, 1, peak.net);
     p.tp_collective = one;
     const double count = static_cast<double>(p.tp_allreduces_per_micro_batch) * p.accum;
-    p.tp_seconds_per_step = one.seconds * count;
-    p.tp_bytes_per_step = 2.0 * (p.tp - 1) / p.tp * p.tp_allreduce_bytes * count;
+    p.tp_seconds_per_step = one.seconds * count + loss.seconds * p.accum;
+    p.tp_bytes_per_step = 2.0 * (p.tp - 1) / p.tp *
+                          (p.tp_allreduce_bytes * count + p.tp_loss_allreduce_bytes * p.accum);
   }
   const double exposed = p.allreduce_exposed_seconds_per_step + p.tp_seconds_per_step;
   const double shard = zero ? static_cast<double>(largest_shard) : n;

@@ -183,15 +183,18 @@ def test_the_plan_counts_a_ranks_share_and_the_tp_allreduces(tmp_path):
     assert one["bytes"]["params"] / 2 < tp["bytes"]["params"] < one["bytes"]["params"]
     # 2 layers x 4 all-reduces (forward and backward, attention and MLP) per micro-batch and the
     # vocabulary-parallel embedding's and head's 2, each of the micro-batch's rows x d_model fp32
-    # activations; the batch of 8 is one micro-batch.
+    # activations; the batch of 8 is one micro-batch. Besides, the loss's (tp + 1) x rows floats.
     c = tp["tp_collectives"]
     assert c["per_micro_batch"] == 10 and tp["micro_batch"] == 8 and tp["accum"] == 1
     assert c["bytes_each"] == 8 * 16 * 32 * 4
+    assert c["loss_bytes"] == 3 * 8 * 16 * 4
+    assert c["bytes_per_step"] == (10 * c["bytes_each"] + c["loss_bytes"]) * 2 * (2 - 1) / 2
     assert c["seconds_per_step"] > 0
     assert one["tp_collectives"]["per_micro_batch"] == 0
     text = run(["plan", QS, *cfg, *sets("distributed.tp=2")], check=0).stdout
     assert "device mesh              dp_replicate 1 x dp_shard 1 x tp 2" in text
-    assert "tp allreduces            10 per micro-batch of 16.0 KiB each" in text
+    assert ("tp allreduces            10 per micro-batch of 16.0 KiB each (activations) and the "
+            "loss's of 1.5 KiB") in text
 
 
 def test_the_layout_search_lists_what_fits_fastest_first_as_plan_plans_each(tmp_path):

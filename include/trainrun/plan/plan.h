@@ -66,9 +66,11 @@ struct Plan {
       1;  // collectives per step: gradient buckets (ZeRO-1: 1 reduce-scatter + all-gather)
   CollectiveTime collectives;  // this run's, with its algorithm and terms
   // Tensor parallelism: all-reduces of activations inside every block (none when tp is 1), the
-  // bytes of each, one's time, and their total per step (all exposed: no overlap yet).
+  // bytes of each, one's time, the loss's one all-reduce per micro-batch and its bytes, and
+  // their total per step, the loss's included (all exposed: no overlap yet).
   int tp_allreduces_per_micro_batch = 0;
-  double tp_allreduce_bytes = 0, tp_bytes_per_step = 0, tp_seconds_per_step = 0;
+  double tp_allreduce_bytes = 0, tp_loss_allreduce_bytes = 0, tp_bytes_per_step = 0,
+         tp_seconds_per_step = 0;
   CollectiveTime tp_collective;
   // The same gradients at other world sizes (8, 64, 512, 4096 ranks, ranks_per_node a node),
   // each rank keeping this run's micro-batch: the collectives' time and what is exposed.
