@@ -25,7 +25,7 @@ namespace {
 // before this) is resolved the same way, so a config and a checkpoint still compare equal.
 void absolute_paths(Experiment& exp) {
   for (std::string* p : {&exp.data.train, &exp.data.val, &exp.data.text, &exp.data.tokenizer,
-                         &exp.distributed.hostfile})
+                         &exp.distributed.hostfile, &exp.model.init_from})
     if (!p->empty()) *p = fs::absolute(*p).lexically_normal().string();
   for (MixSource& m : exp.data.mix)
     for (std::string* p : {&m.path, &m.val})

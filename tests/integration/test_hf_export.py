@@ -438,3 +438,27 @@ def test_a_model_made_outside_trainrun_decodes_greedily_as_its_reference_does(tm
         ctx.append(t)
     assert exact >= 48
     assert len(set(got)) > 3  # the weights say something: not one token over and over
+
+
+def test_the_readme_round_trip_runs_as_written(tmp_path):
+    """The README's Hugging Face lines, each run as written in a scratch directory, after a short
+    quick-start run (runs/quickstart is the quick start's); the training line is shortened."""
+    import re
+    import shlex
+    import shutil
+    text = (REPO / "README.md").read_text()
+    block = re.search(r"### Hugging Face\n\n```sh\n(.*?)```", text, re.S).group(1)
+    cmds = [shlex.split(c, comments=True) for c in block.splitlines()]
+    assert [c[1] for c in cmds] == ["export", "configs/quickstart.yaml", "export"]
+    shutil.copytree(REPO / "configs", tmp_path / "configs")
+    short = sets("train.steps=20", "train.eval_every=0", "checkpoint.every=0")
+    run(["configs/quickstart.yaml", *short, "--run-dir", "runs/quickstart"], cwd=tmp_path, check=0)
+    for c in cmds:
+        run([*c[1:], *(short if c[1].endswith(".yaml") else [])], cwd=tmp_path, check=0)
+    log = (tmp_path / "runs" / "tuned" / "logs" / "rank-0.log").read_text()
+    assert f"weights from {tmp_path / 'quickstart-hf'} (model.init_from)" in log
+    before, after = read_model(tmp_path / "quickstart-hf"), read_model(tmp_path / "tuned-hf")
+    assert before.keys() == after.keys()
+    assert json.loads((tmp_path / "tuned-hf" / "config.json").read_text())["model_type"] == "gpt2"
+    # Fine-tuned: the weights moved from where they started.
+    assert any(not np.array_equal(before[k], after[k]) for k in before)
