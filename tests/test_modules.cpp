@@ -979,3 +979,20 @@ TEST_CASE("activation checkpointing: the gradients are checked, and bit-identica
     }
   }
 }
+
+TEST_CASE("ParamStore: parameters declared before any begin_unit are one unit from the first") {
+  // The unit opened at the first declare used to begin after that parameter's elements, so a
+  // ZeRO unit of such a store left it out, and its views reached back by an unsigned wrap.
+  auto be = make_cpu_backend();
+  ParamStore ps(*be);
+  ps.declare("a", {3, 5}, Init::zeros, 0.0f, false);
+  ps.declare("b", {5}, Init::zeros, 0.0f, false);
+  REQUIRE(ps.units().size() == 1);
+  CHECK(ps.units()[0].first == 0);
+  CHECK(ps.units()[0].last == 2);
+  CHECK(ps.units()[0].begin == 0);
+  CHECK(ps.units()[0].end == 20);
+  ps.allocate();
+  CHECK(ps.param(0).data == ps.params().data);
+  CHECK(static_cast<float*>(ps.param(1).data) == static_cast<float*>(ps.params().data) + 15);
+}

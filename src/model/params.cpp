@@ -62,13 +62,15 @@ int ParamStore::declare(const std::string& name, std::vector<int64_t> shape, Ini
   }
   p.numel = 1;
   for (int64_t d : p.shape) p.numel *= d;
+  // A store whose first parameter comes before any begin_unit holds one unit of them all; it
+  // must start here, at this parameter (opened after it, the unit began past its elements).
+  if (units_.empty()) begin_unit("model");
   p.offset = total_;
   p.init = init;
   p.init_std = std;
   p.decay = decay;
   total_ += p.numel;
   infos_.push_back(std::move(p));
-  if (units_.empty()) begin_unit("model");
   ParamUnit& u = units_.back();
   u.last = static_cast<int>(infos_.size());
   u.end = total_;
