@@ -30,7 +30,8 @@ inline float exp_vec(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+  // A NaN x makes k NaN, whose conversion to int is undefined: 2^0 then, and p is NaN already.
+  const int32_t bits = (static_cast<int32_t>(k == k ? k : 0.0f) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return p * scale;
