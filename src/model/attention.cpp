@@ -13,7 +13,6 @@ AttentionOptions resolved(AttentionOptions opt, int n_head) {
 CausalSelfAttention::CausalSelfAttention(ParamStore& ps, const std::string& name, int d_model,
                                          int n_head, float proj_std, AttentionOptions opt)
     : ps_(ps),
-      d_model_(d_model),
       n_head_(n_head),
       opt_(resolved(opt, n_head)),
       qkv_width_((n_head + 2 * opt_.n_kv_head) * (d_model / n_head)),

@@ -4,7 +4,7 @@
 
 namespace trainrun {
 
-LayerNorm::LayerNorm(ParamStore& ps, const std::string& name, int dim) : ps_(ps), dim_(dim) {
+LayerNorm::LayerNorm(ParamStore& ps, const std::string& name, int dim) : ps_(ps) {
   w_ = ps.declare(name + ".weight", {dim}, Init::ones, 0.0f, false);
   b_ = ps.declare(name + ".bias", {dim}, Init::zeros, 0.0f, false);
 }

@@ -4,7 +4,6 @@ namespace trainrun {
 
 MLP::MLP(ParamStore& ps, const std::string& name, int d_model, float proj_std)
     : ps_(ps),
-      d_model_(d_model),
       fc_(ps, name + ".fc", d_model, 4 * d_model, true, 0.02f, true, {TpMode::column}),
       proj_(ps, name + ".proj", 4 * d_model, d_model, true, proj_std, true, {TpMode::row}),
       hidden_(fc_.out_features()) {}

@@ -34,7 +34,7 @@ class CausalSelfAttention {
 
  private:
   ParamStore& ps_;
-  int d_model_, n_head_;  // n_head_, opt_.n_kv_head and the widths: this rank's heads
+  int n_head_;  // n_head_, opt_.n_kv_head and the widths: this rank's heads
   AttentionOptions opt_;
   int qkv_width_;
   int width_ = 0;  // the heads' output width: d_model / tp

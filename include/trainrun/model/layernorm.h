@@ -18,7 +18,6 @@ class LayerNorm {
 
  private:
   ParamStore& ps_;
-  int dim_;
   int w_, b_;
   Tensor mean_, rstd_;
 };

@@ -21,7 +21,6 @@ class MLP {
 
  private:
   ParamStore& ps_;
-  int d_model_;
   Linear fc_, proj_;   // column- and row-parallel under tensor parallelism (linear.h)
   int hidden_;         // this rank's hidden width: 4 d_model / tp
   Tensor h_, a_;       // activations: fc's output (the GELU's input) and the GELU's
