@@ -233,7 +233,10 @@ TEST_CASE("a wrong call is refused before any implementation runs, in the same w
        }},
       {"copy", [&](Backend& b) { b.copy(m.t(f, {24}), m.t(DType::f64, {24})); }},
   };
-  for (const auto& [op, call] : bad) {
+  for (const auto& entry : bad) {
+    // Named copies, not structured bindings: clang 14 cannot capture those in the macro's lambda.
+    const auto& op = entry.first;
+    const auto& call = entry.second;
     CAPTURE(op);
     const std::string on_cpu = error_of<std::invalid_argument>(*cpu, call);
     const std::string on_fake = error_of<std::invalid_argument>(fake, call);

@@ -223,7 +223,10 @@ TEST_CASE("out-of-range values say what is allowed") {
       {"model: {activation: tanh}", {"exp.yaml:2:"}},
       {"train: {precision: fp16}", {"exp.yaml:2:"}},
   };
-  for (const auto& [yaml, says] : cases) {
+  for (const auto& entry : cases) {
+    // Named copies, not structured bindings: clang 14 cannot capture those in the macro's lambda.
+    const auto& yaml = entry.first;
+    const auto& says = entry.second;
     CAPTURE(yaml);
     const std::string msg = error_of("data: {synthetic: markov}\n" + yaml);
     for (const std::string& s : says) CHECK_MESSAGE(has(msg, s), s);

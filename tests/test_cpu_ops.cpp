@@ -420,7 +420,10 @@ TEST_CASE("f32 results agree with the f64 path") {
   auto r64 = run_all_ops<double>(in);
   auto r32 = run_all_ops<float>(in);
   REQUIRE(r64.size() == r32.size());
-  for (auto& [name, a64] : r64) {
+  for (auto& entry : r64) {
+    // A named copy, not a structured binding: clang 14 cannot capture one in INFO's lambda.
+    const std::string& name = entry.first;
+    const auto& a64 = entry.second;
     const auto& a32 = r32.at(name);
     REQUIRE(a32.size() == a64.size());
     double worst = 0;

@@ -164,7 +164,10 @@ TEST_CASE("plan: parameters exact, per module, against the built model") {
       CHECK_MESSAGE(found, info.name);
     }
     int64_t sum = 0;
-    for (const auto& [name, n] : p.params_by_module) {
+    for (const auto& entry : p.params_by_module) {
+      // Named copies, not structured bindings: clang 14 cannot capture those in the macro's lambda.
+      const auto& name = entry.first;
+      const auto n = entry.second;
       CHECK_MESSAGE(declared[name] == n, name);
       sum += n;
     }
