@@ -18,6 +18,7 @@ if [[ "${1:-}" == "--test" ]]; then
          openssh-server iproute2
          clang-format debootstrap python3-venv python3-pil chromium clang prometheus tmux
          libboost-context-dev  # the CPU-executed CUDA device's fibers (kernels/sim/)
+         libclang-rt-14-dev  # clang's sanitizer runtimes (the ASan + UBSan build; only recommended)
          libomp-dev)  # clang's own omp.h: the thread-safety check compiles trainer.cpp with clang
 fi
 

@@ -144,7 +144,9 @@ missing=$(in_root 'for t in meson ninja mpirun gnuplot jq clang-format slurmctld
                    python3 -c "import pytest, h5py, numpy, yaml, PIL" 2>/dev/null ||
                      echo "python3: pytest/h5py/numpy/yaml/PIL"
                    build/test-venv/bin/python -c "import tensorboard, tokenizers" 2>/dev/null ||
-                     echo "build/test-venv: tensorboard/tokenizers"')
+                     echo "build/test-venv: tensorboard/tokenizers"
+                   [[ -f $(clang++ -print-file-name=libclang_rt.asan-x86_64.a) ]] ||
+                     echo "clang'"'"'s ASan runtime (libclang-rt-14-dev)"')
 [[ -z $missing ]] || die "the test command's install stage left these missing: $missing"
 
 echo "fresh: after the quick start, in the same clone: a dry run and the dry-run tests"
