@@ -21,7 +21,8 @@ inline float exp_vec(float x) {
   // std::min/max and the 1.5 * 2^23 rounding trick instead of fmin/fmax/nearbyint, which the
   // vectoriser does not handle without -ffast-math.
   const float c = std::min(std::max(x, -87.0f), 88.0f);
-  const float k = (c * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round(c / ln2)
+  const float t = c * 1.44269504088896341f + 12582912.0f;  // 1.5 * 2^23 + round(c / ln2)
+  const float k = t - 12582912.0f;                         // round(c / ln2)
   const float r = (c - k * 0.693145751953125f) - k * 1.428606765330187e-06f;
   float p = 1.0f / 720;
   p = p * r + 1.0f / 120;
@@ -30,8 +31,12 @@ inline float exp_vec(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  // A NaN x makes k NaN, whose conversion to int is undefined: 2^0 then, and p is NaN already.
-  const int32_t bits = (static_cast<int32_t>(k == k ? k : 0.0f) + 127) << 23;
+  // k as an integer from t's low mantissa bits, where the rounding trick left it: a NaN x makes
+  // k NaN, whose conversion to int is undefined, and a select to avoid that changed what the
+  // vectoriser emits (other last bits). Unsigned, so NaN's bits wrap harmlessly; p is NaN then.
+  uint32_t t_bits;
+  std::memcpy(&t_bits, &t, sizeof t_bits);
+  const uint32_t bits = (t_bits - 0x4B400000u + 127u) << 23;  // 0x4B400000: 12582912.0f's bits
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return p * scale;
