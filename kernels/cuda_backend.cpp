@@ -166,8 +166,9 @@ class CudaBackend final : public Backend {
     on_device();
     const int64_t N = in.rows(), C = in.cols(), OC = w.rows();
     const bool param_acc = param_write == GradWrite::accumulate;
-    gemm_.backward(in.dtype, dw.dtype, din.empty() ? nullptr : din.data, dw.data, dout.data,
-                   in.data, w.data, N, C, OC, write == GradWrite::accumulate, param_acc);
+    gemm_.backward(in.dtype, dw.dtype, din.empty() ? nullptr : din.data,
+                   dw.empty() ? nullptr : dw.data, dout.data, in.data, w.data, N, C, OC,
+                   write == GradWrite::accumulate, param_acc);
     if (!dbias.empty())
       cuda::colsum(in.dtype, dbias.dtype, dbias.data, dout.data, N, OC,
                    scratch(colsum_scratch_bytes(N, OC)), param_acc);

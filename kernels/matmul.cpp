@@ -294,9 +294,10 @@ void Gemm::backward(DType dt, DType dw_dt, void* din, void* dw, const void* dout
     run(dt, dt, false, false, /*m=*/C, /*n=*/N, /*k=*/OC, w, /*lda=*/C, dout, /*ldb=*/OC, din,
         /*ldd=*/C, din_accumulate ? 1.0f : 0.0f, Epilogue::none, nullptr, nullptr, 0,
         "matmul_backward (din)");
-  run(dt, dw_dt, false, true, /*m=*/C, /*n=*/OC, /*k=*/N, in, /*lda=*/C, dout, /*ldb=*/OC, dw,
-      /*ldd=*/C, dw_accumulate ? 1.0f : 0.0f, Epilogue::none, nullptr, nullptr, 0,
-      "matmul_backward (dw)");
+  if (dw)
+    run(dt, dw_dt, false, true, /*m=*/C, /*n=*/OC, /*k=*/N, in, /*lda=*/C, dout, /*ldb=*/OC, dw,
+        /*ldd=*/C, dw_accumulate ? 1.0f : 0.0f, Epilogue::none, nullptr, nullptr, 0,
+        "matmul_backward (dw)");
 }
 
 }  // namespace trainrun::cuda

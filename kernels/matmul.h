@@ -22,7 +22,7 @@ class Gemm {
   // out[N,OC] = in[N,C] . w[OC,C]^T + bias[OC] (bias may be null)
   void forward(DType dt, void* out, const void* in, const void* w, const void* bias, int64_t N,
                int64_t C, int64_t OC);
-  // din[N,C] += dout . w (din may be null); dw[OC,C] += dout^T . in, dw of dtype dw_dt (dt, or
+  // din[N,C] += dout . w; dw[OC,C] += dout^T . in (either may be null), dw of dtype dw_dt (dt, or
   // f32 beside bf16: the parameter gradient of mixed precision). Either is overwritten instead
   // (GEMM beta 0: never read) when its accumulate flag is false.
   void backward(DType dt, DType dw_dt, void* din, void* dw, const void* dout, const void* in,

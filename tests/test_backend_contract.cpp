@@ -192,6 +192,15 @@ TEST_CASE("a wrong call is refused before any implementation runs, in the same w
          b.matmul_backward(m.t(f, {6, 4}), m.t(f, {4, 6}), {}, m.t(f, {4, 4}), m.t(f, {4, 6}),
                            m.t(f, {4, 6}));
        }},
+      {"matmul_backward",  // neither din nor dw: nothing asked for
+       [&](Backend& b) {
+         b.matmul_backward({}, {}, {}, m.t(f, {4, 4}), m.t(f, {4, 6}), m.t(f, {4, 6}));
+       }},
+      {"matmul_backward",  // a bias gradient without its weight's
+       [&](Backend& b) {
+         b.matmul_backward(m.t(f, {4, 6}), {}, m.t(f, {4}), m.t(f, {4, 4}), m.t(f, {4, 6}),
+                           m.t(f, {4, 6}));
+       }},
       {"layernorm",
        [&](Backend& b) {
          b.layernorm(m.t(f, {4, 6}), m.t(f, {4}), m.t(f, {3}), m.t(f, {4, 6}), m.t(f, {6}),

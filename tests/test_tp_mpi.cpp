@@ -132,6 +132,20 @@ void check_module(Communicator& comm, const std::string& name, int64_t rows, int
   same = true;
   for (size_t i = 0; i < din.size(); ++i) same = same && close(din[i], din1[i], 1e-10, 1e-12);
   check(same, rank, name + ": the input gradient equals one rank's");
+  {
+    // Without the overlap (the input gradient's all-reduce after the weight-gradient GEMM, not
+    // during it): the same GEMMs and sums, so the same bits.
+    Built serial(*be, TensorParallel{comm.size(), rank, &comm, /*overlap=*/false}, make);
+    std::vector<double> out_s(in.size()), din_s(in.size());
+    serial.m.forward(view(out_s, rows, width), view(in, rows, width));
+    serial.m.backward(view(din_s, rows, width), view(r, rows, width), view(in, rows, width));
+    bool bits = din_s == din;
+    for (size_t i = 0; i < serial.ps->entries().size(); ++i) {
+      const Tensor a = serial.ps->grad(static_cast<int>(i)), b = tp.ps->grad(static_cast<int>(i));
+      for (int64_t k = 0; k < a.numel(); ++k) bits = bits && a.as<double>()[k] == b.as<double>()[k];
+    }
+    check(bits, rank, name + ": the gradients without the overlap are the same bits");
+  }
 
   const std::vector<ParamEntry> entries = tp.ps->entries();
   int split = 0;

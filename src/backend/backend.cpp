@@ -159,10 +159,16 @@ void check_matmul(OpCheck& c, Tensor out, Tensor in, Tensor w, Tensor bias) {
 void check_matmul_backward(OpCheck& c, Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in,
                            Tensor w) {
   const DType dt = c.floats({{"dout", dout}, {"in", in}, {"w", w}}, {{"din", din}});
-  c.param_grads(dt, {{"dw", dw}}, {{"dbias", dbias}});
+  if (dw.empty()) {  // the input gradient alone
+    if (din.empty()) c.fail("din and dw are both empty: nothing to compute");
+    if (!dbias.empty()) c.fail("dbias without dw: a bias gradient comes with its weight's");
+  } else {
+    c.param_grads(dt, {{"dw", dw}}, {{"dbias", dbias}});
+  }
   const int64_t N = in.rows(), C = in.cols(), OC = w.rows();
-  c.shapes(w.cols() == C && dw.rows() == OC && dw.cols() == C && dout.rows() == N &&
-               dout.cols() == OC && (din.empty() || (din.rows() == N && din.cols() == C)) &&
+  c.shapes(w.cols() == C && (dw.empty() || (dw.rows() == OC && dw.cols() == C)) &&
+               dout.rows() == N && dout.cols() == OC &&
+               (din.empty() || (din.rows() == N && din.cols() == C)) &&
                (dbias.empty() || dbias.numel() == OC),
            {{"din", din}, {"dw", dw}, {"dbias", dbias}, {"dout", dout}, {"in", in}, {"w", w}},
            "in/din [N,C], w/dw [OC,C], dout [N,OC], dbias [OC]");
@@ -209,6 +215,7 @@ void Backend::matmul_backward_gelu(Tensor dpre, Tensor dw, Tensor dbias, Tensor 
                                    Tensor w, Tensor pre, GradWrite param_write) {
   OpCheck c(*this, Op::matmul_backward);
   c.present({"dpre", dpre});
+  c.present({"dw", dw});
   check_matmul_backward(c, dpre, dw, dbias, dout, in, w);
   check_pre(*this, c, Op::gelu_backward, "dpre", dpre, pre);
   const OpTimer timer(*this, Op::matmul_backward);

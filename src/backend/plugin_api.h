@@ -14,8 +14,9 @@ class Backend;
 class Communicator;
 }  // namespace trainrun
 
-// 4: residual norms, op timing, attention and rope overwrite; 5: kNoId ids and targets
-constexpr int kTrainrunCudaAbiVersion = 5;
+// 4: residual norms, op timing, attention and rope overwrite; 5: kNoId ids and targets;
+// 6: matmul_backward without dw (the input gradient alone)
+constexpr int kTrainrunCudaAbiVersion = 6;
 constexpr size_t kTrainrunNcclIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
 
 extern "C" {

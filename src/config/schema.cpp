@@ -252,6 +252,12 @@ std::vector<Field> make_schema() {
        .description = "Allow distributed.tp to exceed the ranks of a node (its collectives, "
                       "two per layer each way, then cross the network)",
        .resumable = kResumable},
+      {KEY(distributed, tp_overlap),
+       .description = "Tensor parallel: run a column-parallel layer's input-gradient all-reduce "
+                      "while its weight gradient is computed: auto (on over NCCL, off over MPI, "
+                      "whose non-blocking collectives progress only at the wait), true or false; "
+                      "the results are the same bits either way",
+       .resumable = kResumable},
       {KEY(distributed, reshard_after_forward),
        .description = "ZeRO-3: free each unit's gathered weights after its forward and gather "
                       "them again for its backward (true), or keep them until its backward "

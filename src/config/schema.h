@@ -17,12 +17,12 @@ namespace trainrun::config {
 template <class T>
 using Member = T& (*)(Experiment&);
 // An enum member (DeviceChoice, ModelType, ...) is a key whose allowed values are its EnumNames.
-using Ref =
-    std::variant<Member<int>, Member<int64_t>, Member<uint64_t>, Member<double>, Member<bool>,
-                 Member<std::string>, Member<std::vector<int>>, Member<std::vector<double>>,
-                 Member<std::vector<std::string>>, Member<std::vector<MixSource>>,
-                 Member<DeviceChoice>, Member<ModelType>, Member<ActivationKind>, Member<Precision>,
-                 Member<ActivationCheckpointing>, Member<LrSchedule>, Member<DataOrder>>;
+using Ref = std::variant<Member<int>, Member<int64_t>, Member<uint64_t>, Member<double>,
+                         Member<bool>, Member<std::string>, Member<std::vector<int>>,
+                         Member<std::vector<double>>, Member<std::vector<std::string>>,
+                         Member<std::vector<MixSource>>, Member<DeviceChoice>, Member<ModelType>,
+                         Member<ActivationKind>, Member<Precision>, Member<ActivationCheckpointing>,
+                         Member<LrSchedule>, Member<DataOrder>, Member<TpOverlap>>;
 
 struct Field {
   std::string_view key;  // "model.n_layer"; top-level keys have no dot

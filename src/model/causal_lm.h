@@ -166,14 +166,16 @@ class CausalLm final : public Model {
     ps_.acquire(head_unit_, Pass::backward);
     if (!lm_head_) ps_.acquire(kEmbedUnit, Pass::backward);
     loss_.backward(be, logits_, targets_, scale);
+    // Vocabulary-parallel, the head's input gradient is this rank's part of the sum (an lm_head
+    // is a column-parallel Linear, which sums its own).
     if (lm_head_)
       lm_head_->backward(dnorm_, logits_, norm_out_, GradWrite::overwrite);
+    else if (ps_.tp().size > 1)
+      matmul_backward_tp_sum(ps_.tp(), be, dnorm_, wte_.weight_grad(), Tensor{}, logits_, norm_out_,
+                             wte_.weight(), GradWrite::accumulate, wte_.weight_grad_write());
     else
       be.matmul_backward(dnorm_, wte_.weight_grad(), Tensor{}, logits_, norm_out_, wte_.weight(),
                          GradWrite::accumulate, wte_.weight_grad_write());
-    // Vocabulary-parallel, the tied head's input gradient is this rank's part of the sum (an
-    // lm_head sums its own: a column-parallel Linear).
-    if (!lm_head_ && ps_.tp().size > 1) ps_.tp().comm->allreduce_sum(dnorm_);
     norm_.backward(stack_.output_grad(), dnorm_, stack_.output());
     ps_.release(head_unit_, Pass::backward);
     if (ready) ready(stack_.param_end(embed_end_), ps_.numel());  // the norm and lm_head

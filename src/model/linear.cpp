@@ -1,6 +1,9 @@
 #include "trainrun/model/linear.h"
 
+#include <memory>
 #include <stdexcept>
+
+#include "trainrun/comm/comm.h"
 
 namespace trainrun {
 
@@ -47,9 +50,29 @@ void Linear::backward(Tensor din, Tensor dout, Tensor in, GradWrite write) const
   const bool sum_din = mode_ == TpMode::column && !din.empty();
   if (sum_din && write != GradWrite::overwrite)
     throw std::logic_error("Linear::backward: a column-parallel layer overwrites its din");
-  ps_.backend().matmul_backward(din, ps_.grad(w_), b_ >= 0 ? ps_.grad(b_) : Tensor{}, dout, in,
-                                ps_.param(w_), write, param_write());
-  if (sum_din) ps_.tp().comm->allreduce_sum(din);
+  const Tensor dw = ps_.grad(w_), db = b_ >= 0 ? ps_.grad(b_) : Tensor{};
+  if (sum_din)
+    matmul_backward_tp_sum(ps_.tp(), ps_.backend(), din, dw, db, dout, in, ps_.param(w_), write,
+                           param_write());
+  else
+    ps_.backend().matmul_backward(din, dw, db, dout, in, ps_.param(w_), write, param_write());
+}
+
+void matmul_backward_tp_sum(const TensorParallel& tp, Backend& be, Tensor din, Tensor dw,
+                            Tensor dbias, Tensor dout, Tensor in, Tensor w, GradWrite write,
+                            GradWrite param_write) {
+  if (!tp.overlap) {
+    be.matmul_backward(din, dw, dbias, dout, in, w, write, param_write);
+    tp.comm->allreduce_sum(din);
+    return;
+  }
+  // The input gradient first, so its all-reduce runs while the weight gradient is computed
+  // (Megatron's overlap of the tp all-reduce with the wgrad GEMM). The two GEMMs are the ones a
+  // single call makes, in the other order: the same bits.
+  be.matmul_backward(din, Tensor{}, Tensor{}, dout, in, w, write);
+  const std::unique_ptr<Communicator::Request> sum = tp.comm->iallreduce_sum(din);
+  be.matmul_backward(Tensor{}, dw, dbias, dout, in, w, write, param_write);
+  sum->wait();
 }
 
 void Linear::backward_gelu(Tensor dpre, Tensor dout, Tensor in, Tensor pre) const {

@@ -484,7 +484,11 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak, bool advise) {
   // embedding's output and the head's input gradient once; each of the micro-batch's rows x
   // d_model activations. And the vocabulary-parallel loss's one (classifier_loss.h): the
   // (tp + 1) x rows float statistics, small, a latency more than bytes. They sit between the ops
-  // that need them: all exposed.
+  // that need them, except the column-parallel layers' backward ones (q|k|v's and the MLP's
+  // first in each block, and the head's), which run during the layer's weight-gradient GEMM
+  // (distributed.tp_overlap) on a GPU: each hides up to that GEMM's time, a rank's 1/tp share
+  // of 2 x rows x d_model x its outputs. Over MPI the collective progresses only at the wait,
+  // so nothing is hidden on the CPU (bench/RESULTS.md 47).
   if (p.tp > 1) {
     const double act_bytes = gpu && exp.train.precision == Precision::bf16 ? 2 : 4;
     const double rows = static_cast<double>(p.micro_batch) * m.seq_len;
@@ -497,10 +501,23 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak, bool advise) {
     p.tp_collective = one;
     const double count = static_cast<double>(p.tp_allreduces_per_micro_batch) * p.accum;
     p.tp_seconds_per_step = one.seconds * count + loss.seconds * p.accum;
+    p.tp_exposed_seconds_per_step = p.tp_seconds_per_step;
+    if (gpu && exp.distributed.tp_overlap != TpOverlap::off) {
+      const bool llama = m.type == ModelType::llama;
+      const double head_dim = static_cast<double>(m.d_model) / m.n_head;
+      const double qkv = (m.n_head + 2.0 * (llama ? llama_kv_heads(m) : m.n_head)) * head_dim;
+      const double fc = llama ? 2.0 * llama_ffn_hidden(m) : 4.0 * m.d_model;
+      auto hidden = [&](double outputs) {
+        const double wgrad = 2 * rows * m.d_model * outputs / p.tp / std::max(peak.flops, 1.0);
+        return std::min(one.seconds, wgrad);
+      };
+      p.tp_exposed_seconds_per_step -=
+          ((hidden(qkv) + hidden(fc)) * m.n_layer + hidden(m.vocab_size)) * p.accum;
+    }
     p.tp_bytes_per_step = 2.0 * (p.tp - 1) / p.tp *
                           (p.tp_allreduce_bytes * count + p.tp_loss_allreduce_bytes * p.accum);
   }
-  const double exposed = p.allreduce_exposed_seconds_per_step + p.tp_seconds_per_step;
+  const double exposed = p.allreduce_exposed_seconds_per_step + p.tp_exposed_seconds_per_step;
   const double shard = zero ? static_cast<double>(largest_shard) : n;
   // AdamW reads weight, grad, m, v and writes weight, m, v: 28 bytes per parameter (on a GPU
   // the optimizer's kernels, ZeRO's over its shard).

@@ -116,10 +116,11 @@ std::string plan_text(const Plan& p) {
   if (p.tp > 1) {
     line("tp allreduces",
          fmt::format("{} per micro-batch of {} each (activations) and the loss's of {}, {} "
-                     "per step, {} (exposed)",
+                     "per step, {} ({} exposed)",
                      p.tp_allreduces_per_micro_batch, human_bytes(p.tp_allreduce_bytes),
                      human_bytes(p.tp_loss_allreduce_bytes), human_bytes(p.tp_bytes_per_step),
-                     human_seconds(p.tp_seconds_per_step)));
+                     human_seconds(p.tp_seconds_per_step),
+                     human_seconds(p.tp_exposed_seconds_per_step)));
     line("tp model", collective_text(p.tp_collective, 1));
   }
   const Interconnect& n = p.peak.net;
@@ -239,7 +240,7 @@ std::string plan_json(const Plan& p) {
       "\"allreduce_exposed_seconds_per_step\":{},\"buckets\":{},\"collectives\":{},"
       "\"tp_collectives\":{{\"per_micro_batch\":{},\"bytes_each\":{},\"loss_bytes\":{},"
       "\"bytes_per_step\":{},"
-      "\"seconds_per_step\":{},\"each\":{}}},"
+      "\"seconds_per_step\":{},\"exposed_seconds_per_step\":{},\"each\":{}}},"
       "\"at_scale\":[{}],\"interconnect\":{},\"predicted_step_seconds\":{},"
       "\"predicted_tokens_per_second\":{},\"predicted_mfu\":{},\"kernels\":[{}],"
       "\"checkpoint\":{},"
@@ -256,13 +257,13 @@ std::string plan_json(const Plan& p) {
       json_number(p.allreduce_exposed_seconds_per_step), p.buckets, collective_json(p.collectives),
       p.tp_allreduces_per_micro_batch, json_number(p.tp_allreduce_bytes),
       json_number(p.tp_loss_allreduce_bytes), json_number(p.tp_bytes_per_step),
-      json_number(p.tp_seconds_per_step), collective_json(p.tp_collective), at_scale, net,
-      json_number(p.predicted_step_seconds), json_number(p.predicted_tokens_per_second),
-      json_number(p.predicted_mfu), kernels, checkpoint, json_string(p.peak.name),
-      json_number(p.peak.flops), json_number(p.peak.mem_bw), json_number(p.peak.memory),
-      json_number(p.peak.link_bw), json_number(p.peak.host_bw), json_number(p.peak.disk_bw),
-      json_string(p.peak.disk_source), json_string(p.peak.source), warnings,
-      p.fits ? "true" : "false");
+      json_number(p.tp_seconds_per_step), json_number(p.tp_exposed_seconds_per_step),
+      collective_json(p.tp_collective), at_scale, net, json_number(p.predicted_step_seconds),
+      json_number(p.predicted_tokens_per_second), json_number(p.predicted_mfu), kernels, checkpoint,
+      json_string(p.peak.name), json_number(p.peak.flops), json_number(p.peak.mem_bw),
+      json_number(p.peak.memory), json_number(p.peak.link_bw), json_number(p.peak.host_bw),
+      json_number(p.peak.disk_bw), json_string(p.peak.disk_source), json_string(p.peak.source),
+      warnings, p.fits ? "true" : "false");
 }
 
 }  // namespace trainrun

@@ -1,13 +1,15 @@
 // A communicator that records its blocking collectives in the trace (trace.h) and forwards
 // everything to another. The trainer hands one over the tp group to the model, so a --profile
 // trace shows the tensor-parallel all-reduces inside each block, each as a "comm" span (on CUDA
-// the span is the enqueue: the collective itself runs on the communicator's stream). Borrows
-// both; they must outlive it. Thread safety: as the communicator's.
+// the span is the enqueue: the collective itself runs on the communicator's stream). A non-
+// blocking one is recorded where it makes the caller wait ("allreduce wait"): the part of it that
+// no compute hid. Borrows both; they must outlive it. Thread safety: as the communicator's.
 #pragma once
 
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "trainrun/comm/comm.h"
 #include "trainrun/core/clock.h"
@@ -33,12 +35,14 @@ class TracedCommunicator final : public Communicator {
   void allreduce_avg(Tensor x) override {
     timed("allreduce", [&] { c_.allreduce_avg(x); });
   }
-  std::unique_ptr<Request> iallreduce_sum(Tensor x) override { return c_.iallreduce_sum(x); }
+  std::unique_ptr<Request> iallreduce_sum(Tensor x) override {
+    return traced(c_.iallreduce_sum(x), "allreduce wait");
+  }
   void reduce_scatter_sum(Tensor x) override {
     timed("reduce_scatter", [&] { c_.reduce_scatter_sum(x); });
   }
   std::unique_ptr<Request> ireduce_scatter_sum(Tensor x) override {
-    return c_.ireduce_scatter_sum(x);
+    return traced(c_.ireduce_scatter_sum(x), "reduce_scatter wait");
   }
   void all_gather(Tensor x) override {
     timed("all_gather", [&] { c_.all_gather(x); });
@@ -61,6 +65,25 @@ class TracedCommunicator final : public Communicator {
   }
 
  private:
+  // A started collective whose wait() is a span.
+  class TracedRequest final : public Request {
+   public:
+    TracedRequest(std::unique_ptr<Request> inner, TracedCommunicator& owner, const char* what)
+        : r_(std::move(inner)), owner_(owner), what_(what) {}
+    void wait() override {
+      owner_.timed(what_, [&] { r_->wait(); });
+    }
+    bool test() override { return r_->test(); }
+
+   private:
+    std::unique_ptr<Request> r_;
+    TracedCommunicator& owner_;
+    const char* what_;
+  };
+  std::unique_ptr<Request> traced(std::unique_ptr<Request> r, const char* what) {
+    return std::make_unique<TracedRequest>(std::move(r), *this, what);
+  }
+
   template <class F>
   void timed(const char* what, F&& f) {
     if (!tracer_.active()) return f();

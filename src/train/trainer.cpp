@@ -237,7 +237,10 @@ void Trainer::setup_model() {
   if (mesh_->shape().tp > 1)
     tp_comm_ =
         std::make_unique<TracedCommunicator>(mesh_->device_group(MeshAxis::tp), *tracer_, "tp ");
-  const TensorParallel tp{mesh_->shape().tp, mesh_->coord(MeshAxis::tp), tp_comm_.get()};
+  const TpOverlap overlap = exp_.distributed.tp_overlap;
+  const TensorParallel tp{mesh_->shape().tp, mesh_->coord(MeshAxis::tp), tp_comm_.get(),
+                          overlap == TpOverlap::on || (overlap == TpOverlap::automatic &&
+                                                       tp_comm_ && tp_comm_->kind() == "nccl")};
   model_ = build_model(
       exp_.model, *be_, micro_, exp_.train.precision == Precision::bf16 ? DType::bf16 : DType::f32,
       exp_.train.activation_checkpointing, DataParallel::storage_for(exp_.distributed.zero), tp);

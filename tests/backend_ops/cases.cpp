@@ -154,6 +154,14 @@ void add_matmul(std::vector<OpCase>& out, const Ctx& x, int64_t OC, bool bias, b
       be.matmul_backward(a["din"], a["dw"], a["dbias"], a["dout"], a["in"], a["w"],
                          GradWrite::overwrite);
     });
+    // The input gradient alone (no dw, no dbias): tensor parallelism's overlap computes it
+    // first, all-reduces it during the weight-gradient GEMM, and calls again with din empty.
+    OpCase d = o;
+    d.variant = b.variant + " din only";
+    d.tensors[1] = absent("dw");
+    d.tensors[2] = absent("dbias");
+    d.flops = flops;
+    out.push_back(std::move(d));
     out.push_back(std::move(o));
   }
   // param_write overwrite: a parameter's first gradient of a step (ParamStore::grad_write).

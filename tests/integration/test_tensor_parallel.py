@@ -51,6 +51,16 @@ def test_tp_2_on_2_ranks_trains_as_one_rank(tmp_path, model):
     assert count(log) < count(one)
 
 
+def test_the_overlap_of_the_tp_allreduces_changes_no_bit(tmp_path):
+    # A column-parallel layer's input-gradient all-reduce runs during its weight-gradient GEMM
+    # (true; auto chooses it over NCCL) or after it. The same GEMMs and sums either way: the
+    # same losses, bit for bit.
+    model = [*MODELS["llama-kv=2tp"], "distributed.nproc=2", "distributed.tp=2"]
+    on = train(tmp_path / "on", *model, "distributed.tp_overlap=true")
+    off = train(tmp_path / "off", *model, "distributed.tp_overlap=false")
+    assert len(on) == STEPS and on == off
+
+
 @pytest.mark.parametrize("layout", [
     ["distributed.zero=3"],
     ["distributed.zero=1", "distributed.dp_replicate=2"],
@@ -190,6 +200,21 @@ def test_the_plan_counts_a_ranks_share_and_the_tp_allreduces(tmp_path):
     assert c["loss_bytes"] == 3 * 8 * 16 * 4
     assert c["bytes_per_step"] == (10 * c["bytes_each"] + c["loss_bytes"]) * 2 * (2 - 1) / 2
     assert c["seconds_per_step"] > 0
+    # On a GPU the column-parallel layers' backward all-reduces (2 per layer, and the head's) run
+    # during their weight-gradient GEMMs (distributed.tp_overlap auto or true): each hides at most
+    # its own time. Without the overlap all of them are exposed, and the step is longer by what
+    # was hidden. Over MPI the overlap hides nothing: the CPU plan exposes all.
+    def h100(*extra):
+        return json.loads(run(["plan", QS, *cfg, *sets("distributed.tp=2", *extra), "--gpu",
+                               "H100", "--json"], check=0).stdout)
+    overlap, serial = h100(), h100("distributed.tp_overlap=false")
+    o, s = overlap["tp_collectives"], serial["tp_collectives"]
+    assert s["exposed_seconds_per_step"] == s["seconds_per_step"] == o["seconds_per_step"]
+    hidden = o["seconds_per_step"] - o["exposed_seconds_per_step"]
+    assert 0 < hidden <= (2 * 2 + 1) * o["each"]["seconds"] * (1 + 1e-9)
+    assert serial["predicted_step_seconds"] - overlap["predicted_step_seconds"] == \
+        pytest.approx(hidden, rel=1e-6)
+    assert c["exposed_seconds_per_step"] == c["seconds_per_step"]
     assert one["tp_collectives"]["per_micro_batch"] == 0
     text = run(["plan", QS, *cfg, *sets("distributed.tp=2")], check=0).stdout
     assert "device mesh              dp_replicate 1 x dp_shard 1 x tp 2" in text

@@ -214,7 +214,9 @@ class Backend {
   // out[N,OC] = in[N,C] . w[OC,C]^T + bias[OC] (bias may be empty)
   void matmul(Tensor out, Tensor in, Tensor w, Tensor bias);
   // din[N,C] += dout . w ; dw[OC,C] += dout^T . in ; dbias[OC] += colsum(dout).
-  // din and dbias may be empty (skipped); `write` applies to din, `param_write` to dw and dbias.
+  // din, dw and dbias may each be empty (skipped), din and dw not both; dbias only with dw (an
+  // input gradient alone, then the parameters' alone, is what tensor parallelism's overlap
+  // needs). `write` applies to din, `param_write` to dw and dbias.
   void matmul_backward(Tensor din, Tensor dw, Tensor dbias, Tensor dout, Tensor in, Tensor w,
                        GradWrite write = GradWrite::accumulate,
                        GradWrite param_write = GradWrite::accumulate);

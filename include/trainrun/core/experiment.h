@@ -22,6 +22,17 @@ struct EnumNames<DeviceChoice> {
   static_assert(std::size(names) == 1 + static_cast<size_t>(DeviceChoice::automatic));
 };
 
+// Tensor parallelism's overlap of a column-parallel layer's backward all-reduce with its weight-
+// gradient GEMM: auto is on over NCCL (the collective runs on its own stream) and off over MPI
+// (Open MPI progresses a non-blocking collective only inside MPI calls, so it would run at the
+// wait anyway, and its non-blocking all-reduce is the slower one: bench/RESULTS.md 47).
+enum class TpOverlap : uint8_t { automatic, on, off };
+template <>
+struct EnumNames<TpOverlap> {
+  static constexpr std::string_view names[] = {"auto", "true", "false"};
+  static_assert(std::size(names) == 1 + static_cast<size_t>(TpOverlap::off));
+};
+
 // The model family (model_spec.h holds what each family is).
 enum class ModelType : uint8_t { gpt, mlp, llama };
 template <>
@@ -181,6 +192,7 @@ struct DistributedConfig {
   // ranks, one node's unless tp_across_nodes).
   int tp = 1;
   bool tp_across_nodes = false;
+  TpOverlap tp_overlap = TpOverlap::automatic;
   // ZeRO-3: free a unit's gathered weights after its forward (and gather them again for its
   // backward), or keep them until its backward (less traffic, more memory).
   bool reshard_after_forward = true;

@@ -12,7 +12,8 @@ namespace trainrun {
 // ColumnParallelLinear and RowParallelLinear, docs/parallelism.md):
 //   column: each rank computes its share of the outputs (the weight's rows and the bias split,
 //     block by block when the output is fused: q|k|v, gate|up). Its input is whole on every
-//     rank, so the input's gradient is each rank's partial sum: backward all-reduces it.
+//     rank, so the input's gradient is each rank's partial sum: backward all-reduces it, while
+//     it computes the weight gradient (TensorParallel::overlap).
 //   row: each rank takes its share of the inputs (the weight's columns) and computes a partial
 //     output, which forward all-reduces; the bias is whole and added once (by tp rank 0). The
 //     output and its gradient are whole on every rank, so the bias gradient is too.
@@ -52,5 +53,12 @@ class Linear {
   TpMode mode_;
   int w_ = -1, b_ = -1;
 };
+
+// The backward of a layer whose input gradient is each tp rank's partial sum (a column-parallel
+// Linear, the tied vocabulary-parallel head): Backend::matmul_backward, then din all-reduced
+// over tp, during the weight-gradient GEMM when tp.overlap is set (the same bits either way).
+void matmul_backward_tp_sum(const TensorParallel& tp, Backend& be, Tensor din, Tensor dw,
+                            Tensor dbias, Tensor dout, Tensor in, Tensor w, GradWrite write,
+                            GradWrite param_write);
 
 }  // namespace trainrun

@@ -40,6 +40,9 @@ enum class Init { normal, zeros, ones };
 struct TensorParallel {
   int size = 1, rank = 0;
   Communicator* comm = nullptr;
+  // Overlap a column-parallel layer's input-gradient all-reduce with its weight-gradient GEMM
+  // (linear.h); off, the two run one after the other. Same arithmetic either way.
+  bool overlap = true;
 };
 
 // How a parameter splits over the tensor-parallel ranks: whole on every rank (replicated: norms,

@@ -70,7 +70,8 @@ struct Plan {
   // their total per step, the loss's included (all exposed: no overlap yet).
   int tp_allreduces_per_micro_batch = 0;
   double tp_allreduce_bytes = 0, tp_loss_allreduce_bytes = 0, tp_bytes_per_step = 0,
-         tp_seconds_per_step = 0;
+         tp_seconds_per_step = 0,
+         tp_exposed_seconds_per_step = 0;  // less what runs during weight-gradient GEMMs
   CollectiveTime tp_collective;
   // The same gradients at other world sizes (8, 64, 512, 4096 ranks, ranks_per_node a node),
   // each rank keeping this run's micro-batch: the collectives' time and what is exposed.

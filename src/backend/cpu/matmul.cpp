@@ -68,7 +68,7 @@ void matmul_backward(T* din, T* dw, T* dbias, const T* dout, const T* in, const 
                      int64_t C, int64_t OC, bool acc, bool param_acc) {
   if constexpr (std::is_same_v<T, float>) {
     if (din) sgemm('N', 'N', N, C, OC, dout, OC, w, C, acc ? 1.0f : 0.0f, din, C);
-    sgemm('T', 'N', OC, C, N, dout, OC, in, C, param_acc ? 1.0f : 0.0f, dw, C);
+    if (dw) sgemm('T', 'N', OC, C, N, dout, OC, in, C, param_acc ? 1.0f : 0.0f, dw, C);
   } else {
     if (din) {
 #pragma omp parallel for
@@ -82,6 +82,7 @@ void matmul_backward(T* din, T* dw, T* dbias, const T* dout, const T* in, const 
         }
       }
     }
+    if (!dw) return;
 #pragma omp parallel for
     for (int64_t o = 0; o < OC; ++o) {
       T* dwr = dw + o * C;
