@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "gpu_binding.h"
 #include "launch.h"
 #include "matmul.h"
 #include "op_events.h"
@@ -52,7 +53,7 @@ class CudaBackend final : public Backend {
                   static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
     describe_ = "cuda:" + std::to_string(ordinal_) + " (" + prop.name + ", sm_" +
                 std::to_string(prop.major) + std::to_string(prop.minor) + ", " + mem +
-                ", cuBLASLt)";
+                ", cuBLASLt, " + gpu_identity(ordinal_) + ")";
     cuda_check(cudaMalloc(&bad_id_, sizeof(*bad_id_) * kIdChecks), "cudaMalloc (id flags)");
     cuda_check(cudaMemset(bad_id_, 0xFF, sizeof(*bad_id_) * kIdChecks), "cudaMemset (id flags)");
   }
@@ -521,7 +522,7 @@ int trainrun_cuda_abi_version() {
   return kTrainrunCudaAbiVersion;
 }
 
-trainrun::Backend* trainrun_cuda_create_backend(int ordinal, char* err, size_t errlen) {
+trainrun::Backend* trainrun_cuda_create_backend(int local_rank, char* err, size_t errlen) {
   using trainrun::cuda::set_err;
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
@@ -538,14 +539,8 @@ trainrun::Backend* trainrun_cuda_create_backend(int ordinal, char* err, size_t e
     set_err(err, errlen, "no CUDA devices are visible (check CUDA_VISIBLE_DEVICES)");
     return nullptr;
   }
-  if (ordinal < 0 || ordinal >= count) {
-    set_err(err, errlen,
-            "GPU " + std::to_string(ordinal) + " does not exist: " + std::to_string(count) +
-                " CUDA device(s) are visible");
-    return nullptr;
-  }
   try {
-    return new trainrun::cuda::CudaBackend(ordinal);
+    return new trainrun::cuda::CudaBackend(trainrun::cuda::gpu_for_local_rank(local_rank, count));
   } catch (const std::exception& ex) {
     set_err(err, errlen, ex.what());
     return nullptr;

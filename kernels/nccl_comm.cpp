@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_binding.h"
 #include "plugin_api.h"
 #include "trainrun/comm/comm.h"
 #include "trainrun/core/errors.h"
@@ -100,7 +101,7 @@ class NcclCommunicator final : public Communicator {
     int count = 0;
     cuda_check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
     if (count == 0) throw DeviceError("NCCL communicator: no CUDA devices are visible");
-    device_ = local_rank % count;
+    device_ = gpu_for_local_rank(local_rank, count);  // the backend's GPU (gpu_binding.h)
     cuda_check(cudaSetDevice(device_), "cudaSetDevice");
     nccl_check(ncclCommInitRank(&comm_, size, id, rank), "ncclCommInitRank");
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");

@@ -3,6 +3,7 @@
 // byte of a new allocation 0xFF (NaN in f32 and bf16: what a kernel reads without anyone having
 // written it shows up in the comparison against the CPU), copies and memsets checked against the
 // allocations they touch, and the errors a kernel "fault" leaves for the next call, as a GPU does.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "cuda_runtime.h"
 #include "sim_memory.h"
@@ -19,16 +21,68 @@ namespace {
 
 constexpr size_t kAlignment = 256;                   // what cudaMalloc guarantees
 constexpr size_t kDeviceMemory = size_t{141} << 30;  // an H200's 141 GB
-// An 8-GPU node by default, so every local rank of a multi-rank test has a device of its own to
-// select (trainrun picks GPU local_rank); all of them share this process's memory and scheduler.
+// An 8-GPU node by default; all of its devices share this process's memory and scheduler.
 // TRAINRUN_SIM_DEVICES=N (1..64) sets another count, for tests of what a too-small node does.
-int device_count() {
+int physical_devices() {
   static const int n = [] {
     const char* env = std::getenv("TRAINRUN_SIM_DEVICES");
     const int v = env ? std::atoi(env) : 8;
     return v >= 1 && v <= 64 ? v : 8;
   }();
   return n;
+}
+
+// The devices this process sees, as the driver reads CUDA_VISIBLE_DEVICES: a comma-separated list
+// of device indices, of which the entries before the first invalid one (not a number, no such
+// device, a repeat) are visible, renumbered from 0; unset, all of them. TRAINRUN_SIM_GPU_BIND=
+// map_gpu:A,B,... stands in for the launcher that sets CUDA_VISIBLE_DEVICES per task (Slurm's
+// --gpu-bind=map_gpu, which gives task i the i-th listed GPU): this process's entry is the one
+// at its local rank (OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID), cycling.
+const std::vector<int>& visible_devices() {
+  static const std::vector<int> v = [] {
+    std::string list;
+    bool listed = false;
+    if (const char* bind = std::getenv("TRAINRUN_SIM_GPU_BIND")) {
+      const std::string b = bind, prefix = "map_gpu:";
+      std::vector<std::string> entries;
+      if (b.rfind(prefix, 0) == 0)
+        for (size_t at = prefix.size(); at <= b.size();) {
+          const size_t comma = std::min(b.find(',', at), b.size());
+          entries.push_back(b.substr(at, comma - at));
+          at = comma + 1;
+        }
+      const char* lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+      if (!lr) lr = std::getenv("SLURM_LOCALID");
+      const size_t local = lr ? static_cast<size_t>(std::max(0, std::atoi(lr))) : 0;
+      list = entries.empty() ? "" : entries[local % entries.size()];
+      listed = true;
+    } else if (const char* env = std::getenv("CUDA_VISIBLE_DEVICES")) {
+      list = env;
+      listed = true;
+    }
+    std::vector<int> out;
+    if (!listed) {
+      for (int d = 0; d < physical_devices(); ++d) out.push_back(d);
+      return out;
+    }
+    for (size_t at = 0; at < list.size();) {
+      const size_t comma = std::min(list.find(',', at), list.size());
+      const std::string e = list.substr(at, comma - at);
+      char* end = nullptr;
+      const long d = std::strtol(e.c_str(), &end, 10);
+      if (e.empty() || *end != '\0' || d < 0 || d >= physical_devices() ||
+          std::find(out.begin(), out.end(), static_cast<int>(d)) != out.end())
+        break;
+      out.push_back(static_cast<int>(d));
+      at = comma + 1;
+    }
+    return out;
+  }();
+  return v;
+}
+
+int device_count() {
+  return static_cast<int>(visible_devices().size());
 }
 
 int& current_device() {
@@ -164,6 +218,24 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->major = 9;
   prop->minor = 0;
   prop->multiProcessorCount = 132;
+  // Which physical device this is, as a GPU's UUID names it: the same in every process that
+  // sees it, whatever its ordinal there.
+  const int physical = trainrun::sim::visible_devices()[static_cast<size_t>(device)];
+  std::memset(prop->uuid.bytes, 0, sizeof prop->uuid.bytes);
+  std::memcpy(prop->uuid.bytes, "cudasim", 7);
+  prop->uuid.bytes[15] = static_cast<char>(physical);
+  prop->pciBusID = 0x18 + physical;
+  prop->pciDeviceID = 0;
+  prop->pciDomainID = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetPCIBusId(char* pci_bus_id, int len, int device) {
+  if (device < 0 || device >= trainrun::sim::device_count())
+    return set_error(cudaErrorInvalidDevice, "cudaDeviceGetPCIBusId");
+  if (!pci_bus_id || len < 13) return set_error(cudaErrorInvalidValue, "cudaDeviceGetPCIBusId");
+  const int physical = trainrun::sim::visible_devices()[static_cast<size_t>(device)];
+  std::snprintf(pci_bus_id, static_cast<size_t>(len), "0000:%02x:00.0", 0x18 + physical);
   return cudaSuccess;
 }
 

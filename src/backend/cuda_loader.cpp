@@ -123,13 +123,13 @@ bool cuda_plugin_available(std::string* why_not) {
   return p.handle != nullptr;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int ordinal, std::string* why_not) {
+std::unique_ptr<Backend> make_cuda_backend(int local_rank, std::string* why_not) {
   std::string why;
   std::unique_ptr<Backend> be;
   try {
     auto create = symbol<trainrun_cuda_create_backend_fn>("trainrun_cuda_create_backend");
     char err[1024] = {};
-    be.reset(create(ordinal, err, sizeof err));
+    be.reset(create(local_rank, err, sizeof err));
     if (!be) why = err[0] ? err : "the CUDA plugin could not create a backend";
   } catch (const DeviceError& e) {
     why = e.what();

@@ -15,7 +15,7 @@ class Communicator;
 }  // namespace trainrun
 
 // 4: residual norms, op timing, attention and rope overwrite; 5: kNoId ids and targets;
-// 6: matmul_backward without dw (the input gradient alone)
+// 6: matmul_backward without dw (the input gradient alone); the plugin chooses the GPU
 constexpr int kTrainrunCudaAbiVersion = 6;
 constexpr size_t kTrainrunNcclIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
 
@@ -23,14 +23,16 @@ extern "C" {
 
 int trainrun_cuda_abi_version();
 
-// A new CUDA backend on GPU `ordinal` (delete it through Backend's virtual destructor), or null
-// with the reason (no driver: cudaGetDeviceCount error 35; no GPU; cuBLASLt failed).
-trainrun::Backend* trainrun_cuda_create_backend(int ordinal, char* err, size_t errlen);
+// A new CUDA backend for the rank at `local_rank` on its node, on the GPU kernels/gpu_binding.h
+// chooses among the visible ones (delete it through Backend's virtual destructor), or null with
+// the reason (no driver: cudaGetDeviceCount error 35; no GPU; cuBLASLt failed).
+trainrun::Backend* trainrun_cuda_create_backend(int local_rank, char* err, size_t errlen);
 
 // ncclGetUniqueId on rank 0, to be broadcast (e.g. over MPI) to every rank. 0 on success.
 int trainrun_nccl_unique_id(char out[kTrainrunNcclIdBytes], char* err, size_t errlen);
 
-// A NCCL communicator for CUDA tensors on GPU local_rank % device count, or null with a reason.
+// A NCCL communicator for CUDA tensors on the backend's GPU (kernels/gpu_binding.h), or null with
+// a reason.
 trainrun::Communicator* trainrun_nccl_create(const char id[kTrainrunNcclIdBytes], int rank,
                                              int size, int local_rank, char* err, size_t errlen);
 

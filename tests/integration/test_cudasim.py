@@ -2,6 +2,7 @@
 compiler into libtrainrun_cudasim.so (kernels/sim/), loaded through TRAINRUN_CUDA_PLUGIN exactly
 as trainrun loads the real plugin, against the CPU backend on the same runs."""
 import json
+import re
 import pathlib
 import shutil
 import struct
@@ -96,14 +97,34 @@ def test_two_ranks_over_nccl_match_one_rank(quickstart, tmp_path, sim_env, refer
     assert len(set(checksums(two).values())) == 1  # the ranks agree on the parameters
 
 
+@pytest.mark.parametrize("layout,gpus", [
+    # One visible GPU per rank, as Slurm's --gpu-bind=map_gpu:2,5 sets CUDA_VISIBLE_DEVICES per
+    # task: each rank's GPU 0, physical 2 and 5. (Rank 1 used to ask for GPU 1 and fail.)
+    ({"TRAINRUN_SIM_GPU_BIND": "map_gpu:2,5"}, [("cuda:0", 2), ("cuda:0", 5)]),
+    # A listed subset for all ranks: GPU local_rank of it.
+    ({"CUDA_VISIBLE_DEVICES": "6,3"}, [("cuda:0", 6), ("cuda:1", 3)]),
+])
+def test_each_rank_takes_its_gpu_in_any_visible_layout(quickstart, tmp_path, sim_env, reference,
+                                                      layout, gpus):
+    rd = tmp_path / "two"
+    train(quickstart, rd, "cuda", [*GPT, "distributed.nproc=2"], {**sim_env, **layout})
+    assert_close(losses(rd), losses(reference("cuda", GPT)), 1e-5)
+    for rank, (ordinal, physical) in enumerate(gpus):
+        log = (rd / "logs" / f"rank-{rank}.log").read_text()
+        # The log names the physical GPU: the sim's PCI bus 0x18 + its index, its UUID's last byte.
+        assert re.search(rf"{ordinal} \(cudasim[^\n]*PCI 0000:{0x18 + physical:02x}:00\.0, "
+                         rf"GPU-[0-9a-f-]*{physical:02x}\)", log), log
+
+
 def test_a_rank_failing_alone_in_set_up_ends_the_job(quickstart, tmp_path, sim_env):
-    # One simulated GPU for two ranks: rank 1 cannot have GPU 1 and fails while rank 0 waits for
-    # it in the NCCL set-up. That waited for ever (rank 1's MPI_Finalize waited for rank 0);
-    # now the failing rank leaves MPI unfinalised and mpirun ends the job.
+    # Rank 1 is bound to a GPU the node does not have (map_gpu:0,9 of 8): it sees none and fails
+    # while rank 0 waits for it in the NCCL set-up. That waited for ever (rank 1's MPI_Finalize
+    # waited for rank 0); now the failing rank leaves MPI unfinalised and mpirun ends the job.
     p = run([quickstart, *sets(*GPT, "device=cuda", "distributed.nproc=2"), "--run-dir",
-             str(tmp_path / "rd")], env={**sim_env, "TRAINRUN_SIM_DEVICES": "1"}, timeout=120)
+             str(tmp_path / "rd")], env={**sim_env, "TRAINRUN_SIM_GPU_BIND": "map_gpu:0,9"},
+            timeout=120)
     assert p.returncode == 5, p.stderr
-    assert "GPU 1 does not exist: 1 CUDA device(s) are visible" in p.stderr
+    assert "no CUDA devices are visible (check CUDA_VISIBLE_DEVICES)" in p.stderr
 
 
 @pytest.mark.parametrize("first,then", [("cuda", "cpu"), ("cpu", "cuda")])

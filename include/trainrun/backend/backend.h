@@ -435,10 +435,12 @@ class Backend {
 
 std::unique_ptr<Backend> make_cpu_backend();
 
-// Loads libtrainrun_cuda.so from beside the executable (dlopen) and creates its backend on GPU
-// `ordinal`. Returns null and says why in `why_not` when the plugin, the CUDA libraries, a
-// driver or a GPU is missing; never fails to start the CPU-only binary.
-std::unique_ptr<Backend> make_cuda_backend(int ordinal, std::string* why_not);
+// Loads libtrainrun_cuda.so from beside the executable (dlopen) and creates its backend for the
+// rank at `local_rank` on its node, on the GPU the plugin chooses among the visible ones (GPU
+// local_rank % count: kernels/gpu_binding.h). Returns null and says why in `why_not` when the
+// plugin, the CUDA libraries, a driver or a GPU is missing; never fails to start the CPU-only
+// binary.
+std::unique_ptr<Backend> make_cuda_backend(int local_rank, std::string* why_not);
 
 // Peak fp32 GEMM rate of this backend in GFLOP/s, measured now on square-ish GEMMs of the given
 // size (CPU: oneDNN sgemm on the current OpenMP threads). Used for MFU and `trainrun plan`.

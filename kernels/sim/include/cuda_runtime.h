@@ -65,8 +65,14 @@ using cudaEvent_t = CUevent_st*;
 #define cudaEventDefault 0x00
 #define cudaEventDisableTiming 0x02
 
+struct cudaUUID_t {
+  char bytes[16];
+};
+
 struct cudaDeviceProp {
   char name[256];
+  cudaUUID_t uuid;
+  int pciBusID, pciDeviceID, pciDomainID;
   size_t totalGlobalMem;
   size_t sharedMemPerBlock;
   size_t sharedMemPerBlockOptin;
@@ -84,6 +90,7 @@ cudaError_t cudaGetDeviceCount(int* count);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
+cudaError_t cudaDeviceGetPCIBusId(char* pci_bus_id, int len, int device);
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaGetLastError();
 cudaError_t cudaPeekAtLastError();
