@@ -17,6 +17,7 @@
 #include <nccl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -40,9 +41,13 @@ void cuda_check(cudaError_t e, const char* what) {
 }
 
 void nccl_check(ncclResult_t r, const char* what) {
-  if (r != ncclSuccess)
-    throw DeviceError(std::string("NCCL: ") + what + " failed: " + ncclGetErrorString(r) +
-                      " (set NCCL_DEBUG=INFO for details)");
+  if (r == ncclSuccess) return;
+  // NCCL's own words already point at NCCL_DEBUG for some errors ("invalid usage (run with
+  // NCCL_DEBUG=WARN for details)").
+  const std::string words = ncclGetErrorString(r);
+  throw DeviceError(
+      std::string("NCCL: ") + what + " failed: " + words +
+      (words.find("NCCL_DEBUG") == std::string::npos ? " (set NCCL_DEBUG=INFO for details)" : ""));
 }
 
 ncclDataType_t nccl_type(DType dt) {
@@ -57,6 +62,28 @@ ncclDataType_t nccl_type(DType dt) {
       return ncclInt32;
   }
   return ncclFloat32;
+}
+
+// NCCL's documented limit is 2048 operations between ncclGroupStart and ncclGroupEnd; an uneven
+// reduce-scatter or all-gather issues one per rank, so past this many ranks it takes several
+// groups (every rank splits at the same ranks, so the groups line up).
+constexpr int kMaxGroupOps = 1024;
+
+// `op(r)` for r in [0, n) in NCCL groups of at most kMaxGroupOps operations. A group is ended on
+// every path: an operation that throws between ncclGroupStart and ncclGroupEnd used to leave the
+// thread's group open, and NCCL then silently defers every later collective of the thread.
+template <class Op>
+void in_groups(int n, const char* what, Op&& op) {
+  for (int first = 0; first < n; first += kMaxGroupOps) {
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    try {
+      for (int r = first; r < std::min(n, first + kMaxGroupOps); ++r) op(r);
+    } catch (...) {
+      ncclGroupEnd();  // its result adds nothing to the error being thrown
+      throw;
+    }
+    nccl_check(ncclGroupEnd(), what);
+  }
 }
 
 class Event {
@@ -150,16 +177,14 @@ class NcclCommunicator final : public Communicator {
             "ncclReduceScatter");
         return;
       }
-      nccl_check(ncclGroupStart(), "ncclGroupStart");
-      for (int r = 0; r < size_; ++r) {
+      in_groups(size_, "ncclGroupEnd (reduce-scatter)", [&](int r) {
         const Shard s = shard_split(n, size_, r);
-        if (s.end == s.begin) continue;
+        if (s.end == s.begin) return;
         char* p = base + s.begin * es;
         nccl_check(
             ncclReduce(p, p, static_cast<size_t>(s.end - s.begin), t, ncclSum, r, comm_, stream_),
             "ncclReduce");
-      }
-      nccl_check(ncclGroupEnd(), "ncclGroupEnd (reduce-scatter)");
+      });
     });
   }
 
@@ -176,15 +201,13 @@ class NcclCommunicator final : public Communicator {
                    "ncclAllGather");
         return;
       }
-      nccl_check(ncclGroupStart(), "ncclGroupStart");
-      for (int r = 0; r < size_; ++r) {
+      in_groups(size_, "ncclGroupEnd (all-gather)", [&](int r) {
         const Shard s = shard_split(n, size_, r);
-        if (s.end == s.begin) continue;
+        if (s.end == s.begin) return;
         char* p = base + s.begin * es;
         nccl_check(ncclBroadcast(p, p, static_cast<size_t>(s.end - s.begin), t, r, comm_, stream_),
                    "ncclBroadcast");
-      }
-      nccl_check(ncclGroupEnd(), "ncclGroupEnd (all-gather)");
+      });
     })->wait();
   }
 

@@ -1,8 +1,13 @@
 // NCCL for trainrun's CPU-executed device, over MPI: each rank is one process whose "device"
 // memory is host memory, so every NCCL collective is the matching MPI collective (MPI is already
-// initialised by trainrun). Calls run synchronously when made; the stream is ignored. Groups only
-// nest a counter: every rank issues the same calls in the same order, which lines the MPI
-// collectives up just as NCCL's grouping would.
+// initialised by trainrun). Calls run synchronously when made; the stream is ignored. Groups nest a
+// counter: every rank issues the same calls in the same order, which lines the MPI collectives up
+// just as NCCL's grouping would. Two of NCCL's group rules are enforced, because a GPU would not
+// say when they are broken: a group holds at most 2048 operations (NCCL's documented limit), and
+// once an operation in a group has failed, every later call of the thread is refused until the
+// group is ended (NCCL defers them into the failed group: a caller that forgot ncclGroupEnd on
+// its error path would see its next collectives silently never run). ncclGroupEnd then returns
+// the group's error.
 //
 // Reductions go through a work buffer in the type MPI reduces: that makes in-place and
 // out-of-place calls, and NCCL's in-place layouts (ReduceScatter's result inside sendbuff), one
@@ -38,7 +43,20 @@ struct ncclComm {
 
 namespace {
 
-thread_local int g_group_depth = 0;  // NCCL's group state is per thread
+// NCCL's group state is per thread.
+struct GroupState {
+  int depth = 0;
+  int ops = 0;                        // operations in the outermost open group
+  ncclResult_t failed = ncclSuccess;  // the first error of one of them
+};
+thread_local GroupState g_group;
+constexpr int kMaxGroupOps = 2048;
+
+// An operation's error: the open group's, if any.
+ncclResult_t failing(ncclResult_t r) {
+  if (r != ncclSuccess && g_group.depth > 0 && g_group.failed == ncclSuccess) g_group.failed = r;
+  return r;
+}
 
 void report(const char* call, const std::string& message) {
   std::fprintf(stderr, "trainrun sim NCCL: %s: %s\n", call, message.c_str());
@@ -171,6 +189,19 @@ struct Call {
   TypeInfo type{};
 
   ncclResult_t start(ncclDataType_t dt) {
+    if (g_group.depth > 0) {
+      if (g_group.failed != ncclSuccess) {
+        report(name,
+               "an earlier operation of this thread's open group failed, and the group was "
+               "never ended (ncclGroupEnd): NCCL would defer this call into it");
+        return ncclInvalidUsage;
+      }
+      if (++g_group.ops > kMaxGroupOps) {
+        report(name, "more than " + std::to_string(kMaxGroupOps) +
+                         " operations in one group (NCCL's limit)");
+        return ncclInvalidUsage;
+      }
+    }
     if (comm == nullptr) {
       report(name, "the communicator is null");
       return ncclInvalidArgument;
@@ -217,9 +248,9 @@ struct Call {
   }
 };
 
-#define NCCL_SIM_TRY(expr)                                            \
-  do {                                                                \
-    if (const ncclResult_t r_ = (expr); r_ != ncclSuccess) return r_; \
+#define NCCL_SIM_TRY(expr)                                                     \
+  do {                                                                         \
+    if (const ncclResult_t r_ = (expr); r_ != ncclSuccess) return failing(r_); \
   } while (0)
 
 // `count` elements of src in the work type (bf16 widened to float).
@@ -470,17 +501,19 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
 }
 
 ncclResult_t ncclGroupStart() {
-  ++g_group_depth;
+  ++g_group.depth;
   return ncclSuccess;
 }
 
 ncclResult_t ncclGroupEnd() {
-  if (g_group_depth == 0) {
+  if (g_group.depth == 0) {
     report("ncclGroupEnd", "no group is open");
     return ncclInvalidUsage;
   }
-  --g_group_depth;
-  return ncclSuccess;
+  if (--g_group.depth > 0) return ncclSuccess;
+  const ncclResult_t r = g_group.failed;
+  g_group = GroupState{};
+  return r;
 }
 
 }  // extern "C"

@@ -15,9 +15,14 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <vector>
 
+#include "plugin_api.h"
+#include "trainrun/comm/comm.h"
+#include "trainrun/core/errors.h"
 #include "trainrun/core/shard.h"
+#include "trainrun/core/tensor.h"
 
 namespace {
 
@@ -281,6 +286,59 @@ TEST_CASE("sim NCCL: the errors NCCL reports") {
         ncclInvalidArgument);
   CHECK(ncclGroupEnd() == ncclInvalidUsage);
   CHECK(std::strlen(ncclGetErrorString(ncclInvalidArgument)) > 0);
+}
+
+TEST_CASE("sim NCCL: a failed operation's open group refuses later calls until it is ended") {
+  // What a GPU's NCCL does silently (defers every later call into the failed group), the sim
+  // refuses, so a caller's missing ncclGroupEnd on an error path fails a test. Every rank fails
+  // alike before any MPI call.
+  Comm comm;
+  DeviceArray<float> x(fill(4, value, world_rank()));
+  std::vector<float> host(4);
+  CHECK(ncclGroupStart() == ncclSuccess);
+  CHECK(ncclReduce(host.data(), host.data(), 4, ncclFloat32, ncclSum, 0, comm.get(), nullptr) ==
+        ncclInvalidArgument);
+  CHECK(ncclAllReduce(x.get(), x.get(), 4, ncclFloat32, ncclSum, comm.get(), nullptr) ==
+        ncclInvalidUsage);
+  CHECK(ncclGroupEnd() == ncclInvalidArgument);  // the group's error
+  // Ended, the thread's calls run again.
+  CHECK(ncclAllReduce(x.get(), x.get(), 4, ncclFloat32, ncclSum, comm.get(), nullptr) ==
+        ncclSuccess);
+  CHECK(x.host()[1] == sum_over_ranks(value, 1));
+}
+
+TEST_CASE("sim NCCL: a group holds at most 2048 operations") {
+  Comm comm;
+  DeviceArray<float> x(1);
+  CHECK(ncclGroupStart() == ncclSuccess);
+  int refused_at = -1;
+  for (int i = 0; i < 2049 && refused_at < 0; ++i)
+    if (ncclBroadcast(x.get(), x.get(), 0, ncclFloat32, 0, comm.get(), nullptr) != ncclSuccess)
+      refused_at = i;
+  CHECK(refused_at == 2048);
+  CHECK(ncclGroupEnd() == ncclInvalidUsage);
+}
+
+TEST_CASE("NCCL communicator: an uneven collective that fails leaves no group open") {
+  // kernels/nccl_comm.cpp as the plugin builds it: an uneven reduce-scatter is one ncclReduce per
+  // rank in a group. Its first ncclReduce fails (host memory); the next collective must still
+  // run, which it did not while the error path left the group open.
+  char id[kTrainrunNcclIdBytes] = {};
+  char err[512] = {};
+  if (world_rank() == 0) CHECK(trainrun_nccl_unique_id(id, err, sizeof err) == 0);
+  MPI_Bcast(id, kTrainrunNcclIdBytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+  std::unique_ptr<trainrun::Communicator> comm(
+      trainrun_nccl_create(id, world_rank(), world_size(), world_rank(), err, sizeof err));
+  CHECK(comm != nullptr);
+  if (!comm) return;
+  const int64_t n = 2 * world_size() + 1;  // not a multiple of the ranks: the grouped path
+  std::vector<float> host(static_cast<size_t>(n));
+  using trainrun::DType, trainrun::Device, trainrun::Tensor;
+  CHECK_THROWS_AS(comm->reduce_scatter_sum(Tensor(host.data(), DType::f32, Device::cuda, {n})),
+                  trainrun::DeviceError);
+  DeviceArray<float> x(fill(static_cast<size_t>(n), value, world_rank()));
+  CHECK_NOTHROW(comm->allreduce_sum(Tensor(x.get(), DType::f32, Device::cuda, {n})));
+  CHECK(x.host()[2] == sum_over_ranks(value, 2));
 }
 
 TEST_CASE("sim NCCL: ncclCommInitRank refuses an nranks that is not the ranks' count") {
