@@ -87,7 +87,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   float* Qs = smem;                   // [kTile][hd]     broadcast reads
   float* Ks = Qs + kTile * hd;        // [kTile][hd + 1] lane j reads row j
   float* Vs = Ks + kTile * (hd + 1);  // [kTile][hd]     lanes read along d
-  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH, kvh = h / g.group;
+  const int64_t bh = grid_row(), b = bh / g.NH, h = bh % g.NH, kvh = h / g.group;
+  if (bh >= g.B * g.NH) return;  // past B x heads in the last grid.z layer
   const int64_t q0 = int64_t(blockIdx.x) * kTile;
   const T* qbase = qkv + b * g.T * g.W + h * hd;
   const T* kbase = qkv + b * g.T * g.W + g.k_col + kvh * hd;
@@ -188,7 +189,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   float* dOs = Qs + kTile * hd;       // [kTile][hd]     broadcast
   float* Ks = dOs + kTile * hd;       // [kTile][hd + 1] lane j reads row j; lanes along d
   float* Vs = Ks + kTile * (hd + 1);  // [kTile][hd + 1] lane j reads row j
-  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH, kvh = h / g.group;
+  const int64_t bh = grid_row(), b = bh / g.NH, h = bh % g.NH, kvh = h / g.group;
+  if (bh >= g.B * g.NH) return;  // past B x heads in the last grid.z layer
   const int64_t q0 = int64_t(blockIdx.x) * kTile;
   const T* qbase = qkv + b * g.T * g.W + h * hd;
   const T* kbase = qkv + b * g.T * g.W + g.k_col + kvh * hd;
@@ -273,7 +275,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   float* lse_s = dOs + kTile * (hd + 1);  // [kTile]
   float* D_s = lse_s + kTile;             // [kTile]
   int* fk_s = reinterpret_cast<int*>(D_s + kTile);  // [kTile] first keys (kNoKey past T)
-  const int64_t bkv = blockIdx.y, b = bkv / g.NKV, kvh = bkv % g.NKV;
+  const int64_t bkv = grid_row(), b = bkv / g.NKV, kvh = bkv % g.NKV;
+  if (bkv >= g.B * g.NKV) return;
   const int64_t k0 = int64_t(blockIdx.x) * kTile;
   const T* row0 = qkv + b * g.T * g.W;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -398,12 +401,13 @@ void attention_forward(DType dt, DType st, void* out, void* lse, const void* qkv
   if (B <= 0 || T_ <= 0) return;
   Geometry g = geometry(T_, hd, NH, NKV);
   g.doc_start = doc_start;
+  g.B = B;
   check_geometry(g, "attention");
   if (tensor_cores(dt, hd)) {
     attention_tc_forward(st, out, lse, qkv, B, g);
     return;
   }
-  const dim3 grid(static_cast<unsigned>((T_ + kTile - 1) / kTile), static_cast<unsigned>(B * NH));
+  const dim3 grid = grid_over(static_cast<unsigned>((T_ + kTile - 1) / kTile), B * NH);
   const size_t smem = sizeof(float) * (kTile * g.hd * 2 + kTile * (g.hd + 1));
   by_dtypes(dt, st, "attention", [&](auto t, auto s) {
     using T = decltype(t);
@@ -425,12 +429,13 @@ void attention_backward(DType dt, DType st, void* dqkv, const void* dout, const 
   if (B <= 0 || T_ <= 0) return;
   Geometry g = geometry(T_, hd, NH, NKV);
   g.doc_start = doc_start;
+  g.B = B;
   g.accumulate = accumulate;
   check_geometry(g, "attention_backward");
   float* D = static_cast<float*>(scratch);
   const unsigned tiles = static_cast<unsigned>((T_ + kTile - 1) / kTile);
-  const dim3 grid(tiles, static_cast<unsigned>(B * NH));      // dQ: per q head
-  const dim3 kv_grid(tiles, static_cast<unsigned>(B * NKV));  // dK/dV: per kv head
+  const dim3 grid = grid_over(tiles, B * NH);      // dQ: per q head
+  const dim3 kv_grid = grid_over(tiles, B * NKV);  // dK/dV: per kv head
   const size_t smem_dq = sizeof(float) * (kTile * g.hd * 2 + kTile * (g.hd + 1) * 2);
   const size_t smem_dkv = smem_dq + sizeof(float) * 2 * kTile + sizeof(int) * kTile;
   by_dtypes(dt, st, "attention_backward", [&](auto t, auto s) {

@@ -169,7 +169,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   bf16* Qs = smem;                  // [64][HD + 8]
   bf16* Ks = Qs + kRows * kLd<HD>;  // [64][HD + 8]
   bf16* Vs = Ks + kCols * kLd<HD>;  // [64][HD + 8]
-  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH, kvh = h / g.group;
+  const int64_t bh = grid_row(), b = bh / g.NH, h = bh % g.NH, kvh = h / g.group;
+  if (bh >= g.B * g.NH) return;  // past B x heads in the last grid.z layer
   const int64_t q0 = int64_t(blockIdx.x) * kRows;
   const bf16* row0 = qkv + b * g.T * g.W;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t4 = lane % 4;
@@ -260,7 +261,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   bf16* dOs = Qs + kRows * kLd<HD>;  // [64][HD + 8]
   bf16* Ks = dOs + kRows * kLd<HD>;  // [64][HD + 8]
   bf16* Vs = Ks + kCols * kLd<HD>;   // [64][HD + 8]
-  const int64_t bh = blockIdx.y, b = bh / g.NH, h = bh % g.NH, kvh = h / g.group;
+  const int64_t bh = grid_row(), b = bh / g.NH, h = bh % g.NH, kvh = h / g.group;
+  if (bh >= g.B * g.NH) return;  // past B x heads in the last grid.z layer
   const int64_t q0 = int64_t(blockIdx.x) * kRows;
   const bf16* row0 = qkv + b * g.T * g.W;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t4 = lane % 4;
@@ -336,7 +338,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   float* lse2_s = reinterpret_cast<float*>(dOs + kCols * kLd<HD>);  // [64] base 2
   float* D_s = lse2_s + kCols;                                      // [64]
   int* fk_s = reinterpret_cast<int*>(D_s + kCols);                  // [64] first keys
-  const int64_t bkv = blockIdx.y, b = bkv / g.NKV, kvh = bkv % g.NKV;
+  const int64_t bkv = grid_row(), b = bkv / g.NKV, kvh = bkv % g.NKV;
+  if (bkv >= g.B * g.NKV) return;
   const int64_t k0 = int64_t(blockIdx.x) * kRows;
   const bf16* row0 = qkv + b * g.T * g.W;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t4 = lane % 4;
@@ -435,8 +438,7 @@ bool attention_tc_supports(DType dt, int64_t hd) {
 
 void attention_tc_forward(DType st, void* out, void* lse, const void* qkv, int64_t B,
                           const AttentionGeometry& g) {
-  const dim3 grid(static_cast<unsigned>((g.T + kRows - 1) / kRows),
-                  static_cast<unsigned>(B * g.NH));
+  const dim3 grid = grid_over(static_cast<unsigned>((g.T + kRows - 1) / kRows), B * g.NH);
   const size_t smem = 3 * tile_bytes(g.hd);
   by_head_dim(g.hd, [&](auto hd) {
     by_stat_dtype(st, [&](auto s) {
@@ -460,12 +462,12 @@ void attention_tc_backward(DType st, void* dqkv, const void* dout, const void* q
       using S = decltype(s);
       constexpr int HD = decltype(hd)::value;
       allow_smem(attention_tc_dq_kernel<HD, S>, smem_dq, "attention_tc_dq");
-      TRAINRUN_LAUNCH(dim3(tiles, static_cast<unsigned>(B * g.NH)), kWarps * 32, smem_dq,
+      TRAINRUN_LAUNCH(grid_over(tiles, B * g.NH), kWarps * 32, smem_dq,
                       attention_tc_dq_kernel<HD, S>)
       (static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout), static_cast<const bf16*>(qkv),
        static_cast<const S*>(lse), D, g);
       allow_smem(attention_tc_dkv_kernel<HD, S>, smem_dkv, "attention_tc_dkv");
-      TRAINRUN_LAUNCH(dim3(tiles, static_cast<unsigned>(B * g.NKV)), kWarps * 32, smem_dkv,
+      TRAINRUN_LAUNCH(grid_over(tiles, B * g.NKV), kWarps * 32, smem_dkv,
                       attention_tc_dkv_kernel<HD, S>)
       (static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout), static_cast<const bf16*>(qkv),
        static_cast<const S*>(lse), D, g);

@@ -5,14 +5,15 @@
 // overwrite/accumulate contract before GPU time is spent on it.
 //
 //   test_backend_ops [--backend cuda|cpu] [--quick] [--op SUBSTRING] [--seed N] [--no-timing]
-//                    [--require] [--fail-fast] [--dtype f32|bf16]
+//                    [--require] [--fail-fast] [--dtype f32|bf16] [--shape NAME]
 //
 // --quick leaves out the large shapes (for compute-sanitizer, the CPU self-check and the
 // CPU-executed device). Inputs are fresh each run from a seed printed first; --seed repeats a
 // run. --require makes a missing backend a failure (the CPU-executed device must always load).
 // --fail-fast stops at the first failed case (the sim's fault injections need only that one).
 // --dtype keeps the cases of one activation dtype (the bad-input cases count as f32): the unit
-// suite runs the sim's two halves as two tests, side by side.
+// suite runs the sim's two halves as two tests, side by side. --shape keeps one shape's cases (the
+// sim's grid-limit test: attention at "odd" with gridDim.y lowered to 2).
 // Exit status: 0 all cases passed, 1 a case failed (or --require and no backend), 2 bad usage,
 // 77 no such backend here.
 #include <cstdint>
@@ -41,7 +42,7 @@ struct Options {
   bool timing = true;
   bool require = false;
   bool fail_fast = false;
-  std::string op, dtype;
+  std::string op, dtype, shape;
   uint64_t seed = 0;
   bool seed_given = false;
 };
@@ -64,6 +65,8 @@ bool parse(int argc, char** argv, Options* o) {
       o->op = argv[++i];
     } else if (a == "--dtype" && has_value) {
       o->dtype = argv[++i];
+    } else if (a == "--shape" && has_value) {
+      o->shape = argv[++i];
     } else if (a == "--seed" && has_value) {
       o->seed = std::strtoull(argv[++i], nullptr, 10);
       o->seed_given = true;
@@ -107,7 +110,8 @@ std::unique_ptr<Backend> open_backend(const std::string& name) {
 std::vector<OpCase> all_cases(const Options& o, uint64_t seed) {
   std::vector<OpCase> cases = error_cases();
   for (const DType dt : {DType::f32, DType::bf16})
-    for (const ModelShape& s : shapes(o.quick))
+    for (const ModelShape& s : shapes(o.quick)) {
+      if (!o.shape.empty() && o.shape != s.name) continue;
       for (OpCase& c : cases_for(s, dt)) {
         // hd64 is there for attention (the tensor-core kernels' head_dim 64 with grouped-query
         // heads); its other ops repeat the other shapes' at a CI cost (the sim under ASan).
@@ -115,6 +119,7 @@ std::vector<OpCase> all_cases(const Options& o, uint64_t seed) {
         if (std::string(s.name) == "hd64" && !attention) continue;
         cases.push_back(std::move(c));
       }
+    }
   std::vector<OpCase> picked;
   for (OpCase& c : cases) {
     if (!o.op.empty() && c.name().find(o.op) == std::string::npos) continue;
@@ -154,7 +159,8 @@ int main(int argc, char** argv) {
   if (!parse(argc, argv, &o)) {
     std::fprintf(stderr,
                  "usage: test_backend_ops [--backend cuda|cpu] [--quick] [--op SUBSTRING] "
-                 "[--seed N] [--no-timing] [--require] [--fail-fast] [--dtype f32|bf16]\n");
+                 "[--seed N] [--no-timing] [--require] [--fail-fast] [--dtype f32|bf16] "
+                 "[--shape NAME]\n");
     return 2;
   }
   std::unique_ptr<Backend> test = open_backend(o.backend);

@@ -85,6 +85,19 @@ int device_count() {
   return static_cast<int>(visible_devices().size());
 }
 
+}  // namespace
+
+unsigned max_grid_y() {
+  static const unsigned y = [] {
+    const char* env = std::getenv("TRAINRUN_SIM_MAX_GRID_Y");
+    const long v = env ? std::atol(env) : 65535;
+    return v >= 1 && v <= 65535 ? static_cast<unsigned>(v) : 65535u;
+  }();
+  return y;
+}
+
+namespace {
+
 int& current_device() {
   static thread_local int d = 0;  // the runtime's current device is per host thread
   return d;
@@ -214,7 +227,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = 1024;
   prop->maxThreadsDim[2] = 64;
   prop->maxGridSize[0] = 2147483647;
-  prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
+  prop->maxGridSize[1] = static_cast<int>(trainrun::sim::max_grid_y());
+  prop->maxGridSize[2] = 65535;
   prop->major = 9;
   prop->minor = 0;
   prop->multiProcessorCount = 132;
@@ -227,6 +241,15 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->pciBusID = 0x18 + physical;
   prop->pciDeviceID = 0;
   prop->pciDomainID = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (device < 0 || device >= trainrun::sim::device_count())
+    return set_error(cudaErrorInvalidDevice, "cudaDeviceGetAttribute");
+  if (!value || attr != cudaDevAttrMaxGridDimY)
+    return set_error(cudaErrorInvalidValue, "cudaDeviceGetAttribute");
+  *value = static_cast<int>(trainrun::sim::max_grid_y());
   return cudaSuccess;
 }
 

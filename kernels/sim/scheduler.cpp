@@ -314,9 +314,10 @@ bool check_limits(const LaunchConfig& c, std::string* why) {
              " is outside 1.." + std::to_string(kMaxBlockDim[i]);
       return false;
     }
-    if (gd[i] < 1 || gd[i] > kMaxGridDim[i]) {
+    const unsigned most = i == 1 ? max_grid_y() : kMaxGridDim[i];
+    if (gd[i] < 1 || gd[i] > most) {
       *why = std::string("gridDim.") + axis[i] + " = " + std::to_string(gd[i]) + " is outside 1.." +
-             std::to_string(kMaxGridDim[i]);
+             std::to_string(most);
       return false;
     }
   }

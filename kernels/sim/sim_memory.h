@@ -13,4 +13,8 @@ bool is_device_range(const void* p, size_t bytes);
 // with this message, as a GPU reports a fault after the fact; also printed to stderr at once.
 void fail_kernel(int cuda_error, const char* kernel, const char* message);
 
+// The largest gridDim.y a launch may have: an H200's 65,535, or TRAINRUN_SIM_MAX_GRID_Y (1..65535)
+// for a test of a kernel's fold past the limit at a shape the sim runs in seconds.
+unsigned max_grid_y();
+
 }  // namespace trainrun::sim

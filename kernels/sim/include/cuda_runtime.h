@@ -91,6 +91,9 @@ cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int* device);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device);
 cudaError_t cudaDeviceGetPCIBusId(char* pci_bus_id, int len, int device);
+// The attributes the plugin reads (the toolkit's values).
+enum cudaDeviceAttr { cudaDevAttrMaxGridDimY = 6 };
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device);
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaGetLastError();
 cudaError_t cudaPeekAtLastError();
