@@ -55,6 +55,9 @@ constinit const ModelSpec kGptSpec = {
     .targets_per_sequence = [](const ModelConfig& cfg) -> int64_t { return cfg.seq_len; },
     .advise = advise,
     .place_context = place_causal_context,
+    .column_parallel_outputs = [](const ModelConfig& m) -> std::vector<double> {
+      return {3.0 * m.d_model, 4.0 * m.d_model};  // q|k|v, fc
+    },
 };
 
 }  // namespace trainrun

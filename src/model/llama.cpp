@@ -85,6 +85,11 @@ constinit const ModelSpec kLlamaSpec = {
     .targets_per_sequence = [](const ModelConfig& cfg) -> int64_t { return cfg.seq_len; },
     .advise = advise,
     .place_context = place_causal_context,
+    .column_parallel_outputs = [](const ModelConfig& m) -> std::vector<double> {
+      const double hd = static_cast<double>(m.d_model) / m.n_head;
+      return {(m.n_head + 2.0 * llama_kv_heads(m)) * hd,
+              2.0 * llama_ffn_hidden(m)};  // q|k|v, gate|up
+    },
 };
 
 }  // namespace trainrun

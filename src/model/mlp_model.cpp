@@ -205,6 +205,7 @@ constinit const ModelSpec kMlpSpec = {
     .targets_per_sequence = [](const ModelConfig&) -> int64_t { return 1; },
     .advise = [](const ModelConfig&, bool, std::vector<std::string>&) {},
     .place_context = place_context,
+    .column_parallel_outputs = [](const ModelConfig&) -> std::vector<double> { return {}; },
 };
 
 }  // namespace trainrun

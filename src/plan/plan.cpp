@@ -503,16 +503,14 @@ Plan make_plan(const Experiment& exp, const DevicePeak& peak, bool advise) {
     p.tp_seconds_per_step = one.seconds * count + loss.seconds * p.accum;
     p.tp_exposed_seconds_per_step = p.tp_seconds_per_step;
     if (gpu && exp.distributed.tp_overlap != TpOverlap::off) {
-      const bool llama = m.type == ModelType::llama;
-      const double head_dim = static_cast<double>(m.d_model) / m.n_head;
-      const double qkv = (m.n_head + 2.0 * (llama ? llama_kv_heads(m) : m.n_head)) * head_dim;
-      const double fc = llama ? 2.0 * llama_ffn_hidden(m) : 4.0 * m.d_model;
       auto hidden = [&](double outputs) {
         const double wgrad = 2 * rows * m.d_model * outputs / p.tp / std::max(peak.flops, 1.0);
         return std::min(one.seconds, wgrad);
       };
+      double per_block = 0;
+      for (const double outputs : spec.column_parallel_outputs(m)) per_block += hidden(outputs);
       p.tp_exposed_seconds_per_step -=
-          ((hidden(qkv) + hidden(fc)) * m.n_layer + hidden(m.vocab_size)) * p.accum;
+          (per_block * m.n_layer + hidden(m.vocab_size)) * p.accum;  // and the head's
     }
     p.tp_bytes_per_step = 2.0 * (p.tp - 1) / p.tp *
                           (p.tp_allreduce_bytes * count + p.tp_loss_allreduce_bytes * p.accum);

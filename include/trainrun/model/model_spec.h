@@ -84,6 +84,10 @@ struct ModelSpec {
   // of `ctx` as the family reads a context, and returns the row of Model::logits() (for a batch
   // of one) that predicts the token after them. `ctx` is not empty.
   int64_t (*place_context)(std::span<const int32_t> ctx, std::span<int32_t> window);
+  // The global output widths of one block's column-parallel layers (attention's q|k|v, the
+  // MLP's first layer): under tensor parallelism each one's input-gradient all-reduce runs
+  // during its weight-gradient GEMM, which `trainrun plan` times. Empty: no such layers.
+  std::vector<double> (*column_parallel_outputs)(const ModelConfig& cfg);
 };
 
 // The spec of a family; every ModelType has one.
