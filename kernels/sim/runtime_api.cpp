@@ -38,19 +38,25 @@ int physical_devices() {
 // map_gpu:A,B,... stands in for the launcher that sets CUDA_VISIBLE_DEVICES per task (Slurm's
 // --gpu-bind=map_gpu, which gives task i the i-th listed GPU): this process's entry is the one
 // at its local rank (OMPI_COMM_WORLD_LOCAL_RANK or SLURM_LOCALID), cycling.
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t at = 0; at <= s.size();) {
+    const size_t comma = std::min(s.find(',', at), s.size());
+    out.push_back(s.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
+
 const std::vector<int>& visible_devices() {
   static const std::vector<int> v = [] {
     std::string list;
     bool listed = false;
     if (const char* bind = std::getenv("TRAINRUN_SIM_GPU_BIND")) {
       const std::string b = bind, prefix = "map_gpu:";
-      std::vector<std::string> entries;
-      if (b.rfind(prefix, 0) == 0)
-        for (size_t at = prefix.size(); at <= b.size();) {
-          const size_t comma = std::min(b.find(',', at), b.size());
-          entries.push_back(b.substr(at, comma - at));
-          at = comma + 1;
-        }
+      const std::vector<std::string> entries = b.rfind(prefix, 0) == 0
+                                                   ? split_commas(b.substr(prefix.size()))
+                                                   : std::vector<std::string>{};
       const char* lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
       if (!lr) lr = std::getenv("SLURM_LOCALID");
       const size_t local = lr ? static_cast<size_t>(std::max(0, std::atoi(lr))) : 0;
@@ -65,16 +71,13 @@ const std::vector<int>& visible_devices() {
       for (int d = 0; d < physical_devices(); ++d) out.push_back(d);
       return out;
     }
-    for (size_t at = 0; at < list.size();) {
-      const size_t comma = std::min(list.find(',', at), list.size());
-      const std::string e = list.substr(at, comma - at);
+    for (const std::string& e : split_commas(list)) {
       char* end = nullptr;
       const long d = std::strtol(e.c_str(), &end, 10);
       if (e.empty() || *end != '\0' || d < 0 || d >= physical_devices() ||
           std::find(out.begin(), out.end(), static_cast<int>(d)) != out.end())
         break;
       out.push_back(static_cast<int>(d));
-      at = comma + 1;
     }
     return out;
   }();
